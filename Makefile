@@ -1,0 +1,36 @@
+# The two README commands: `make app` and `make test`. Both create .venv on first use
+# and reinstall only when pyproject.toml changed (the .venv/.installed stamp).
+PY      := .venv/bin/python
+PIP     := $(PY) -m pip
+STAMP   := .venv/.installed
+HOST    ?= 127.0.0.1
+PORT    ?= 7860
+
+.PHONY: app test lint fmt serve clean
+
+$(PY):
+	python3 -m venv .venv
+
+# torch 2.13.0 first: a range it satisfies then installs nothing more (fast, CPU build here).
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev]'
+	touch $(STAMP)
+
+app: $(STAMP)
+	$(PY) -m rlcd_lab.cli app --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+fmt: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+clean:
+	rm -rf .venv build *.egg-info .pytest_cache .ruff_cache
