@@ -31,9 +31,7 @@ def _weights(u: Tensor, w: Tensor | None) -> Tensor:
     return w / w.sum(-1, keepdim=True)
 
 
-def variance_decomposition(
-    u: Tensor, q: Tensor, w: Tensor | None = None
-) -> dict[str, Tensor]:
+def variance_decomposition(u: Tensor, q: Tensor, w: Tensor | None = None) -> dict[str, Tensor]:
     """Proposition 1 terms for readouts ``u (..., M, K)`` and outcomes ``q (..., K)``.
 
     ``w (..., M)`` are optional rationale weights (e.g. exact probabilities on a tabular

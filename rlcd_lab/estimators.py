@@ -223,10 +223,15 @@ def gradient_terms(
     params = [p for p in params if p.requires_grad]
     out = {}
     for name, part in (("pathwise", terms.pathwise), ("score_function", terms.score_function)):
-        grads = torch.autograd.grad(
-            _reduce(part, reduction), params, retain_graph=retain_graph, allow_unused=True
+        out[name] = list(
+            torch.autograd.grad(
+                _reduce(part, reduction),
+                params,
+                retain_graph=retain_graph,
+                allow_unused=True,
+                materialize_grads=True,
+            )
         )
-        out[name] = [torch.zeros_like(p) if g is None else g for g in grads]
     return out
 
 
