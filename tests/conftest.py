@@ -27,3 +27,12 @@ def tokenizer():
 def tiny_lm(tokenizer):
     """A fresh tiny Llama (hidden 16, 1 layer; a few thousand parameters), seeded."""
     return tiny_model(tokenizer, seed=0)
+
+
+@pytest.fixture()
+def float64():
+    """Run a test with float64 as the default dtype (restored afterwards)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)

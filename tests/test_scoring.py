@@ -14,7 +14,7 @@ from rlcd_lab.scoring import (
     spherical_score,
 )
 
-torch.set_default_dtype(torch.float64)
+pytestmark = pytest.mark.usefixtures("float64")  # exactness checks run in float64
 
 
 def test_hand_worked_values():
