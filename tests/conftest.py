@@ -36,3 +36,24 @@ def float64():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(old)
+
+
+@pytest.fixture(scope="session")
+def marker_lm(tokenizer):
+    """A tiny Llama overfit (about 1 s) to write ``ab Answer: Y`` after ``Q: 1?`` and
+    ``ab Answer: N`` after ``Q: 22?``: a model whose rationales hit the marker."""
+    model = tiny_model(tokenizer, seed=0, hidden_size=32, layers=2)
+    enc = tokenizer(
+        ["Q: 1?\nab Answer: Y", "Q: 22?\nab Answer: N"], return_tensors="pt", padding=True
+    )
+    labels = enc.input_ids.masked_fill(enc.attention_mask == 0, -100)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
+    model.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        for _ in range(150):
+            loss = model(**enc, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model.eval()
