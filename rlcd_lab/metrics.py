@@ -1,0 +1,535 @@
+"""Calibration and selective-prediction metrics (numpy in, Python floats out).
+
+Shapes: ``probs`` is ``(N, K)`` (rows on the simplex), ``logits`` ``(N, K)``, ``labels``
+``(N,)`` integers in ``[0, K)``, ``q`` ``(N, K)`` outcome distributions, ``confidence``
+``(N,)`` in ``[0, 1]`` (usually ``max_k p_k``) and ``correct`` ``(N,)`` booleans (or 0/1).
+Every function accepts numpy arrays, torch tensors (detached and moved to the CPU) or
+nested lists, and returns Python floats (numpy arrays for curves and per-item values).
+
+Peer libraries disagree on several definitions; ours are pinned here and tested against
+brute-force references in ``tests/test_metrics.py``:
+
+* ECE is *top-label* ECE over ``n_bins`` equal-width bins ``(i/n, (i+1)/n]`` (a
+  confidence of exactly 0 goes to the first bin), weighted by bin size (Guo et al. 2017,
+  "On calibration of modern neural networks", ICML, eq. 3; Naeini et al. 2015).
+* AURC is the plain area under the risk-coverage curve, the mean over ``k = 1..N`` of
+  the error rate of the ``k`` most confident items, *not* the excess AURC (Geifman et al.
+  2019, "Bias-reduced uncertainty estimation for deep neural classifiers", ICLR).
+* Ranking by confidence: items are sorted by confidence descending with a *stable* sort
+  on ``-confidence``, so items with equal confidence keep their original order. The
+  result is deterministic but, with ties, depends on the item order.
+* Cov@eps (``coverage_at_risk``) uses the *observed* error of the top-k prefix (an
+  oracle quantity that needs labels); ``predicted_coverage_at_risk`` uses the label-free
+  predicted error ``mean(1 - max p)`` of the prefix (OpenJev-RLCD, sec. 5).
+* Temperature scaling divides logits by one scalar ``T`` fitted by NLL on held-out data
+  (Guo et al. 2017, sec. 4.2); ``T > 1`` means the raw model was overconfident.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+EPS = 1e-12
+"""Probabilities are clamped from below at this value before taking logs (NLL, and the
+``log(probs)`` pseudo-logits used for temperature scaling), so an item given probability
+0 for its label costs ``-log(1e-12) ~ 27.6`` nats instead of ``inf``."""
+
+T_MIN, T_MAX = 0.05, 50.0
+"""Search range of :func:`fit_temperature`."""
+
+ArrayLike = Any  # numpy array, torch tensor, or nested sequence
+
+
+def to_numpy(x: ArrayLike, dtype: Any = None) -> np.ndarray:
+    """Convert a numpy array, torch tensor or nested list to a numpy array.
+
+    Torch tensors are detached and moved to the CPU; bfloat16/float16 tensors are upcast
+    to float64 (numpy has no bfloat16). ``dtype`` optionally casts the result.
+    """
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor, without importing torch
+        x = x.detach().cpu()
+        if x.is_floating_point():
+            x = x.double()
+        x = x.numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def _probs(probs: ArrayLike) -> np.ndarray:
+    p = to_numpy(probs, np.float64)
+    if p.ndim != 2:
+        raise ValueError(f"probs must be (N, K), got shape {p.shape}")
+    return p
+
+
+def _labels(labels: ArrayLike, n: int) -> np.ndarray:
+    y = to_numpy(labels).astype(np.int64).reshape(-1)
+    if y.shape[0] != n:
+        raise ValueError(f"expected {n} labels, got {y.shape[0]}")
+    return y
+
+
+def _conf_correct(confidence: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    c = to_numpy(confidence, np.float64).reshape(-1)
+    r = to_numpy(correct).astype(bool).reshape(-1)
+    if c.shape != r.shape:
+        raise ValueError(f"confidence {c.shape} and correct {r.shape} differ in length")
+    if c.size == 0:
+        raise ValueError("need at least one item")
+    return c, r
+
+
+def softmax(logits: ArrayLike) -> np.ndarray:
+    """Numerically stable ``softmax`` over the last axis; ``(..., K) -> (..., K)``."""
+    z = to_numpy(logits, np.float64)
+    z = z - z.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+def log_softmax(logits: ArrayLike) -> np.ndarray:
+    """Numerically stable ``log softmax`` over the last axis; ``(..., K) -> (..., K)``."""
+    z = to_numpy(logits, np.float64)
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+# ---------------------------------------------------------------------------------------
+# Proper scores and accuracy
+# ---------------------------------------------------------------------------------------
+
+
+def confidence_and_correct(probs: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Top-label confidence ``max_k p_k`` and correctness ``argmax_k p_k == y``, each ``(N,)``.
+
+    Ties in ``argmax`` go to the lowest index (``np.argmax``).
+    """
+    p = _probs(probs)
+    y = _labels(labels, p.shape[0])
+    return p.max(1), p.argmax(1) == y
+
+
+def accuracy(probs: ArrayLike, labels: ArrayLike) -> float:
+    """Top-1 accuracy ``(1/N) sum_i 1[argmax_k p_ik = y_i]``.
+
+    Shapes: ``probs (N, K)`` (logits work too: argmax is the same), ``labels (N,)``.
+    Higher is better, in ``[0, 1]``. Ties in ``argmax`` go to the lowest index.
+    Reference: the usual top-1 accuracy (e.g. Guo et al. 2017, sec. 2).
+    """
+    _, correct = confidence_and_correct(probs, labels)
+    return float(correct.mean())
+
+
+def nll(probs: ArrayLike, labels: ArrayLike, eps: float = EPS) -> float:
+    """Negative log-likelihood ``-(1/N) sum_i log max(p_{i, y_i}, eps)`` in nats.
+
+    Shapes: ``probs (N, K)``, ``labels (N,)``. Lower is better, in ``[0, -log eps]``;
+    the clamp at ``eps = 1e-12`` keeps a zero-probability label finite (27.6 nats).
+    Good (1952), "Rational decisions" (minus the log score); Guo et al. 2017, sec. 2.
+    """
+    p = _probs(probs)
+    y = _labels(labels, p.shape[0])
+    py = p[np.arange(p.shape[0]), y]
+    return float(-np.log(np.maximum(py, eps)).mean())
+
+
+def brier(probs: ArrayLike, labels: ArrayLike) -> float:
+    """Multi-class Brier score ``(1/N) sum_i sum_k (p_ik - 1[k = y_i])^2``.
+
+    Shapes: ``probs (N, K)``, ``labels (N,)``. Lower is better, in ``[0, 2]`` (0 for a
+    confident correct answer, 2 for a confident wrong one). This is the usual squared
+    error, i.e. ``1 - J`` for the shifted RLCD reward ``J`` in ``rlcd_lab.scoring``.
+    Brier (1950), "Verification of forecasts expressed in terms of probability".
+    """
+    p = _probs(probs)
+    y = _labels(labels, p.shape[0])
+    onehot = np.zeros_like(p)
+    onehot[np.arange(p.shape[0]), y] = 1.0
+    return float(((p - onehot) ** 2).sum(1).mean())
+
+
+# ---------------------------------------------------------------------------------------
+# Expected calibration error
+# ---------------------------------------------------------------------------------------
+
+
+def bin_edges(n_bins: int) -> np.ndarray:
+    """Equal-width bin edges ``[0, 1/n, ..., 1]`` computed as ``i / n`` (``(n+1,)``)."""
+    if n_bins < 1:
+        raise ValueError("n_bins must be >= 1")
+    return np.arange(n_bins + 1) / n_bins
+
+
+def bin_index(confidence: ArrayLike, n_bins: int) -> np.ndarray:
+    """Bin of each confidence: ``b`` such that ``b/n < c <= (b+1)/n``; ``c = 0`` -> bin 0.
+
+    Shapes: ``(N,) -> (N,)`` integers in ``[0, n_bins)``. Values above 1 (float noise)
+    are put in the last bin.
+    """
+    c = to_numpy(confidence, np.float64).reshape(-1)
+    b = np.searchsorted(bin_edges(n_bins), c, side="left") - 1
+    return np.clip(b, 0, n_bins - 1)
+
+
+def reliability_bins(
+    confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15
+) -> dict[str, np.ndarray]:
+    """Per-bin statistics of a reliability diagram (used by :func:`ece` and the plots).
+
+    Bins are ``(i/n, (i+1)/n]`` for ``i = 0..n-1``; a confidence of exactly 0 goes to the
+    first bin. Returns a dict of numpy arrays:
+
+    * ``edges (n+1,)``: the bin edges ``i/n``;
+    * ``count (n,)``: number of items per bin, ``|B_b|``;
+    * ``confidence (n,)``: mean confidence per bin, ``conf_b`` (NaN for an empty bin);
+    * ``accuracy (n,)``: fraction correct per bin, ``acc_b`` (NaN for an empty bin).
+
+    Reference: DeGroot & Fienberg (1983), "The comparison and evaluation of forecasters";
+    Guo et al. 2017, sec. 2 (reliability diagrams).
+    """
+    c, r = _conf_correct(confidence, correct)
+    b = bin_index(c, n_bins)
+    count = np.bincount(b, minlength=n_bins).astype(np.int64)
+    conf_sum = np.bincount(b, weights=c, minlength=n_bins)
+    acc_sum = np.bincount(b, weights=r.astype(np.float64), minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_conf = np.where(count > 0, conf_sum / np.maximum(count, 1), np.nan)
+        mean_acc = np.where(count > 0, acc_sum / np.maximum(count, 1), np.nan)
+    return {
+        "edges": bin_edges(n_bins),
+        "count": count,
+        "confidence": mean_conf,
+        "accuracy": mean_acc,
+    }
+
+
+def ece_from_confidence(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15) -> float:
+    """Top-label ECE from ``confidence (N,)`` and ``correct (N,)``; see :func:`ece`."""
+    bins = reliability_bins(confidence, correct, n_bins)
+    n = bins["count"].sum()
+    keep = bins["count"] > 0
+    gaps = np.abs(bins["accuracy"][keep] - bins["confidence"][keep])
+    return float((bins["count"][keep] / n * gaps).sum())
+
+
+def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> float:
+    """Top-label expected calibration error ``sum_b |B_b|/N |acc_b - conf_b|``.
+
+    Shapes: ``probs (N, K)``, ``labels (N,)``. The confidence is ``max_k p_ik`` and an
+    item is correct when ``argmax_k p_ik = y_i`` (lowest index on ties). Bins are the
+    equal-width ``(i/n, (i+1)/n]`` (confidence 0 goes to the first bin); empty bins
+    contribute 0. Lower is better, in ``[0, 1]``. Even a perfectly calibrated model has
+    ECE > 0 at finite N; compare with :func:`ece_noise_floor`.
+    Guo et al. 2017, "On calibration of modern neural networks", eq. 3.
+    """
+    c, r = confidence_and_correct(probs, labels)
+    return ece_from_confidence(c, r, n_bins)
+
+
+def ece_noise_floor(
+    confidence: ArrayLike, n_bins: int = 15, n_sim: int = 1000, seed: int = 0
+) -> float:
+    """Expected ECE of a perfectly calibrated predictor with the same confidences.
+
+    Simulates ``correct_i ~ Bernoulli(confidence_i)`` independently ``n_sim`` times
+    (``numpy.random.default_rng(seed)``) and returns the mean ECE over the simulations,
+    with the same bins as :func:`ece`. Shapes: ``confidence (N,)`` -> float. A reported
+    ECE near this value is indistinguishable from finite-sample noise; lower ECE is
+    better but cannot be expected below this floor. Reference: Bröcker & Smith (2007),
+    "Increasing the reliability of reliability diagrams" (consistency resampling).
+    """
+    c = to_numpy(confidence, np.float64).reshape(-1)
+    if c.size == 0:
+        raise ValueError("need at least one item")
+    rng = np.random.default_rng(seed)
+    b = bin_index(c, n_bins)
+    conf_sum = np.bincount(b, weights=c, minlength=n_bins)
+    onehot = np.zeros((c.size, n_bins))
+    onehot[np.arange(c.size), b] = 1.0
+    total = 0.0
+    chunk = max(1, 2_000_000 // c.size)
+    for start in range(0, n_sim, chunk):
+        s = min(chunk, n_sim - start)
+        correct = (rng.random((s, c.size)) < c).astype(np.float64)
+        acc_sum = correct @ onehot  # (s, n_bins)
+        # |B_b|/N |acc_b - conf_b| = |sum_{i in B_b} correct_i - sum_{i in B_b} c_i| / N
+        total += (np.abs(acc_sum - conf_sum) / c.size).sum()
+    return float(total / n_sim)
+
+
+# ---------------------------------------------------------------------------------------
+# Selective prediction
+# ---------------------------------------------------------------------------------------
+
+
+def confidence_order(confidence: ArrayLike) -> np.ndarray:
+    """Indices sorting items by confidence descending; ties keep their original order.
+
+    Implemented as ``np.argsort(-confidence, kind="stable")``. Shapes: ``(N,) -> (N,)``.
+    """
+    c = to_numpy(confidence, np.float64).reshape(-1)
+    return np.argsort(-c, kind="stable")
+
+
+def risk_coverage_curve(confidence: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Risk-coverage curve: ``(coverages, risks)``, each ``(N,)``.
+
+    Items are ranked by confidence descending (stable sort on ``-confidence``: equal
+    confidences keep their original order). For ``k = 1..N``, ``coverages[k-1] = k/N``
+    and ``risks[k-1]`` is the error rate of the ``k`` top-ranked items. Lower risk is
+    better at every coverage. El-Yaniv & Wiener (2010), "On the foundations of noise-free
+    selective classification", JMLR; Geifman & El-Yaniv (2017), "Selective
+    classification for deep neural networks".
+    """
+    c, r = _conf_correct(confidence, correct)
+    errors = (~r[confidence_order(c)]).astype(np.float64)
+    k = np.arange(1, c.size + 1)
+    return k / c.size, np.cumsum(errors) / k
+
+
+def oracle_risk_coverage_curve(correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Risk-coverage curve of the ideal ranking (every correct item before every error).
+
+    With ``C`` correct items out of ``N``: ``risks[k-1] = max(0, k - C) / k``. It lower-
+    bounds :func:`risk_coverage_curve` pointwise for the same ``correct``. Shapes:
+    ``(N,) -> ((N,), (N,))``. Geifman et al. 2019 (the "optimal" curve of excess AURC).
+    """
+    r = to_numpy(correct).astype(bool).reshape(-1)
+    if r.size == 0:
+        raise ValueError("need at least one item")
+    k = np.arange(1, r.size + 1)
+    return k / r.size, np.maximum(0, k - r.sum()) / k
+
+
+def aurc(confidence: ArrayLike, correct: ArrayLike) -> float:
+    """Area under the risk-coverage curve, ``(1/N) sum_{k=1..N} risk(top-k)``.
+
+    Shapes: ``confidence (N,)``, ``correct (N,)``. Lower is better, in ``[0, 1]``. This
+    is the plain AURC (not the excess AURC, which subtracts the oracle's area), with the
+    ranking and tie rule of :func:`risk_coverage_curve`.
+    Geifman et al. 2019, "Bias-reduced uncertainty estimation for deep neural
+    classifiers", ICLR, sec. 3.
+    """
+    return float(risk_coverage_curve(confidence, correct)[1].mean())
+
+
+def _largest_prefix(risks: np.ndarray, eps: float, tol: float) -> float:
+    ok = np.flatnonzero(risks <= eps + tol)
+    return float((ok[-1] + 1) / risks.size) if ok.size else 0.0
+
+
+def coverage_at_risk(
+    confidence: ArrayLike, correct: ArrayLike, eps: float = 0.05, tol: float = 1e-12
+) -> float:
+    """Cov@eps: the largest ``k/N`` whose top-k *observed* error rate is ``<= eps``.
+
+    Items ranked as in :func:`risk_coverage_curve` (confidence descending, stable on
+    ties). Returns 0.0 when even the single most confident item is wrong (for
+    ``eps < 1``). The prefix need not be the first to cross ``eps``: the largest ``k``
+    with ``risk_k <= eps`` counts, even if a shorter prefix is above ``eps``. ``tol``
+    absorbs float rounding in the comparison. Higher is better, in ``[0, 1]``: the
+    fraction of items that can be decided automatically at error ``<= eps`` with an
+    oracle-chosen threshold. OpenJev-RLCD, sec. 5 ("Cov@eps"); Geifman & El-Yaniv 2017.
+    """
+    _, risks = risk_coverage_curve(confidence, correct)
+    return _largest_prefix(risks, eps, tol)
+
+
+def predicted_coverage_at_risk(probs: ArrayLike, eps: float = 0.05, tol: float = 1e-12) -> float:
+    """Label-free Cov@eps: largest ``k/N`` whose top-k *predicted* error is ``<= eps``.
+
+    The predicted error of the prefix is ``(1/k) sum_{j<=k} (1 - max_l p_jl)`` with items
+    ranked by ``max p`` descending (stable on ties). Shapes: ``probs (N, K)`` (or an
+    ``(N,)`` vector of confidences). Higher is better, in ``[0, 1]``; this is what a
+    deployed model can compute without labels; it equals the observed Cov@eps when the
+    model is calibrated. ``tol`` absorbs float rounding (e.g. ``1 - 0.95 > 0.05``).
+    OpenJev-RLCD, sec. 5.
+    """
+    p = to_numpy(probs, np.float64)
+    c = p.max(1) if p.ndim == 2 else p.reshape(-1)
+    if c.size == 0:
+        raise ValueError("need at least one item")
+    pred_err = 1.0 - c[confidence_order(c)]
+    k = np.arange(1, c.size + 1)
+    return _largest_prefix(np.cumsum(pred_err) / k, eps, tol)
+
+
+# ---------------------------------------------------------------------------------------
+# Temperature scaling
+# ---------------------------------------------------------------------------------------
+
+
+def apply_temperature(logits: ArrayLike, T: float) -> np.ndarray:
+    """Temperature-scaled probabilities ``softmax(logits / T)``; ``(N, K) -> (N, K)``.
+
+    ``T > 1`` softens (less confident), ``T < 1`` sharpens; argmax is unchanged.
+    Guo et al. 2017, sec. 4.2.
+    """
+    if T <= 0:
+        raise ValueError("temperature must be positive")
+    return softmax(to_numpy(logits, np.float64) / T)
+
+
+def temperature_nll(logits: ArrayLike, labels: ArrayLike, T: float) -> float:
+    """NLL of ``softmax(logits / T)``: ``-(1/N) sum_i log_softmax(z_i / T)_{y_i}``.
+
+    Computed in log space (no ``eps`` clamp). Lower is better.
+    """
+    z = to_numpy(logits, np.float64)
+    y = _labels(labels, z.shape[0])
+    return float(-log_softmax(z / T)[np.arange(z.shape[0]), y].mean())
+
+
+def fit_temperature(
+    logits: ArrayLike,
+    labels: ArrayLike,
+    t_min: float = T_MIN,
+    t_max: float = T_MAX,
+    n_grid: int = 200,
+    tol: float = 1e-8,
+) -> float:
+    """Temperature ``T`` in ``[t_min, t_max]`` minimising the NLL of ``softmax(logits / T)``.
+
+    Shapes: ``logits (N, K)``, ``labels (N,)`` -> float. Search in ``s = log T``: a grid
+    of ``n_grid`` points evenly spaced on ``[log t_min, log t_max]``, then golden-section
+    refinement on the bracket around the best grid point down to ``|ds| < tol``. The NLL
+    is convex in ``1/T`` (a log-sum-exp of linear functions minus a linear one), hence
+    unimodal in ``log T``, so this finds the global minimiser on the interval (a boundary
+    value if the optimum lies outside, e.g. ``t_min`` for perfectly separable data).
+    Lower NLL is better; a fitted ``T > 1`` means the raw model was overconfident.
+    Guo et al. 2017, "On calibration of modern neural networks", sec. 4.2.
+    """
+    z = to_numpy(logits, np.float64)
+    y = _labels(labels, z.shape[0])
+
+    def f(s: float) -> float:
+        return temperature_nll(z, y, float(np.exp(s)))
+
+    grid = np.linspace(np.log(t_min), np.log(t_max), n_grid)
+    values = np.array([f(s) for s in grid])
+    i = int(np.argmin(values))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, n_grid - 1)]
+    best_s, best_v = grid[i], values[i]
+    invphi = (np.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo, hi
+    c, d = b - invphi * (b - a), a + invphi * (b - a)
+    fc, fd = f(c), f(d)
+    while b - a > tol:
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - invphi * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + invphi * (b - a)
+            fd = f(d)
+    for s, v in ((c, fc), (d, fd)):
+        if v < best_v:
+            best_s, best_v = s, v
+    return float(np.exp(best_s))
+
+
+# ---------------------------------------------------------------------------------------
+# Distribution targets (aleatoric tasks)
+# ---------------------------------------------------------------------------------------
+
+
+def _xlogy_ratio(p: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Elementwise ``p log(p / m)`` with ``0 log 0 = 0`` (m > 0 wherever p > 0)."""
+    out = np.zeros_like(p)
+    pos = p > 0
+    out[pos] = p[pos] * np.log(p[pos] / m[pos])
+    return out
+
+
+def jsd(p: ArrayLike, q: ArrayLike) -> np.ndarray:
+    """Jensen-Shannon divergence per item, natural log.
+
+    ``JSD(p, q) = 1/2 KL(p || m) + 1/2 KL(q || m)`` with ``m = (p + q)/2`` and the
+    convention ``0 log 0 = 0``. Shapes: ``p, q (..., K)`` (broadcastable) ->
+    ``(...)`` numpy array. Lower is better, in ``[0, log 2]``: 0 iff ``p = q``, ``log 2``
+    for disjoint supports. Lin (1991), "Divergence measures based on the Shannon entropy",
+    IEEE Trans. Inf. Theory 37(1).
+    """
+    p = to_numpy(p, np.float64)
+    q = to_numpy(q, np.float64)
+    p, q = np.broadcast_arrays(p, q)
+    m = 0.5 * (p + q)
+    return 0.5 * _xlogy_ratio(p, m).sum(-1) + 0.5 * _xlogy_ratio(q, m).sum(-1)
+
+
+def mean_jsd(p: ArrayLike, q: ArrayLike) -> float:
+    """Mean of :func:`jsd` over items (natural log; lower is better, in ``[0, log 2]``)."""
+    return float(np.mean(jsd(p, q)))
+
+
+# ---------------------------------------------------------------------------------------
+# One row of Table 1
+# ---------------------------------------------------------------------------------------
+
+
+def _metrics_row(
+    p: np.ndarray, y: np.ndarray, eps: float, n_bins: int, q: np.ndarray | None
+) -> dict[str, float]:
+    c, r = confidence_and_correct(p, y)
+    row = {
+        "accuracy": float(r.mean()),
+        "brier": brier(p, y),
+        "nll": nll(p, y),
+        "ece": ece_from_confidence(c, r, n_bins),
+        "aurc": aurc(c, r),
+        "cov_at_eps": coverage_at_risk(c, r, eps),
+        "pred_cov_at_eps": predicted_coverage_at_risk(p, eps),
+    }
+    if q is not None:
+        row["jsd"] = mean_jsd(p, q)
+    return row
+
+
+def evaluate(
+    probs_or_logits: ArrayLike,
+    labels: ArrayLike,
+    dev: tuple[ArrayLike, ArrayLike] | None = None,
+    eps: float = 0.05,
+    is_logits: bool = False,
+    q: ArrayLike | None = None,
+    n_bins: int = 15,
+) -> dict[str, float]:
+    """Every metric of one model on one test set: a row of the paper's Table 1.
+
+    ``probs_or_logits (N, K)`` are probabilities (default) or logits
+    (``is_logits=True``); ``labels (N,)``; ``dev = (dev_scores, dev_labels)`` in the same
+    form (probs or logits) as the test scores; ``q (N, K)`` optional outcome
+    distributions for aleatoric tasks. Returns a flat dict of floats:
+
+    * ``n``, ``eps``: test size and the risk level of Cov@eps;
+    * ``accuracy`` (higher better), ``brier``, ``nll``, ``ece``, ``aurc`` (lower better),
+      ``cov_at_eps`` (observed, oracle) and ``pred_cov_at_eps`` (label-free), higher
+      better; ``jsd`` (mean, lower better) when ``q`` is given;
+    * with ``dev``: ``T`` fitted on dev by :func:`fit_temperature`, and every metric
+      above again after applying ``T`` to the test scores, prefixed ``ts_``.
+
+    Probabilities are turned into pseudo-logits ``log(max(p, 1e-12))`` for temperature
+    scaling (``softmax(log p) = p``, so ``T = 1`` is the identity). OpenJev-RLCD,
+    Table 1 (metrics accuracy, Brier, NLL, ECE, AURC, Cov@eps, fitted T).
+    """
+    s = to_numpy(probs_or_logits, np.float64)
+    if s.ndim != 2:
+        raise ValueError(f"scores must be (N, K), got shape {s.shape}")
+    y = _labels(labels, s.shape[0])
+    qa = None if q is None else to_numpy(q, np.float64)
+
+    def as_logits(x: np.ndarray) -> np.ndarray:
+        return x if is_logits else np.log(np.maximum(x, EPS))
+
+    p = softmax(s) if is_logits else s
+    row: dict[str, float] = {"n": float(s.shape[0]), "eps": float(eps)}
+    row.update(_metrics_row(p, y, eps, n_bins, qa))
+    if dev is not None:
+        dev_s = to_numpy(dev[0], np.float64)
+        T = fit_temperature(as_logits(dev_s), dev[1])
+        row["T"] = T
+        p_ts = apply_temperature(as_logits(s), T)
+        row.update({f"ts_{k}": v for k, v in _metrics_row(p_ts, y, eps, n_bins, qa).items()})
+    return row
