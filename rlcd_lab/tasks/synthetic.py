@@ -1,0 +1,277 @@
+"""The tiny world: three seeded synthetic tasks mirroring the paper's three regimes.
+
+* ``verify`` (GSM8K-Verify analogue; reasoning is computation): ``"47+38+16=91?"`` - is
+  the proposed sum right? Options ``Y``/``N``; half the proposals are right, the wrong
+  ones are near misses (off by 10 or 20, with the right units digit, as a dropped carry
+  gives), so answering without computing is hard.
+* ``facts`` (MMLU-Pro analogue; knowledge-heavy): ``"fact kov?"`` - which of 10 values
+  (``A``..``J``) a synthetic entity has. The base model saw only some entities, through
+  noisy sources; writing a rationale adds nothing it did not know.
+* ``aleatoric`` (ChaosNLI analogue): ``"urn 3a1b2c?"`` - the colour of a ball drawn from
+  an urn. The outcome distribution ``q`` is the urn's composition: spread, and re-drawn
+  on every training visit; evaluation is against ``q`` (JSD) and sampled labels.
+
+Each task also has a *teacher*: the behaviour the base model is pretrained to imitate
+(``rlcd_lab.pretrain``). It writes a rationale and then states a label with certainty;
+its rationales contain slips that depend on features visible in the rationale (a
+dropped carry in ``verify``, an unfamiliar or misremembered entity in ``facts``), so the
+base model is overconfident and calibrating after reasoning is learnable.
+
+Splits are fixed by the world seed: ``test``, ``dev`` and ``train`` prompts are disjoint,
+and pretraining never sees a dev or test prompt.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .items import TaskItem
+
+WORLD_SEED = 20261202
+SPLIT_SIZES = {"train": 2000, "dev": 200, "test": 400}
+_SPLIT_IDS = {"test": 0, "dev": 1, "train": 2, "pretrain": 3}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One teacher demonstration: the prompt, then a rationale (empty in direct mode)
+    and the stated label."""
+
+    prompt: str
+    rationale: str
+    label: str
+    direct: bool
+
+
+class SyntheticTask:
+    """Base class: seeded item generator, fixed splits and the teacher's behaviour."""
+
+    name: str = ""
+    options: tuple[str, ...] = ()
+
+    def __init__(self, seed: int = WORLD_SEED):
+        self.seed = seed
+
+    def rng(self, split: str) -> np.random.Generator:
+        """The generator of one split (independent streams per task, split and seed)."""
+        return np.random.default_rng([self.seed, _SPLIT_IDS[split], sum(map(ord, self.name))])
+
+    def draw(self, rng: np.random.Generator, uid: str) -> TaskItem:
+        """One random item (subclasses)."""
+        raise NotImplementedError
+
+    def teach(self, item: TaskItem, rng: np.random.Generator, direct: bool) -> Example:
+        """The teacher's demonstration for one item (subclasses)."""
+        raise NotImplementedError
+
+    @cached_property
+    def splits(self) -> dict[str, list[TaskItem]]:
+        """``{"test", "dev", "train"}`` item lists with disjoint prompts (sizes in SPLIT_SIZES)."""
+        seen: set[str] = set()
+        out = {}
+        for split in ("test", "dev", "train"):
+            rng, items = self.rng(split), []
+            while len(items) < SPLIT_SIZES[split]:
+                item = self.draw(rng, f"{self.name}-{split}-{len(items)}")
+                if item.prompt not in seen:
+                    seen.add(item.prompt)
+                    items.append(item)
+            out[split] = items
+        return out
+
+    def split(self, name: str) -> list[TaskItem]:
+        """Items of the ``train``, ``dev`` or ``test`` split."""
+        if name not in SPLIT_SIZES:
+            raise ValueError(f"unknown split {name!r}; choose one of {list(SPLIT_SIZES)}")
+        return self.splits[name]
+
+    @cached_property
+    def held_out_prompts(self) -> frozenset[str]:
+        return frozenset(i.prompt for s in ("dev", "test") for i in self.splits[s])
+
+    def pretraining_examples(self, rng: np.random.Generator, n: int, p_direct: float = 0.5):
+        """``n`` fresh teacher demonstrations on prompts outside dev and test."""
+        out = []
+        while len(out) < n:
+            item = self.draw(rng, f"{self.name}-pretrain")
+            if item.prompt in self.held_out_prompts or not self.in_pretraining(item):
+                continue
+            out.append(self.teach(item, rng, direct=bool(rng.random() < p_direct)))
+        return out
+
+    def in_pretraining(self, item: TaskItem) -> bool:
+        """Whether the base model's pretraining corpus may mention this item."""
+        return True
+
+
+# --------------------------------------------------------------------------- verify
+_VERIFY = re.compile(r"^(\d+)\+(\d+)\+(\d+)=(\d+)\?$")
+
+
+class Verify(SyntheticTask):
+    """``a+b+c=p?`` with two-digit operands; the teacher adds step by step and drops a
+    carry with probability ``slip`` at each step that has one."""
+
+    name = "verify"
+    options = ("Y", "N")
+
+    def __init__(self, seed: int = WORLD_SEED, slip: float = 0.25):
+        super().__init__(seed)
+        self.slip = slip
+
+    def draw(self, rng, uid):
+        a, b, c = (int(v) for v in rng.integers(10, 100, size=3))
+        s = a + b + c
+        if rng.random() < 0.5:
+            p, label = s, 0
+        else:
+            # tens-digit misses keep the units digit right, so a glance does not tell;
+            # s - 10 is also what a dropped carry gives, the teacher's typical slip
+            p, label = int(rng.choice([s - 20, s - 10, s - 10, s + 10, s + 20])), 1
+        return TaskItem(uid, f"{a}+{b}+{c}={p}?", self.options, label)
+
+    def _add(self, x: int, y: int, rng) -> int:
+        carry = (x % 10 + y % 10) >= 10
+        return x + y - (10 if carry and rng.random() < self.slip else 0)
+
+    def teach(self, item, rng, direct):
+        a, b, c, p = (int(v) for v in _VERIFY.match(item.prompt).groups())
+        s1 = self._add(a, b, rng)
+        s2 = self._add(s1, c, rng)
+        same = s2 == p
+        label = "Y" if same else "N"
+        if direct:
+            truth = self.options[item.label]
+            return Example(item.prompt, "", truth, True)
+        rationale = f"{a}+{b}={s1};{s1}+{c}={s2};{s2} vs {p}:{'same' if same else 'diff'}"
+        return Example(item.prompt, rationale, label, False)
+
+
+# ---------------------------------------------------------------------------- facts
+class Facts(SyntheticTask):
+    """``fact xyz?`` with 10 options. A fixed table maps 600 entities to a value; the base
+    model's corpus covers ``known`` of them, each mention right with prob ``reliable``."""
+
+    name = "facts"
+    options = tuple(string.ascii_uppercase[:10])
+
+    def __init__(
+        self,
+        seed: int = WORLD_SEED,
+        n_entities: int = 1200,
+        known: float = 0.6,
+        reliable: float = 0.8,
+    ):
+        super().__init__(seed)
+        self.known, self.reliable = known, reliable
+        rng = np.random.default_rng([seed, 99])
+        names: set[str] = set()
+        while len(names) < n_entities:
+            names.add("".join(rng.choice(list(string.ascii_lowercase), size=3)))
+        self.entities = sorted(names)
+        self.value = {
+            e: int(v) for e, v in zip(self.entities, rng.integers(0, 10, n_entities), strict=True)
+        }
+        self.is_known = {
+            e: bool(k) for e, k in zip(self.entities, rng.random(n_entities) < known, strict=True)
+        }
+
+    def draw(self, rng, uid):
+        e = str(rng.choice(self.entities))
+        return TaskItem(uid, f"fact {e}?", self.options, self.value[e])
+
+    def in_pretraining(self, item):
+        return self.is_known[item.prompt[5:-1]]
+
+    def teach(self, item, rng, direct):
+        v = (
+            item.label
+            if rng.random() < self.reliable
+            else int(rng.choice([k for k in range(10) if k != item.label]))
+        )
+        e = item.prompt[5:-1]
+        return Example(
+            item.prompt, "" if direct else f"recall {e}={self.options[v]}", self.options[v], direct
+        )
+
+    @cached_property
+    def splits(self):
+        # one question per entity: split the entities, not random draws
+        rng = self.rng("test")
+        order = [self.entities[i] for i in rng.permutation(len(self.entities))]
+        sizes = {"test": 400, "dev": 200, "train": 600}
+        out, start = {}, 0
+        for split in ("test", "dev", "train"):
+            ents = order[start : start + sizes[split]]
+            start += sizes[split]
+            out[split] = [
+                TaskItem(f"facts-{split}-{i}", f"fact {e}?", self.options, self.value[e])
+                for i, e in enumerate(ents)
+            ]
+        return out
+
+    def pretraining_examples(self, rng, n, p_direct=0.5):
+        known = [e for e in self.entities if self.is_known[e]]
+        out = []
+        for e in rng.choice(known, size=n):
+            item = TaskItem("facts-pretrain", f"fact {e}?", self.options, self.value[str(e)])
+            out.append(self.teach(item, rng, direct=bool(rng.random() < p_direct)))
+        return out
+
+
+# ------------------------------------------------------------------------ aleatoric
+_URN = re.compile(r"^urn (\d)a(\d)b(\d)c\?$")
+
+
+class Aleatoric(SyntheticTask):
+    """``urn 3a1b2c?``: the colour of one ball drawn from the urn; ``q`` = counts / total.
+    The teacher names the majority colour and states it with certainty."""
+
+    name = "aleatoric"
+    options = ("A", "B", "C")
+
+    def draw(self, rng, uid):
+        while True:
+            counts = rng.integers(0, 5, size=3)
+            if (counts > 0).sum() >= 2:
+                break
+        q = counts / counts.sum()
+        prompt = "urn {}a{}b{}c?".format(*counts)
+        return TaskItem(uid, prompt, self.options, int(np.argmax(q)), tuple(q.tolist()))
+
+    def teach(self, item, rng, direct):
+        counts = [int(v) for v in _URN.match(item.prompt).groups()]
+        top = self.options[int(np.argmax(counts))]
+        rationale = "" if direct else f"most {top.lower()}"
+        return Example(item.prompt, rationale, top, direct)
+
+    @cached_property
+    def splits(self):
+        # the prompt space is small (a few hundred urns): splits share urns but not uids
+        out = {}
+        for split in ("test", "dev", "train"):
+            rng = self.rng(split)
+            out[split] = [
+                self.draw(rng, f"aleatoric-{split}-{i}") for i in range(SPLIT_SIZES[split])
+            ]
+        return out
+
+    @cached_property
+    def held_out_prompts(self):
+        return frozenset()
+
+
+TASKS: dict[str, type[SyntheticTask]] = {"verify": Verify, "facts": Facts, "aleatoric": Aleatoric}
+
+
+def get_task(name: str, seed: int = WORLD_SEED) -> SyntheticTask:
+    """The synthetic task called ``name`` (``verify``, ``facts`` or ``aleatoric``)."""
+    try:
+        return TASKS[name](seed)
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}") from None
