@@ -1,4 +1,4 @@
-"""Models: tiny in-process causal LMs and their character-level tokenizer.
+"""Models: tiny in-process causal LMs, their character-level tokenizer, and checkpoints.
 
 Everything here builds offline and seeded. A character-level tokenizer keeps the tiny
 world's vocabulary small (about 100 symbols) and makes every single-character label a
@@ -7,11 +7,25 @@ single token, so the readout over option tokens is well defined.
 
 from __future__ import annotations
 
+import json
+import os
 import string
+from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+from .io import atomic_dir
+from .readout import MARKER, SEP
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CHARS = string.digits + string.ascii_letters + string.punctuation + " \n"
@@ -72,3 +86,106 @@ def tiny_model(
         torch.manual_seed(seed)
         model = LlamaForCausalLM(tiny_config(tokenizer, **config_kwargs))
     return model.eval()
+
+
+# ----------------------------------------------------------------------- checkpoints
+META_FILE = "rlcd.json"
+DEFAULT_META = {"marker": MARKER, "sep": SEP, "temperature": 1.0}
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    meta: dict | None = None,
+) -> Path:
+    """Save ``model`` + ``tokenizer`` + ``rlcd.json`` to ``path`` atomically.
+
+    A full model is saved with ``save_pretrained`` (safetensors); a PEFT model saves its
+    adapter, whose config names the base model. ``meta`` holds the marker, option format,
+    task, method, step, fitted temperature and metrics (JSON-serialisable). The directory
+    appears complete or not at all (written to a temp dir, then renamed).
+    """
+    meta = {**DEFAULT_META, **(meta or {})}
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True, default=float))
+    return Path(path)
+
+
+def _require(path: Path, *names: str) -> None:
+    missing = [n for n in names if not (path / n).exists()]
+    if missing:
+        raise FileNotFoundError(f"checkpoint {path} is incomplete: missing {', '.join(missing)}")
+
+
+def _has_weights(path: Path, stem: str) -> bool:
+    return (path / f"{stem}.safetensors").exists() or (
+        path / f"{stem}.safetensors.index.json"
+    ).exists()
+
+
+def read_meta(path: str | os.PathLike) -> dict:
+    """The checkpoint's ``rlcd.json`` merged over the defaults (defaults alone for a plain
+    HF model directory without one)."""
+    file = Path(path) / META_FILE
+    meta = json.loads(file.read_text()) if file.exists() else {}
+    return {**DEFAULT_META, **meta}
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
+    """Load ``(model, tokenizer, meta)`` from a checkpoint directory, in eval mode.
+
+    Accepts an rlcd_lab checkpoint, a plain HF ``save_pretrained`` directory (meta then
+    holds the defaults), or a PEFT adapter directory whose ``adapter_config.json`` names
+    its base (a local directory, or a hub name when online). Safetensors only: a
+    directory holding only pickled weights is refused. Raises ``FileNotFoundError`` naming
+    what is missing, ``ValueError`` for unreadable or mismatched contents.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+    meta = read_meta(path)
+    if (path / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        _require(path, "adapter_model.safetensors")
+        base_name = json.loads((path / "adapter_config.json").read_text()).get(
+            "base_model_name_or_path"
+        )
+        if not base_name:
+            raise ValueError(f"{path}/adapter_config.json does not name its base model")
+        base, _, _ = (
+            load_checkpoint(base_name, device, dtype)
+            if Path(base_name).is_dir()
+            else (
+                AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype, use_safetensors=True),
+                None,
+                None,
+            )
+        )
+        model = PeftModel.from_pretrained(base, path)
+    else:
+        _require(path, "config.json")
+        if not _has_weights(path, "model"):
+            if (path / "pytorch_model.bin").exists():
+                raise ValueError(f"{path} holds pickled weights only; rlcd_lab loads safetensors")
+            raise FileNotFoundError(f"checkpoint {path} is incomplete: missing model.safetensors")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"could not load the model in {path}: {err}") from None
+    if not ((path / "tokenizer.json").exists() or (path / "tokenizer_config.json").exists()):
+        raise FileNotFoundError(f"checkpoint {path} is incomplete: missing tokenizer.json")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > vocab:
+        raise ValueError(
+            f"{path}: tokenizer has {len(tokenizer)} tokens but the model only {vocab}"
+        )
+    return model.to(device).eval(), tokenizer, meta

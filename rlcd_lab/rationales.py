@@ -21,7 +21,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from .readout import MARKER, OptionTokens, option_logits, position_ids, readout
+from .readout import MARKER, option_logits, position_ids, readout
 
 
 @dataclass(frozen=True)
@@ -102,13 +102,15 @@ def readout_texts(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
-    options: OptionTokens,
+    option_ids: Tensor | Sequence[int],
+    bridge: Sequence[int] = (),
 ) -> tuple[Tensor, Tensor]:
-    """Readout ``(u, logits)`` ``(B, K)`` for texts that end with the marker (e.g. a direct
-    prompt, or a prompt plus a written rationale). See ``readout.readout``."""
+    """Readout ``(u, logits)`` ``(B, K)`` for texts that end with the marker (a direct
+    prompt, or a prompt plus a written rationale); ``bridge`` is ``OptionTokens.bridge``.
+    See ``readout.readout`` for ``option_ids``."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids, mask = _left_pad(encode_prompts(tokenizer, texts, options.bridge), pad, model.device)
-    return readout(model, ids, mask, torch.tensor(options.ids))
+    ids, mask = _left_pad(encode_prompts(tokenizer, texts, bridge), pad, model.device)
+    return readout(model, ids, mask, option_ids)
 
 
 @torch.no_grad()

@@ -31,7 +31,9 @@ def test_stops_at_the_marker(tokenizer, marker_lm):
     u, _, _ = score_rationales(marker_lm, r, opts.ids)
     assert (u[:3, 0] > 0.9).all() and (u[3:, 1] > 0.9).all()  # the overfit labels Y / N
     # same readout as reading the written-out text directly
-    direct, _ = readout_texts(marker_lm, tokenizer, [p + "ab Answer:" for p in PROMPTS], opts)
+    direct, _ = readout_texts(
+        marker_lm, tokenizer, [p + "ab Answer:" for p in PROMPTS], opts.ids, opts.bridge
+    )
     torch.testing.assert_close(u[::3], direct, atol=1e-5, rtol=1e-5)
 
 

@@ -1,0 +1,128 @@
+"""Pretrain a tiny base reasoning model on a synthetic task's teacher (``rlcd-lab pretrain``).
+
+The base model of the tiny world imitates the task's teacher (``rlcd_lab.tasks.synthetic``):
+given ``prompt\\n`` it writes a rationale, then `` Answer: L`` with a label it states with
+certainty; given ``prompt\\nAnswer:`` it answers directly (System-One mode). Teacher
+rationales contain slips, so the model is wrong with high confidence: overconfident, like
+the paper's base model. Cross-entropy on the completion tokens only, AdamW, cosine decay.
+The run ends by measuring the model on the dev split (direct vs after reasoning) and
+saving a checkpoint whose ``rlcd.json`` holds those numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from tqdm import trange
+from transformers import get_cosine_schedule_with_warmup
+
+from .evaluate import run_eval, summarize
+from .models import char_tokenizer, save_checkpoint, tiny_model
+from .readout import MARKER, SEP, build_prompt, position_ids
+from .tasks.synthetic import Example, get_task
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Settings of one pretraining run (defaults: the shipped base models)."""
+
+    task: Literal["verify", "facts", "aleatoric"] = "verify"
+    """Which synthetic task's teacher to imitate."""
+    out: Path = Path("runs/base-verify")
+    """Checkpoint directory to write (replaced atomically)."""
+    steps: int = 3000
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup: int = 100
+    hidden_size: int = 96
+    layers: int = 4
+    heads: int = 4
+    p_direct: float = 0.5
+    """Fraction of demonstrations that answer directly after a bare marker."""
+    seed: int = 0
+    eval_items: int = 200
+    """Dev items measured at the end (direct and after one rationale each)."""
+    max_new_tokens: int = 48
+
+
+def encode_examples(
+    tokenizer, examples: list[Example]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``(ids, mask, labels)``; labels are -100 except on the completion
+    (rationale, marker, separator and label)."""
+    rows, starts = [], []
+    for ex in examples:
+        prompt = build_prompt(tokenizer, ex.prompt, marker=MARKER)
+        body = (ex.rationale + " " if ex.rationale else "") + f"{MARKER}{SEP}{ex.label}"
+        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        b_ids = tokenizer(body, add_special_tokens=False)["input_ids"]
+        rows.append(p_ids + b_ids)
+        starts.append(len(p_ids))
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    labels = torch.full((len(rows), width), -100)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, s) in enumerate(zip(rows, starts, strict=True)):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+        labels[i, s : len(r)] = ids[i, s : len(r)]
+    return ids, mask, labels
+
+
+def measure_base(model, tokenizer, items, *, max_new_tokens: int = 48, seed: int = 0) -> dict:
+    """Direct vs after-reasoning metrics on ``items`` (single query, no temperature scaling;
+    ``T`` is fitted on the same items to read the overconfidence)."""
+    out = {}
+    for mode in ("direct", "reason"):
+        rows = run_eval(
+            model, tokenizer, items, mode=mode, max_new_tokens=max_new_tokens, seed=seed
+        )
+        s = summarize(rows, dev_rows=rows)
+        out[mode] = {
+            k: s[k]
+            for k in ("accuracy", "brier", "nll", "ece", "aurc", "T", "mean_length", "forced_rate")
+        }
+    return out
+
+
+def pretrain(cfg: PretrainConfig) -> Path:
+    """Run the pretraining loop of ``cfg`` and save the base checkpoint; returns its path."""
+    task = get_task(cfg.task)
+    tokenizer = char_tokenizer()
+    model = tiny_model(
+        tokenizer, seed=cfg.seed, hidden_size=cfg.hidden_size, layers=cfg.layers, heads=cfg.heads
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = get_cosine_schedule_with_warmup(opt, cfg.warmup, cfg.steps)
+    rng = np.random.default_rng(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model.train()
+    for _ in (bar := trange(cfg.steps, desc=f"pretrain {cfg.task}")):
+        ids, mask, labels = encode_examples(
+            tokenizer, task.pretraining_examples(rng, cfg.batch_size, cfg.p_direct)
+        )
+        loss = model(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), labels=labels
+        ).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+    model.eval()
+    dev = task.split("dev")[: cfg.eval_items]
+    measured = measure_base(model, tokenizer, dev, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+    meta = {
+        "task": cfg.task,
+        "method": "pretrain",
+        "step": cfg.steps,
+        "options": list(task.options),
+        "metrics": {"dev": measured},
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+    }
+    return save_checkpoint(cfg.out, model, tokenizer, meta)

@@ -1,0 +1,98 @@
+"""Checkpoints: safetensors round trip, PEFT adapters, atomic replace, clear errors."""
+
+import json
+
+import pytest
+import torch
+
+from rlcd_lab.models import char_tokenizer, load_checkpoint, read_meta, save_checkpoint, tiny_model
+
+X = torch.tensor([[10, 11, 12, 13]])
+
+
+def test_round_trip(tmp_path, tokenizer, tiny_lm):
+    path = save_checkpoint(
+        tmp_path / "ck", tiny_lm, tokenizer, {"task": "verify", "temperature": 1.7}
+    )
+    model, tok, meta = load_checkpoint(path)
+    torch.testing.assert_close(model(X).logits, tiny_lm(X).logits)
+    assert tok("Answer: Y").input_ids == tokenizer("Answer: Y").input_ids
+    assert tok.padding_side == "left" and tok.pad_token_id == tokenizer.pad_token_id
+    assert meta["task"] == "verify" and meta["temperature"] == 1.7 and meta["marker"] == "Answer:"
+    assert sorted(p.name for p in path.iterdir()) == sorted(
+        [
+            "config.json",
+            "generation_config.json",
+            "model.safetensors",
+            "rlcd.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        ]
+    )
+
+
+def test_save_replaces_atomically(tmp_path, tokenizer, tiny_lm):
+    path = tmp_path / "ck"
+    save_checkpoint(path, tiny_lm, tokenizer, {"step": 1})
+    (path / "stale.txt").write_text("from an older save")
+    other = tiny_model(tokenizer, seed=1)
+    save_checkpoint(path, other, tokenizer, {"step": 2})
+    assert not (path / "stale.txt").exists() and read_meta(path)["step"] == 2
+    torch.testing.assert_close(load_checkpoint(path)[0](X).logits, other(X).logits)
+    assert [p.name for p in tmp_path.iterdir()] == ["ck"]
+
+
+def test_peft_adapter_round_trip(tmp_path, tokenizer, tiny_lm):
+    from peft import LoraConfig, get_peft_model
+
+    base = save_checkpoint(tmp_path / "base", tiny_lm, tokenizer)
+    base_model, _, _ = load_checkpoint(base)
+    lora = get_peft_model(
+        base_model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    adapter = save_checkpoint(tmp_path / "adapter", lora, tokenizer, {"method": "calibrate"})
+    assert (adapter / "adapter_model.safetensors").exists() and not (
+        adapter / "model.safetensors"
+    ).exists()
+    loaded, _, meta = load_checkpoint(adapter)
+    torch.testing.assert_close(loaded(X).logits, lora(X).logits)
+    assert not torch.allclose(loaded(X).logits, tiny_lm(X).logits)  # the adapter does something
+    assert meta["method"] == "calibrate"
+
+
+def test_errors_name_what_is_wrong(tmp_path, tokenizer, tiny_lm):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_checkpoint(tmp_path / "nope")
+    path = save_checkpoint(tmp_path / "ck", tiny_lm, tokenizer)
+    (path / "model.safetensors").rename(path / "moved")
+    with pytest.raises(FileNotFoundError, match="missing model.safetensors"):
+        load_checkpoint(path)
+    (path / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(ValueError, match="pickled weights only"):
+        load_checkpoint(path)
+    (path / "moved").rename(path / "model.safetensors")
+    (path / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="missing config.json"):
+        load_checkpoint(path)
+    path = save_checkpoint(tmp_path / "ck2", tiny_lm, tokenizer)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (path / name).unlink()
+    with pytest.raises(FileNotFoundError, match="missing tokenizer.json"):
+        load_checkpoint(path)
+    small = tiny_model(char_tokenizer("0123456789"))  # 14-token vocabulary
+    path = save_checkpoint(tmp_path / "ck3", small, tokenizer)
+    with pytest.raises(ValueError, match="tokenizer has 100 tokens but the model only 14"):
+        load_checkpoint(path)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match="does not name its base model"):
+        load_checkpoint(adapter)
+
+
+def test_plain_hf_directory_gets_default_meta(tmp_path, tokenizer, tiny_lm):
+    tiny_lm.save_pretrained(tmp_path / "hf")
+    tokenizer.save_pretrained(tmp_path / "hf")
+    _, _, meta = load_checkpoint(tmp_path / "hf")
+    assert meta == {"marker": "Answer:", "sep": " ", "temperature": 1.0}

@@ -1,0 +1,93 @@
+"""The tiny world's tasks: fixed disjoint splits, valid items, teachers that behave as stated."""
+
+import re
+
+import numpy as np
+import pytest
+
+from rlcd_lab.tasks.synthetic import SPLIT_SIZES, Aleatoric, Facts, Verify, get_task
+
+
+@pytest.mark.parametrize("name", ["verify", "facts", "aleatoric"])
+def test_splits_are_seeded_and_sized(name):
+    a, b = get_task(name), get_task(name)
+    assert a.split("test") == b.split("test")  # same world seed -> same items
+    assert get_task(name, seed=1).split("test") != a.split("test")
+    uids = [i.uid for s in ("train", "dev", "test") for i in a.split(s)]
+    assert len(set(uids)) == len(uids)
+    if name != "aleatoric":  # aleatoric urns repeat by design (small prompt space)
+        prompts = {s: {i.prompt for i in a.split(s)} for s in ("train", "dev", "test")}
+        assert not prompts["train"] & prompts["test"] and not prompts["dev"] & prompts["test"]
+    if name != "facts":
+        assert {s: len(a.split(s)) for s in SPLIT_SIZES} == SPLIT_SIZES
+    with pytest.raises(ValueError, match="unknown split"):
+        a.split("val")
+
+
+def test_unknown_task():
+    with pytest.raises(ValueError, match="unknown task 'gsm'"):
+        get_task("gsm")
+
+
+def test_verify_items_and_teacher():
+    task = Verify()
+    items = task.split("test")
+    for it in items:
+        a, b, c, p = map(int, re.match(r"(\d+)\+(\d+)\+(\d+)=(\d+)\?", it.prompt).groups())
+        assert it.label == (0 if a + b + c == p else 1)
+        if it.label == 1:  # near misses keep the units digit
+            assert (a + b + c - p) in (-20, -10, 10, 20)
+    assert 0.4 < np.mean([it.label for it in items]) < 0.6
+    rng = np.random.default_rng(0)
+    slips = wrong = n = 0
+    for it in items:
+        ex = task.teach(it, rng, direct=False)
+        a, b, c, p = map(int, re.match(r"(\d+)\+(\d+)\+(\d+)=(\d+)\?", it.prompt).groups())
+        s1, s2 = map(int, re.match(rf"{a}\+{b}=(\d+);\d+\+{c}=(\d+);", ex.rationale).groups())
+        assert s1 in (a + b, a + b - 10) and s2 in (s1 + c, s1 + c - 10)
+        assert ex.rationale.endswith(f"{s2} vs {p}:" + ("same" if s2 == p else "diff"))
+        assert ex.label == ("Y" if s2 == p else "N")  # the label follows its own rationale
+        slipped = s2 != a + b + c
+        slips += slipped
+        wrong += ex.label != it.options[it.label]
+        n += 1
+        if not ((a % 10 + b % 10) >= 10 or ((a + b) % 10 + c % 10) >= 10):
+            assert not slipped  # slips happen only at visible carries
+    assert 0.05 < slips / n < 0.4 and 0 < wrong <= slips
+    direct = task.teach(items[0], rng, direct=True)
+    assert direct.rationale == "" and direct.label == items[0].options[items[0].label]
+
+
+def test_facts_known_entities_and_noisy_teacher():
+    task = Facts()
+    assert {s: len(task.split(s)) for s in ("train", "dev", "test")} == {
+        "train": 600,
+        "dev": 200,
+        "test": 400,
+    }
+    known = np.mean([task.is_known[e] for e in task.entities])
+    assert abs(known - task.known) < 0.05
+    rng = np.random.default_rng(0)
+    exs = task.pretraining_examples(rng, 2000)
+    assert all(task.is_known[ex.prompt[5:-1]] for ex in exs)  # never an unknown entity
+    right = np.mean([ex.label == task.options[task.value[ex.prompt[5:-1]]] for ex in exs])
+    assert abs(right - task.reliable) < 0.03
+    assert all(ex.rationale == "" or ex.rationale.endswith("=" + ex.label) for ex in exs)
+
+
+def test_aleatoric_q_and_majority_teacher():
+    task = Aleatoric()
+    rng = np.random.default_rng(0)
+    for it in task.split("dev"):
+        counts = np.array([int(v) for v in re.findall(r"\d", it.prompt)])
+        np.testing.assert_allclose(it.q, counts / counts.sum())
+        assert it.label == int(np.argmax(counts)) and max(it.q) < 1.0
+        ex = task.teach(it, rng, direct=False)
+        assert ex.label == it.options[it.label] and ex.rationale == f"most {ex.label.lower()}"
+
+
+def test_pretraining_never_sees_held_out_prompts():
+    task = Verify()
+    exs = task.pretraining_examples(np.random.default_rng(1), 3000)
+    assert not {ex.prompt for ex in exs} & task.held_out_prompts
+    assert 0.4 < np.mean([ex.direct for ex in exs]) < 0.6
