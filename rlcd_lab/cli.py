@@ -1,10 +1,22 @@
-"""The ``rlcd-lab`` command line: one tyro subcommand per entry point."""
+"""The ``rlcd-lab`` command line: one tyro subcommand per entry point.
+
+``rlcd-lab pretrain --task verify --out assets/checkpoints/base-verify`` builds a tiny base
+model; ``rlcd-lab eval --checkpoint DIR --task verify`` measures one; ``rlcd-lab app``
+serves the dashboard. Each subcommand is a frozen dataclass; the runner prints a JSON
+summary (library code itself never prints).
+"""
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 import tyro
+
+from .pretrain import PretrainConfig
 
 
 @dataclass(frozen=True)
@@ -14,15 +26,86 @@ class App:
     host: str = "127.0.0.1"
     port: int = 7860
 
-    def run(self) -> None:
-        from rlcd_lab.dashboard import build_demo
 
-        build_demo().launch(server_name=self.host, server_port=self.port)
+@dataclass(frozen=True)
+class Eval:
+    """Evaluate a checkpoint on a task split; write per-item rows and print the metrics."""
+
+    checkpoint: Path
+    task: str = "verify"
+    """A synthetic task name (verify, facts, aleatoric) or a task-item JSONL file."""
+    split: Literal["train", "dev", "test"] = "test"
+    mode: Literal["direct", "reason"] = "reason"
+    m: int = 1
+    """Rationales per item (the first is the single-query readout)."""
+    max_new_tokens: int = 64
+    limit: int | None = None
+    """Evaluate only the first LIMIT items."""
+    out: Path | None = None
+    """Where to write the per-item eval rows (JSONL); default: print the summary only."""
+    seed: int = 0
+
+
+def _items(task: str, split: str):
+    from .tasks import read_items
+    from .tasks.synthetic import TASKS, get_task
+
+    if task in TASKS:
+        return get_task(task).split(split)
+    if Path(task).is_file():
+        return read_items(task)
+    raise SystemExit(
+        f"--task must be one of {sorted(TASKS)} or a task-item JSONL file, got {task!r}"
+    )
+
+
+def run_eval_command(cfg: Eval) -> dict:
+    from .evaluate import run_eval, summarize
+    from .io import atomic_write_text
+    from .models import load_checkpoint
+
+    items = _items(cfg.task, cfg.split)[: cfg.limit]
+    model, tok, meta = load_checkpoint(cfg.checkpoint)
+    kw = dict(
+        mode=cfg.mode,
+        m=cfg.m,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+        marker=meta["marker"],
+        sep=meta["sep"],
+    )
+    rows = run_eval(model, tok, items, **kw)
+    if cfg.out is not None:
+        atomic_write_text(cfg.out, "".join(json.dumps(r) + "\n" for r in rows))
+    return summarize(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: ``sys.argv``) and run the chosen subcommand."""
-    tyro.extras.subcommand_cli_from_dict({"app": App}, args=argv).run()
+    cfg = tyro.extras.subcommand_cli_from_dict(
+        {"pretrain": PretrainConfig, "eval": Eval, "app": App},
+        args=argv,
+        description="rlcd_lab: reinforcement learning for calibrated decisions.",
+    )
+    try:
+        _run(cfg)
+    except (FileNotFoundError, ValueError) as err:  # bad input: a clear message, no traceback
+        raise SystemExit(f"rlcd-lab: error: {err}") from None
+
+
+def _run(cfg: App | PretrainConfig | Eval) -> None:
+    if isinstance(cfg, App):
+        from .dashboard import build_demo
+
+        build_demo().launch(server_name=cfg.host, server_port=cfg.port)
+    elif isinstance(cfg, PretrainConfig):
+        from .models import read_meta
+        from .pretrain import pretrain
+
+        path = pretrain(cfg)
+        json.dump({"checkpoint": str(path), **read_meta(path)["metrics"]}, sys.stdout, indent=2)
+    elif isinstance(cfg, Eval):
+        json.dump(run_eval_command(cfg), sys.stdout, indent=2)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,12 @@ from .tasks.synthetic import Example, get_task
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    """Settings of one pretraining run (defaults: the shipped base models)."""
+    """Pretrain a tiny base reasoning model on a synthetic task (defaults: the shipped ones)."""
 
     task: Literal["verify", "facts", "aleatoric"] = "verify"
     """Which synthetic task's teacher to imitate."""
-    out: Path = Path("runs/base-verify")
-    """Checkpoint directory to write (replaced atomically)."""
+    out: Path | None = None
+    """Checkpoint directory to write, replaced atomically (default: runs/base-TASK)."""
     steps: int = 3000
     batch_size: int = 64
     lr: float = 3e-3
@@ -125,4 +125,4 @@ def pretrain(cfg: PretrainConfig) -> Path:
         "metrics": {"dev": measured},
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
     }
-    return save_checkpoint(cfg.out, model, tokenizer, meta)
+    return save_checkpoint(cfg.out or Path(f"runs/base-{cfg.task}"), model, tokenizer, meta)

@@ -1,0 +1,72 @@
+"""The rlcd-lab command line: pretrain then eval, end to end on a few steps."""
+
+import json
+
+import pytest
+
+from rlcd_lab.cli import main
+from rlcd_lab.tasks import read_items, write_items
+from rlcd_lab.tasks.synthetic import get_task
+
+
+def test_pretrain_then_eval(tmp_path, capsys):
+    ck = tmp_path / "base"
+    main(
+        [
+            "pretrain",
+            "--task",
+            "aleatoric",
+            "--out",
+            str(ck),
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--hidden-size",
+            "16",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--eval-items",
+            "4",
+            "--max-new-tokens",
+            "6",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["checkpoint"] == str(ck) and set(out["dev"]) == {"direct", "reason"}
+    rows_file = tmp_path / "eval.jsonl"
+    main(
+        [
+            "eval",
+            "--checkpoint",
+            str(ck),
+            "--task",
+            "aleatoric",
+            "--split",
+            "dev",
+            "--limit",
+            "5",
+            "--mode",
+            "direct",
+            "--out",
+            str(rows_file),
+        ]
+    )
+    summary = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    assert len(rows) == summary["n"] == 5 and "jsd" in summary
+    assert [r["uid"] for r in rows] == [i.uid for i in get_task("aleatoric").split("dev")[:5]]
+    # a task-item file works the same as a task name
+    items = tmp_path / "items.jsonl"
+    write_items(items, get_task("aleatoric").split("dev")[:3])
+    main(["eval", "--checkpoint", str(ck), "--task", str(items), "--mode", "direct"])
+    assert json.loads(capsys.readouterr().out)["n"] == len(read_items(items))
+
+
+def test_bad_task_and_checkpoint(tmp_path):
+    with pytest.raises(SystemExit, match="--task must be one of"):
+        main(["eval", "--checkpoint", str(tmp_path), "--task", "nonsense"])
+    with pytest.raises(SystemExit, match="rlcd-lab: error: checkpoint directory .* does not exist"):
+        main(["eval", "--checkpoint", str(tmp_path / "missing")])
