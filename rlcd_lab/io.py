@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def _mode(full: int) -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return full & ~umask & (stat.S_IRWXU | stat.S_IRWXG | stat.S_IRWXO)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
@@ -20,6 +27,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _mode(0o666))  # mkstemp makes 0600; give what open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -36,6 +44,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    os.chmod(tmp, _mode(0o777))  # mkdtemp makes 0700; give what mkdir() would
     try:
         yield tmp
         if path.exists():

@@ -61,3 +61,17 @@ def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path):
         (tmp / "b.txt").write_text("3")
     assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+
+
+def test_atomic_outputs_get_normal_permissions(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        path = write_items(tmp_path / "x.jsonl", [TaskItem("a", "p", ("A", "B"), 0)])
+        with atomic_dir(tmp_path / "d") as tmp:
+            (tmp / "f").write_text("1")
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
