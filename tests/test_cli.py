@@ -70,3 +70,20 @@ def test_bad_task_and_checkpoint(tmp_path):
         main(["eval", "--checkpoint", str(tmp_path), "--task", "nonsense"])
     with pytest.raises(SystemExit, match="rlcd-lab: error: checkpoint directory .* does not exist"):
         main(["eval", "--checkpoint", str(tmp_path / "missing")])
+
+
+def test_data_convert(tmp_path, capsys):
+    from pathlib import Path
+
+    src = Path(__file__).parent / "fixtures" / "mmlu_pro.jsonl"
+    main(["data", "convert", "mmlu-pro", str(src), str(tmp_path / "out.jsonl")])
+    assert capsys.readouterr().out.strip() == str(tmp_path / "out.jsonl")
+    from rlcd_lab.tasks.convert import convert_file
+
+    assert read_items(tmp_path / "out.jsonl") == read_items(
+        convert_file("mmlu-pro", src, tmp_path / "ref.jsonl")
+    )
+    with pytest.raises(SystemExit, match="unknown format 'csv'"):
+        main(["data", "convert", "csv", str(src), str(tmp_path / "x.jsonl")])
+    with pytest.raises(SystemExit, match="known"):
+        main(["data", "fetch", "imagenet", "--cache-dir", str(tmp_path)])
