@@ -52,12 +52,17 @@ class PretrainConfig:
 def encode_examples(
     tokenizer, examples: list[Example]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``(ids, mask, labels)``; labels are -100 except on the completion
-    (rationale, marker, separator and label)."""
+    """Right-padded ``(ids, mask, labels)``; labels are -100 except on the completion.
+
+    Reasoning demonstrations: prompt ``question\n``, completion ``rationale Answer: L``.
+    Direct ones: prompt ``question\nAnswer:``, completion `` L``. The marker after a bare
+    question is therefore never taught: the base model reasons unless it is handed the
+    marker, and System-One behaviour has to be *learned* (the collapse RL can show).
+    """
     rows, starts = [], []
     for ex in examples:
-        prompt = build_prompt(tokenizer, ex.prompt, marker=MARKER)
-        body = (ex.rationale + " " if ex.rationale else "") + f"{MARKER}{SEP}{ex.label}"
+        prompt = build_prompt(tokenizer, ex.prompt, direct=ex.direct, marker=MARKER)
+        body = (f"{ex.rationale} {MARKER}" if not ex.direct else "") + f"{SEP}{ex.label}"
         p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         b_ids = tokenizer(body, add_special_tokens=False)["input_ids"]
         rows.append(p_ids + b_ids)

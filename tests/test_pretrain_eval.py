@@ -19,11 +19,11 @@ def test_encode_examples_masks_the_prompt(tokenizer):
         Example("urn 1a1b0c?", "", "A", True),
     ]
     ids, mask, labels = encode_examples(tokenizer, exs)
+    bodies = ["1+2=3;3+3=6;6 vs 6:same Answer: Y", " A"]  # direct: the marker is prompt
     for i, ex in enumerate(exs):
         text = tokenizer.decode(ids[i][mask[i].bool()])
-        body = (ex.rationale + " " if ex.rationale else "") + "Answer: " + ex.label
-        assert text == ex.prompt + "\n" + body
-        assert tokenizer.decode(labels[i][labels[i] >= 0]) == body  # loss on the completion only
+        assert text == ex.prompt + "\n" + ("Answer:" if ex.direct else "") + bodies[i]
+        assert tokenizer.decode(labels[i][labels[i] >= 0]) == bodies[i]  # loss on the completion
     assert mask[1, -1] == 0  # right padding
 
 
