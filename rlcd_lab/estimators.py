@@ -223,6 +223,9 @@ def gradient_terms(
     params = [p for p in params if p.requires_grad]
     out = {}
     for name, part in (("pathwise", terms.pathwise), ("score_function", terms.score_function)):
+        if not part.requires_grad:  # e.g. a constant reader: no pathwise term at all
+            out[name] = [torch.zeros_like(p) for p in params]
+            continue
         out[name] = list(
             torch.autograd.grad(
                 _reduce(part, reduction),

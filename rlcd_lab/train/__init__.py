@@ -1,0 +1,1 @@
+"""Training loops: one readable loop per method (see rlcd.py for the RLCD family)."""

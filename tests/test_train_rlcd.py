@@ -1,0 +1,161 @@
+"""The RLCD training loop: logs, checkpoints, final eval, readers, and SIGKILL-safe resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlcd_lab.models import load_checkpoint, save_checkpoint, tiny_model
+from rlcd_lab.tasks.synthetic import get_task
+from rlcd_lab.train.common import QuestionStream, RunDir
+from rlcd_lab.train.rlcd import preset, train
+
+TINY = dict(
+    task="aleatoric",
+    batch_size=2,
+    m=3,
+    max_new_tokens=5,
+    eval_every=2,
+    eval_items=4,
+    test_items=4,
+    grad_terms_every=1,
+    save_every=2,
+    device="cpu",
+    lr=1e-2,
+)
+
+
+@pytest.fixture()
+def base(tmp_path, tokenizer):
+    return save_checkpoint(tmp_path / "base", tiny_model(tokenizer, seed=0), tokenizer)
+
+
+def rows(run):
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def test_calibrate_logs_saves_and_evaluates(tmp_path, base):
+    run = train(preset("calibrate", init=base, out=tmp_path / "run", steps=4, **TINY), "calibrate")
+    log = rows(run)
+    assert [r["step"] for r in log] == [0, 1, 2, 3]
+    for key in (
+        "loss",
+        "grad_pathwise",
+        "grad_score_function",
+        "rationale_length",
+        "forced_rate",
+        "readout_variance",
+        "reward",
+    ):
+        assert all(isinstance(r[key], float) for r in log), key
+    assert "dev_brier" in log[1] and "dev_brier" not in log[0]
+    # a random model never writes the marker: every rationale is forced (at 5 tokens or EOS)
+    assert all(r["forced_rate"] == 1.0 and 0 < r["rationale_length"] <= 5 for r in log)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2", "step-4"]
+    model, _, meta = load_checkpoint(run / "final")
+    assert meta["method"] == "calibrate" and meta["step"] == 4
+    assert meta["temperature"] == meta["metrics"]["dev"]["T"]
+    test_rows = [
+        json.loads(line) for line in (run / "eval" / "test.jsonl").read_text().splitlines()
+    ]
+    assert len(test_rows) == 4 and set(test_rows[0]) >= {
+        "uid",
+        "label",
+        "readouts",
+        "rationales",
+        "mixture",
+        "probs",
+        "logits",
+    }
+    assert json.loads((run / "config.json").read_text())["sf_weight"] == 0.0
+    # the weights moved
+    before, _, _ = load_checkpoint(base)
+    assert any(
+        not torch.equal(a, b) for a, b in zip(model.parameters(), before.parameters(), strict=True)
+    )
+
+
+def test_reinforce_kl_is_zero_at_the_anchor_and_reader_none_has_no_reward(tmp_path, base):
+    run = train(preset("reinforce", init=base, out=tmp_path / "r", steps=1, **TINY), "reinforce")
+    first = rows(run)[0]
+    assert first["kl"] == pytest.approx(0.0, abs=1e-5)  # step 0: the model is its own anchor
+    run = train(
+        preset("reinforce", init=base, out=tmp_path / "n", steps=2, reader="none", **TINY),
+        "reinforce",
+    )
+    log = rows(run)
+    assert log[0]["grad_pathwise"] == 0.0  # a constant readout: no pathwise gradient
+
+
+def test_existing_run_needs_resume_and_same_config(tmp_path, base):
+    cfg = preset("calibrate", init=base, out=tmp_path / "run", steps=2, **TINY)
+    train(cfg)
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(cfg)
+    with pytest.raises(ValueError, match=r"config differs in \['lr'\]"):
+        train(
+            preset(
+                "calibrate",
+                init=base,
+                out=tmp_path / "run",
+                steps=2,
+                resume=True,
+                **(TINY | {"lr": 0.5}),
+            )
+        )
+
+
+def test_question_stream_is_a_function_of_seed_and_step():
+    items = get_task("aleatoric").split("train")[:10]
+    a, b = QuestionStream(items, 4, seed=3), QuestionStream(items, 4, seed=3)
+    assert [i.uid for i in a.batch(7).items] == [i.uid for i in b.batch(7).items]
+    assert torch.equal(a.batch(7).y, b.batch(7).y)
+    # one epoch (steps 0..4 cover 20 positions = 2 epochs) visits every item twice
+    uids = [i.uid for s in range(5) for i in a.batch(s).items]
+    assert sorted(uids) == sorted([i.uid for i in items] * 2)
+    # outcomes are drawn from q, not copied from the label
+    many = QuestionStream(items[:1] * 1, 1, seed=0)
+    ys = torch.stack([many.batch(s).y[0] for s in range(400)])
+    q = torch.tensor(items[0].q)
+    freq = torch.bincount(ys, minlength=3).float() / 400
+    assert (freq - q).abs().max() < 0.08
+
+
+def test_sigkill_then_resume_is_bit_identical(tmp_path, base):
+    steps = 12
+    kw = dict(TINY, steps=steps, eval_every=0, test_items=0, grad_terms_every=0, save_every=2)
+    ref = train(preset("calibrate", init=base, out=tmp_path / "ref", **kw))
+    killed = tmp_path / "killed"
+    code = (
+        "from pathlib import Path; from rlcd_lab.train.rlcd import preset, train; "
+        f"train(preset('calibrate', init=Path({str(base)!r}), out=Path({str(killed)!r}), **{kw!r}))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.time() + 120
+    while not (killed / "checkpoints" / "step-4" / "trainer_state.json").exists():
+        assert proc.poll() is None and time.time() < deadline, (
+            "the run ended before it could be killed"
+        )
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "final").exists()
+    start = RunDir(
+        killed, preset("calibrate", init=base, out=killed, resume=True, **kw), resume=True
+    ).start_step
+    assert 4 <= start < steps
+    train(preset("calibrate", init=base, out=killed, resume=True, **kw))
+    a = load_file(str(ref / "final" / "model.safetensors"))
+    b = load_file(str(killed / "final" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    drop = ("time_sample", "time_step")
+    strip = lambda r: {k: v for k, v in r.items() if k not in drop}  # noqa: E731
+    assert [strip(r) for r in rows(killed)] == [strip(r) for r in rows(ref)]
