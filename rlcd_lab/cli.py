@@ -72,6 +72,21 @@ Data = (
 )
 
 
+def _train_union():
+    """``train <method>`` subcommands: one per RLCD-family preset."""
+    from functools import reduce
+
+    from .train.rlcd import DESCRIPTIONS, METHODS
+
+    subs = [
+        Annotated[
+            type(cfg), tyro.conf.subcommand(name, default=cfg, description=DESCRIPTIONS[name])
+        ]
+        for name, cfg in METHODS.items()
+    ]
+    return reduce(lambda a, b: a | b, subs)
+
+
 def _items(task: str, split: str):
     from .tasks import read_items
     from .tasks.synthetic import TASKS, get_task
@@ -109,7 +124,13 @@ def run_eval_command(cfg: Eval) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: ``sys.argv``) and run the chosen subcommand."""
     cfg = tyro.extras.subcommand_cli_from_dict(
-        {"pretrain": PretrainConfig, "eval": Eval, "data": Data, "app": App},
+        {
+            "pretrain": PretrainConfig,
+            "train": _train_union(),
+            "eval": Eval,
+            "data": Data,
+            "app": App,
+        },
         args=argv,
         description="rlcd_lab: reinforcement learning for calibrated decisions.",
     )
@@ -119,7 +140,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"rlcd-lab: error: {err}") from None
 
 
-def _run(cfg: App | PretrainConfig | Eval | DataFetch | DataConvert) -> None:
+def _run(cfg) -> None:
+    from .train.rlcd import RLCDConfig
+
     if isinstance(cfg, App):
         from .dashboard import build_demo
 
@@ -132,6 +155,12 @@ def _run(cfg: App | PretrainConfig | Eval | DataFetch | DataConvert) -> None:
         json.dump({"checkpoint": str(path), **read_meta(path)["metrics"]}, sys.stdout, indent=2)
     elif isinstance(cfg, Eval):
         json.dump(run_eval_command(cfg), sys.stdout, indent=2)
+    elif isinstance(cfg, RLCDConfig):
+        from .models import read_meta
+        from .train.rlcd import train
+
+        run = train(cfg)
+        json.dump({"run": str(run), **read_meta(run / "final")["metrics"]}, sys.stdout, indent=2)
     elif isinstance(cfg, DataFetch):
         from .tasks.fetch import fetch
 

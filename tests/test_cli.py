@@ -87,3 +87,39 @@ def test_data_convert(tmp_path, capsys):
         main(["data", "convert", "csv", str(src), str(tmp_path / "x.jsonl")])
     with pytest.raises(SystemExit, match="known"):
         main(["data", "fetch", "imagenet", "--cache-dir", str(tmp_path)])
+
+
+def test_train_subcommand(tmp_path, capsys, tokenizer):
+    from rlcd_lab.models import save_checkpoint, tiny_model
+
+    base = save_checkpoint(tmp_path / "base", tiny_model(tokenizer), tokenizer)
+    main(
+        [
+            "train",
+            "reinforce",
+            "--init",
+            str(base),
+            "--out",
+            str(tmp_path / "run"),
+            "--task",
+            "aleatoric",
+            "--steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--m",
+            "3",
+            "--max-new-tokens",
+            "4",
+            "--eval-every",
+            "0",
+            "--test-items",
+            "3",
+            "--device",
+            "cpu",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["run"] == str(tmp_path / "run") and out["test"]["n"] == 3
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (cfg["method"], cfg["sf_weight"], cfg["beta"]) == ("reinforce", 0.3, 0.04)

@@ -41,7 +41,7 @@ def rows(run):
 
 
 def test_calibrate_logs_saves_and_evaluates(tmp_path, base):
-    run = train(preset("calibrate", init=base, out=tmp_path / "run", steps=4, **TINY), "calibrate")
+    run = train(preset("calibrate", init=base, out=tmp_path / "run", steps=4, **TINY))
     log = rows(run)
     assert [r["step"] for r in log] == [0, 1, 2, 3]
     for key in (
@@ -82,13 +82,10 @@ def test_calibrate_logs_saves_and_evaluates(tmp_path, base):
 
 
 def test_reinforce_kl_is_zero_at_the_anchor_and_reader_none_has_no_reward(tmp_path, base):
-    run = train(preset("reinforce", init=base, out=tmp_path / "r", steps=1, **TINY), "reinforce")
+    run = train(preset("reinforce", init=base, out=tmp_path / "r", steps=1, **TINY))
     first = rows(run)[0]
     assert first["kl"] == pytest.approx(0.0, abs=1e-5)  # step 0: the model is its own anchor
-    run = train(
-        preset("reinforce", init=base, out=tmp_path / "n", steps=2, reader="none", **TINY),
-        "reinforce",
-    )
+    run = train(preset("reinforce", init=base, out=tmp_path / "n", steps=2, reader="none", **TINY))
     log = rows(run)
     assert log[0]["grad_pathwise"] == 0.0  # a constant readout: no pathwise gradient
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+import tyro
 from tqdm import trange
 
 from ..estimators import grad_norm, gradient_terms, surrogate_terms
@@ -51,6 +52,8 @@ from .common import (
 class RLCDConfig:
     """Settings shared by the RLCD-family methods (defaults: tiny CPU scale)."""
 
+    method: tyro.conf.Fixed[str] = "calibrate"
+    """Which preset of ``METHODS`` this is (recorded in config.json and rlcd.json)."""
     init: Path = Path("assets/checkpoints/base-verify")
     """Checkpoint to start from (stage 2: the stage-1 checkpoint)."""
     out: Path = Path("runs/rlcd")
@@ -94,17 +97,45 @@ class RLCDConfig:
     """Continue the run in ``out`` from its latest checkpoint."""
 
 
+@dataclass(frozen=True)
+class Calibrate(RLCDConfig):
+    method: tyro.conf.Fixed[str] = "calibrate"
+
+
+@dataclass(frozen=True)
+class Reinforce(RLCDConfig):
+    method: tyro.conf.Fixed[str] = "reinforce"
+
+
+@dataclass(frozen=True)
+class EndToEnd(RLCDConfig):
+    method: tyro.conf.Fixed[str] = "endtoend"
+
+
+@dataclass(frozen=True)
+class Mixture(RLCDConfig):
+    method: tyro.conf.Fixed[str] = "mixture"
+
+
 METHODS: dict[str, RLCDConfig] = {
-    "calibrate": RLCDConfig(out=Path("runs/calibrate")),
-    "reinforce": RLCDConfig(
+    "calibrate": Calibrate(out=Path("runs/calibrate")),
+    "reinforce": Reinforce(
         out=Path("runs/reinforce"), init=Path("runs/calibrate/final"), sf_weight=0.3, beta=0.04
     ),
-    "endtoend": RLCDConfig(out=Path("runs/endtoend"), sf_weight=1.0),
-    "mixture": RLCDConfig(out=Path("runs/mixture"), sf_weight=1.0, lam=1.0),
+    "endtoend": EndToEnd(out=Path("runs/endtoend"), sf_weight=1.0),
+    "mixture": Mixture(out=Path("runs/mixture"), sf_weight=1.0, lam=1.0),
 }
 
 
-def train(cfg: RLCDConfig, method: str = "rlcd") -> Path:
+DESCRIPTIONS = {
+    "calibrate": "RLCD stage 1: proper score of the readout after own rationales, pathwise only.",
+    "reinforce": "RLCD stage 2: same proper score as reward, weight c, KL anchor to stage 1.",
+    "endtoend": "Per-rationale objective end to end: System-One collapse, gradient dilution.",
+    "mixture": "Lambda objective (1 - lam) E_r J + lam J(p, q); lam = 1: the mixture.",
+}
+
+
+def train(cfg: RLCDConfig) -> Path:
     """Run (or resume) one RLCD-family training run; returns the run directory."""
     run = RunDir(cfg.out, cfg, cfg.resume)
     device = pick_device(cfg.device)
@@ -124,6 +155,7 @@ def train(cfg: RLCDConfig, method: str = "rlcd") -> Path:
     stream = QuestionStream(train_items, cfg.batch_size, cfg.seed)
     marker, sep = meta["marker"], meta["sep"]
     eval_kw = dict(max_new_tokens=cfg.max_new_tokens, marker=marker, sep=sep, seed=cfg.seed)
+    method = cfg.method
     meta = {**meta, "task": cfg.task, "method": method, "init": str(cfg.init)}
 
     model.train()
