@@ -73,16 +73,14 @@ Data = (
 
 
 def _train_union():
-    """``train <method>`` subcommands: one per RLCD-family preset."""
+    """``train <method>``: one subcommand per training method, with its defaults."""
     from functools import reduce
 
-    from .train.rlcd import DESCRIPTIONS, METHODS
+    from .train import TRAINERS
 
     subs = [
-        Annotated[
-            type(cfg), tyro.conf.subcommand(name, default=cfg, description=DESCRIPTIONS[name])
-        ]
-        for name, cfg in METHODS.items()
+        Annotated[type(cfg), tyro.conf.subcommand(name, default=cfg, description=desc)]
+        for name, (cfg, _, desc) in TRAINERS.items()
     ]
     return reduce(lambda a, b: a | b, subs)
 
@@ -141,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(cfg) -> None:
-    from .train.rlcd import RLCDConfig
+    from .train.common import TrainConfig
 
     if isinstance(cfg, App):
         from .dashboard import build_demo
@@ -155,9 +153,9 @@ def _run(cfg) -> None:
         json.dump({"checkpoint": str(path), **read_meta(path)["metrics"]}, sys.stdout, indent=2)
     elif isinstance(cfg, Eval):
         json.dump(run_eval_command(cfg), sys.stdout, indent=2)
-    elif isinstance(cfg, RLCDConfig):
+    elif isinstance(cfg, TrainConfig):
         from .models import read_meta
-        from .train.rlcd import train
+        from .train import train
 
         run = train(cfg)
         json.dump({"run": str(run), **read_meta(run / "final")["metrics"]}, sys.stdout, indent=2)

@@ -74,7 +74,8 @@ class _MarkerStop(StoppingCriteria):
         return done.to(input_ids.device)
 
 
-def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
+def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
+    """Left-pad token-id lists into ``(ids, attention_mask)`` ``(N, T)`` on ``device``."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -109,7 +110,7 @@ def readout_texts(
     prompt, or a prompt plus a written rationale); ``bridge`` is ``OptionTokens.bridge``.
     See ``readout.readout`` for ``option_ids``."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids, mask = _left_pad(encode_prompts(tokenizer, texts, bridge), pad, model.device)
+    ids, mask = left_pad(encode_prompts(tokenizer, texts, bridge), pad, model.device)
     return readout(model, ids, mask, option_ids)
 
 
@@ -140,7 +141,7 @@ def sample_rationales(
     device = model.device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     prompt_rows = encode_prompts(tokenizer, prompts)
-    ids, mask = _left_pad(prompt_rows, pad, device)
+    ids, mask = left_pad(prompt_rows, pad, device)
     eos = model.generation_config.eos_token_id
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(prompts) * m, eos)
@@ -185,7 +186,7 @@ def sample_rationales(
         forced.append(not bool(stop.hit_marker[i]))
         lengths.append(n)
         logps.append(token_lp[i, :n].sum())
-    input_ids, attention_mask = _left_pad(rows, pad, device)
+    input_ids, attention_mask = left_pad(rows, pad, device)
     width = input_ids.shape[1]
     rationale_mask = torch.zeros_like(input_ids, dtype=torch.bool)
     for i, (a, b) in enumerate(spans):
@@ -204,13 +205,18 @@ def sample_rationales(
 
 
 def score_rationales(
-    model: PreTrainedModel, rats: Rationales, option_ids: Tensor | Sequence[int]
+    model: PreTrainedModel,
+    rats: Rationales,
+    option_ids: Tensor | Sequence[int],
+    per_token: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One forward pass over sampled rationales: ``(u, logits, logp_r)``.
 
     ``option_ids``: ``(K,)`` shared, or ``(B, K)`` per prompt (-1 = absent option).
     Returns ``u, logits (N, K)`` float32 at the last column and ``logp_r (N,)`` float32,
-    the sum of the sampled tokens' log-probs, all differentiable w.r.t. the model.
+    the sum of the sampled tokens' log-probs, all differentiable w.r.t. the model. With
+    ``per_token`` the third value is instead ``(N, T - 1)``: the log-prob of token
+    ``t + 1`` at column ``t`` where ``rationale_mask[:, 1:]`` is set, 0 elsewhere.
     """
     option_ids = torch.as_tensor(option_ids, dtype=torch.long, device=rats.input_ids.device)
     if option_ids.dim() == 2:
@@ -222,11 +228,14 @@ def score_rationales(
     ).logits
     logits = option_logits(logits_all[:, -1], option_ids)
     target_mask = rats.rationale_mask[:, 1:]  # token t is predicted at position t - 1
-    rows = target_mask.nonzero()[:, 0]
     token_lp = -F.cross_entropy(
         logits_all[:, :-1][target_mask].float(),
         rats.input_ids[:, 1:][target_mask],
         reduction="none",
     )
+    if per_token:
+        out = torch.zeros(target_mask.shape, device=token_lp.device, dtype=token_lp.dtype)
+        return logits.softmax(-1), logits, out.masked_scatter(target_mask, token_lp)
+    rows = target_mask.nonzero()[:, 0]
     logp_r = torch.zeros(len(rats.texts), device=token_lp.device).index_add(0, rows, token_lp)
     return logits.softmax(-1), logits, logp_r

@@ -97,3 +97,12 @@ def test_per_prompt_options(tokenizer, tiny_lm):
     u, _, _ = score_rationales(tiny_lm, r, torch.tensor([ids, ids[:2] + [-1]]))
     assert (u[2:, 2] == 0).all() and (u[:2, 2] > 0).all()
     torch.testing.assert_close(u.sum(-1), torch.ones(4))
+
+
+def test_per_token_logprobs_sum_to_logp_r(tokenizer, tiny_lm):
+    r = sample_rationales(tiny_lm, tokenizer, PROMPTS, m=2, max_new_tokens=7, seed=4)
+    _, _, total = score_rationales(tiny_lm, r, [5, 6])
+    _, _, tokens = score_rationales(tiny_lm, r, [5, 6], per_token=True)
+    assert tokens.shape == (4, r.input_ids.shape[1] - 1)
+    assert (tokens[~r.rationale_mask[:, 1:]] == 0).all()
+    torch.testing.assert_close(tokens.sum(-1), total)

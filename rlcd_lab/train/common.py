@@ -17,14 +17,19 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+import tyro
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..evaluate import options_for, padded_option_ids, run_eval, summarize
 from ..io import atomic_write_text
-from ..models import save_checkpoint
+from ..models import load_checkpoint, save_checkpoint
+from ..rationales import sample_rationales
+from ..readout import build_prompt
 from ..tasks import TaskItem, read_items
 from ..tasks.synthetic import TASKS, get_task
 
@@ -236,3 +241,148 @@ def pick_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings every training method shares (defaults: tiny CPU scale)."""
+
+    method: tyro.conf.Fixed[str] = ""
+    """The method (fixed per subcommand; recorded in config.json and rlcd.json)."""
+    init: Path = Path("assets/checkpoints/base-verify")
+    """Checkpoint to start from."""
+    out: Path = Path("runs/run")
+    """Run directory (config.json, log.jsonl, checkpoints/, eval/, final/)."""
+    task: str = "verify"
+    """Synthetic task name or a task-item JSONL file (with .train/.dev/.test siblings)."""
+    steps: int = 200
+    batch_size: int = 8
+    """Questions per step."""
+    m: int = 4
+    """Rationales per question."""
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    """Sampling temperature of the rationales."""
+    lr: float = 1e-4
+    """AdamW learning rate (the paper uses 2e-6 for 1.7B models)."""
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    beta: float = 0.0
+    """KL anchor weight towards the reference model (0: no anchor)."""
+    ref: Path | None = None
+    """Reference (anchor) model; default: ``init``."""
+    eval_every: int = 50
+    eval_items: int = 100
+    """Dev items evaluated every ``eval_every`` steps (single query)."""
+    test_items: int = 400
+    """Test items in the final eval dump (0 skips it)."""
+    save_every: int = 50
+    seed: int = 0
+    device: str = "auto"
+    resume: bool = False
+    """Continue the run in ``out`` from its latest checkpoint."""
+
+
+@dataclass
+class Session:
+    """What a training loop holds: run dir, model, tokenizer, optimizer, data, reference."""
+
+    cfg: Any
+    run: RunDir
+    device: torch.device
+    model: PreTrainedModel
+    tok: PreTrainedTokenizerBase
+    meta: dict
+    ref: PreTrainedModel | None
+    params: list[torch.Tensor]
+    opt: torch.optim.Optimizer
+    stream: QuestionStream
+    dev_items: list[TaskItem]
+    eval_kw: dict
+
+    def end_step(self, step: int, row: dict) -> None:
+        """Dev eval when due, the log line, and the checkpoint when due."""
+        cfg = self.cfg
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
+            self.model.eval()
+            dev = summarize(run_eval(self.model, self.tok, self.dev_items, **self.eval_kw))
+            self.model.train()
+            row |= {f"dev_{k}": dev[k] for k in ("accuracy", "brier", "ece", "aurc", "mean_length")}
+        self.run.log(row)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            self.run.save(step + 1, self.model, self.tok, self.opt, self.meta)
+
+    def finish(self) -> Path:
+        """Final dev/test eval dumps, temperature fitted on dev, and the ``final/`` checkpoint."""
+        cfg, run = self.cfg, self.run
+        self.model.eval()
+        dev_rows = run_eval(self.model, self.tok, load_task_items(cfg.task, "dev"), **self.eval_kw)
+        run.write_eval("dev", dev_rows)
+        result = {"dev": summarize(dev_rows, dev_rows=dev_rows)}
+        if cfg.test_items:
+            test_items = load_task_items(cfg.task, "test")[: cfg.test_items]
+            test_rows = run_eval(self.model, self.tok, test_items, **self.eval_kw)
+            run.write_eval("test", test_rows)
+            result["test"] = summarize(test_rows, dev_rows=dev_rows)
+        meta = {
+            **self.meta,
+            "step": cfg.steps,
+            "temperature": result["dev"]["T"],
+            "metrics": result,
+        }
+        save_checkpoint(run.path / "final", self.model, self.tok, meta)
+        return run.path
+
+
+def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Session:
+    """Open (or resume) the run, load model (+ frozen reference), optimizer and data."""
+    run = RunDir(cfg.out, cfg, cfg.resume)
+    device = pick_device(cfg.device)
+    model, tok, meta = load_checkpoint(run.latest or cfg.init, device)
+    ref = None
+    if needs_ref:
+        ref = load_checkpoint(cfg.ref or cfg.init, device)[0].requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if run.latest is not None:
+        load_optimizer(run.latest, opt)
+    stream = QuestionStream(load_task_items(cfg.task, "train"), cfg.batch_size, cfg.seed)
+    eval_kw = dict(
+        mode=eval_mode,
+        max_new_tokens=cfg.max_new_tokens,
+        marker=meta["marker"],
+        sep=meta["sep"],
+        seed=cfg.seed,
+    )
+    meta = {**meta, "task": cfg.task, "method": cfg.method, "init": str(cfg.init)}
+    dev_items = load_task_items(cfg.task, "dev")[: cfg.eval_items]
+    model.train()
+    return Session(cfg, run, device, model, tok, meta, ref, params, opt, stream, dev_items, eval_kw)
+
+
+def sample_batch(s: Session, batch: Batch, step: int):
+    """On-policy rationales for a batch (no gradient): ``(rationales, option_ids (B, K))``;
+    the draw is seeded by ``(seed, step)``."""
+    marker, sep = s.meta["marker"], s.meta["sep"]
+    opts = options_for(s.tok, batch.items, marker, sep)
+    prompts = [build_prompt(s.tok, it.prompt, marker=marker) for it in batch.items]
+    rats = sample_rationales(
+        s.model,
+        s.tok,
+        prompts,
+        s.cfg.m,
+        s.cfg.max_new_tokens,
+        bridge=opts[0].bridge,
+        marker=marker,
+        temperature=s.cfg.temperature,
+        seed=step_seed(s.cfg.seed, step),
+    )
+    return rats, padded_option_ids(opts).to(s.device)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) estimate on tokens sampled from pi (Schulman's k3):
+    ``exp(ref - logp) - (ref - logp) - 1`` >= 0, same shape as the inputs; its gradient
+    in expectation is that of the KL. Used by the GRPO and RFT+KL baselines."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0

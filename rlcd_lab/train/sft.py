@@ -1,0 +1,67 @@
+"""SFT baseline: the model answers directly and is trained by cross-entropy on the label.
+
+Per step: B questions with outcomes Y (a fresh ``Y ~ q`` per visit on aleatoric tasks);
+the prompt ends with the bare marker (System-One mode) and the loss is
+``-log pi(label token of Y | x, "Answer:")`` over the full vocabulary, averaged over the
+batch. Evaluation reads the direct answer; temperature scaling is fitted on dev at the
+end (SFT+TS in OpenJev-RLCD Table 1).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import tyro
+from tqdm import trange
+
+from ..evaluate import options_for
+from ..rationales import encode_prompts, left_pad
+from ..readout import build_prompt, position_ids
+from .common import TrainConfig, setup
+
+
+@dataclass(frozen=True)
+class SFTConfig(TrainConfig):
+    """Settings of the SFT baseline (direct answers, cross-entropy on the label token)."""
+
+    method: tyro.conf.Fixed[str] = "sft"
+    out: Path = Path("runs/sft")
+
+
+def train(cfg: SFTConfig) -> Path:
+    """Run (or resume) SFT; returns the run directory."""
+    s = setup(cfg, needs_ref=False, eval_mode="direct")
+    marker, sep = s.meta["marker"], s.meta["sep"]
+    pad = s.tok.pad_token_id if s.tok.pad_token_id is not None else 0
+    for step in (bar := trange(s.run.start_step, cfg.steps, desc="sft", total=cfg.steps)):
+        t0 = time.perf_counter()
+        batch = s.stream.batch(step)
+        opts = options_for(s.tok, batch.items, marker, sep)
+        texts = [build_prompt(s.tok, it.prompt, direct=True, marker=marker) for it in batch.items]
+        ids, mask = left_pad(encode_prompts(s.tok, texts, opts[0].bridge), pad, s.device)
+        target = torch.tensor(
+            [o.ids[int(y)] for o, y in zip(opts, batch.y, strict=True)], device=s.device
+        )
+
+        logits = s.model(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)
+        ).logits[:, -1]
+        loss = F.cross_entropy(logits.float(), target)
+
+        s.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad = float(torch.nn.utils.clip_grad_norm_(s.params, cfg.grad_clip))
+        s.opt.step()
+        row = {
+            "step": step,
+            "loss": loss.item(),
+            "grad_norm": grad,
+            "time_step": time.perf_counter() - t0,
+        }
+        s.end_step(step, row)
+        bar.set_postfix(loss=f"{row['loss']:.3f}", refresh=False)
+    return s.finish()
