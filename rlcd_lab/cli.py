@@ -85,25 +85,13 @@ def _train_union():
     return reduce(lambda a, b: a | b, subs)
 
 
-def _items(task: str, split: str):
-    from .tasks import read_items
-    from .tasks.synthetic import TASKS, get_task
-
-    if task in TASKS:
-        return get_task(task).split(split)
-    if Path(task).is_file():
-        return read_items(task)
-    raise SystemExit(
-        f"--task must be one of {sorted(TASKS)} or a task-item JSONL file, got {task!r}"
-    )
-
-
 def run_eval_command(cfg: Eval) -> dict:
     from .evaluate import run_eval, summarize
     from .io import atomic_write_text
     from .models import load_checkpoint
+    from .tasks import load_task_items
 
-    items = _items(cfg.task, cfg.split)[: cfg.limit]
+    items = load_task_items(cfg.task, cfg.split)[: cfg.limit]
     model, tok, meta = load_checkpoint(cfg.checkpoint)
     kw = dict(
         mode=cfg.mode,

@@ -66,7 +66,7 @@ def test_pretrain_then_eval(tmp_path, capsys):
 
 
 def test_bad_task_and_checkpoint(tmp_path):
-    with pytest.raises(SystemExit, match="--task must be one of"):
+    with pytest.raises(SystemExit, match="task must be one of"):
         main(["eval", "--checkpoint", str(tmp_path), "--task", "nonsense"])
     with pytest.raises(SystemExit, match="rlcd-lab: error: checkpoint directory .* does not exist"):
         main(["eval", "--checkpoint", str(tmp_path / "missing")])

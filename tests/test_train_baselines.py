@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from rlcd_lab.models import load_checkpoint, save_checkpoint, tiny_model
+from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import TRAINERS, train
-from rlcd_lab.train.common import QuestionStream, k3_kl, load_task_items
+from rlcd_lab.train.common import QuestionStream, k3_kl
 
 TINY = dict(
     task="aleatoric",

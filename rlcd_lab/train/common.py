@@ -30,8 +30,7 @@ from ..io import atomic_write_text
 from ..models import load_checkpoint, save_checkpoint
 from ..rationales import sample_rationales
 from ..readout import build_prompt
-from ..tasks import TaskItem, read_items
-from ..tasks.synthetic import TASKS, get_task
+from ..tasks import TaskItem, load_task_items
 
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "trainer_state.json"
@@ -45,20 +44,6 @@ def config_dict(cfg) -> dict:
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
     """A 31-bit seed for the random draws of one step (independent across steps)."""
     return int(np.random.default_rng([seed, step, salt]).integers(2**31 - 1))
-
-
-def load_task_items(task: str, split: str) -> list[TaskItem]:
-    """Items of a synthetic task's split, or of a task-item JSONL file (``task`` a path;
-    ``split`` then picks ``<stem>.<split>.jsonl`` beside it if that exists)."""
-    if task in TASKS:
-        return get_task(task).split(split)
-    path = Path(task)
-    sibling = path.with_name(f"{path.stem}.{split}.jsonl")
-    if sibling.is_file():
-        return read_items(sibling)
-    if path.is_file():
-        return read_items(path)
-    raise ValueError(f"task must be one of {sorted(TASKS)} or a task-item JSONL file, got {task!r}")
 
 
 @dataclass(frozen=True)
