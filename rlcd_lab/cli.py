@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
         _run(cfg)
     except (FileNotFoundError, ValueError) as err:  # bad input: a clear message, no traceback
         raise SystemExit(f"rlcd-lab: error: {err}") from None
+    except ModuleNotFoundError as err:  # an optional extra that is not installed
+        raise SystemExit(f"rlcd-lab: error: {err}") from None
 
 
 def _run(cfg) -> None:
@@ -151,6 +153,12 @@ def _run(cfg) -> None:
         from .tasks.fetch import fetch
 
         print(fetch(cfg.name, cfg.cache_dir.expanduser(), force=cfg.force))
+    elif isinstance(cfg, SmolLM2):
+        import torch
+
+        from .pretrained import convert_smollm2
+
+        print(convert_smollm2(cfg.out.expanduser(), getattr(torch, cfg.dtype), force=cfg.force))
     elif isinstance(cfg, DataConvert):
         from .tasks.convert import convert_file
 

@@ -116,7 +116,8 @@ def build_prompt(
 
     Plain models: ``question + "\\n"``, plus the marker when ``direct``. Chat models
     (``chat=None`` means: the tokenizer has a chat template) get the question, followed by
-    ``instruction`` (default: reason step by step and end with the marker), as one user
+    ``instruction`` (default: reason step by step and end with the marker; in direct mode:
+    reply with the option only), as one user
     turn through the chat template with thinking disabled (Qwen3 ``enable_thinking=False``);
     in direct mode the assistant turn starts with the marker.
     """
@@ -127,7 +128,11 @@ def build_prompt(
     if not chat:
         return question + "\n" + (marker if direct else "")
     if instruction is None:
-        instruction = f"Think step by step, then finish with '{marker} <option>'."
+        instruction = (
+            "Reply with the option only."
+            if direct
+            else f"Think step by step, then finish with '{marker} <option>'."
+        )
     messages = [{"role": "user", "content": f"{question}\n\n{instruction}"}]
     text = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=False

@@ -60,8 +60,10 @@ def test_build_prompt_plain_and_chat(tokenizer):
         "{% endif %}{% endif %}"
     )
     text = build_prompt(chat, "Is it?", direct=True)
-    assert text.startswith("<user>Is it?\n\nThink step by step")
-    assert text.endswith("<assistant>[no-think]Answer:")
+    assert text == "<user>Is it?\n\nReply with the option only.<assistant>[no-think]Answer:"
+    text = build_prompt(chat, "Is it?")
+    assert text.startswith("<user>Is it?\n\nThink step by step, then finish with 'Answer: <option>'.")
+    assert text.endswith("<assistant>[no-think]")
 
 
 def test_readout_matches_unpadded_forward_with_left_and_right_padding(tokenizer, tiny_lm):
