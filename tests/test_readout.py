@@ -62,7 +62,7 @@ def test_build_prompt_plain_and_chat(tokenizer):
     text = build_prompt(chat, "Is it?", direct=True)
     assert text == "<user>Is it?\n\nReply with the option only.<assistant>[no-think]Answer:"
     text = build_prompt(chat, "Is it?")
-    assert text.startswith("<user>Is it?\n\nThink step by step, then finish with 'Answer: <option>'.")
+    assert text.startswith("<user>Is it?\n\nThink step by step, then finish with 'Answer: <")
     assert text.endswith("<assistant>[no-think]")
 
 
