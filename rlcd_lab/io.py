@@ -47,6 +47,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, _mode(0o777))  # mkdtemp makes 0700; give what mkdir() would
     try:
         yield tmp
+        for sub in tmp.rglob("*"):  # some writers (safetensors) create 0600 files
+            os.chmod(sub, _mode(0o777 if sub.is_dir() else 0o666))
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -87,10 +87,8 @@ def measure_base(model, tokenizer, items, *, max_new_tokens: int = 48, seed: int
             model, tokenizer, items, mode=mode, max_new_tokens=max_new_tokens, seed=seed
         )
         s = summarize(rows, dev_rows=rows)
-        out[mode] = {
-            k: s[k]
-            for k in ("accuracy", "brier", "nll", "ece", "aurc", "T", "mean_length", "forced_rate")
-        }
+        keys = ("accuracy", "brier", "nll", "ece", "aurc", "T", "mean_length", "forced_rate", "jsd")
+        out[mode] = {k: s[k] for k in keys if k in s}
     return out
 
 

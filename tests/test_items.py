@@ -71,7 +71,9 @@ def test_atomic_outputs_get_normal_permissions(tmp_path):
         path = write_items(tmp_path / "x.jsonl", [TaskItem("a", "p", ("A", "B"), 0)])
         with atomic_dir(tmp_path / "d") as tmp:
             (tmp / "f").write_text("1")
+            os.chmod(tmp / "f", 0o600)
     finally:
         os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "d" / "f").stat().st_mode & 0o777 == 0o644

@@ -9,7 +9,8 @@
   noisy sources; writing a rationale adds nothing it did not know.
 * ``aleatoric`` (ChaosNLI analogue): ``"urn 3a1b2c?"`` - the colour of a ball drawn from
   an urn. The outcome distribution ``q`` is the urn's composition: spread, and re-drawn
-  on every training visit; evaluation is against ``q`` (JSD) and sampled labels.
+  on every training visit; an item's ``label`` is one draw from ``q`` (one annotator), so
+  evaluation is against ``q`` (JSD) and against sampled labels.
 
 Each task also has a *teacher*: the behaviour the base model is pretrained to imitate
 (``rlcd_lab.pretrain``). It writes a rationale and then states a label with certainty;
@@ -242,7 +243,8 @@ class Aleatoric(SyntheticTask):
                 break
         q = counts / counts.sum()
         prompt = "urn {}a{}b{}c?".format(*counts)
-        return TaskItem(uid, prompt, self.options, int(np.argmax(q)), tuple(q.tolist()))
+        label = int(rng.choice(3, p=q))  # one annotator's draw; q is the target
+        return TaskItem(uid, prompt, self.options, label, tuple(q.tolist()))
 
     def teach(self, item, rng, direct):
         counts = [int(v) for v in _URN.match(item.prompt).groups()]
