@@ -57,3 +57,11 @@ def marker_lm(tokenizer):
             loss.backward()
             opt.step()
     return model.eval()
+
+
+@pytest.fixture()
+def tiny_base(tmp_path, tokenizer):
+    """A random tiny model saved as a checkpoint: the ``init`` of quick training runs."""
+    from rlcd_lab.models import save_checkpoint
+
+    return save_checkpoint(tmp_path / "base", tiny_model(tokenizer, seed=0), tokenizer)

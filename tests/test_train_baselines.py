@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlcd_lab.models import load_checkpoint, save_checkpoint, tiny_model
+from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import TRAINERS, train
-from rlcd_lab.train.common import QuestionStream, k3_kl
+from rlcd_lab.train.common import QuestionStream, k3_kl, read_log
 
 TINY = dict(
     task="aleatoric",
@@ -25,20 +25,11 @@ TINY = dict(
 )
 
 
-@pytest.fixture()
-def base(tmp_path, tokenizer):
-    return save_checkpoint(tmp_path / "base", tiny_model(tokenizer, seed=0), tokenizer)
-
-
-def rows(run):
-    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.parametrize("method", ["sft", "rft", "grpo"])
-def test_baseline_runs_and_saves(tmp_path, base, method):
-    cfg = replace(TRAINERS[method][0], init=base, out=tmp_path / method, steps=2, **TINY)
+def test_baseline_runs_and_saves(tmp_path, tiny_base, method):
+    cfg = replace(TRAINERS[method][0], init=tiny_base, out=tmp_path / method, steps=2, **TINY)
     run = train(cfg)
-    log = rows(run)
+    log = read_log(run)
     assert [r["step"] for r in log] == [0, 1] and all(
         torch.isfinite(torch.tensor(r["loss"])) for r in log
     )
@@ -51,22 +42,22 @@ def test_baseline_runs_and_saves(tmp_path, base, method):
         assert 0 <= log[0].get("kept", log[0].get("reward")) <= 1
 
 
-def test_sft_first_loss_is_the_label_cross_entropy(tmp_path, base, tokenizer):
-    run = train(replace(TRAINERS["sft"][0], init=base, out=tmp_path / "sft", steps=1, **TINY))
+def test_sft_first_loss_is_the_label_cross_entropy(tmp_path, tiny_base, tokenizer):
+    run = train(replace(TRAINERS["sft"][0], init=tiny_base, out=tmp_path / "sft", steps=1, **TINY))
     batch = QuestionStream(load_task_items("aleatoric", "train"), 2, seed=0).batch(0)
-    model, _, _ = load_checkpoint(base)
+    model, _, _ = load_checkpoint(tiny_base)
     losses = []
     for item, y in zip(batch.items, batch.y, strict=True):
         ids = tokenizer(item.prompt + "\nAnswer: ", return_tensors="pt").input_ids  # bridge " "
         logits = model(ids).logits[0, -1]
         target = tokenizer.convert_tokens_to_ids(item.options[int(y)])
         losses.append(F.cross_entropy(logits[None], torch.tensor([target])))
-    assert rows(run)[0]["loss"] == pytest.approx(float(torch.stack(losses).mean()), rel=1e-5)
+    assert read_log(run)[0]["loss"] == pytest.approx(float(torch.stack(losses).mean()), rel=1e-5)
 
 
-def test_grpo_kl_starts_at_zero(tmp_path, base):
-    run = train(replace(TRAINERS["grpo"][0], init=base, out=tmp_path / "g", steps=1, **TINY))
-    assert rows(run)[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+def test_grpo_kl_starts_at_zero(tmp_path, tiny_base):
+    run = train(replace(TRAINERS["grpo"][0], init=tiny_base, out=tmp_path / "g", steps=1, **TINY))
+    assert read_log(run)[0]["kl"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_k3_kl_estimator():

@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlcd_lab.models import load_checkpoint, save_checkpoint, tiny_model
+from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks.synthetic import get_task
-from rlcd_lab.train.common import QuestionStream, RunDir
+from rlcd_lab.train.common import QuestionStream, RunDir, read_log
 from rlcd_lab.train.rlcd import preset, train
 
 TINY = dict(
@@ -31,18 +31,9 @@ TINY = dict(
 )
 
 
-@pytest.fixture()
-def base(tmp_path, tokenizer):
-    return save_checkpoint(tmp_path / "base", tiny_model(tokenizer, seed=0), tokenizer)
-
-
-def rows(run):
-    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-
-
-def test_calibrate_logs_saves_and_evaluates(tmp_path, base):
-    run = train(preset("calibrate", init=base, out=tmp_path / "run", steps=4, **TINY))
-    log = rows(run)
+def test_calibrate_logs_saves_and_evaluates(tmp_path, tiny_base):
+    run = train(preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=4, **TINY))
+    log = read_log(run)
     assert [r["step"] for r in log] == [0, 1, 2, 3]
     for key in (
         "loss",
@@ -75,23 +66,25 @@ def test_calibrate_logs_saves_and_evaluates(tmp_path, base):
     }
     assert json.loads((run / "config.json").read_text())["sf_weight"] == 0.0
     # the weights moved
-    before, _, _ = load_checkpoint(base)
+    before, _, _ = load_checkpoint(tiny_base)
     assert any(
         not torch.equal(a, b) for a, b in zip(model.parameters(), before.parameters(), strict=True)
     )
 
 
-def test_reinforce_kl_is_zero_at_the_anchor_and_reader_none_has_no_reward(tmp_path, base):
-    run = train(preset("reinforce", init=base, out=tmp_path / "r", steps=1, **TINY))
-    first = rows(run)[0]
+def test_reinforce_kl_is_zero_at_the_anchor_and_reader_none_has_no_reward(tmp_path, tiny_base):
+    run = train(preset("reinforce", init=tiny_base, out=tmp_path / "r", steps=1, **TINY))
+    first = read_log(run)[0]
     assert first["kl"] == pytest.approx(0.0, abs=1e-5)  # step 0: the model is its own anchor
-    run = train(preset("reinforce", init=base, out=tmp_path / "n", steps=2, reader="none", **TINY))
-    log = rows(run)
+    run = train(
+        preset("reinforce", init=tiny_base, out=tmp_path / "n", steps=2, reader="none", **TINY)
+    )
+    log = read_log(run)
     assert log[0]["grad_pathwise"] == 0.0  # a constant readout: no pathwise gradient
 
 
-def test_existing_run_needs_resume_and_same_config(tmp_path, base):
-    cfg = preset("calibrate", init=base, out=tmp_path / "run", steps=2, **TINY)
+def test_existing_run_needs_resume_and_same_config(tmp_path, tiny_base):
+    cfg = preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=2, **TINY)
     train(cfg)
     with pytest.raises(FileExistsError, match="--resume"):
         train(cfg)
@@ -99,7 +92,7 @@ def test_existing_run_needs_resume_and_same_config(tmp_path, base):
         train(
             preset(
                 "calibrate",
-                init=base,
+                init=tiny_base,
                 out=tmp_path / "run",
                 steps=2,
                 resume=True,
@@ -124,14 +117,15 @@ def test_question_stream_is_a_function_of_seed_and_step():
     assert (freq - q).abs().max() < 0.08
 
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path, base):
+def test_sigkill_then_resume_is_bit_identical(tmp_path, tiny_base):
     steps = 12
     kw = dict(TINY, steps=steps, eval_every=0, test_items=0, grad_terms_every=0, save_every=2)
-    ref = train(preset("calibrate", init=base, out=tmp_path / "ref", **kw))
+    ref = train(preset("calibrate", init=tiny_base, out=tmp_path / "ref", **kw))
     killed = tmp_path / "killed"
     code = (
         "from pathlib import Path; from rlcd_lab.train.rlcd import preset, train; "
-        f"train(preset('calibrate', init=Path({str(base)!r}), out=Path({str(killed)!r}), **{kw!r}))"
+        f"train(preset('calibrate', init=Path({str(tiny_base)!r}), "
+        f"out=Path({str(killed)!r}), **{kw!r}))"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -146,13 +140,13 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, base):
     proc.wait()
     assert not (killed / "final").exists()
     start = RunDir(
-        killed, preset("calibrate", init=base, out=killed, resume=True, **kw), resume=True
+        killed, preset("calibrate", init=tiny_base, out=killed, resume=True, **kw), resume=True
     ).start_step
     assert 4 <= start < steps
-    train(preset("calibrate", init=base, out=killed, resume=True, **kw))
+    train(preset("calibrate", init=tiny_base, out=killed, resume=True, **kw))
     a = load_file(str(ref / "final" / "model.safetensors"))
     b = load_file(str(killed / "final" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     drop = ("time_sample", "time_step")
     strip = lambda r: {k: v for k, v in r.items() if k not in drop}  # noqa: E731
-    assert [strip(r) for r in rows(killed)] == [strip(r) for r in rows(ref)]
+    assert [strip(r) for r in read_log(killed)] == [strip(r) for r in read_log(ref)]

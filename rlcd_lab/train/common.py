@@ -28,7 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..evaluate import options_for, padded_option_ids, run_eval, summarize
 from ..io import atomic_write_text
 from ..models import load_checkpoint, save_checkpoint
-from ..rationales import sample_rationales
+from ..rationales import sample_rationales, score_rationales
 from ..readout import build_prompt
 from ..tasks import TaskItem, load_task_items
 
@@ -371,3 +371,41 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     in expectation is that of the KL. Used by the GRPO and RFT+KL baselines."""
     d = ref_logp - logp
     return torch.exp(d) - d - 1.0
+
+
+def sample_answers(u: torch.Tensor, seed: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one answer per readout row, ``a_i ~ u_i`` (over the options), seeded by
+    ``(seed, step)``. Returns ``a (N,)`` and ``log u_i[a_i] (N,)`` (with gradient): the
+    answer token's log-probability for the baselines that sample their answer."""
+    gen = torch.Generator().manual_seed(step_seed(seed, step, salt=1))
+    answer = torch.multinomial(u.detach().float().cpu(), 1, generator=gen).squeeze(-1).to(u.device)
+    return answer, u.gather(-1, answer[:, None]).squeeze(-1).log()
+
+
+def token_kl(
+    s: Session, rats, option_ids: torch.Tensor, tok_lp: torch.Tensor
+) -> torch.Tensor | None:
+    """Mean per-token k3 estimate of ``KL(pi || pi_ref)`` over the sampled rationale tokens
+    (``tok_lp`` from ``score_rationales(..., per_token=True)``); None without a reference."""
+    if s.ref is None:
+        return None
+    with torch.no_grad():
+        _, _, ref_lp = score_rationales(s.ref, rats, option_ids, per_token=True)
+    mask = rats.rationale_mask[:, 1:]
+    return k3_kl(tok_lp[mask], ref_lp[mask]).mean() if mask.any() else tok_lp.sum() * 0
+
+
+def update(s: Session, loss: torch.Tensor) -> float:
+    """One optimizer step on ``loss`` (zero grad, backward, clip); returns the grad norm."""
+    s.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = float(torch.nn.utils.clip_grad_norm_(s.params, s.cfg.grad_clip))
+    s.opt.step()
+    return norm
+
+
+def read_log(run: str | Path) -> list[dict]:
+    """The rows of a run's ``log.jsonl`` (``run`` is the run directory or the file)."""
+    path = Path(run)
+    path = path / "log.jsonl" if path.is_dir() else path
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

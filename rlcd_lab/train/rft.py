@@ -17,12 +17,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 import tyro
 from tqdm import trange
 
 from ..rationales import score_rationales
-from .common import TrainConfig, k3_kl, rationale_stats, sample_batch, setup, step_seed
+from .common import (
+    TrainConfig,
+    rationale_stats,
+    sample_answers,
+    sample_batch,
+    setup,
+    token_kl,
+    update,
+)
 
 
 @dataclass(frozen=True)
@@ -45,26 +52,17 @@ def train(cfg: RFTConfig) -> Path:
         # 1. rationales, then one forward with gradient; a sampled answer per rationale
         rats, option_ids = sample_batch(s, batch, step)
         u, _, tok_lp = score_rationales(s.model, rats, option_ids, per_token=True)
-        gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, salt=1))
-        answer = torch.multinomial(u.detach().cpu(), 1, generator=gen).squeeze(-1).to(s.device)
+        answer, logp_answer = sample_answers(u, cfg.seed, step)
 
         # 2. keep the correct trajectories; 3. their token-mean NLL (+ KL anchor)
         keep = answer == y.repeat_interleave(m)
-        logp = tok_lp.sum(-1) + u.gather(-1, answer[:, None]).squeeze(-1).log()
+        logp = tok_lp.sum(-1) + logp_answer
         n_tokens = rats.lengths.to(s.device) + 1  # rationale tokens + the answer token
         loss = -(logp * keep).sum() / (n_tokens * keep).sum().clamp_min(1)
-        kl = None
-        if s.ref is not None:
-            with torch.no_grad():
-                _, _, ref_lp = score_rationales(s.ref, rats, option_ids, per_token=True)
-            mask = rats.rationale_mask[:, 1:]
-            kl = k3_kl(tok_lp[mask], ref_lp[mask]).mean() if mask.any() else tok_lp.sum() * 0
+        kl = token_kl(s, rats, option_ids, tok_lp)
+        if kl is not None:
             loss = loss + cfg.beta * kl
-
-        s.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad = float(torch.nn.utils.clip_grad_norm_(s.params, cfg.grad_clip))
-        s.opt.step()
+        grad = update(s, loss)
 
         row = {
             "step": step,

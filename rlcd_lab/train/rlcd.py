@@ -34,7 +34,7 @@ from tqdm import trange
 
 from ..estimators import grad_norm, gradient_terms, surrogate_terms
 from ..rationales import score_rationales
-from .common import TrainConfig, rationale_stats, sample_batch, setup
+from .common import TrainConfig, rationale_stats, sample_batch, setup, update
 
 
 @dataclass(frozen=True)
@@ -136,10 +136,7 @@ def train(cfg: RLCDConfig) -> Path:
             g = gradient_terms(terms, s.params)
             row["grad_pathwise"] = grad_norm(g["pathwise"])
             row["grad_score_function"] = grad_norm(g["score_function"])
-        s.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        row["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(s.params, cfg.grad_clip))
-        s.opt.step()
+        row["grad_norm"] = update(s, loss)
 
         row |= rationale_stats(u.detach(), rats.lengths.view(b, m), rats.forced.view(b, m))
         row |= {

@@ -21,7 +21,7 @@ from tqdm import trange
 from ..evaluate import options_for
 from ..rationales import encode_prompts, left_pad
 from ..readout import build_prompt, position_ids
-from .common import TrainConfig, setup
+from .common import TrainConfig, setup, update
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,7 @@ def train(cfg: SFTConfig) -> Path:
         ).logits[:, -1]
         loss = F.cross_entropy(logits.float(), target)
 
-        s.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad = float(torch.nn.utils.clip_grad_norm_(s.params, cfg.grad_clip))
-        s.opt.step()
+        grad = update(s, loss)
         row = {
             "step": step,
             "loss": loss.item(),
