@@ -59,22 +59,24 @@ def encode_examples(
     question is therefore never taught: the base model reasons unless it is handed the
     marker, and System-One behaviour has to be *learned* (the collapse RL can show).
     """
-    rows, starts = [], []
-    for ex in examples:
-        prompt = build_prompt(tokenizer, ex.prompt, direct=ex.direct, marker=MARKER)
-        body = (f"{ex.rationale} {MARKER}" if not ex.direct else "") + f"{SEP}{ex.label}"
-        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        b_ids = tokenizer(body, add_special_tokens=False)["input_ids"]
-        rows.append(p_ids + b_ids)
-        starts.append(len(p_ids))
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
-    labels = torch.full((len(rows), width), -100)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, s) in enumerate(zip(rows, starts, strict=True)):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-        labels[i, s : len(r)] = ids[i, s : len(r)]
+    prompts = [
+        build_prompt(tokenizer, ex.prompt, direct=ex.direct, marker=MARKER) for ex in examples
+    ]
+    bodies = [
+        (f"{ex.rationale} {MARKER}" if not ex.direct else "") + f"{SEP}{ex.label}"
+        for ex in examples
+    ]
+    p_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]  # batched (fast path)
+    b_ids = tokenizer(bodies, add_special_tokens=False)["input_ids"]
+    width = max(len(p) + len(b) for p, b in zip(p_ids, b_ids, strict=True))
+    ids = torch.full((len(examples), width), tokenizer.pad_token_id)
+    labels = torch.full((len(examples), width), -100)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, (p, b) in enumerate(zip(p_ids, b_ids, strict=True)):
+        row = torch.tensor(p + b)
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+        labels[i, len(p) : len(row)] = row[len(p) :]
     return ids, mask, labels
 
 
