@@ -138,6 +138,7 @@ def load_checkpoint(
     path: str | os.PathLike,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
+    trainable: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
     """Load ``(model, tokenizer, meta)`` from a checkpoint directory, in eval mode.
 
@@ -145,7 +146,8 @@ def load_checkpoint(
     holds the defaults), or a PEFT adapter directory whose ``adapter_config.json`` names
     its base (a local directory, or a hub name when online). Safetensors only: a
     directory holding only pickled weights is refused. Raises ``FileNotFoundError`` naming
-    what is missing, ``ValueError`` for unreadable or mismatched contents.
+    what is missing, ``ValueError`` for unreadable or mismatched contents. ``trainable``
+    loads a PEFT adapter with its weights trainable (resuming LoRA training).
     """
     path = Path(path)
     if not path.is_dir():
@@ -169,7 +171,7 @@ def load_checkpoint(
                 None,
             )
         )
-        model = PeftModel.from_pretrained(base, path)
+        model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
     else:
         _require(path, "config.json")
         if not _has_weights(path, "model"):
@@ -177,7 +179,9 @@ def load_checkpoint(
                 raise ValueError(f"{path} holds pickled weights only; rlcd_lab loads safetensors")
             raise FileNotFoundError(f"checkpoint {path} is incomplete: missing model.safetensors")
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                path.resolve(), dtype=dtype, use_safetensors=True
+            )
         except (OSError, ValueError) as err:
             raise ValueError(f"could not load the model in {path}: {err}") from None
     if not ((path / "tokenizer.json").exists() or (path / "tokenizer_config.json").exists()):

@@ -150,3 +150,31 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, tiny_base):
     drop = ("time_sample", "time_step")
     strip = lambda r: {k: v for k, v in r.items() if k not in drop}  # noqa: E731
     assert [strip(r) for r in read_log(killed)] == [strip(r) for r in read_log(ref)]
+
+
+def test_lora_trains_only_the_adapter_and_resumes_identically(tmp_path, tiny_base):
+    kw = dict(TINY, eval_every=0, test_items=0, grad_terms_every=2, save_every=2, lora_r=2)
+    straight = train(preset("calibrate", init=tiny_base, out=tmp_path / "a", steps=4, **kw))
+    assert (straight / "final" / "adapter_model.safetensors").exists()
+    assert not (straight / "final" / "model.safetensors").exists()
+    model, _, _ = load_checkpoint(straight / "final")
+    frozen = load_file(str(tiny_base / "model.safetensors"))
+    inside = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): v
+        for k, v in model.state_dict().items()
+        if "lora_" not in k
+    }
+    assert all(torch.equal(inside[k], v) for k, v in frozen.items() if k in inside)  # base frozen
+    assert sum(k in inside for k in frozen) >= len(frozen) - 1  # (lm_head is tied)
+    lora = load_file(str(straight / "final" / "adapter_model.safetensors"))
+    assert any(
+        k.endswith("lora_B.weight") and v.abs().max() > 0 for k, v in lora.items()
+    )  # trained
+    # stop after 2 steps, resume to 4: the same adapter as the straight run
+    train(preset("calibrate", init=tiny_base, out=tmp_path / "b", steps=2, **kw))
+    resumed = train(
+        preset("calibrate", init=tiny_base, out=tmp_path / "b", steps=4, resume=True, **kw)
+    )
+    a = load_file(str(straight / "final" / "adapter_model.safetensors"))
+    b = load_file(str(resumed / "final" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

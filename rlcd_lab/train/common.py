@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 import tyro
+from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -263,6 +264,8 @@ class TrainConfig:
     """Test items in the final eval dump (0 skips it)."""
     save_every: int = 50
     seed: int = 0
+    lora_r: int = 0
+    """LoRA rank on every linear layer (alpha = 2 r); 0 trains all weights."""
     device: str = "auto"
     resume: bool = False
     """Continue the run in ``out`` from its latest checkpoint."""
@@ -323,7 +326,12 @@ def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Sessi
     """Open (or resume) the run, load model (+ frozen reference), optimizer and data."""
     run = RunDir(cfg.out, cfg, cfg.resume)
     device = pick_device(cfg.device)
-    model, tok, meta = load_checkpoint(run.latest or cfg.init, device)
+    model, tok, meta = load_checkpoint(run.latest or cfg.init, device, trainable=True)
+    if cfg.lora_r and not isinstance(model, PeftModel):
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear")
+        with torch.random.fork_rng(devices=[]):  # a seeded adapter initialisation
+            torch.manual_seed(cfg.seed)
+            model = get_peft_model(model, lora)
     ref = None
     if needs_ref:
         ref = load_checkpoint(cfg.ref or cfg.init, device)[0].requires_grad_(False)
