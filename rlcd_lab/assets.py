@@ -7,8 +7,9 @@ Names are paths relative to ``assets/`` (e.g. ``checkpoints/base-verify``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from .io import read_jsonl as read_jsonl  # re-exported: dumps and logs of shipped runs
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -25,9 +26,3 @@ def shipped_runs(root: str | Path = ASSETS) -> dict[str, Path]:
     root = Path(root)
     found = (p.parent.parent for p in root.rglob("eval/test.jsonl"))
     return {p.relative_to(root).as_posix(): p for p in sorted(found)}
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Rows of a JSONL file (an eval dump, a ``log.jsonl``); blank lines are skipped."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,6 +34,17 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
+    """Write ``rows`` as JSON lines (an eval dump), atomically."""
+    return atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Rows of a JSONL file (an eval dump, a ``log.jsonl``); blank lines are skipped."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..evaluate import options_for, padded_option_ids, run_eval, summarize
-from ..io import atomic_write_text
+from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..models import load_checkpoint, save_checkpoint
 from ..rationales import sample_rationales, score_rationales
 from ..readout import build_prompt
@@ -202,9 +202,7 @@ class RunDir:
 
     def write_eval(self, name: str, rows: list[dict]) -> Path:
         """Eval dump ``eval/<name>.jsonl`` (one row per item), atomically."""
-        return atomic_write_text(
-            self.path / "eval" / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
-        )
+        return atomic_write_jsonl(self.path / "eval" / f"{name}.jsonl", rows)
 
 
 def rationale_stats(
@@ -415,5 +413,4 @@ def update(s: Session, loss: torch.Tensor) -> float:
 def read_log(run: str | Path) -> list[dict]:
     """The rows of a run's ``log.jsonl`` (``run`` is the run directory or the file)."""
     path = Path(run)
-    path = path / "log.jsonl" if path.is_dir() else path
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path / "log.jsonl" if path.is_dir() else path)

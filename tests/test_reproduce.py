@@ -1,0 +1,145 @@
+"""rlcd-lab reproduce: the plan of runs, reuse/resume, and the report's numbers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlcd_lab import metrics, stats
+from rlcd_lab.io import atomic_write_jsonl, read_jsonl
+from rlcd_lab.reproduce import (
+    FORKS,
+    ReproduceConfig,
+    plan,
+    run_job,
+    summarize_runs,
+    write_report,
+)
+
+
+def by_name(wave):
+    return {(j.name, j.seed): j for j in wave}
+
+
+def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
+    first, second = plan(ReproduceConfig(seeds=(3, 4), out=tmp_path, steps=7))
+    a, b = by_name(first), by_name(second)
+    assert {n for n, _ in a} == {"base", "sft", "rft", "rft-kl", "grpo", "calibrate"}
+    assert {n for n, _ in b} == set(FORKS)
+    for seed in (3, 4):
+        stage1 = tmp_path / "verify" / f"seed-{seed}" / "calibrate" / "final"
+        assert all(b[(f, seed)].train.init == stage1 for f in FORKS)
+        assert a[("calibrate", seed)].train.sf_weight == 0.0
+        assert a[("rft", seed)].train.beta == 0.0 and a[("rft-kl", seed)].train.beta == 0.04
+        rl, anchor = b[("reinforce", seed)].train, b[("anchor-only", seed)].train
+        # anchor-only: RLCD-RL's score-function weight and KL anchor, no outcome reward
+        assert (rl.sf_weight, rl.beta, rl.reader) == (0.3, 0.04, "self")
+        assert (anchor.sf_weight, anchor.beta, anchor.reader) == (0.3, 0.04, "none")
+        assert b[("readout-only", seed)].train.method == "calibrate"
+        assert b[("grpo-cont", seed)].train.method == "grpo"
+        # every run sees the same stream and budget
+        for job in [*first, *second]:
+            if job.seed == seed and job.train is not None:
+                assert (job.train.seed, job.train.steps, job.train.task) == (seed, 7, "verify")
+                assert job.train.out == job.out
+
+
+def test_plan_aleatoric_is_table3_and_paper_scale_needs_a_model(tmp_path):
+    first, second = plan(ReproduceConfig(task="aleatoric", seeds=(1,), out=tmp_path))
+    names = sorted(j.name for j in first + second)
+    assert names == sorted(["base", "sft", "calibrate", "endtoend", "mixture", "reinforce"])
+    e2e = by_name(first)[("endtoend", 1)].train
+    assert (e2e.sf_weight, e2e.beta) == (1.0, 0.04)
+    assert by_name(first)[("mixture", 1)].train.lam == 1.0
+    with pytest.raises(ValueError, match="--init"):
+        plan(ReproduceConfig(scale="paper", out=tmp_path))
+
+
+def test_jobs_reuse_finished_runs_resume_partial_ones_and_refuse_other_configs(tmp_path, tiny_base):
+    cfg = ReproduceConfig(seeds=(2,), out=tmp_path, init=tiny_base, steps=2, test_items=6)
+    first, _ = plan(cfg)
+    jobs = by_name(first)
+    base, cal = jobs[("base", 2)], jobs[("calibrate", 2)]
+    run_job(base)
+    assert len(read_jsonl(base.out / "eval" / "test.jsonl")) == 6
+    assert len(read_jsonl(base.out / "eval" / "dev.jsonl")) == 200
+    run_job(cal)
+    dump = (cal.out / "eval" / "test.jsonl").read_text()
+    mtime = (cal.out / "final" / "rlcd.json").stat().st_mtime_ns
+    run_job(cal)  # finished with the same config: reused, nothing rewritten
+    assert (cal.out / "final" / "rlcd.json").stat().st_mtime_ns == mtime
+    with pytest.raises(ValueError, match="another config"):
+        run_job(replace(cal, train=replace(cal.train, lr=3e-4)))
+    # interrupted after its last checkpoint: the rerun resumes and ends with the same dump
+    shutil.rmtree(cal.out / "final")
+    (cal.out / "eval" / "test.jsonl").unlink()
+    run_job(cal)
+    assert (cal.out / "eval" / "test.jsonl").read_text() == dump
+    assert [r["step"] for r in read_jsonl(cal.out / "log.jsonl")] == [0, 1]
+
+
+def fake_run(root: Path, seed: int, name: str, test_logits, dev_logits, labels, dev_labels):
+    """A run dir holding only eval dumps (what the report reads)."""
+    for split, logits, ys in (("test", test_logits, labels), ("dev", dev_logits, dev_labels)):
+        rows = [
+            {"label": int(y), "q": None, "logits": list(map(float, z)), "lengths": [5],
+             "forced": [False], "mixture": None}
+            for z, y in zip(logits, ys, strict=True)
+        ]  # fmt: skip
+        atomic_write_jsonl(root / f"seed-{seed}" / name / "eval" / f"{split}.jsonl", rows)
+
+
+def test_summary_numbers_match_metrics_and_stats_on_fabricated_dumps(tmp_path):
+    rng = np.random.default_rng(0)
+    n, seeds = 40, (1, 2)
+    labels, dev_labels = rng.integers(0, 2, n), rng.integers(0, 2, 30)
+    logits = {}
+    for seed in seeds:
+        for name in ("calibrate", "reinforce", "grpo", "readout-only"):
+            t, d = rng.normal(0, 3, (n, 2)), rng.normal(0, 3, (30, 2))
+            logits[seed, name] = t, d
+            fake_run(tmp_path, seed, name, t, d, labels, dev_labels)
+    summary = write_report(tmp_path, seeds, eps=0.1, title="fake")
+
+    def ts_probs(seed, name):
+        t, d = logits[seed, name]
+        return metrics.apply_temperature(t, metrics.fit_temperature(d, dev_labels))
+
+    for name in ("reinforce", "grpo"):
+        briers = [metrics.brier(ts_probs(s, name), labels) for s in seeds]
+        got = summary["runs"][name]["brier"]
+        assert got["mean"] == pytest.approx(np.mean(briers), abs=1e-12)
+        assert got["sd"] == pytest.approx(np.std(briers, ddof=1), abs=1e-12)
+    # paired Brier: per-item values averaged over seeds, then the mean difference
+    item = {
+        name: np.mean([((ts_probs(s, name) - np.eye(2)[labels]) ** 2).sum(1) for s in seeds], 0)
+        for name in ("reinforce", "grpo")
+    }
+    res = summary["paired"]["reinforce - grpo"]["brier"]
+    assert res["mean_diff"] == pytest.approx(float((item["reinforce"] - item["grpo"]).mean()))
+    assert res["p"] == stats.sign_flip_test(item["reinforce"], item["grpo"])
+    # Table 2: the change of each fork relative to the stage-1 run of the same seed
+    delta = [
+        metrics.aurc(*metrics.confidence_and_correct(ts_probs(s, "readout-only"), labels))
+        - metrics.aurc(*metrics.confidence_and_correct(ts_probs(s, "calibrate"), labels))
+        for s in seeds
+    ]
+    assert summary["forks"]["readout-only"]["aurc"]["mean"] == pytest.approx(np.mean(delta))
+    assert json.loads((tmp_path / "summary.json").read_text())["eps"] == 0.1
+    md = (tmp_path / "report.md").read_text()
+    assert "Table 1" in md and "Table 2" in md and "reinforce - grpo" in md
+    html = (tmp_path / "report.html").read_text()
+    assert "<table>" in html and "<script src=" not in html  # plotly inlined: no CDN
+    assert html.count('class="plotly-graph-div"') == 1 + 3  # risk-coverage + Table 1 runs
+
+
+def test_summarize_skips_runs_missing_a_seed(tmp_path):
+    z = np.zeros((4, 2))
+    fake_run(tmp_path, 1, "sft", z, z, [0, 1, 0, 1], [0, 1, 0, 1])
+    summary, scored = summarize_runs(tmp_path, (1, 2), eps=0.05)
+    assert summary["runs"] == {} and scored == {}
