@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml | $(PY)
 app: $(STAMP)
 	$(PY) -m rlcd_lab.cli app --host $(HOST) --port $(PORT)
 
+serve: $(STAMP)
+	$(PY) -m rlcd_lab.cli serve --host $(HOST) --port 8000
+
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q

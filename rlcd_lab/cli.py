@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 import tyro
 
 from .pretrain import PretrainConfig
+from .reproduce import ReproduceConfig
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,31 @@ class App:
 
     host: str = "127.0.0.1"
     port: int = 7860
+
+
+@dataclass(frozen=True)
+class Serve:
+    """Serve a checkpoint through the Jev-compatible decision API (POST /v1/systemone)."""
+
+    checkpoint: Path | None = None
+    """Checkpoint directory; default: the shipped two-stage RLCD checkpoint (reinforce)."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    name: str | None = None
+    """Model name for requests and /v1/models; default: rlcd-<task>-<method>."""
+    alias: tuple[str, ...] = ("jev-latest",)
+    """Other names accepted for the model (the official client sends jev-latest)."""
+    api_key: str | None = None
+    """Require 'Authorization: Bearer KEY' on /v1 calls; default: $RLCD_API_KEY, else none."""
+    mode: Literal["direct", "reason", "auto"] = "auto"
+    """auto: answer directly, reason only when the direct confidence is below --threshold."""
+    m: int = 4
+    """Rationales per question in reason mode (mixture readout)."""
+    threshold: float = 0.8
+    batching: bool = True
+    """Dynamic batching of concurrent requests into shared forward passes."""
+    max_wait_ms: float = 5.0
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -98,7 +124,7 @@ def _train_union():
 
 def run_eval_command(cfg: Eval) -> dict:
     from .evaluate import run_eval, summarize
-    from .io import atomic_write_text
+    from .io import atomic_write_jsonl
     from .models import load_checkpoint
     from .tasks import load_task_items
 
@@ -114,7 +140,7 @@ def run_eval_command(cfg: Eval) -> dict:
     )
     rows = run_eval(model, tok, items, **kw)
     if cfg.out is not None:
-        atomic_write_text(cfg.out, "".join(json.dumps(r) + "\n" for r in rows))
+        atomic_write_jsonl(cfg.out, rows)
     return summarize(rows)
 
 
@@ -127,7 +153,9 @@ def main(argv: list[str] | None = None) -> None:
             "eval": Eval,
             "data": Data,
             "smollm2": SmolLM2,
+            "reproduce": ReproduceConfig,
             "app": App,
+            "serve": Serve,
         },
         args=argv,
         description="rlcd_lab: reinforcement learning for calibrated decisions.",
@@ -147,12 +175,34 @@ def _run(cfg) -> None:
         from .dashboard import build_demo
 
         build_demo().launch(server_name=cfg.host, server_port=cfg.port)
+    elif isinstance(cfg, Serve):
+        from .decide import DecideOptions
+        from .server import serve
+
+        opts = DecideOptions(mode=cfg.mode, m=cfg.m, threshold=cfg.threshold)
+        serve(
+            cfg.checkpoint,
+            host=cfg.host,
+            port=cfg.port,
+            name=cfg.name,
+            aliases=cfg.alias,
+            api_key=cfg.api_key,
+            options=opts,
+            batching=cfg.batching,
+            max_wait_ms=cfg.max_wait_ms,
+            device=cfg.device,
+        )
     elif isinstance(cfg, PretrainConfig):
         from .models import read_meta
         from .pretrain import pretrain
 
         path = pretrain(cfg)
         json.dump({"checkpoint": str(path), **read_meta(path)["metrics"]}, sys.stdout, indent=2)
+    elif isinstance(cfg, ReproduceConfig):
+        from .reproduce import run_all
+
+        out = run_all(cfg, progress=lambda run: print(f"done: {run}", file=sys.stderr))
+        print(out / "report.md")
     elif isinstance(cfg, Eval):
         json.dump(run_eval_command(cfg), sys.stdout, indent=2)
     elif isinstance(cfg, TrainConfig):

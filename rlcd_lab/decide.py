@@ -1,0 +1,808 @@
+"""Typed decisions: Jev questions about a state -> prompts with options -> readout -> answers.
+
+A request names a *state* (text, a JSON object or an array) and typed questions about it
+(DESIGN.md sec. 7). Each question becomes a prompt that ends in the marker and a set of K
+option tokens; the answer is read, not sampled (``readout``), with the checkpoint's fitted
+temperature ``T`` applied to the option logits ``z``:
+
+    p = softmax(z / T)  in Delta_K.
+
+Typed answers from ``p`` (all values are floats in [0, 1] unless said otherwise):
+
+* noul (K = 2, options yes/no): ``{"type": "noul", "noul": p_yes}``;
+* choice (K = number of criteria keys, 2..255): ``choice = argmax_k p_k`` (ties: the first
+  label in request order), ``probabilities`` keyed by label, and the chance-corrected
+  confidence ``c = (K max_k p_k - 1) / (K - 1)`` (0 for the uniform p, 1 for a one-hot p);
+* score (L levels, 2..10): ``score = sum_i i p_i`` in [0, L - 1], ``probabilities`` and
+  ``legend`` keyed ``"0", "1", ...`` and the confidence ``c = 1 - Var(p) / Var_max`` with
+  ``Var(p) = sum_i p_i (i - score)^2`` and ``Var_max = (L - 1)^2 / 4`` (half the mass on each
+  end level): 1 for a point mass, 0 for the most spread p; mass on neighbouring levels costs
+  less than mass on distant ones, as an ordinal score should.
+
+For routing (``auto`` mode) a noul's confidence is the same chance-corrected value with
+K = 2: ``|2 p_yes - 1|``.
+
+Modes (``DecideOptions.mode``):
+
+* ``direct``: the prompt ends with a bare ``Answer:``; one forward pass per batch. All
+  questions about one state share the state's token prefix: its keys and values are
+  computed once and reused for every question (``shared_prefix_readout``).
+* ``reason``: M rationales are sampled per prompt (``rationales.sample_rationales``), each
+  ends in the marker and is read out (``readout.readout``); the answer uses the mixture
+  ``p = (1/M) sum_i u_i`` (``aggregate="mixture"``) or the first rationale's readout
+  (``aggregate="single"``, the paper's single query).
+* ``auto`` (an AutoThink-style cascade): ``direct`` first; a question is answered again in
+  ``reason`` mode exactly when its direct confidence is below ``threshold``.
+
+How questions map to prompts depends on the checkpoint (``DecisionModel.prompt_format``):
+
+* ``chat`` / ``plain`` (real BPE models; ``chat`` when the tokenizer has a chat template):
+  the prompt is the rendered state, then the question's instructions and one line per
+  option ``"<code>) <label>: <description>"``, passed through ``readout.build_prompt``.
+  Option codes are single tokens after ``"Answer: "``: a noul reads ``yes``/``no`` (else
+  ``Y``/``N``), a choice reads letters ``A, B, ...`` (then ``a..z``, ``0..9``; more than 62
+  options read the labels themselves, which must then be single tokens), a score reads the
+  digits ``0..L-1``.
+* ``task`` (the tiny character-level checkpoints, whose vocabulary only knows their task
+  format, e.g. ``"33+60+20=113?"``): the state *is* the prompt, instructions and criteria
+  descriptions are not shown to the model, and the answer tokens are the checkpoint's own
+  options (``rlcd.json`` ``"options"``). A noul needs a yes-like and a no-like option
+  (verify: yes -> ``Y``, no -> ``N``); a choice or score maps its labels by name when they
+  are all options of the checkpoint, else by position (label k -> option k), so it can have
+  at most as many labels as the checkpoint has options. All questions about a state then
+  share one prompt: one readout row (direct) or one set of rationales (reason) serves them.
+
+A question that cannot be represented raises :class:`DecisionError` naming it (too many
+options, a label that is not a single token, characters the tokenizer maps to its unknown
+token, a prompt longer than the model's context). The state is only ever rendered into the
+prompt: its content never selects which questions, options or fields are read.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .metrics import apply_temperature
+from .models import DEFAULT_META, load_checkpoint
+from .rationales import encode_prompts, left_pad, sample_rationales
+from .readout import OptionTokens, build_prompt, option_logits, option_token_ids, position_ids
+from .readout import readout as readout_fn
+
+Mode = Literal["direct", "reason", "auto"]
+Aggregate = Literal["mixture", "single"]
+Kind = Literal["noul", "choice", "score"]
+PromptFormat = Literal["auto", "task", "chat", "plain"]
+
+MIN_OPTIONS = 2
+MAX_CHOICE_OPTIONS = 255
+MAX_SCORE_LEVELS = 10
+MAX_LABEL_CHARS = 256
+CODES = string.ascii_uppercase + string.ascii_lowercase + string.digits
+YES_LIKE = ("y", "yes", "true", "t", "1")
+NO_LIKE = ("n", "no", "false", "f", "0")
+DEFAULT_INSTRUCTIONS = {
+    "noul": "Is this true?",
+    "choice": "Which option applies?",
+    "score": "Which level applies?",
+}
+
+
+class DecisionError(ValueError):
+    """A request that cannot be answered; ``loc`` locates the culprit in the request body,
+    e.g. ``("questions", "tone", "criteria")`` or ``("state",)``."""
+
+    def __init__(self, msg: str, loc: Sequence[str | int] = ()):
+        super().__init__(msg)
+        self.msg = msg
+        self.loc = tuple(loc)
+
+
+# --------------------------------------------------------------------------- typed answers
+def chance_corrected_confidence(p: Sequence[float] | np.ndarray) -> float:
+    """``(K max_k p_k - 1) / (K - 1)`` for a ``(K,)`` distribution, K >= 2; higher is surer.
+
+    0 for the uniform distribution (the model knows nothing beyond chance), 1 for a one-hot
+    one; clipped to [0, 1] against float rounding.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    k = p.shape[-1]
+    if k < 2:
+        raise ValueError(f"need K >= 2 options, got {k}")
+    return float(np.clip((k * p.max() - 1.0) / (k - 1.0), 0.0, 1.0))
+
+
+def expected_level(p: Sequence[float] | np.ndarray) -> float:
+    """The expected score ``sum_i i p_i`` of a ``(L,)`` distribution over levels 0..L-1."""
+    p = np.asarray(p, dtype=np.float64)
+    return float(np.arange(p.shape[-1]) @ p)
+
+
+def score_confidence(p: Sequence[float] | np.ndarray) -> float:
+    """``1 - Var(p) / Var_max`` for a ``(L,)`` distribution over levels 0..L-1, L >= 2.
+
+    ``Var(p) = sum_i p_i (i - mu)^2`` with ``mu = sum_i i p_i``; ``Var_max = (L - 1)^2 / 4``
+    is the largest variance on L levels (mass 1/2 on each end). 1 for a point mass, 0 for
+    the two-ended split; the uniform p scores ``1 - (L + 1) / (3 (L - 1))`` (0 for L = 2,
+    1/2 for L = 5). Higher is surer; clipped to [0, 1].
+    """
+    p = np.asarray(p, dtype=np.float64)
+    n = p.shape[-1]
+    if n < 2:
+        raise ValueError(f"need L >= 2 levels, got {n}")
+    levels = np.arange(n)
+    mu = levels @ p
+    var = ((levels - mu) ** 2) @ p
+    return float(np.clip(1.0 - var / ((n - 1) ** 2 / 4.0), 0.0, 1.0))
+
+
+def decision_confidence(kind: Kind, p: Sequence[float] | np.ndarray) -> float:
+    """The confidence used for routing: chance-corrected max for noul (``|2 p_yes - 1|``)
+    and choice, ``score_confidence`` for score."""
+    return score_confidence(p) if kind == "score" else chance_corrected_confidence(p)
+
+
+def noul_answer(p: Sequence[float] | np.ndarray) -> dict:
+    """``{"type": "noul", "noul": p_yes}`` from ``p = (p_yes, p_no)``."""
+    return {"type": "noul", "noul": float(p[0])}
+
+
+def choice_answer(labels: Sequence[str], p: Sequence[float] | np.ndarray) -> dict:
+    """``{"type": "choice", "choice", "confidence", "probabilities"}``; ``choice`` is the
+    first label with the largest probability, ``confidence`` chance-corrected."""
+    p = np.asarray(p, dtype=np.float64)
+    return {
+        "type": "choice",
+        "choice": labels[int(np.argmax(p))],
+        "confidence": chance_corrected_confidence(p),
+        "probabilities": {label: float(v) for label, v in zip(labels, p, strict=True)},
+    }
+
+
+def score_answer(levels: Sequence[Any], p: Sequence[float] | np.ndarray) -> dict:
+    """``{"type": "score", "score": sum_i i p_i, "confidence", "legend", "probabilities"}``
+    with ``legend`` and ``probabilities`` keyed ``"0", "1", ...``."""
+    p = np.asarray(p, dtype=np.float64)
+    return {
+        "type": "score",
+        "score": expected_level(p),
+        "confidence": score_confidence(p),
+        "legend": {str(i): level for i, level in enumerate(levels)},
+        "probabilities": {str(i): float(v) for i, v in enumerate(p)},
+    }
+
+
+# --------------------------------------------------------------------------- questions
+@dataclass(frozen=True)
+class Question:
+    """A typed question. ``labels`` are the answer keys in order: ``("yes", "no")`` for a
+    noul, the criteria keys for a choice, ``("0", ..., "L-1")`` for a score;
+    ``descriptions`` the matching criteria values (``None``: undescribed)."""
+
+    kind: Kind
+    labels: tuple[str, ...]
+    descriptions: tuple[Any, ...]
+    instructions: Any = None
+
+    def answer(self, p: Sequence[float] | np.ndarray) -> dict:
+        """The wire answer for probabilities ``p`` over ``labels``."""
+        if self.kind == "noul":
+            return noul_answer(p)
+        if self.kind == "choice":
+            return choice_answer(self.labels, p)
+        return score_answer(self.descriptions, p)
+
+
+def _bad_label(label: str) -> str | None:
+    if not label.strip():
+        return "labels must be non-empty"
+    if len(label) > MAX_LABEL_CHARS:
+        return f"labels must have at most {MAX_LABEL_CHARS} characters"
+    if any(not ch.isprintable() for ch in label):
+        return f"label {label[:40]!r} contains control characters"
+    return None
+
+
+def question_from_wire(raw: Mapping[str, Any]) -> Question:
+    """Parse one question in the Jev wire form (DESIGN.md sec. 7) into a :class:`Question`.
+
+    Raises :class:`DecisionError` (``loc`` relative to the question) for an unknown type,
+    fewer than 2 or more than 255 choice labels, fewer than 2 or more than 10 score levels,
+    empty, over-long or control-character labels, and unknown noul criteria keys.
+    """
+    if not isinstance(raw, Mapping):
+        raise DecisionError("a question must be an object", ())
+    kind, instructions, criteria = raw.get("type"), raw.get("instructions"), raw.get("criteria")
+    if kind == "noul":
+        criteria = criteria or {}
+        if not isinstance(criteria, Mapping) or set(criteria) - {"true", "false"}:
+            raise DecisionError("noul criteria may only have 'true' and 'false'", ("criteria",))
+        return Question(
+            "noul", ("yes", "no"), (criteria.get("true"), criteria.get("false")), instructions
+        )
+    if kind == "choice":
+        if not isinstance(criteria, Mapping):
+            raise DecisionError("choice criteria must be an object of labels", ("criteria",))
+        if not MIN_OPTIONS <= len(criteria) <= MAX_CHOICE_OPTIONS:
+            raise DecisionError(
+                f"a choice needs {MIN_OPTIONS} to {MAX_CHOICE_OPTIONS} labels, got {len(criteria)}",
+                ("criteria",),
+            )
+        for label in criteria:
+            problem = _bad_label(label) if isinstance(label, str) else "labels must be strings"
+            if problem:
+                raise DecisionError(problem, ("criteria", label))
+        return Question("choice", tuple(criteria), tuple(criteria.values()), instructions)
+    if kind == "score":
+        if not isinstance(criteria, Sequence) or isinstance(criteria, str):
+            raise DecisionError("score criteria must be a list of levels", ("criteria",))
+        if not MIN_OPTIONS <= len(criteria) <= MAX_SCORE_LEVELS:
+            raise DecisionError(
+                f"a score needs {MIN_OPTIONS} to {MAX_SCORE_LEVELS} levels, got {len(criteria)}",
+                ("criteria",),
+            )
+        if any(level is None for level in criteria):
+            raise DecisionError("score levels must be described (no null)", ("criteria",))
+        levels = tuple(str(i) for i in range(len(criteria)))
+        return Question("score", levels, tuple(criteria), instructions)
+    raise DecisionError(f"unknown question type {kind!r}; use noul, choice or score", ("type",))
+
+
+def render(value: Any) -> str:
+    """Text of a state, instruction or description: a string as it is, anything else as
+    JSON (key order kept, non-ASCII kept)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class DecideOptions:
+    """How to answer: ``mode`` (direct | reason | auto), ``m`` rationales per prompt,
+    ``aggregate`` (mixture | single), the ``auto`` escalation ``threshold`` on the direct
+    confidence, ``max_new_tokens`` per rationale (None: the checkpoint's default), the
+    rationale sampling temperature and seed, and ``details`` (per-rationale texts and
+    readouts in ``Decision.details``)."""
+
+    mode: Mode = "direct"
+    m: int = 4
+    aggregate: Aggregate = "mixture"
+    threshold: float = 0.8
+    max_new_tokens: int | None = None
+    sample_temperature: float = 1.0
+    seed: int = 0
+    details: bool = False
+
+    def validate(self) -> None:
+        """Raise :class:`DecisionError` (``loc`` = the field) for out-of-range options."""
+        checks = [
+            ("mode", self.mode in ("direct", "reason", "auto"), "direct, reason or auto"),
+            ("m", isinstance(self.m, int) and 1 <= self.m <= 64, "an integer in 1..64"),
+            ("aggregate", self.aggregate in ("mixture", "single"), "mixture or single"),
+            ("threshold", 0.0 <= self.threshold <= 1.0, "in [0, 1]"),
+            (
+                "max_new_tokens",
+                self.max_new_tokens is None or 1 <= self.max_new_tokens <= 4096,
+                "in 1..4096",
+            ),
+            (
+                "sample_temperature",
+                math.isfinite(self.sample_temperature) and 0.05 <= self.sample_temperature <= 10,
+                "in [0.05, 10]",
+            ),
+        ]
+        for name, ok, what in checks:
+            if not ok:
+                raise DecisionError(f"{name} must be {what}", (name,))
+
+
+@dataclass
+class Decision:
+    """Answers to one request: ``answers`` (wire form, keyed by question name), ``usage``
+    (``input_tokens``: distinct prompt tokens read, a shared prefix counted once;
+    ``output_tokens``: sampled rationale tokens) and ``details`` per question: ``mode``
+    (the mode that produced the answer), ``escalated`` (auto), ``direct_confidence``,
+    ``confidence``, ``tokens`` (the option tokens read) and, with ``DecideOptions.details``
+    in reason mode, ``rationales``, ``readouts`` (M x K) and ``forced``."""
+
+    answers: dict[str, dict]
+    usage: dict[str, int]
+    details: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
+class _Item:
+    """One planned question of one request."""
+
+    name: str
+    question: Question
+    opts: OptionTokens
+    direct_ids: list[int]
+    reason_prompt: str
+    reason_len: int
+    p: np.ndarray | None = None
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Job:
+    items: list[_Item]
+    options: DecideOptions
+    max_new_tokens: int
+    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
+
+
+# --------------------------------------------------------------------------- the engine
+@torch.no_grad()
+def shared_prefix_readout(
+    model: PreTrainedModel,
+    groups: Sequence[Sequence[Sequence[int]]],
+    option_ids: Tensor | Sequence[Sequence[int]],
+    pad_id: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """Readout of many prompts that share a prefix within each group, in two passes.
+
+    ``groups[g]`` holds the token ids of the prompts about one state (each ending with the
+    marker and the bridge); their longest common token prefix (at most all but one token of
+    the shortest prompt) is run once, its key/value cache is copied to the group's rows,
+    and the remaining suffixes run on top of it. Equals ``readout.readout`` on the full
+    prompts up to float rounding. ``option_ids`` is ``(R, K)`` for the ``R`` prompts in
+    order (-1 = absent option). Returns ``(u, logits)``, both ``(R, K)`` float32.
+    """
+    prefixes, suffixes, owner = [], [], []
+    for seqs in groups:
+        if min(len(s) for s in seqs) < 2:
+            raise ValueError("each prompt needs at least 2 tokens")
+        lcp = _common_prefix_len(seqs)
+        # a group without a common prefix: each prompt is its own group
+        for part in [seqs] if lcp else [[s] for s in seqs]:
+            cut = lcp if lcp else len(part[0]) - 1
+            prefixes.append(list(part[0][:cut]))
+            suffixes.extend(list(s[cut:]) for s in part)
+            owner.extend([len(prefixes) - 1] * len(part))
+    device = model.device
+    p_ids, p_mask = left_pad(prefixes, pad_id, device)
+    out = model(
+        input_ids=p_ids,
+        attention_mask=p_mask,
+        position_ids=position_ids(p_mask),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = getattr(out, "cache", None)
+    cache = out.past_key_values if cache is None else cache
+    idx = torch.tensor(owner, device=device)
+    cache.reorder_cache(idx)  # one copy of its prefix's keys and values per prompt
+    s_ids, s_mask = left_pad(suffixes, pad_id, device)
+    mask = torch.cat([p_mask[idx], s_mask], dim=1)
+    out = model(
+        input_ids=s_ids,
+        attention_mask=mask,
+        position_ids=position_ids(mask)[:, p_ids.shape[1] :],
+        use_cache=False,
+        logits_to_keep=1,
+        **{_cache_argument(model): cache},
+    )
+    logits = option_logits(out.logits[:, -1], torch.as_tensor(option_ids, dtype=torch.long))
+    return logits.softmax(-1), logits
+
+
+def _cache_argument(model: PreTrainedModel) -> str:
+    """The forward argument that takes a KV cache: ``cache`` (transformers >= 5.2x) or
+    ``past_key_values`` (earlier versions); a PEFT model is asked about its base."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _union(rows: Sequence[Sequence[int]]) -> tuple[list[list[int]], Tensor]:
+    """Per row the union of its option ids (first-seen order), padded with -1 ``(R, K)``."""
+    unions = [list(dict.fromkeys(ids)) for ids in rows]
+    k = max(len(u) for u in unions)
+    return unions, torch.tensor([u + [-1] * (k - len(u)) for u in unions], dtype=torch.long)
+
+
+class DecisionModel:
+    """A checkpoint answering typed questions (see the module docstring).
+
+    ``prompt_format``: ``auto`` picks ``chat`` when the tokenizer has a chat template,
+    ``task`` when ``meta`` lists the checkpoint's ``options``, else ``plain``.
+    ``temperature`` overrides ``meta["temperature"]`` (the fitted T). ``max_state_tokens``
+    bounds the rendered state; ``batch_rows`` the rows of one forward pass (a rationale
+    counts once per sample); ``prefix_cache=False`` runs every prompt in full instead of
+    reusing the state's prefix (same answers, for models whose cache cannot be reordered).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        prompt_format: PromptFormat = "auto",
+        temperature: float | None = None,
+        max_state_tokens: int = 4096,
+        batch_rows: int = 64,
+        prefix_cache: bool = True,
+    ):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.meta = {**DEFAULT_META, **(meta or {})}
+        self.marker, self.sep = self.meta["marker"], self.meta["sep"]
+        self.temperature = float(self.meta["temperature"] if temperature is None else temperature)
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be positive and finite, got {self.temperature}")
+        self.task_options = tuple(self.meta.get("options") or ())
+        if prompt_format == "auto":
+            if getattr(tokenizer, "chat_template", None):
+                prompt_format = "chat"
+            elif len(self.task_options) >= 2:
+                prompt_format = "task"
+            else:
+                prompt_format = "plain"
+        if prompt_format == "task" and len(self.task_options) < 2:
+            raise ValueError("prompt_format 'task' needs the checkpoint's options in rlcd.json")
+        if prompt_format not in ("task", "chat", "plain"):
+            raise ValueError(f"unknown prompt_format {prompt_format!r}")
+        self.prompt_format = prompt_format
+        self.max_state_tokens, self.batch_rows = max_state_tokens, batch_rows
+        self.prefix_cache = prefix_cache
+        self.n_ctx = getattr(model.config, "max_position_embeddings", None)
+        cfg = self.meta.get("config") if isinstance(self.meta.get("config"), dict) else {}
+        self.default_new_tokens = int(
+            self.meta.get("max_new_tokens") or cfg.get("max_new_tokens") or 256
+        )
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._marker_len = len(tokenizer(self.marker, add_special_tokens=False)["input_ids"])
+        self._option_cache: dict[tuple[str, ...], OptionTokens | str] = {}
+        self._encoded: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, device: str | torch.device = "cpu", **kwargs: Any
+    ) -> DecisionModel:
+        """Load a checkpoint directory (``models.load_checkpoint``) as a decision model."""
+        model, tokenizer, meta = load_checkpoint(path, device=device)
+        return cls(model, tokenizer, meta, **kwargs)
+
+    # ------------------------------------------------------------------ option tokens
+    def _options(self, labels: tuple[str, ...]) -> OptionTokens | str:
+        """Option tokens for ``labels`` or the error message (cached per label tuple)."""
+        if labels not in self._option_cache:
+            if len(self._option_cache) >= 1024:  # labels come from requests: stay bounded
+                self._option_cache.clear()
+            try:
+                found: OptionTokens | str = option_token_ids(
+                    self.tokenizer, labels, self.marker, self.sep
+                )
+            except ValueError as err:
+                found = str(err)
+            self._option_cache[labels] = found
+        return self._option_cache[labels]
+
+    def _first_valid(self, candidates: Sequence[tuple[str, ...]]) -> OptionTokens:
+        errors = []
+        for labels in candidates:
+            found = self._options(labels)
+            if isinstance(found, OptionTokens):
+                return found
+            errors.append(found)
+        raise DecisionError("cannot represent the options: " + "; ".join(errors))
+
+    def option_tokens(self, q: Question) -> OptionTokens:
+        """The option tokens read for ``q``, one per label in order (see the module
+        docstring for the mapping). Raises :class:`DecisionError` when ``q`` cannot be
+        represented with this checkpoint's tokens."""
+        k = len(q.labels)
+        if self.prompt_format == "task":
+            own = self.task_options
+            if q.kind == "noul":
+                yes = [o for o in own if o.lower() in YES_LIKE]
+                no = [o for o in own if o.lower() in NO_LIKE]
+                if not (yes and no):
+                    raise DecisionError(
+                        f"this checkpoint answers with {list(own)}, which has no yes/no pair; "
+                        "a noul question cannot be represented"
+                    )
+                return self._first_valid([(yes[0], no[0])])
+            if k > len(own):
+                raise DecisionError(
+                    f"{k} options, but this checkpoint (task {self.meta.get('task')!r}) "
+                    f"only answers with {len(own)} option tokens {list(own)}",
+                    ("criteria",),
+                )
+            by_name = set(q.labels) <= set(own)
+            return self._first_valid([q.labels if by_name else own[:k]])
+        if q.kind == "noul":
+            return self._first_valid([("yes", "no"), ("Y", "N"), ("A", "B")])
+        if q.kind == "score":
+            return self._first_valid([q.labels])
+        if k <= len(CODES):
+            return self._first_valid([tuple(CODES[:k]), q.labels])
+        return self._first_valid([q.labels])
+
+    # ------------------------------------------------------------------ prompts
+    def question_text(self, state_text: str, q: Question, codes: Sequence[str]) -> str:
+        """The user text of a chat/plain prompt: the state first (so every question about
+        it shares the prefix), then the instructions and one line per option."""
+        instructions = DEFAULT_INSTRUCTIONS[q.kind] if q.instructions is None else q.instructions
+        lines = [state_text, f"Question: {render(instructions)}", "Options:"]
+        for code, label, desc in zip(codes, q.labels, q.descriptions, strict=True):
+            if q.kind == "score":
+                lines.append(f"{code}) {render(desc)}")
+                continue
+            head = code if code == label else f"{code}) {label}"
+            lines.append(head if desc is None else f"{head}: {render(desc)}")
+        if self.prompt_format == "plain":  # build_prompt adds no instruction without a template
+            lines.append("Reply with the code of one option.")
+        return "\n".join(lines)
+
+    def _encode(self, text: str) -> list[int]:
+        if text not in self._encoded:  # the prompts of one request repeat (task format)
+            self._encoded[text] = encode_prompts(self.tokenizer, [text])[0]
+        return list(self._encoded[text])
+
+    def _unknown_chars(self, text: str) -> list[str]:
+        """The pieces of ``text`` the tokenizer maps to its unknown token (none: ``[]``)."""
+        unk = self.tokenizer.unk_token_id
+        if unk is None:
+            return []
+        try:
+            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        except NotImplementedError:  # slow tokenizers: no offsets
+            ids = self._encode(text)
+            return [ch for ch in dict.fromkeys(text) if unk in self._encode(ch)] * (unk in ids)
+        spans = zip(enc["input_ids"], enc["offset_mapping"], strict=True)
+        return list(dict.fromkeys(text[a:b] for i, (a, b) in spans if i == unk))
+
+    def _plan(self, state: Any, questions: Mapping[str, Any], options: DecideOptions) -> _Job:
+        options.validate()
+        self._encoded.clear()  # memo of this request's encodings only
+        if not isinstance(questions, Mapping) or not questions:
+            raise DecisionError("at least one question is required", ("questions",))
+        try:
+            state_text = render(state)
+        except (TypeError, ValueError, RecursionError):
+            raise DecisionError("the state cannot be rendered as text", ("state",)) from None
+        if not state_text.strip() or state in ({}, []):
+            raise DecisionError("the state is empty", ("state",))
+        state_ids = self._encode(state_text)
+        if len(state_ids) > self.max_state_tokens:
+            raise DecisionError(
+                f"the state has {len(state_ids)} tokens; at most {self.max_state_tokens}",
+                ("state",),
+            )
+        bad = self._unknown_chars(state_text)
+        if bad:
+            raise DecisionError(
+                f"the state contains characters this model cannot read: {bad[:10]}", ("state",)
+            )
+        new_tokens = options.max_new_tokens or self.default_new_tokens
+        chat = self.prompt_format == "chat"
+        items = []
+        for name, raw in questions.items():
+            loc = ("questions", name)
+            try:
+                q = raw if isinstance(raw, Question) else question_from_wire(raw)
+                opts = self.option_tokens(q)
+            except DecisionError as err:
+                raise DecisionError(f"question {name!r}: {err.msg}", loc + err.loc) from None
+            if self.prompt_format == "task":
+                text = state_text
+                direct = build_prompt(self.tokenizer, text, direct=True, marker=self.marker)
+                reason = build_prompt(self.tokenizer, text, marker=self.marker)
+            else:
+                try:
+                    text = self.question_text(state_text, q, opts.labels)
+                except (TypeError, ValueError, RecursionError):
+                    raise DecisionError(f"question {name!r} cannot be rendered", loc) from None
+                bad = self._unknown_chars(text[len(state_text) :])
+                if bad:
+                    raise DecisionError(
+                        f"question {name!r} contains characters this model cannot read: {bad[:10]}",
+                        loc,
+                    )
+                codes = ", ".join(opts.labels) if len(opts) <= 10 else "its code"
+                direct = build_prompt(
+                    self.tokenizer,
+                    text,
+                    direct=True,
+                    marker=self.marker,
+                    chat=chat,
+                    instruction=f"Reply with one option ({codes}) only.",
+                )
+                reason = build_prompt(
+                    self.tokenizer,
+                    text,
+                    marker=self.marker,
+                    chat=chat,
+                    instruction=f"Think step by step, then finish with '{self.marker} <option>'.",
+                )
+            direct_ids = self._encode(direct) + list(opts.bridge)
+            reason_len = len(self._encode(reason))
+            needed = len(direct_ids)
+            if options.mode != "direct":
+                needed = reason_len + new_tokens + self._marker_len + len(opts.bridge)
+            if self.n_ctx is not None and needed > self.n_ctx:
+                raise DecisionError(
+                    f"question {name!r} needs {needed} positions (prompt"
+                    + ("" if options.mode == "direct" else f" + {new_tokens} rationale tokens")
+                    + f"), but the model reads at most {self.n_ctx}; shorten the state",
+                    ("state",),
+                )
+            items.append(_Item(name, q, opts, direct_ids, reason, reason_len))
+        return _Job(items, options, new_tokens)
+
+    # ------------------------------------------------------------------ answering
+    def decide(self, state: Any, questions: Mapping[str, Any], **options: Any) -> Decision:
+        """Answer ``questions`` (name -> wire question or :class:`Question`) about ``state``;
+        ``options`` are :class:`DecideOptions` fields. Raises :class:`DecisionError`."""
+        out = self.decide_batch([(state, questions, DecideOptions(**options))])[0]
+        if isinstance(out, DecisionError):
+            raise out
+        return out
+
+    @torch.no_grad()
+    def decide_batch(
+        self, requests: Sequence[tuple[Any, Mapping[str, Any], DecideOptions]]
+    ) -> list[Decision | DecisionError]:
+        """Answer several requests ``(state, questions, options)`` in shared forward passes.
+
+        A request that cannot be answered yields its :class:`DecisionError` in place; the
+        others are unaffected. All direct readouts (direct and auto questions) of the batch
+        share forward passes; all rationales with the same sampling settings share one
+        ``sample_rationales`` call (seeded with the requests' seed). Direct answers do not
+        depend on the batch; sampled ones do (the draw depends on the batch composition).
+        """
+        jobs: list[_Job | DecisionError] = []
+        for state, questions, options in requests:
+            try:
+                jobs.append(self._plan(state, questions, options))
+            except DecisionError as err:
+                jobs.append(err)
+        live = [j for j in jobs if isinstance(j, _Job)]
+        self._direct_phase([j for j in live if j.options.mode != "reason"])
+        for job in live:
+            for it in job.items:
+                if job.options.mode == "direct":
+                    it.detail["mode"] = "direct"
+                elif job.options.mode == "auto":
+                    conf = decision_confidence(it.question.kind, it.p)
+                    it.detail.update(direct_confidence=conf, escalated=conf < job.options.threshold)
+                    it.detail["mode"] = "reason" if it.detail["escalated"] else "direct"
+                else:
+                    it.detail["mode"] = "reason"
+        self._reason_phase(live)
+        out: list[Decision | DecisionError] = []
+        for job in jobs:
+            if isinstance(job, DecisionError):
+                out.append(job)
+                continue
+            answers, details = {}, {}
+            for it in job.items:
+                answers[it.name] = it.question.answer(it.p)
+                it.detail.update(
+                    confidence=decision_confidence(it.question.kind, it.p),
+                    tokens=list(it.opts.labels),
+                )
+                details[it.name] = it.detail
+            out.append(Decision(answers, dict(job.usage), details))
+        return out
+
+    def _calibrated(self, logits: Tensor) -> np.ndarray:
+        """``softmax(z / T)`` in float64 (``metrics.apply_temperature``)."""
+        return apply_temperature(logits.detach().double().cpu().numpy(), self.temperature)
+
+    def _direct_phase(self, jobs: Sequence[_Job]) -> None:
+        """Direct readouts of every item of ``jobs``, one group of rows per request."""
+        groups: list[tuple[list[list[int]], list[list[int]], list[list[_Item]]]] = []
+        for job in jobs:
+            rows: dict[tuple[int, ...], list[_Item]] = {}
+            for it in job.items:  # identical prompts (task format) share one row
+                rows.setdefault(tuple(it.direct_ids), []).append(it)
+            seqs = [list(s) for s in rows]
+            lcp = _common_prefix_len(seqs)
+            job.usage["input_tokens"] += lcp + sum(len(s) - lcp for s in seqs)
+            ids = [[i for it in its for i in it.opts.ids] for its in rows.values()]
+            groups.append((seqs, ids, list(rows.values())))
+        chunk: list = []
+        for group in groups:
+            chunk.append(group)
+            if sum(len(g[0]) for g in chunk) >= self.batch_rows:
+                self._direct_chunk(chunk)
+                chunk = []
+        if chunk:
+            self._direct_chunk(chunk)
+
+    def _direct_chunk(self, chunk: Sequence[tuple]) -> None:
+        unions, option_ids = _union([ids for _, rows, _ in chunk for ids in rows])
+        if self.prefix_cache and any(len(seqs) > 1 for seqs, _, _ in chunk):
+            _, logits = shared_prefix_readout(
+                self.model, [seqs for seqs, _, _ in chunk], option_ids, self.pad_id
+            )
+        else:  # one prompt per state (task format): nothing to share, one pass
+            flat = [s for seqs, _, _ in chunk for s in seqs]
+            ids, mask = left_pad(flat, self.pad_id, self.model.device)
+            _, logits = readout_fn(self.model, ids, mask, option_ids)
+        row_items = [its for _, _, items in chunk for its in items]
+        for r, (union, its) in enumerate(zip(unions, row_items, strict=True)):
+            for it in its:
+                cols = [union.index(i) for i in it.opts.ids]
+                it.p = self._calibrated(logits[r, cols][None])[0]
+
+    def _reason_phase(self, jobs: Sequence[_Job]) -> None:
+        """Rationales for every item whose mode is ``reason``, batched by sampling settings;
+        one set of M rationales per distinct prompt of a request."""
+        batches: dict[tuple, list[tuple[_Job, str, list[_Item]]]] = {}
+        for job in jobs:
+            prompts: dict[tuple[str, tuple[int, ...]], list[_Item]] = {}
+            for it in job.items:
+                if it.detail["mode"] == "reason":
+                    prompts.setdefault((it.reason_prompt, it.opts.bridge), []).append(it)
+            o = job.options
+            for (prompt, bridge), its in prompts.items():
+                key = (o.m, job.max_new_tokens, o.sample_temperature, o.seed, bridge)
+                batches.setdefault(key, []).append((job, prompt, its))
+                job.usage["input_tokens"] += its[0].reason_len
+        for (m, new_tokens, temp, seed, bridge), entries in batches.items():
+            per_call = max(1, self.batch_rows // m)
+            for start in range(0, len(entries), per_call):
+                part = entries[start : start + per_call]
+                rats = sample_rationales(
+                    self.model,
+                    self.tokenizer,
+                    [prompt for _, prompt, _ in part],
+                    m,
+                    new_tokens,
+                    bridge=bridge,
+                    marker=self.marker,
+                    temperature=temp,
+                    seed=seed + start,
+                )
+                unions, option_ids = _union(
+                    [[i for it in its for i in it.opts.ids] for _, _, its in part]
+                )
+                _, logits = readout_fn(
+                    self.model, rats.input_ids, rats.attention_mask, option_ids[rats.prompt_index]
+                )
+                lengths = rats.lengths.cpu().tolist()
+                forced = rats.forced.cpu().tolist()
+                for j, ((job, _, its), union) in enumerate(zip(part, unions, strict=True)):
+                    rows = slice(j * m, (j + 1) * m)
+                    job.usage["output_tokens"] += int(sum(lengths[rows]))
+                    for it in its:
+                        cols = [union.index(i) for i in it.opts.ids]
+                        u = self._calibrated(logits[rows][:, cols])
+                        it.p = u.mean(0) if job.options.aggregate == "mixture" else u[0]
+                        if job.options.details:
+                            it.detail.update(
+                                rationales=rats.texts[rows],
+                                readouts=u.tolist(),
+                                forced=forced[rows],
+                                lengths=lengths[rows],
+                            )
+
+
+def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix, at most all but the last token of the shortest
+    sequence (the token count ``shared_prefix_readout`` computes once)."""
+    n = min(len(s) for s in seqs) - 1
+    k = 0
+    while k < n and all(s[k] == seqs[0][k] for s in seqs):
+        k += 1
+    return k
+
+
+def with_options(options: DecideOptions, overrides: Mapping[str, Any]) -> DecideOptions:
+    """``options`` with the non-None ``overrides`` applied (request-level settings)."""
+    return replace(options, **{k: v for k, v in overrides.items() if v is not None})
