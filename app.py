@@ -1,4 +1,9 @@
-"""Hugging Face Spaces entry point: the rlcd_lab dashboard."""
+"""Hugging Face Spaces entry point: the rlcd_lab dashboard (``python app.py``).
+
+The Space's front matter is at the top of README.md; ``make app`` and ``rlcd-lab app``
+serve the same :func:`rlcd_lab.dashboard.build_demo`, whose ``launch()`` uses a theme
+with system fonts (no web fonts, nothing fetched from the network).
+"""
 
 from rlcd_lab.dashboard import build_demo
 

@@ -4,7 +4,8 @@ Every function returns a ``plotly.graph_objects.Figure`` and writes nothing; num
 computed by :mod:`rlcd_lab.metrics` so a figure always shows the same values as the
 tables. Data arrays are stored as plain lists (``fig.to_dict()`` is readable JSON) and
 the exact metric values behind a label are kept in each trace's ``meta`` dict.
-:func:`training_curves` may read a ``log.jsonl`` when given a path (read only).
+:func:`training_curves` and :func:`compare_curves` may read ``log.jsonl`` files when given
+paths (read only).
 
 References: Guo et al. 2017 (reliability diagrams), Geifman & El-Yaniv 2017 and
 Geifman et al. 2019 (risk-coverage curves, AURC), OpenJev-RLCD sec. 5 (Cov@eps).
@@ -146,11 +147,29 @@ def reliability_diagram(
     return fig
 
 
+def _thin(n: int, max_points: int | None) -> np.ndarray | None:
+    """Indices of at most ``max_points`` evenly spaced points out of ``n`` (first and last
+    kept), or ``None`` to keep all ``n``."""
+    if max_points is None or n <= max_points:
+        return None
+    if max_points < 2:
+        raise ValueError(f"max_points must be >= 2, got {max_points}")
+    return np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
+
+
+def _pick(a: np.ndarray, idx: np.ndarray | None) -> list[float]:
+    return (a if idx is None else a[idx]).tolist()
+
+
 def risk_coverage_figure(
     models: Mapping[str, tuple[ArrayLike, ArrayLike]],
     eps: float = 0.05,
     oracle: Literal["first", "each", "none"] = "first",
     title: str = "Risk-coverage",
+    max_points: int | None = None,
+    marks: Mapping[str, tuple[float, float]] | None = None,
+    mark_label: str = "threshold",
+    cov_style: Literal["lines", "markers"] = "lines",
 ) -> go.Figure:
     """Risk-coverage curves of several models on one figure.
 
@@ -163,24 +182,39 @@ def risk_coverage_figure(
     * its oracle curve (:func:`rlcd_lab.metrics.oracle_risk_coverage_curve`), named
       ``"{name} oracle"``, for the first model only (``oracle="first"``), for every model
       (``"each"``) or none;
-    * a vertical dashed line at ``x = Cov@eps``, named ``"{name} Cov@{eps}"``.
+    * with ``cov_style="lines"``, a vertical dashed line at ``x = Cov@eps``, named
+      ``"{name} Cov@{eps}"``.
 
-    Last comes one horizontal dotted line at ``y = eps`` named ``"risk = {eps}"``.
+    With ``cov_style="markers"`` one trace ``"Cov@{eps}"`` follows instead, a triangle
+    per model at ``(Cov@eps, eps)`` on the risk line (``meta = {"models",
+    "cov_at_eps"}``, lists in model order). With ``marks`` (name -> ``(coverage,
+    risk)``, e.g. each model's operating point at a confidence threshold) one trace
+    named ``mark_label`` follows, a diamond per marked model (``meta = {"models",
+    "coverage", "risk"}``). Last comes one horizontal dotted line at ``y = eps`` named
+    ``"risk = {eps}"``. ``max_points`` thins each curve to at most that many evenly
+    spaced points for display (the first and last kept; AURC and Cov@eps are still
+    computed on all items). The compact options (``max_points``, ``cov_style="markers"``,
+    one ``marks`` trace) keep the figure fast enough to rebuild on every slider move.
     Lower curves are better; Cov@eps is where a curve last sits at or below the line.
     Geifman & El-Yaniv 2017; Geifman et al. 2019; OpenJev-RLCD sec. 5.
     """
     if oracle not in ("first", "each", "none"):
         raise ValueError("oracle must be 'first', 'each' or 'none'")
-    fig = go.Figure()
+    if cov_style not in ("lines", "markers"):
+        raise ValueError("cov_style must be 'lines' or 'markers'")
+    traces = []
+    covs: dict[str, float] = {}
     for i, (name, (conf, correct)) in enumerate(models.items()):
         cov, risk = metrics.risk_coverage_curve(conf, correct)
+        idx = _thin(cov.size, max_points)
         area = metrics.aurc(conf, correct)
-        cov_eps = metrics.coverage_at_risk(conf, correct, eps)
+        cov_eps = covs[name] = metrics.coverage_at_risk(conf, correct, eps)
         color = _color(i)
-        fig.add_trace(
-            go.Scatter(
-                x=cov.tolist(),
-                y=risk.tolist(),
+        traces.append(
+            dict(
+                type="scatter",
+                x=_pick(cov, idx),
+                y=_pick(risk, idx),
                 mode="lines",
                 name=f"{name} (AURC={area:.4f})",
                 legendgroup=name,
@@ -190,10 +224,11 @@ def risk_coverage_figure(
         )
         if oracle == "each" or (oracle == "first" and i == 0):
             ocov, orisk = metrics.oracle_risk_coverage_curve(correct)
-            fig.add_trace(
-                go.Scatter(
-                    x=ocov.tolist(),
-                    y=orisk.tolist(),
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=_pick(ocov, idx),
+                    y=_pick(orisk, idx),
                     mode="lines",
                     name=f"{name} oracle",
                     legendgroup=name,
@@ -201,19 +236,67 @@ def risk_coverage_figure(
                     meta={"model": name, "aurc": float(orisk.mean())},
                 )
             )
-        fig.add_trace(
-            go.Scatter(
-                x=[cov_eps, cov_eps],
-                y=[0.0, 1.0],
-                mode="lines",
-                name=f"{name} Cov@{eps:g}",
-                legendgroup=name,
-                line={"color": color, "dash": "dash", "width": 1},
-                meta={"model": name, "cov_at_eps": cov_eps},
+        if cov_style == "lines":
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=[cov_eps, cov_eps],
+                    y=[0.0, 1.0],
+                    mode="lines",
+                    name=f"{name} Cov@{eps:g}",
+                    legendgroup=name,
+                    line={"color": color, "dash": "dash", "width": 1},
+                    meta={"model": name, "cov_at_eps": cov_eps},
+                )
+            )
+    names = list(models)
+    if cov_style == "markers" and names:
+        traces.append(
+            dict(
+                type="scatter",
+                x=[covs[n] for n in names],
+                y=[eps] * len(names),
+                mode="markers",
+                name=f"Cov@{eps:g}",
+                text=names,
+                marker={
+                    "color": [_color(i) for i in range(len(names))],
+                    "size": 11,
+                    "symbol": "triangle-up",
+                    "line": {"color": "black", "width": 1},
+                },
+                meta={"models": names, "cov_at_eps": [covs[n] for n in names]},
+                hovertemplate="%{text}<br>Cov@" + f"{eps:g}" + " = %{x:.3f}<extra></extra>",
             )
         )
-    fig.add_trace(
-        go.Scatter(
+    marked = [n for n in names if marks and n in marks]
+    if marked:
+        points = [tuple(float(v) for v in marks[n]) for n in marked]
+        traces.append(
+            dict(
+                type="scatter",
+                x=[c for c, _ in points],
+                y=[r for _, r in points],
+                mode="markers",
+                name=mark_label,
+                text=marked,
+                marker={
+                    "color": [_color(names.index(n)) for n in marked],
+                    "size": 13,
+                    "symbol": "diamond",
+                    "line": {"color": "black", "width": 1},
+                },
+                meta={
+                    "models": marked,
+                    "coverage": [c for c, _ in points],
+                    "risk": [r for _, r in points],
+                },
+                hovertemplate="%{text}<br>coverage %{x:.3f}<br>risk %{y:.3f}<extra></extra>",
+            )
+        )
+    traces.append(
+        dict(
+            type="scatter",
             x=[0.0, 1.0],
             y=[eps, eps],
             mode="lines",
@@ -222,9 +305,161 @@ def risk_coverage_figure(
             meta={"eps": eps},
         )
     )
-    fig.update_layout(title=title, xaxis_title="coverage", yaxis_title="risk (error rate)")
-    fig.update_xaxes(range=[0, 1])
+    # plain dicts validated once by one Figure call (not go.Scatter + add_trace, which
+    # validate twice): several times faster, for the dashboard's live updates
+    return go.Figure(
+        data=traces,
+        layout={
+            "title": {"text": title},
+            "xaxis": {"title": {"text": "coverage"}, "range": [0, 1]},
+            "yaxis": {"title": {"text": "risk (error rate)"}},
+        },
+    )
+
+
+def reliability_curves(
+    models: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    n_bins: int = 15,
+    title: str = "Reliability",
+) -> go.Figure:
+    """Top-label reliability of several models on one figure (an overlay, for comparing).
+
+    ``models`` maps a name to ``(probs (N, K), labels (N,))``. Row 1: the diagonal
+    (``"perfect calibration"``), then per model a line through ``(conf_b, acc_b)``, the
+    mean confidence and the accuracy of each non-empty bin (bins as in
+    :func:`rlcd_lab.metrics.ece`), named ``"{name} (ECE=0.0123)"`` with
+    ``meta = {"model", "ece"}`` (exact :func:`rlcd_lab.metrics.ece`). Row 2: per model the
+    fraction of its items in each bin (all bins, at the bin centres), named
+    ``"{name} items"``. Points below the diagonal mean overconfidence. Guo et al. 2017.
+    """
+    fig = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.06
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[0.0, 1.0],
+            y=[0.0, 1.0],
+            mode="lines",
+            name="perfect calibration",
+            line={"dash": "dash", "color": "gray"},
+        ),
+        row=1,
+        col=1,
+    )
+    centres = (metrics.bin_edges(n_bins)[:-1] + metrics.bin_edges(n_bins)[1:]) / 2
+    for i, (name, (probs, labels)) in enumerate(models.items()):
+        conf, correct = metrics.confidence_and_correct(probs, labels)
+        bins = metrics.reliability_bins(conf, correct, n_bins)
+        ece = metrics.ece_from_confidence(conf, correct, n_bins)
+        keep = bins["count"] > 0
+        color = _color(i)
+        fig.add_trace(
+            go.Scatter(
+                x=bins["confidence"][keep].tolist(),
+                y=bins["accuracy"][keep].tolist(),
+                mode="lines+markers",
+                name=f"{name} (ECE={ece:.4f})",
+                legendgroup=name,
+                line={"color": color},
+                meta={"model": name, "ece": ece},
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=centres.tolist(),
+                y=(bins["count"] / conf.size).tolist(),
+                mode="lines+markers",
+                name=f"{name} items",
+                legendgroup=name,
+                showlegend=False,
+                line={"color": color, "width": 1},
+                marker={"size": 4},
+            ),
+            row=2,
+            col=1,
+        )
+    fig.update_layout(title=title)
+    fig.update_xaxes(range=[0, 1], row=1, col=1)
+    fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
+    fig.update_yaxes(range=[0, 1], title_text="accuracy", row=1, col=1)
+    fig.update_yaxes(title_text="items", row=2, col=1)
     return fig
+
+
+def threshold_curves(
+    curves: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    vlines: Mapping[str, float] | None = None,
+    title: str = "Expected cost by threshold",
+    xaxis_title: str = "confidence threshold t",
+    yaxis_title: str = "expected cost per item",
+    max_points: int | None = None,
+) -> go.Figure:
+    """Step curves ``y(t)`` of a rule "act on the items with confidence >= t", one per model.
+
+    ``curves`` maps a name to ``(t (P,), y (P,))`` with ``t`` ascending and ``y[j]`` the
+    value for thresholds in ``(t[j-1], t[j]]`` (drawn with ``line_shape="vh"``). Per
+    model: the curve (named ``name``, ``meta = {"model", "t_min", "y_min"}``: the first
+    threshold reaching the smallest value) and a marker at that minimum
+    (``"{name} min"``, not in the legend). Then one dotted vertical line per entry of
+    ``vlines`` (label -> threshold), named by its label. ``max_points`` thins the curves
+    for display (minimum computed on all points).
+    """
+    traces = []
+    for i, (name, (t, y)) in enumerate(curves.items()):
+        ta, ya = to_numpy(t, np.float64).reshape(-1), to_numpy(y, np.float64).reshape(-1)
+        if ta.shape != ya.shape or ta.size == 0:
+            raise ValueError(f"{name}: t {ta.shape} and y {ya.shape} must match, non-empty")
+        j = int(np.argmin(ya))
+        idx = _thin(ta.size, max_points)
+        color = _color(i)
+        traces.append(
+            dict(
+                type="scatter",
+                x=_pick(ta, idx),
+                y=_pick(ya, idx),
+                mode="lines",
+                line={"color": color, "shape": "vh"},
+                name=name,
+                legendgroup=name,
+                meta={"model": name, "t_min": float(ta[j]), "y_min": float(ya[j])},
+            )
+        )
+        traces.append(
+            dict(
+                type="scatter",
+                x=[float(ta[j])],
+                y=[float(ya[j])],
+                mode="markers",
+                name=f"{name} min",
+                legendgroup=name,
+                showlegend=False,
+                marker={"color": color, "size": 9, "symbol": "circle-open"},
+            )
+        )
+    ys = [v for tr in traces for v in tr["y"]]
+    top = max(ys) if ys else 1.0
+    for k, (label, x) in enumerate((vlines or {}).items()):
+        traces.append(
+            dict(
+                type="scatter",
+                x=[float(x), float(x)],
+                y=[0.0, top],
+                mode="lines",
+                name=label,
+                line={"color": "black" if k == 0 else "gray", "dash": "dot", "width": 1},
+                meta={"x": float(x)},
+            )
+        )
+    return go.Figure(
+        data=traces,
+        layout={
+            "title": {"text": title},
+            "xaxis": {"title": {"text": xaxis_title}},
+            "yaxis": {"title": {"text": yaxis_title}, "rangemode": "tozero"},
+        },
+    )
 
 
 def rationale_bars(
@@ -252,25 +487,27 @@ def rationale_bars(
     p = ua.mean(0) if mixture is None else to_numpy(mixture, np.float64).reshape(-1)
     if texts is not None and len(texts) != m:
         raise ValueError(f"{len(texts)} texts for M = {m} rationales")
-    fig = go.Figure()
+    traces = []
     for i in range(m):
         hover = None
         if texts is not None:
             t = texts[i]
             t = t if len(t) <= max_hover_chars else t[: max_hover_chars - 1] + "…"
             hover = [t] * k
-        fig.add_trace(
-            go.Bar(
-                x=names,
-                y=ua[i].tolist(),
-                name=f"r{i + 1}",
-                hovertext=hover,
-                marker={"color": _color(i), "opacity": 0.6},
-            )
+        bar = dict(
+            type="bar",
+            x=names,
+            y=ua[i].tolist(),
+            name=f"r{i + 1}",
+            marker={"color": _color(i), "opacity": 0.6},
         )
+        if hover is not None:
+            bar["hovertext"] = hover
+        traces.append(bar)
     diversity = float(((ua - p) ** 2).sum(1).mean())
-    fig.add_trace(
-        go.Bar(
+    traces.append(
+        dict(
+            type="bar",
             x=names,
             y=p.tolist(),
             name="mixture",
@@ -278,9 +515,15 @@ def rationale_bars(
             meta={"diversity": diversity},
         )
     )
-    fig.update_layout(title=title, barmode="group", xaxis_title="option", yaxis_title="probability")
-    fig.update_yaxes(range=[0, 1])
-    return fig
+    return go.Figure(
+        data=traces,
+        layout={
+            "title": {"text": title},
+            "barmode": "group",
+            "xaxis": {"title": {"text": "option"}},
+            "yaxis": {"title": {"text": "probability"}, "range": [0, 1]},
+        },
+    )
 
 
 def _read_log(log: str | Path | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -298,7 +541,7 @@ def _is_number(v: Any) -> bool:
 
 def training_curves(
     log: str | Path | Sequence[Mapping[str, Any]],
-    columns: str | Sequence[str] | None = None,
+    columns: str | Sequence[str | Sequence[str]] | None = None,
     x: str = "step",
     title: str = "Training curves",
     separate: bool = False,
@@ -309,41 +552,87 @@ def training_curves(
     per line; blank lines ignored). ``columns`` defaults to every key that holds a number
     in some row, except ``x``. A row contributes to a column's trace only when it has a
     finite number for both ``x`` and that column (rows missing the column, or holding
-    ``None``/NaN/non-numbers, are skipped). With ``separate=True`` each column gets its
-    own stacked subplot (useful when scales differ); otherwise all share one axis.
+    ``None``/NaN/non-numbers, are skipped). With ``separate=True`` each entry of
+    ``columns`` gets its own stacked subplot (useful when scales differ); an entry may
+    be a group of columns (e.g. ``("grad_pathwise", "grad_score_function")``) sharing one
+    subplot, titled by its columns joined with ``" / "``. Otherwise all share one axis.
     """
     rows = _read_log(log)
     if columns is None:
-        cols: list[str] = []
+        groups: list[list[str]] = []
+        seen: set[str] = set()
         for row in rows:
             for key, v in row.items():
-                if key != x and key not in cols and _is_number(v):
-                    cols.append(key)
+                if key != x and key not in seen and _is_number(v):
+                    seen.add(key)
+                    groups.append([key])
     elif isinstance(columns, str):
-        cols = [columns]
+        groups = [[columns]]
     else:
-        cols = list(columns)
-    if separate and cols:
-        fig = make_subplots(rows=len(cols), cols=1, shared_xaxes=True, subplot_titles=cols)
+        groups = [[c] if isinstance(c, str) else list(c) for c in columns]
+    if separate and groups:
+        fig = make_subplots(
+            rows=len(groups),
+            cols=1,
+            shared_xaxes=True,
+            subplot_titles=[" / ".join(g) for g in groups],
+        )
     else:
         fig = go.Figure()
-    for i, col in enumerate(cols):
-        pts = [
-            (float(r[x]), float(r[col]))
-            for r in rows
-            if _is_number(r.get(x)) and _is_number(r.get(col))
-        ]
-        trace = go.Scatter(
-            x=[a for a, _ in pts],
-            y=[b for _, b in pts],
-            mode="lines+markers" if len(pts) < 50 else "lines",
-            name=col,
-            line={"color": _color(i)},
-        )
-        if separate:
-            fig.add_trace(trace, row=i + 1, col=1)
-        else:
-            fig.add_trace(trace)
+    i = 0
+    for panel, group in enumerate(groups):
+        for col in group:
+            pts = [
+                (float(r[x]), float(r[col]))
+                for r in rows
+                if _is_number(r.get(x)) and _is_number(r.get(col))
+            ]
+            trace = go.Scatter(
+                x=[a for a, _ in pts],
+                y=[b for _, b in pts],
+                mode="lines+markers" if len(pts) < 50 else "lines",
+                name=col,
+                line={"color": _color(i)},
+            )
+            i += 1
+            if separate:
+                fig.add_trace(trace, row=panel + 1, col=1)
+            else:
+                fig.add_trace(trace)
     fig.update_layout(title=title)
-    fig.update_xaxes(title_text=x, row=len(cols) if separate and cols else None)
+    fig.update_xaxes(title_text=x, row=len(groups) if separate and groups else None)
     return fig
+
+
+def compare_curves(
+    logs: Mapping[str, str | Path | Sequence[Mapping[str, Any]]],
+    column: str,
+    x: str = "step",
+    title: str | None = None,
+) -> go.Figure:
+    """One logged ``column`` of several runs against ``x``, one trace per run (named by
+    its key in ``logs``; each log as in :func:`training_curves`, same skipping rules)."""
+    traces = []
+    for i, (name, log) in enumerate(logs.items()):
+        pts = [
+            (float(r[x]), float(r[column]))
+            for r in _read_log(log)
+            if _is_number(r.get(x)) and _is_number(r.get(column))
+        ]
+        traces.append(
+            go.Scatter(
+                x=[a for a, _ in pts],
+                y=[b for _, b in pts],
+                mode="lines+markers" if len(pts) < 50 else "lines",
+                name=name,
+                line={"color": _color(i)},
+            )
+        )
+    return go.Figure(
+        data=traces,
+        layout={
+            "title": {"text": title or column},
+            "xaxis": {"title": {"text": x}},
+            "yaxis": {"title": {"text": column}},
+        },
+    )

@@ -1,9 +1,348 @@
-"""The placeholder dashboard: Proposition 1 table and clear errors."""
+"""The dashboard: pure callbacks against hand-derived numbers and rlcd_lab.metrics, clear
+errors for bad input, and the launched app driven through gradio_client."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
 
 import gradio as gr
+import numpy as np
 import pytest
 
-from rlcd_lab.dashboard import build_demo, proposition1_table
+from rlcd_lab import metrics
+from rlcd_lab.assets import shipped_runs
+from rlcd_lab.dashboard import (
+    ask,
+    ask_model,
+    bayes_threshold,
+    build_demo,
+    checkpoint_info,
+    compare_runs,
+    cost_curve,
+    default_checkpoint,
+    default_runs,
+    example_fields,
+    load_run,
+    offline_theme,
+    parse_options,
+    proposition1_sliders,
+    proposition1_table,
+    reroute,
+    route,
+    routing_figures,
+    routing_update,
+    run_curves,
+)
+from rlcd_lab.dashboard.playground import playground_visibility, simplex
+from rlcd_lab.models import save_checkpoint
+from rlcd_lab.routing import realized_costs
+
+# ---------------------------------------------------------------------------------------
+# A fabricated run: 6 test items, K = 2, p0 = P(option 0)
+# ---------------------------------------------------------------------------------------
+# confidence max(p0, 1 - p0) and correctness (prediction = argmax):
+#   0.95 right, 0.90 wrong, 0.80 right, 0.70 right, 0.60 wrong, 0.55 right
+TEST = [(0.95, 0), (0.10, 0), (0.80, 0), (0.30, 1), (0.60, 1), (0.45, 1)]
+DEV = [(0.95, 0), (0.9, 1), (0.85, 0), (0.2, 1), (0.75, 0), (0.3, 0)]
+
+
+def _rows(items, split):
+    rows = []
+    for i, (p0, y) in enumerate(items):
+        probs = [p0, 1.0 - p0]
+        rows.append(
+            {
+                "uid": f"{split}-{i}",
+                "label": y,
+                "q": None,
+                "options": ["Y", "N"],
+                "rationales": ["r"],
+                "forced": [False],
+                "lengths": [3],
+                "readouts": [probs],
+                "mixture": probs,
+                "probs": probs,
+                "logits": [math.log(p0), math.log(1.0 - p0)],
+            }
+        )
+    return rows
+
+
+def _arrays(items):
+    logits = np.array([[math.log(p), math.log(1 - p)] for p, _ in items])
+    return logits, np.array([y for _, y in items])
+
+
+@pytest.fixture()
+def fake_run(tmp_path):
+    run = tmp_path / "fake-s0" / "reinforce"
+    (run / "eval").mkdir(parents=True)
+    for split, items in (("test", TEST), ("dev", DEV)):
+        text = "".join(json.dumps(r) + "\n" for r in _rows(items, split))
+        (run / "eval" / f"{split}.jsonl").write_text(text)
+    (run / "log.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "rationale_length": 40 - s, "grad_pathwise": 1.0})
+            + "\n"
+            + json.dumps({"step": s, "grad_score_function": 3.0, "dev_ece": 0.1})
+            + "\n"
+            for s in range(3)
+        )
+    )
+    return run
+
+
+def test_routing_numbers_by_hand_raw(fake_run):
+    # raw confidences, t = 0.75: decided {0.95 right, 0.90 wrong, 0.80 right} -> coverage
+    # 3/6, error 1/3, 3 escalated; cost (10 * 1 wrong + 1 * 3 escalated) / 6 = 13/6
+    _, route_table, metric_table, fig, out = routing_update(
+        [str(fake_run)], 0.75, 0.05, 10.0, 1.0, calibrated=False
+    )
+    r = out["runs"][str(fake_run)]
+    assert r["coverage"] == 0.5 and r["decided"] == 3 and r["errors"] == 1
+    assert r["risk"] == pytest.approx(1 / 3)
+    assert r["escalated"] == 3 and r["cost"] == pytest.approx(13 / 6)
+    assert r["T"] == 1.0 and r["n"] == 6
+    # the same cost from rlcd_lab.routing: escalate (action 2) below t, else answer argmax
+    logits, y = _arrays(TEST)
+    conf, _ = metrics.confidence_and_correct(metrics.softmax(logits), y)
+    actions = np.where(conf >= 0.75, logits.argmax(1), 2)
+    cost = np.array([[0, 10], [10, 0], [1, 1]])
+    assert r["cost"] == pytest.approx(realized_costs(actions, y, cost).mean())
+    # Cov@0.05: only the top item is right before the 0.90 error -> 1/6
+    assert r["cov_at_eps"] == pytest.approx(1 / 6)
+    assert route_table["data"][0][2] == "50.0% (3/6)"
+    assert route_table["data"][0][3] == "33.3% (1 wrong)"
+    assert metric_table["headers"][6] == "Cov@0.05"
+    # the figure marks the operating point on the curve
+    marks = [t for t in fig.to_dict()["data"] if t["name"].startswith("at t")]
+    assert marks[0]["x"] == [0.5] and marks[0]["y"] == pytest.approx([1 / 3])
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.6, 0.7, 0.77, 0.9, 1.0])
+def test_routing_numbers_equal_metrics_after_temperature_scaling(fake_run, threshold):
+    eps = 0.2
+    *_, out = routing_update([str(fake_run)], threshold, eps, 4.0, 0.5, calibrated=True)
+    r = out["runs"][str(fake_run)]
+    logits, y = _arrays(TEST)
+    dev_logits, dev_y = _arrays(DEV)
+    T = metrics.fit_temperature(dev_logits, dev_y)
+    conf, correct = metrics.confidence_and_correct(metrics.apply_temperature(logits, T), y)
+    decided = conf >= threshold
+    assert r["T"] == pytest.approx(T)
+    assert r["decided"] == decided.sum() and r["errors"] == (decided & ~correct).sum()
+    assert r["coverage"] == pytest.approx(decided.mean())
+    assert r["risk"] == pytest.approx((~correct[decided]).mean() if decided.any() else 0.0)
+    assert r["cost"] == pytest.approx((4.0 * r["errors"] + 0.5 * (~decided).sum()) / 6)
+    # the table's metrics are metrics.evaluate's temperature-scaled row
+    row = metrics.evaluate(logits, y, dev=(dev_logits, dev_y), eps=eps, is_logits=True)
+    for key in ("accuracy", "brier", "nll", "ece", "aurc"):
+        assert r[key] == pytest.approx(row[f"ts_{key}"])
+    assert r["cov_at_eps"] == pytest.approx(row["ts_cov_at_eps"])
+    assert r["pred_cov_at_eps"] == pytest.approx(row["ts_pred_cov_at_eps"])
+
+
+def test_dev_threshold_applied_to_test(fake_run):
+    # raw dev confidences 0.95 right, 0.90 wrong, 0.85 right, 0.80 right, 0.75 right,
+    # 0.70 wrong: top-k error rates 0, 1/2, 1/3, 1/4, 1/5, 2/6; the largest k with error
+    # <= 0.25 is 5, so the dev threshold is 0.75. On test, 0.95, 0.90 (wrong) and 0.80
+    # reach it: coverage 3/6, error 1/3.
+    *_, out = routing_update([str(fake_run)], 0.5, 0.25, 1.0, 1.0, calibrated=False)
+    r = out["runs"][str(fake_run)]
+    assert r["dev_threshold"] == pytest.approx(0.75)
+    assert r["test_coverage_at_dev_threshold"] == pytest.approx(3 / 6)
+    assert r["test_risk_at_dev_threshold"] == pytest.approx(1 / 3)
+
+
+def test_cost_curve_matches_route_at_every_threshold(fake_run):
+    s = load_run(str(fake_run)).scores(False)
+    t, cost = cost_curve(s, 10.0, 1.0)
+    assert np.all(np.diff(t) > 0) and t[-1] == 1.0
+    for j in range(len(t)):  # y[j] holds on (t[j-1], t[j]]: check at both ends
+        lo = t[j - 1] + 1e-9 if j else 0.0
+        for x in (lo, t[j]):
+            assert route(s, x, 10.0, 1.0)["cost"] == pytest.approx(cost[j])
+    assert cost[-1] == 1.0  # t = 1 escalates everything
+
+
+def test_bayes_threshold():
+    assert bayes_threshold(10.0, 1.0) == pytest.approx(0.9)
+    assert bayes_threshold(1.0, 2.0) == 0.0 and bayes_threshold(0.0, 1.0) == 0.0
+    with pytest.raises(gr.Error, match="non-negative"):
+        bayes_threshold(-1.0, 1.0)
+
+
+def test_routing_bad_input(fake_run, tmp_path):
+    msg, table, *_ = routing_update([], 0.5, 0.05, 1.0, 1.0)
+    assert "Select" in msg and table["data"] == []
+    with pytest.raises(gr.Error, match="no eval/test.jsonl"):
+        routing_update([str(tmp_path / "nope")], 0.5, 0.05, 1.0, 1.0)
+    with pytest.raises(gr.Error, match="non-negative"):
+        routing_update([str(fake_run)], 0.5, 0.05, -1.0, 1.0)
+    with pytest.raises(gr.Error, match="eps"):
+        routing_update([str(fake_run)], 0.5, 0.0, 1.0, 1.0)
+    broken = tmp_path / "broken"
+    (broken / "eval").mkdir(parents=True)
+    (broken / "eval" / "test.jsonl").write_text("{not json\n")
+    with pytest.raises(gr.Error, match="could not read"):
+        routing_update([str(broken)], 0.5, 0.05, 1.0, 1.0)
+
+
+def test_routing_figures_and_shipped_runs():
+    names = list(shipped_runs())
+    chosen = default_runs(names)
+    assert chosen and chosen[0].endswith("reinforce")
+    reliability, costs = routing_figures(chosen, 10.0, 1.0, True)
+    labels = [t["name"] for t in reliability.to_dict()["data"]]
+    assert labels[0] == "perfect calibration" and len(labels) == 1 + 2 * len(chosen)
+    lines = [t for t in costs.to_dict()["data"] if t["name"] == "1 − c_e/c_w"]
+    assert lines[0]["x"] == [pytest.approx(0.9)] * 2
+    # the shipped runs' table metrics are those stored at training time (final/rlcd.json)
+    from rlcd_lab.models import read_meta
+
+    *_, out = routing_update(chosen[:1], 0.9, 0.05, 10.0, 1.0, True)
+    stored = read_meta(shipped_runs()[chosen[0]] / "final")["metrics"]["test"]
+    r = out["runs"][chosen[0]]
+    assert r["T"] == pytest.approx(stored["T"], rel=1e-6)
+    assert r["aurc"] == pytest.approx(stored["ts_aurc"], rel=1e-6)
+    assert r["cov_at_eps"] == pytest.approx(stored["ts_cov_at_eps"])
+
+
+def test_default_runs_and_checkpoint():
+    names = [
+        "results/verify-s1/grpo",
+        "results/verify-s1/reinforce",
+        "runs/verify-s0/calibrate",
+        "runs/verify-s0/grpo",
+        "runs/verify-s0/mixture",
+        "runs/verify-s0/reinforce",
+        "runs/verify-s0/rft",
+        "runs/verify-s0/rft-kl",
+        "runs/verify-s0/sft",
+    ]
+    assert default_runs(names) == ["results/verify-s1/reinforce", "results/verify-s1/grpo"]
+    assert default_runs(names[2:]) == [
+        "runs/verify-s0/reinforce",
+        "runs/verify-s0/grpo",
+        "runs/verify-s0/rft",
+        "runs/verify-s0/rft-kl",
+        "runs/verify-s0/sft",
+    ]
+    assert default_runs(["a/x", "a/y"]) == ["a/x", "a/y"]  # no RLCD run: the first ones
+    assert default_checkpoint(["checkpoints/base-verify", "r/reinforce/final"]).endswith("final")
+
+
+# ---------------------------------------------------------------------------------------
+# Ask
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory, marker_lm, tokenizer):
+    """An assets root with one checkpoint: the conftest model that writes ``ab Answer:``,
+    with a fitted temperature of 2 and the verify task."""
+    root = tmp_path_factory.mktemp("assets")
+    meta = {"temperature": 2.0, "task": "verify", "method": "calibrate", "options": ["Y", "N"]}
+    save_checkpoint(root / "checkpoints" / "tiny", marker_lm, tokenizer, meta)
+    (root / "checkpoints" / "broken").mkdir()
+    (root / "checkpoints" / "broken" / "config.json").write_text("{}")
+    (root / "checkpoints" / "bad-meta").mkdir()
+    (root / "checkpoints" / "bad-meta" / "config.json").write_text("{}")
+    (root / "checkpoints" / "bad-meta" / "rlcd.json").write_text("{oops")
+    return root
+
+
+def test_ask_model_applies_the_fitted_temperature(marker_lm, tokenizer):
+    meta = {"temperature": 2.0}
+    r = ask_model(marker_lm, tokenizer, meta, "Q: 1?", ["Y", "N"], m=3, max_new_tokens=16)
+    assert [x["text"] for x in r["rationales"]] == ["ab"] * 3
+    assert not any(x["forced"] for x in r["rationales"])
+    for x in r["rationales"]:
+        z = np.array(x["logits"])
+        assert x["u"] == pytest.approx(metrics.softmax(z / 2.0).tolist())
+        assert x["u_raw"] == pytest.approx(metrics.softmax(z).tolist(), abs=1e-6)
+    u = np.array([x["u"] for x in r["rationales"]])
+    assert r["mixture"] == pytest.approx(u.mean(0).tolist())
+    assert r["probs"] == r["rationales"][0]["u"] and r["answer"] == "Y"
+    assert r["confidence"] == pytest.approx(max(r["probs"]))
+    # one sampled token cannot reach the marker: it is forced
+    r = ask_model(marker_lm, tokenizer, meta, "Q: 1?", ["Y", "N"], m=2, max_new_tokens=1)
+    assert all(x["forced"] and x["length"] == 1 for x in r["rationales"])
+
+
+def test_ask_callback_routes_and_flags(tiny_root):
+    verdict, html, fig, r = ask("checkpoints/tiny", "Q: 1?", "Y, N", 2, 1.0, 1, 0, 0.0, tiny_root)
+    assert r["decision"] == "automate" and "decide automatically" in verdict
+    assert "T = 2.000" in verdict and "Length limit" in verdict and "marker forced" in html
+    assert [t["name"] for t in fig.to_dict()["data"]] == ["r1", "r2", "mixture"]
+    # a threshold above the confidence escalates, without sampling again
+    verdict, r2 = reroute(r, 1.0)
+    assert r2["decision"] == "escalate" and "escalate" in verdict
+    assert r2["rationales"] == r["rationales"]
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "question", "options", "msg"),
+    [
+        ("checkpoints/tiny", "Q: 1?", "", "enter the answer options"),
+        ("checkpoints/tiny", "Q: 1?", "Y, Y", "duplicate option labels"),
+        ("checkpoints/tiny", "Q: 1?", "yes, no", r"\['yes', 'no'\] are not a single token"),
+        ("checkpoints/tiny", "Q: 1?", "Y, , N", "non-empty"),
+        ("checkpoints/tiny", "   ", "Y, N", "type a question"),
+        ("checkpoints/nowhere", "Q: 1?", "Y, N", "checkpoint 'checkpoints/nowhere' not found"),
+        ("checkpoints/broken", "Q: 1?", "Y, N", "could not load checkpoint"),
+    ],
+)
+def test_ask_bad_input_is_a_readable_error(tiny_root, checkpoint, question, options, msg):
+    with pytest.raises(gr.Error, match=msg):
+        ask(checkpoint, question, options, 2, 1.0, 8, 0, 0.5, tiny_root)
+
+
+def test_parse_options_and_checkpoint_info(tiny_root):
+    assert parse_options(" A, B ,C ") == ["A", "B", "C"] and parse_options("A B") == ["A", "B"]
+    info, examples, question, options = checkpoint_info("checkpoints/tiny", "x?", "A, B", tiny_root)
+    assert "fitted T** 2.000" in info and "calibrate" in info
+    choices = examples.choices
+    assert len(choices) == 100 and choices[0][1] == "verify-test-0"
+    assert question == "33+60+20=113?" and options == "Y, N"  # options did not fit: replaced
+    _, _, question, _ = checkpoint_info("checkpoints/tiny", "mine?", "Y, N", tiny_root)
+    assert question == "mine?"  # options fit the task: the user's question is kept
+    info, *_ = checkpoint_info("checkpoints/nowhere", "q", "Y, N", tiny_root)
+    assert "not found" in info
+    info, *_ = checkpoint_info("checkpoints/bad-meta", "q", "Y, N", tiny_root)
+    assert "could not read" in info and "rlcd.json" in info
+    assert example_fields("checkpoints/tiny", "verify-test-1", tiny_root) == (
+        "90+25+83=218?",
+        "Y, N",
+    )
+    with pytest.raises(gr.Error, match="no task example"):
+        example_fields("checkpoints/tiny", "nope", tiny_root)
+
+
+# ---------------------------------------------------------------------------------------
+# Runs and Proposition 1
+# ---------------------------------------------------------------------------------------
+
+
+def test_run_curves_and_compare(fake_run):
+    fig, summary = run_curves(
+        str(fake_run), ["rationale length", "gradient norms", "dev Brier, ECE, AURC"]
+    )
+    d = fig.to_dict()
+    assert [t["name"] for t in d["data"]] == [
+        "rationale_length",
+        "grad_pathwise",
+        "grad_score_function",
+        "dev_ece",
+    ]
+    assert d["data"][0]["y"] == [40.0, 39.0, 38.0]
+    assert "RMS(score function) / RMS(pathwise) = **3.0×**" in summary
+    fig = compare_runs([str(fake_run)], "rationale_length")
+    assert fig.to_dict()["data"][0]["name"] == "fake-s0/reinforce"
+    with pytest.raises(gr.Error, match="unknown panels"):
+        run_curves(str(fake_run), ["nope"])
 
 
 def test_proposition1_table_hand_worked():
@@ -15,14 +354,32 @@ def test_proposition1_table_hand_worked():
     assert values[0] == pytest.approx(0.544444, abs=1e-6)
     assert values[1] == pytest.approx(0.38, abs=1e-6)
     assert values[0] == pytest.approx(values[1] + values[2], abs=2e-6)
+    assert values[3] == pytest.approx(15.8 / 30, abs=1e-6)  # RLVR reward p.q
+
+
+def test_proposition1_sliders_match_the_typed_version():
+    check, table, fig = proposition1_sliders(2, 3, 0.9, 0, 0.2, 0, 0.6, 0, 0.1, 0, 0.7, 0)
+    typed = proposition1_table("0.9,0.1\n0.2,0.8\n0.6,0.4", "0.7,0.3")
+    assert table.values.tolist() == typed
+    assert "0.5444" in check and "diversity bonus" in check
+    names = [t["name"] for t in fig.to_dict()["data"]]
+    assert names == ["r1", "r2", "r3", "mixture", "q (outcomes)"]
+    # three options: C gets the rest; A + B > 1 is rescaled
+    assert simplex(0.2, 0.5, 3) == pytest.approx([0.2, 0.5, 0.3])
+    assert simplex(0.9, 0.3, 3) == pytest.approx([0.75, 0.25, 0.0])
+    check, table, _ = proposition1_sliders(3, 1, 0.2, 0.5, 0, 0, 0, 0, 0, 0, 0.2, 0.5)
+    assert "no diversity bonus" in check and float(table.values[2][1]) == 0.0
+    shown = [u["visible"] for u in playground_visibility(3, 2)]
+    assert shown == [True, True, False, False, True, True, False, False, True]
 
 
 @pytest.mark.parametrize(
-    "readouts,q,msg",
+    ("readouts", "q", "msg"),
     [
         ("0.5,x", "0.5,0.5", "could not read"),
         ("0.5,0.5", "1,0,0", "same number"),
         ("-1,2", "1,0", "non-negative"),
+        ("0,0", "1,0", "positive mass"),
     ],
 )
 def test_proposition1_table_errors(readouts, q, msg):
@@ -30,5 +387,129 @@ def test_proposition1_table_errors(readouts, q, msg):
         proposition1_table(readouts, q)
 
 
-def test_build_demo():
-    assert isinstance(build_demo(), gr.Blocks)
+# ---------------------------------------------------------------------------------------
+# The app
+# ---------------------------------------------------------------------------------------
+
+
+def test_offline_theme_loads_no_web_fonts():
+    theme = offline_theme()
+    css = theme._get_theme_css()
+    assert "googleapis" not in css and "@font-face" not in css
+    assert "system-ui" in css
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_app_end_to_end(fake_run):
+    from gradio_client import Client
+
+    demo = build_demo()
+    assert isinstance(demo, gr.Blocks)
+    port = _free_port()
+    demo.launch(prevent_thread_lock=True, server_port=port, quiet=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        # ask a question of a shipped checkpoint
+        verdict, _, _, result = client.predict(
+            "runs/verify-s0/reinforce/final",
+            "33+60+20=113?",
+            "Y, N",
+            2,
+            1.0,
+            64,
+            0,
+            0.5,
+            api_name="/ask",
+        )
+        assert len(result["rationales"]) == 2 and result["item"]["label"] == "Y"
+        u = np.array([r["u"] for r in result["rationales"]])
+        assert result["mixture"] == pytest.approx(u.mean(0).tolist())
+        assert result["decision"] == ("automate" if result["confidence"] >= 0.5 else "escalate")
+        assert f"T = {result['T']:.3f}" in verdict
+        # bad input comes back as the readable message
+        with pytest.raises(Exception, match="not a single token"):
+            client.predict(
+                "runs/verify-s0/reinforce/final",
+                "1+1+1=3?",
+                "yes, no",
+                1,
+                1.0,
+                8,
+                0,
+                0.5,
+                api_name="/ask",
+            )
+        # move the threshold on the fabricated run: numbers as metrics computes them
+        logits, y = _arrays(TEST)
+        conf, correct = metrics.confidence_and_correct(metrics.softmax(logits), y)
+        for t in (0.75, 0.58, 0.97):
+            *_, out = client.predict(
+                [str(fake_run)], t, 0.05, 10.0, 1.0, False, api_name="/routing"
+            )
+            r = out["runs"][str(fake_run)]
+            decided = conf >= t
+            assert r["coverage"] == pytest.approx(decided.mean())
+            assert r["errors"] == (decided & ~correct).sum()
+            assert r["aurc"] == pytest.approx(metrics.aurc(conf, correct))
+            assert r["cov_at_eps"] == pytest.approx(metrics.coverage_at_risk(conf, correct, 0.05))
+    finally:
+        demo.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Figures added to rlcd_lab.plots for the dashboard
+# ---------------------------------------------------------------------------------------
+
+
+def test_risk_coverage_compact_options():
+    from rlcd_lab import plots
+
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0.5, 1.0, 500)
+    correct = rng.random(500) < conf
+    models = {"a": (conf, correct), "b": (conf[::-1], correct)}
+    fig = plots.risk_coverage_figure(
+        models, eps=0.1, oracle="none", max_points=50, marks={"b": (0.4, 0.2)}, cov_style="markers"
+    )
+    d = fig.to_dict()["data"]
+    assert [t["name"].split(" (")[0] for t in d] == ["a", "b", "Cov@0.1", "threshold", "risk = 0.1"]
+    cov, risk = metrics.risk_coverage_curve(conf, correct)
+    # thinned for display, first and last points kept, exact values on the full curve
+    assert len(d[0]["x"]) == 50 and d[0]["x"][0] == cov[0] and d[0]["x"][-1] == 1.0
+    assert set(d[0]["y"]) <= set(risk.tolist())
+    assert d[0]["meta"]["aurc"] == metrics.aurc(conf, correct)
+    assert d[2]["x"] == [metrics.coverage_at_risk(*m, 0.1) for m in models.values()]
+    assert d[2]["y"] == [0.1, 0.1] and d[2]["meta"]["models"] == ["a", "b"]
+    assert d[3]["x"] == [0.4] and d[3]["meta"] == {
+        "models": ["b"],
+        "coverage": [0.4],
+        "risk": [0.2],
+    }
+
+
+def test_reliability_threshold_and_compare_curves():
+    from rlcd_lab import plots
+
+    rng = np.random.default_rng(1)
+    p = metrics.softmax(rng.normal(size=(300, 3)) * 2)
+    y = rng.integers(0, 3, 300)
+    d = plots.reliability_curves({"m": (p, y)}, n_bins=10).to_dict()["data"]
+    assert d[1]["meta"]["ece"] == metrics.ece(p, y, 10)
+    assert sum(d[2]["y"]) == pytest.approx(1.0)  # fraction of items per bin
+    d = plots.threshold_curves(
+        {"m": ([0.5, 0.7, 0.9], [3.0, 1.0, 2.0])}, vlines={"t*": 0.8}
+    ).to_dict()["data"]
+    assert d[0]["meta"] == {"model": "m", "t_min": 0.7, "y_min": 1.0}
+    assert d[0]["line"]["shape"] == "vh" and d[1]["x"] == [0.7] and d[2]["x"] == [0.8, 0.8]
+    rows = [{"step": 0, "a": 1, "b": 2}, {"step": 1, "a": 3, "b": 4}]
+    fig = plots.training_curves(rows, [("a", "b"), "a"], separate=True)
+    d = fig.to_dict()
+    assert [t.get("yaxis", "y") for t in d["data"]] == ["y", "y", "y2"]
+    assert [a["text"] for a in d["layout"]["annotations"]] == ["a / b", "a"]
+    d = plots.compare_curves({"r1": rows, "r2": rows[:1]}, "b").to_dict()["data"]
+    assert [t["name"] for t in d] == ["r1", "r2"] and d[1]["y"] == [2.0]

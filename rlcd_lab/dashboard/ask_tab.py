@@ -1,0 +1,341 @@
+"""Ask tab: sample M rationales from a checkpoint, read each one's calibrated readout, route.
+
+For a question and its option labels the model writes ``M`` rationales that end in the
+marker (:func:`rlcd_lab.rationales.sample_rationales`, as in
+:func:`rlcd_lab.evaluate.run_eval`); one forward pass reads each rationale's option
+logits (:func:`rlcd_lab.rationales.score_rationales`). The checkpoint's fitted
+temperature T (``rlcd.json`` ``"temperature"``) is applied to those logits:
+``u_i = softmax(logits_i / T)``. The single-query answer is the first rationale's
+readout (what the eval dumps and the Routing tab use); the mixture is ``p = mean_i u_i``.
+The routing decision compares the single-query confidence ``max_k u_1k`` with the
+threshold.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .. import metrics, plots
+from ..assets import ASSETS
+from ..models import load_checkpoint, read_meta
+from ..rationales import sample_rationales, score_rationales
+from ..readout import build_prompt, option_token_ids
+from ..tasks import TaskItem, load_task_items
+from .common import resolve_dir
+
+MODEL_CACHE = 4
+"""Loaded checkpoints kept in memory (least recently used evicted)."""
+N_EXAMPLES = 100
+"""Task examples offered per checkpoint (the first of its task's test split)."""
+
+
+@lru_cache(maxsize=MODEL_CACHE)
+def _load(path: str, stamp: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
+    return load_checkpoint(path)
+
+
+def load_model(
+    checkpoint: str, root: str | Path = ASSETS
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
+    """``(model, tokenizer, meta)`` of a shipped checkpoint name or a checkpoint path, from
+    a small LRU cache (reloaded when the directory changes). Raises ``gr.Error`` with the
+    loader's message for a missing or unreadable checkpoint."""
+    path = _checkpoint_dir(checkpoint, root, "config.json")
+    try:
+        return _load(str(path.resolve()), path.stat().st_mtime_ns)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise gr.Error(f"could not load checkpoint {checkpoint!r}: {err}") from None
+
+
+def _checkpoint_dir(checkpoint: str, root: str | Path, required: str) -> Path:
+    return resolve_dir(checkpoint, root, required, "checkpoint")
+
+
+def _meta(path: Path) -> dict:
+    try:
+        return read_meta(path)
+    except (OSError, ValueError) as err:
+        raise gr.Error(f"could not read {path / 'rlcd.json'}: {err}") from None
+
+
+def parse_options(text: str | None) -> list[str]:
+    """Option labels from ``"Y, N"`` (commas) or ``"A B C"`` (spaces); each is stripped.
+    Raises ``gr.Error`` when there are none."""
+    text = (text or "").strip()
+    if not text:
+        raise gr.Error("enter the answer options, e.g. 'Y, N' (each a single token)")
+    return [s.strip() for s in text.split(",")] if "," in text else text.split()
+
+
+@lru_cache(maxsize=8)
+def _task_items(task: str) -> tuple[TaskItem, ...]:
+    return tuple(load_task_items(task, "test"))
+
+
+def task_items(meta: dict) -> tuple[TaskItem, ...]:
+    """Test items of the checkpoint's task (``rlcd.json`` ``"task"``); empty when it names
+    none or the task cannot be loaded."""
+    task = meta.get("task")
+    if not task:
+        return ()
+    try:
+        return _task_items(str(task))
+    except (OSError, ValueError):
+        return ()
+
+
+@torch.no_grad()
+def ask_model(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    meta: dict,
+    question: str,
+    labels: Sequence[str],
+    m: int = 4,
+    temperature: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int | None = 0,
+) -> dict:
+    """Sample ``m`` rationales for ``question`` and read each one's calibrated readout.
+
+    Returns a JSON-ready dict: ``options``, ``T`` (the checkpoint's fitted temperature),
+    ``rationales`` (per rationale: ``text``, ``forced`` (hit ``max_new_tokens``; marker
+    appended), ``length`` (sampled tokens), ``logp`` (``log pi(r | x)``), ``logits``,
+    ``u_raw = softmax(logits)`` and ``u = softmax(logits / T)``), ``mixture`` (mean of
+    ``u``), ``diversity`` (``(1/M) sum_i ||u_i - p||^2``), and the single-query answer
+    (first rationale): ``probs``, ``answer``, ``confidence``. Raises ``ValueError`` for
+    bad labels (:func:`rlcd_lab.readout.option_token_ids`) or an empty question.
+    """
+    marker, sep = meta.get("marker", "Answer:"), meta.get("sep", " ")
+    T = float(meta.get("temperature") or 1.0)
+    labels = list(labels)
+    opts = option_token_ids(tokenizer, labels, marker, sep)
+    prompt = build_prompt(tokenizer, question, marker=marker)
+    rats = sample_rationales(
+        model,
+        tokenizer,
+        [prompt],
+        int(m),
+        int(max_new_tokens),
+        bridge=opts.bridge,
+        marker=marker,
+        temperature=float(temperature),
+        seed=None if seed is None else int(seed),
+    )
+    u_raw, logits, logp = score_rationales(model, rats, list(opts.ids))
+    logits = logits.float().cpu().numpy().astype(np.float64)
+    u = metrics.apply_temperature(logits, T)
+    p = u.mean(0)
+    single = u[0]
+    rows = [
+        {
+            "text": rats.texts[i],
+            "forced": bool(rats.forced[i]),
+            "length": int(rats.lengths[i]),
+            "logp": float(logp[i]),
+            "logits": logits[i].tolist(),
+            "u_raw": u_raw[i].float().cpu().tolist(),
+            "u": u[i].tolist(),
+        }
+        for i in range(len(rats.texts))
+    ]
+    return {
+        "question": question,
+        "options": labels,
+        "T": T,
+        "m": int(m),
+        "rationales": rows,
+        "mixture": p.tolist(),
+        "diversity": float(((u - p) ** 2).sum(1).mean()),
+        "probs": single.tolist(),
+        "answer": labels[int(single.argmax())],
+        "confidence": float(single.max()),
+    }
+
+
+def decision(result: dict, threshold: float) -> str:
+    """``"automate"`` when the single-query confidence is ``>= threshold``, else
+    ``"escalate"``."""
+    return "automate" if result["confidence"] >= threshold else "escalate"
+
+
+def verdict_markdown(result: dict | None, threshold: float) -> str:
+    """The answer, its confidence and the routing decision at ``threshold``, in words."""
+    if not result or "confidence" not in result:
+        return ""
+    labels, p = result["options"], np.array(result["mixture"])
+    conf = result["confidence"]
+    if decision(result, threshold) == "automate":
+        route = f"**decide automatically** (confidence {conf:.3f} ≥ threshold {threshold:.3f})"
+    else:
+        route = f"**escalate** to a human (confidence {conf:.3f} < threshold {threshold:.3f})"
+    n_forced = sum(r["forced"] for r in result["rationales"])
+    lines = [
+        f"### Single query (r1): **{result['answer']}**, confidence {conf:.3f} → {route}",
+        f"Mixture of M = {result['m']}: **{labels[int(p.argmax())]}** ("
+        + ", ".join(f"{lab} {v:.3f}" for lab, v in zip(labels, p, strict=True))
+        + f"; diversity {result['diversity']:.4f}).",
+        f"Readouts use the checkpoint's fitted temperature **T = {result['T']:.3f}** "
+        '(`rlcd.json` "temperature"): u = softmax(logits / T)'
+        + (" (T = 1: no scaling)." if result["T"] == 1.0 else "."),
+    ]
+    if n_forced:
+        lines.append(
+            f"**Length limit:** {n_forced} of {result['m']} rationales hit it; the marker was "
+            "forced, so their readout follows an unfinished rationale."
+        )
+    item = result.get("item")
+    if item:
+        truth = item["label"]
+        mark = "✓" if truth == result["answer"] else "✗"
+        lines.append(f"Task item `{item['uid']}`: true label **{truth}** {mark}.")
+    return "\n\n".join(lines)
+
+
+def rationales_html(result: dict | None) -> str:
+    """Each rationale's text next to bars of its readout ``u`` (colours as in the chart)."""
+    if not result or "rationales" not in result:
+        return ""
+    labels = result["options"]
+    cards = []
+    for i, r in enumerate(result["rationales"]):
+        color = plots.COLORS[i % len(plots.COLORS)]
+        bars = "".join(
+            f'<div style="display:flex;align-items:center;gap:6px;font-size:12px">'
+            f'<span style="width:1.5em;text-align:right">{html.escape(lab)}</span>'
+            f'<span style="display:inline-block;height:10px;width:{100 * v:.1f}px;'
+            f'background:{color}"></span><span>{v:.3f}</span></div>'
+            for lab, v in zip(labels, r["u"], strict=True)
+        )
+        flag = (
+            ' <span style="color:#c2410c;font-weight:600">length limit hit: marker forced</span>'
+            if r["forced"]
+            else ""
+        )
+        text = html.escape(r["text"]) if r["text"] else "<i>(empty rationale)</i>"
+        cards.append(
+            f'<div style="display:flex;gap:12px;padding:6px 0;'
+            f'border-bottom:1px solid var(--border-color-primary, #e5e7eb)">'
+            f'<div style="flex:1;min-width:0"><b style="color:{color}">r{i + 1}</b> '
+            f'<span style="font-size:12px;opacity:.7">{r["length"]} tokens</span>{flag}<br>'
+            f'<code style="white-space:pre-wrap;word-break:break-word">{text}</code></div>'
+            f'<div style="flex:0 0 170px">{bars}</div></div>'
+        )
+    return "".join(cards)
+
+
+def _figure(result: dict) -> go.Figure:
+    return plots.rationale_bars(
+        [r["u"] for r in result["rationales"]],
+        result["options"],
+        mixture=result["mixture"],
+        texts=[r["text"] for r in result["rationales"]],
+        title=f"Readouts u (T = {result['T']:.3f}) and their mixture",
+    )
+
+
+def ask(
+    checkpoint: str,
+    question: str,
+    options: str,
+    m: float = 4,
+    temperature: float = 1.0,
+    max_new_tokens: float = 64,
+    seed: float | None = 0,
+    threshold: float = 0.9,
+    root: str | Path = ASSETS,
+) -> tuple[str, str, go.Figure, dict]:
+    """The Ask tab's callback: ``(verdict markdown, rationales html, bar chart, result)``.
+
+    ``result`` is :func:`ask_model`'s dict plus ``checkpoint``, ``threshold``,
+    ``decision`` and, when the question is a test item of the checkpoint's task with the
+    same options, ``item`` (``uid``, true ``label``). Bad input raises ``gr.Error``.
+    """
+    if not (question or "").strip():
+        raise gr.Error("type a question, or pick a task example")
+    labels = parse_options(options)
+    if not 1 <= int(m) <= 64:
+        raise gr.Error("M must be between 1 and 64")
+    if not temperature or temperature <= 0:
+        raise gr.Error("the sampling temperature must be positive")
+    model, tokenizer, meta = load_model(checkpoint, root)
+    try:
+        result = ask_model(
+            model, tokenizer, meta, question.strip(), labels, m, temperature, max_new_tokens, seed
+        )
+    except ValueError as err:
+        raise gr.Error(str(err)) from None
+    result["checkpoint"] = checkpoint
+    result["threshold"] = float(threshold)
+    result["decision"] = decision(result, threshold)
+    for item in task_items(meta):
+        if item.prompt == result["question"] and list(item.options) == labels:
+            label = None if item.label is None else labels[item.label]
+            result["item"] = {"uid": item.uid, "label": label, "q": item.q}
+            break
+    return verdict_markdown(result, threshold), rationales_html(result), _figure(result), result
+
+
+def reroute(result: dict | None, threshold: float) -> tuple[str, dict | None]:
+    """Re-decide a previous answer at a new threshold (no new sampling)."""
+    if not result or "confidence" not in result:
+        return "", result
+    result = {**result, "threshold": float(threshold), "decision": decision(result, threshold)}
+    return verdict_markdown(result, threshold), result
+
+
+def _example_label(item: TaskItem) -> str:
+    truth = "" if item.label is None else f" → {item.options[item.label]}"
+    return f"{item.uid} · {item.prompt}{truth}"
+
+
+def checkpoint_info(
+    checkpoint: str, question: str, options: str, root: str | Path = ASSETS
+) -> tuple[str, gr.Dropdown, str, str]:
+    """What the Ask tab shows when a checkpoint is chosen: ``(description, examples
+    dropdown, question, options)``. The question and options are replaced by the task's
+    first example only when the current options do not fit the checkpoint's task."""
+    try:
+        path = _checkpoint_dir(checkpoint, root, "config.json")
+        meta = _meta(path)
+    except gr.Error as err:
+        return (
+            f"**Checkpoint not usable:** {err}",
+            gr.Dropdown(choices=[], value=None),
+            question,
+            options,
+        )
+    items = task_items(meta)
+    parts = [f"**{k}** {meta[k]}" for k in ("method", "task", "step") if meta.get(k) is not None]
+    if meta.get("options"):
+        parts.append("**options** " + ", ".join(meta["options"]))
+    parts.append(f"**fitted T** {float(meta.get('temperature') or 1.0):.3f}")
+    info = " · ".join(parts)
+    if meta.get("task") and not items:
+        info += f"\n\nTask {meta['task']!r} could not be loaded; type your own question."
+    choices = [(_example_label(it), it.uid) for it in items[:N_EXAMPLES]]
+    current = [s.strip() for s in (options or "").replace(",", " ").split()]
+    if items and current != list(items[0].options):
+        question, options = items[0].prompt, ", ".join(items[0].options)
+    return info, gr.Dropdown(choices=choices, value=None), question, options
+
+
+def example_fields(checkpoint: str, uid: str | None, root: str | Path = ASSETS) -> tuple:
+    """``(question, options)`` of the task example ``uid`` of the checkpoint's task (no
+    change when ``uid`` is empty)."""
+    if not uid:
+        return gr.skip(), gr.skip()
+    path = _checkpoint_dir(checkpoint, root, "config.json")
+    for item in task_items(_meta(path)):
+        if item.uid == uid:
+            return item.prompt, ", ".join(item.options)
+    raise gr.Error(f"no task example {uid!r} for this checkpoint")
