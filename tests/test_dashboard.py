@@ -416,7 +416,7 @@ def test_app_end_to_end(fake_run):
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         # ask a question of a shipped checkpoint
         verdict, _, _, result = client.predict(
-            "runs/verify-s0/reinforce/final",
+            "results/verify/seed-17/reinforce/final",
             "33+60+20=113?",
             "Y, N",
             2,
@@ -434,7 +434,7 @@ def test_app_end_to_end(fake_run):
         # bad input comes back as the readable message
         with pytest.raises(Exception, match="not a single token"):
             client.predict(
-                "runs/verify-s0/reinforce/final",
+                "results/verify/seed-17/reinforce/final",
                 "1+1+1=3?",
                 "yes, no",
                 1,

@@ -25,7 +25,7 @@ from rlcd_lab.decide import (
     score_confidence,
     shared_prefix_readout,
 )
-from rlcd_lab.models import char_tokenizer, tiny_model
+from rlcd_lab.models import char_tokenizer, read_meta, tiny_model
 from rlcd_lab.rationales import left_pad, readout_texts, sample_rationales
 from rlcd_lab.readout import build_prompt, option_token_ids, readout
 
@@ -38,7 +38,7 @@ STATES = ["33+60+20=113?", "47+38+16=91?", "12+34+56=102?", "90+90+90=260?"]
 
 @pytest.fixture(scope="module")
 def verify():
-    """The shipped two-stage RLCD verify checkpoint (options Y/N, fitted T ~ 1.07)."""
+    """The shipped two-stage RLCD verify checkpoint (options Y/N, fitted T in rlcd.json)."""
     path = next(p for n, p in shipped_checkpoints().items() if n.endswith("reinforce/final"))
     return DecisionModel.from_checkpoint(path)
 
@@ -120,7 +120,9 @@ def test_question_from_wire_validates():
 
 # --------------------------------------------------------------------------- task format
 def test_direct_answers_equal_the_temperature_scaled_readout(verify):
-    assert verify.prompt_format == "task" and verify.temperature == pytest.approx(1.0710517, 1e-6)
+    path = next(p for n, p in shipped_checkpoints().items() if n.endswith("reinforce/final"))
+    assert verify.prompt_format == "task"
+    assert verify.temperature == pytest.approx(read_meta(path)["temperature"], 1e-12)
     state = STATES[0]
     qs = {
         "right": {"type": "noul", "instructions": "Is the sum right?"},

@@ -34,12 +34,12 @@ def _kind(leaf: str) -> int | None:
 def default_runs(names: Sequence[str]) -> list[str]:
     """The default comparison: the runs named ``*reinforce``, ``*grpo``, ``rft*`` and
     ``*sft`` that share a parent directory (one task and seed) with a ``*reinforce`` run,
-    the first such parent in sorted order, RLCD first. Falls back to the first four."""
+    the first such parent in sorted order (``verify`` first), RLCD first; else the first four."""
     groups: dict[str, list[str]] = {}
     for name in names:
         parent, _, leaf = name.rpartition("/")
         groups.setdefault(parent, []).append(leaf)
-    for parent in sorted(groups):
+    for parent in sorted(groups, key=lambda p: ("verify" not in p, p)):  # verify first
         leaves = [leaf for leaf in groups[parent] if _kind(leaf) is not None]
         if any(_kind(leaf) == 0 for leaf in leaves):
             leaves.sort(key=lambda leaf: (_kind(leaf), leaf))
