@@ -161,14 +161,11 @@ def _finished(job: Job) -> bool:
 
 def run_job(job: Job) -> str:
     """Run one job in this process (reusing or resuming it); returns its directory."""
-    import torch
 
     from .models import load_checkpoint
     from .tasks import load_task_items
     from .train import train
 
-    if job.settings["device"] == "cpu":
-        torch.set_num_threads(1)
     if _finished(job):
         return str(job.out)
     if job.train is not None:
@@ -203,6 +200,12 @@ def run_job(job: Job) -> str:
     return str(job.out)
 
 
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None) -> Path:
     """Run every job of ``plan(cfg)`` (``cfg.jobs`` processes at a time), then write the
     report; returns the report directory ``OUT/<task>``."""
@@ -211,7 +214,12 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     saved = {k: os.environ.get(k) for k in quiet}
     os.environ.update(quiet)  # spawned workers inherit it: no interleaved progress bars
     try:
-        with ProcessPoolExecutor(max(1, cfg.jobs), mp_context=get_context("spawn")) as pool:
+        one_thread = SCALES[cfg.scale]["device"] == "cpu"  # same numbers on any core count
+        with ProcessPoolExecutor(
+            max(1, cfg.jobs),
+            mp_context=get_context("spawn"),
+            initializer=_one_thread if one_thread else None,
+        ) as pool:
             for wave in waves:
                 for done in pool.map(run_job, wave):
                     if progress is not None:
