@@ -1,0 +1,361 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 2. System-One collapse: training the per-rationale objective end to end
+#
+# The per-rationale objective `E_r J(u(r), q)` has a calibrated optimum (notebook 1).
+# The paper reports that optimising it *end to end* (pathwise and score-function terms
+# together, from the base reasoner) fails in a specific way on a knowledge task
+# (MMLU-Pro): the base model ends every rationale with near-certainty, so the Brier
+# score punishes its confident mistakes; hedging is learned faster after an *empty*
+# rationale, and the policy gradient moves all rationales to the bare marker within
+# about 100 steps: the reasoning model becomes a direct scorer ("System One"). A KL
+# anchor to the base model (`beta = 0.04`) prevents it.
+#
+# Here we run that experiment on the tiny world's knowledge task, `facts` (the MMLU-Pro
+# analogue: reasoning writes `recall xyz=V` and copies `V` with certainty; the base model
+# answers *better* directly, see the numbers printed below), from the shipped base checkpoint
+# `assets/checkpoints/base-facts`, twice: without and with the KL anchor. Then we look
+# at rationale length, forced-marker rate and the variance of `u` across rationales,
+# step by step, from each run's `log.jsonl`.
+#
+# Where the numbers come from: the two runs are trained *in this notebook* (into a
+# temporary directory), at the size set by `SCALE`. At `ci` scale they are far too short
+# to show anything but that the commands work. Training on CPU is deterministic given
+# the seed, so `default` reproduces the same curves on any machine (up to thread-level
+# float differences).
+#
+# **Honesty note.** The text below that interprets the runs is computed from the logs:
+# it says what happened, including when the paper's finding does not reproduce at this
+# scale.
+
+# %%
+# ruff: noqa: E402  (the two settings below must come before the imports)
+import os
+import warnings
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the notebook output
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+import torch
+from IPython.display import display
+from plotly.subplots import make_subplots
+
+from rlcd_lab import assets, plots, tutorial
+from rlcd_lab.models import read_meta
+from rlcd_lab.train import train
+from rlcd_lab.train.common import read_log
+from rlcd_lab.train.rlcd import preset
+
+pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offline
+torch.set_num_threads(1)
+
+SCALE = tutorial.get_scale()
+SIZES = {
+    "ci": dict(steps=8, eval_every=4, eval_items=20, test_items=0),
+    "default": dict(steps=200, eval_every=25, eval_items=100, test_items=0),
+    "paper": dict(steps=8, eval_every=4, eval_items=20, test_items=0),
+}[SCALE]
+print(f"SCALE = {SCALE}: {SIZES}")
+
+BASE = assets.shipped_checkpoints()["checkpoints/base-facts"]
+OUT = Path(tempfile.mkdtemp(prefix="rlcd-nb02-"))
+MARKER_TOKENS = 7  # "Answer:" in the character tokenizer: a bare-marker rationale
+# at ci scale a copy of facts with a 30-item dev split (each run ends with a dev eval)
+TASK = "facts" if SCALE == "default" else str(tutorial.subset_task("facts", OUT, {"dev": 30}))
+COMMON = dict(
+    init=BASE,
+    task=TASK,
+    lr=1e-3,  # high for this model: collapse-like behaviour appears within 200 steps
+    max_new_tokens=24,
+    batch_size=8,
+    m=4,
+    seed=0,
+    grad_terms_every=10,
+    save_every=10_000,
+    **SIZES,
+)
+print(f"base checkpoint: {BASE}\nruns written to: {OUT}")
+base_dev = read_meta(BASE)["metrics"]["dev"]  # measured when the checkpoint was built
+for mode in ("direct", "reason"):
+    print(
+        f"base-facts on dev, {mode:>6}: accuracy {base_dev[mode]['accuracy']:.3f}, "
+        f"Brier {base_dev[mode]['brier']:.3f}, fitted T {base_dev[mode]['T']:.2f}"
+    )
+base_dev = base_dev["reason"]
+
+# %% [markdown]
+# ## The two runs
+#
+# `rlcd-lab train endtoend` is the RLCD loop (`rlcd_lab/train/rlcd.py`) with the
+# per-rationale objective and score-function weight `c = 1`: every step samples 4
+# rationales for each of 8 questions, reads `u` after each, and takes the gradient of
+# `-(1/M) sum_i R_i - c (1/M) sum_i sg(A_i) log pi(r_i)`, `R_i = J(u_i, Y)` (Brier), with
+# the leave-one-out advantage `A_i` (plus `-beta log pi/pi_ref` when anchored). The
+# equivalent commands:
+
+# %%
+runs = {}
+for name, beta in (("no KL", 0.0), ("KL 0.04", 0.04)):
+    cfg = preset("endtoend", out=OUT / name.replace(" ", "-"), beta=beta, **COMMON)
+    print(
+        f"rlcd-lab train endtoend --init {BASE} --out {cfg.out} --task {TASK} "
+        f"--steps {cfg.steps} --lr {cfg.lr:g} --max-new-tokens {cfg.max_new_tokens} "
+        f"--eval-every {cfg.eval_every} --beta {beta:g}"
+    )
+    if SCALE == "paper":
+        continue
+    t0 = time.perf_counter()
+    runs[name] = train(cfg)
+    print(f"  trained {cfg.steps} steps in {time.perf_counter() - t0:.0f} s")
+
+# %% [markdown]
+# At paper scale these are the commands for Qwen3-1.7B on MMLU-Pro (GPU, bf16; the
+# paper's settings: AdamW lr 2e-6, 8 questions x 4 rationales per step):
+
+# %%
+if SCALE == "paper":
+    for beta in (0.0, 0.04):
+        print(
+            "accelerate launch -m rlcd_lab.cli train endtoend --init PATH/TO/Qwen3-1.7B "
+            f"--task data/mmlu-pro.jsonl --lr 2e-6 --steps 400 --max-new-tokens 1024 "
+            f"--beta {beta} --out runs/mmlu-endtoend-beta{beta}"
+        )
+    print("(the tiny runs below were not trained at paper scale: nothing to plot)")
+else:
+    print("(set RLCD_SCALE=paper to print the commands for a real model)")
+
+# %% [markdown]
+# ## What the logs say
+#
+# Per step: the mean rationale length (sampled tokens; a bare marker is 7), the share
+# of rationales that hit the length limit and got the marker appended ("forced"), the
+# variance of `u` across the 4 rationales of a question (Proposition 1's diversity term:
+# 0 when the readout no longer depends on which rationale was written), the mean reward
+# `J(u, Y)`, and dev accuracy every few steps.
+
+# %%
+logs = {name: read_log(path) for name, path in runs.items()}
+panels = [
+    ("rationale_length", "rationale length (tokens)"),
+    ("forced_rate", "forced-marker rate"),
+    ("readout_variance", "variance of u across rationales"),
+    ("reward", "reward J(u, Y) (Brier, higher is better)"),
+    ("dev_accuracy", "dev accuracy"),
+    ("kl", "log pi/pi_ref (mean per rationale)"),
+]
+fig = make_subplots(rows=3, cols=2, subplot_titles=[t for _, t in panels], shared_xaxes=True)
+for i, (name, rows) in enumerate(logs.items()):
+    for j, (col, _) in enumerate(panels):
+        steps, vals = tutorial.log_column(rows, col)
+        if col != "dev_accuracy" and len(vals) > 20:  # a 10-step moving average
+            vals = pd.Series(vals).rolling(10, min_periods=1).mean().to_numpy()
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=vals,
+                name=name,
+                legendgroup=name,
+                showlegend=j == 0,
+                mode="lines+markers" if col == "dev_accuracy" else "lines",
+                line={"color": plots.COLORS[i]},
+            ),
+            row=j // 2 + 1,
+            col=j % 2 + 1,
+        )
+fig.add_hline(y=MARKER_TOKENS, line_dash="dot", row=1, col=1, annotation_text="bare marker")
+fig.update_layout(height=800, title="End-to-end per-rationale training on facts")
+if logs:
+    fig.show()
+
+
+# %%
+def window(rows, col, frac):
+    """Mean of a log column over the first (frac < 0) or last (frac > 0) share of steps."""
+    _, v = tutorial.log_column(rows, col)
+    k = max(1, int(abs(frac) * len(v)))
+    return float(np.mean(v[:k] if frac < 0 else v[-k:]))
+
+
+summary = {}
+for name, rows in logs.items():
+    meta = read_meta(Path(runs[name]) / "final")
+    dev = meta["metrics"]["dev"]
+    summary[name] = {
+        "length (first 10%)": window(rows, "rationale_length", -0.1),
+        "length (last 10%)": window(rows, "rationale_length", 0.1),
+        "forced (last 10%)": window(rows, "forced_rate", 0.1),
+        "var u (first 10%)": window(rows, "readout_variance", -0.1),
+        "var u (last 10%)": window(rows, "readout_variance", 0.1),
+        "reward (first 10%)": window(rows, "reward", -0.1),
+        "reward (last 10%)": window(rows, "reward", 0.1),
+        "final dev accuracy": dev["accuracy"],
+        "final dev Brier": dev["brier"],
+        "final dev T": dev["T"],
+        "final mean top p": float(
+            np.mean(
+                [max(r["probs"]) for r in assets.read_jsonl(Path(runs[name]) / "eval/dev.jsonl")]
+            )
+        ),
+    }
+summary = pd.DataFrame(summary).T
+display(summary.round(3))
+
+# %% [markdown]
+# A few rationales each final model writes on dev (from the run's `eval/dev.jsonl`):
+
+# %%
+for name, path in runs.items():
+    dev_rows = assets.read_jsonl(Path(path) / "eval/dev.jsonl")
+    print(f"--- {name}")
+    for r in dev_rows[:5]:
+        u, opts = np.array(r["probs"]), r["options"]
+        print(
+            f"  {r['rationales'][0]!r:<40} forced={r['forced'][0]!s:<5} "
+            f"top option {opts[int(u.argmax())]} p={u.max():.2f} (label {opts[r['label']]})"
+        )
+
+# %% [markdown]
+# ## Verdict, computed from the logs
+
+
+# %%
+def verdict(name, s):
+    empty = s["length (last 10%)"] <= MARKER_TOKENS + 0.5
+    flat = s["var u (last 10%)"] < 0.1 * max(s["var u (first 10%)"], 1e-9)
+    limit = s["forced (last 10%)"] > 0.5
+    if empty:
+        return f"{name}: System-One collapse as in the paper: rationales became the bare marker."
+    if flat and limit:
+        return (
+            f"{name}: the readout stopped depending on the rationale (variance of u "
+            f"{s['var u (first 10%)']:.3f} -> {s['var u (last 10%)']:.3f}): it answers the "
+            "same whatever was written, like a direct scorer; but the rationales did not "
+            f"become empty: they ran to the length limit ({s['forced (last 10%)']:.0%} "
+            "forced). A collapse of the reasoning, not the paper's empty-rationale form."
+        )
+    if flat:
+        return (
+            f"{name}: the readout no longer depends on the rationale (variance of u "
+            f"{s['var u (first 10%)']:.3f} -> {s['var u (last 10%)']:.3f}) while the "
+            f"rationales keep their length ({s['length (last 10%)']:.1f} tokens): the "
+            "rationales are kept but ignored."
+        )
+    return (
+        f"{name}: no collapse: rationales keep their length ({s['length (last 10%)']:.1f} "
+        f"tokens, {s['forced (last 10%)']:.0%} forced) and the readout still depends on them "
+        f"(variance of u {s['var u (last 10%)']:.3f})."
+    )
+
+
+if len(summary):
+    for name, s in summary.iterrows():
+        print(verdict(name, s))
+        r0, r1 = s["reward (first 10%)"], s["reward (last 10%)"]
+        hedged = s["final mean top p"] < 0.9
+        print(
+            f"  reward J(u, Y) on the training batches {r0:+.3f} -> {r1:+.3f}; mean top "
+            f"probability on dev {s['final mean top p']:.2f}"
+            + (
+                ": the readout learned to hedge (paper Fig. 1, right)."
+                if r1 > r0 and hedged
+                else "."
+            )
+        )
+    acc = summary["final dev accuracy"]
+    print(
+        "Dev accuracy after training: "
+        + ", ".join(f"{n} {a:.3f}" for n, a in acc.items())
+        + f" (base model after reasoning {base_dev['accuracy']:.3f}). "
+        + (
+            "Both runs lost accuracy against the base model, so at this learning rate this "
+            "is not a clean reproduction of the paper's collapse (benchmarks/RESULTS.md: "
+            "the same at 300 steps)."
+            if (acc < base_dev["accuracy"] - 0.05).all()
+            else "At least one run kept the base model's accuracy."
+        )
+    )
+    if SCALE == "ci":
+        print(f"(ci scale: only {SIZES['steps']} steps; nothing can be read from these curves)")
+
+# %%
+# Checks that make a silent regression fail CI: the logs hold what the plots need.
+for name, rows in logs.items():
+    assert len(rows) == SIZES["steps"], (name, len(rows))
+    for col in ("rationale_length", "forced_rate", "readout_variance", "reward"):
+        assert len(tutorial.log_column(rows, col)[1]) == SIZES["steps"], col
+    assert 0 < window(rows, "rationale_length", -0.1) <= COMMON["max_new_tokens"] + 7
+    assert (
+        len(tutorial.log_column(rows, "dev_accuracy")[1]) == SIZES["steps"] // SIZES["eval_every"]
+    )
+if "KL 0.04" in logs:
+    assert tutorial.log_column(logs["KL 0.04"], "kl")[1].size > 0
+
+# %% [markdown]
+# **What this tiny world can and cannot show.** In `facts` the bare marker right after
+# the question was never a *completion* in pretraining (the prompt is masked), so an
+# empty rationale starts with a vanishing probability and 4 samples per question
+# almost never find it. The policy gradient then moves the rationales somewhere else
+# that makes the readout ignore them. The KL anchor keeps the rationales in the base
+# model's form. `benchmarks/RESULTS.md` records the same experiment for 300 steps; on
+# `verify`, where reasoning is needed, no collapse happens at all.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Rerun the no-KL run with `lr=3e-4` instead of `1e-3`. Does anything collapse in
+#    200 steps? What does the readout variance do?
+# 2. The paper explains the collapse by the readout after an empty rationale learning to
+#    hedge faster. Measure the hedge: for the final no-KL model, compute the mean top
+#    probability of its readouts on dev (`eval/dev.jsonl`) and compare it with the
+#    base model's (`rlcd-lab eval --checkpoint assets/checkpoints/base-facts --task facts
+#    --split dev`).
+# 3. Make the bare marker reachable: how would you change the pretraining data
+#    (`rlcd_lab/tasks/synthetic.py`, `Facts.teach`) so that the base model sometimes
+#    writes an empty rationale? Predict what the no-KL run would then do.
+
+# %% tags=["solution"] jupyter={"source_hidden": true}
+# Solution 1 (runs only at default scale: about 2 minutes):
+if SCALE == "default":
+    cfg = preset("endtoend", out=OUT / "no-KL-lr3e-4", beta=0.0, **{**COMMON, "lr": 3e-4})
+    rows = read_log(train(cfg))
+    print(
+        "exercise 1: lr 3e-4: length (last 10%)",
+        round(window(rows, "rationale_length", 0.1), 1),
+        "forced",
+        round(window(rows, "forced_rate", 0.1), 2),
+        "var u",
+        round(window(rows, "readout_variance", -0.1), 3),
+        "->",
+        round(window(rows, "readout_variance", 0.1), 3),
+    )
+
+# Solution 2: the hedge, from the eval dumps.
+for name, path in runs.items():
+    dev_rows = assets.read_jsonl(Path(path) / "eval/dev.jsonl")
+    top = np.mean([max(r["probs"]) for r in dev_rows])
+    print(f"exercise 2: {name}: mean top probability on dev {top:.3f}")
+
+# Solution 3: e.g. let the teacher answer some known facts after an empty rationale
+# ("fact xyz?\nAnswer: V" as a *completion* of "fact xyz?\n"). The bare marker then has
+# a non-negligible probability, the policy gradient can find it, and without the anchor
+# the rationales should collapse to it as in the paper.

@@ -1,0 +1,431 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 6. Routing: from calibrated probabilities to automated decisions
+#
+# A calibrated decision model earns its keep when software acts on its confidence:
+# decide automatically when it is sure, escalate the rest. This notebook turns
+# probabilities into decisions three ways:
+#
+# 1. **A confidence threshold at an error budget.** Choose the threshold on dev so that
+#    the decided items have error `<= eps`, then see what it does on test: how many
+#    items get decided (coverage) and at what error.
+# 2. **Asymmetric costs.** When a false "yes" costs ten times a false "no", and a human
+#    review costs something too, the Bayes decision under the model's probabilities is
+#    the cheapest policy, *if* the probabilities are calibrated.
+# 3. **An AutoThink-style cascade.** Answer directly (no rationale, no generated tokens)
+#    when the direct readout is confident, reason only when it is not; compare the
+#    tokens spent with the accuracy obtained.
+#
+# Where the numbers come from: sections 1-2 read the eval dumps of the shipped `verify`
+# runs (`rlcd_lab.assets.shipped_runs()`, single query, temperature fitted on dev).
+# Section 3 runs the shipped base checkpoints (`assets/checkpoints/base-verify`, and
+# `base-facts` where reasoning does not help) in both modes on the test split. Nothing is
+# trained. The routing math lives in `rlcd_lab.routing` (tested in
+# `tests/test_tutorial.py`).
+
+# %%
+# ruff: noqa: E402  (the two settings below must come before the imports)
+import os
+import warnings
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the notebook output
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+import torch
+from IPython.display import display
+
+from rlcd_lab import assets, metrics, plots, routing, tutorial
+from rlcd_lab.evaluate import run_eval
+from rlcd_lab.models import load_checkpoint
+from rlcd_lab.tasks import load_task_items
+
+pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offline
+torch.set_num_threads(1)
+
+SCALE = tutorial.get_scale()
+SIZES = {  # dev / test items for the cascade (section 3), and its tasks
+    "ci": dict(dev=100, test=150, tasks=("verify", "facts")),
+    "default": dict(dev=200, test=400, tasks=("verify", "facts")),
+    "paper": dict(dev=100, test=150, tasks=("verify", "facts")),
+}[SCALE]
+EPS = 0.05  # the error budget of Cov@eps (the paper uses 5% on GSM8K-Verify)
+print(f"SCALE = {SCALE}: {SIZES}")
+
+# %% [markdown]
+# ## 1. A confidence threshold at an error budget
+#
+# For each shipped run: the single-query test probabilities after temperature scaling
+# (T fitted on dev). `Cov@5%` is the oracle number of Table 1 (the largest
+# top-confidence share of *test* items with observed error `<= 5%`). A deployed system
+# does not see test labels; it fixes a threshold beforehand. Two ways to fix it on dev:
+#
+# * **labelled dev**: the lowest threshold whose decided dev items have observed error
+#   `<= eps` (`routing.threshold_for_risk(conf, correct, eps)`);
+# * **label-free**: the lowest threshold whose decided items have *predicted* error
+#   `mean(1 - confidence) <= eps` (`routing.threshold_for_risk(conf, None, eps)`); this
+#   trusts the calibration.
+
+# %%
+runs = tutorial.discover_runs(assets.shipped_runs(), task="verify")
+group = tutorial.largest_group(runs)  # one seed: one run per variant
+runs = [i for i in runs if i["group"] == group]
+data = {}
+for info in runs:
+    test_rows, dev_rows = tutorial.read_eval(info["path"])
+    p_test, T = tutorial.scaled_probs(test_rows, dev_rows)
+    dev_logits = np.array([r["logits"] for r in dev_rows])
+    data[info["name"]] = dict(
+        variant=info["variant"],
+        method=info["method"],
+        T=T,
+        p_test=p_test,
+        y_test=np.array([r["label"] for r in test_rows]),
+        raw_test=metrics.softmax(np.array([r["logits"] for r in test_rows])),
+        p_dev=metrics.apply_temperature(dev_logits, T),
+        y_dev=np.array([r["label"] for r in dev_rows]),
+    )
+print(f"shipped verify runs of one seed ({group}):", ", ".join(f"assets/{n}" for n in data))
+
+rows = []
+for d in data.values():
+    c_test, ok_test = metrics.confidence_and_correct(d["p_test"], d["y_test"])
+    c_dev, ok_dev = metrics.confidence_and_correct(d["p_dev"], d["y_dev"])
+    row = {"run": d["variant"], "T": d["T"]}
+    row["test Cov@5% (oracle)"] = metrics.coverage_at_risk(c_test, ok_test, EPS)
+    for how, labels in (("labelled dev", ok_dev), ("label-free", None)):
+        t = routing.threshold_for_risk(c_dev, labels, EPS)
+        r = routing.selective_risk(c_test, ok_test, t)
+        row[f"{how}: threshold"] = t
+        row[f"{how}: test coverage"] = r["coverage"]
+        row[f"{how}: test risk"] = r["risk"]
+    rows.append(row)
+budget = pd.DataFrame(rows).set_index("run")
+display(budget.round(3))
+
+# %%
+best = budget["label-free: test coverage"].idxmax()
+r = budget.loc[best]
+print(
+    f"With a threshold fixed on dev without labels, '{best}' decides "
+    f"{r['label-free: test coverage']:.0%} of the test items automatically, at an observed "
+    f"error of {r['label-free: test risk']:.1%} "
+    + ("(within" if r["label-free: test risk"] <= EPS else "(above")
+    + f" the {EPS:.0%} budget)."
+)
+over = budget.index[budget["label-free: test risk"] > EPS].tolist()
+print(
+    "Runs whose label-free threshold overshoots the budget on test: "
+    + (", ".join(over) if over else "none")
+    + ". A label-free threshold is only as good as the calibration it trusts."
+)
+
+# %% [markdown]
+# The risk-coverage curves behind these numbers (test, after temperature scaling).
+# Lower is better; a curve that stays under the dotted 5% line for longer decides more.
+
+# %%
+plots.risk_coverage_figure(
+    {d["variant"]: metrics.confidence_and_correct(d["p_test"], d["y_test"]) for d in data.values()},
+    eps=EPS,
+    oracle="none",
+    title="Risk-coverage on verify test (shipped runs, after temperature scaling)",
+).show()
+
+# %% [markdown]
+# ## 2. Asymmetric costs and the option to escalate
+#
+# `verify` asks whether a proposed result is right: answering `Y` accepts it, `N`
+# rejects it. Suppose accepting a wrong result costs `c_FA`, rejecting a right one costs
+# 1, and escalating to a human costs 0.5 whatever the truth. With probabilities `p`, the
+# expected cost of each action is `sum_y p_y cost[a, y]` and the Bayes policy takes the
+# cheapest (`routing.bayes_actions`). With calibrated `p` this minimises the realised
+# cost; with overconfident `p` it escalates too little. Slide `c_FA`.
+
+# %%
+c_fa_values = [1, 2, 5, 10, 20, 50]
+ESCALATE = 0.5
+
+
+def costs_for(c_fa):
+    return routing.decision_cost_matrix(2, [[0.0, c_fa], [1.0, 0.0]], escalate=ESCALATE)
+
+
+cost_rows = []
+for c_fa in c_fa_values:
+    cost = costs_for(c_fa)
+    for d in data.values():
+        for probs_kind, probs in (("TS", d["p_test"]), ("raw", d["raw_test"])):
+            acts = routing.bayes_actions(probs, cost)
+            cost_rows.append(
+                {
+                    "c_FA": c_fa,
+                    "run": d["variant"],
+                    "probs": probs_kind,
+                    "cost per item": routing.realized_costs(acts, d["y_test"], cost).mean(),
+                    "escalated": float((acts == 2).mean()),
+                }
+            )
+cost_df = pd.DataFrame(cost_rows)
+frames = []
+for c_fa in c_fa_values:
+    sub = cost_df[cost_df["c_FA"] == c_fa]
+    frames.append(
+        [
+            go.Bar(
+                x=sub[sub["probs"] == kind]["run"],
+                y=sub[sub["probs"] == kind]["cost per item"],
+                name=f"{kind} probabilities",
+                marker={"color": plots.COLORS[i]},
+            )
+            for i, kind in enumerate(("TS", "raw"))
+        ]
+    )
+fig = tutorial.slider_figure(
+    frames,
+    [str(c) for c in c_fa_values],
+    prefix="cost of a false accept c_FA = ",
+    active=3,
+    title="Realised cost per test item of the Bayes policy (lower is better)",
+)
+fig.add_hline(y=ESCALATE, line_dash="dot", annotation_text="always escalate")
+fig.update_layout(barmode="group", yaxis_title="mean realised cost")
+fig.show()
+
+pivot = cost_df.pivot_table(index=["run", "probs"], columns="c_FA", values="cost per item")
+display(pivot.round(3))
+
+# %%
+c_fa = 10
+sub = cost_df[(cost_df["c_FA"] == c_fa) & (cost_df["probs"] == "TS")].set_index("run")
+cheapest = sub["cost per item"].idxmin()
+print(
+    f"At c_FA = {c_fa}: the cheapest policy is '{cheapest}' with TS probabilities, "
+    f"{sub.loc[cheapest, 'cost per item']:.3f} per item (escalating "
+    f"{sub.loc[cheapest, 'escalated']:.0%} of the items), against {ESCALATE} for "
+    "escalating everything."
+)
+c_hi = max(c_fa_values)
+print(f"At c_FA = {c_hi}, temperature scaling changes the realised cost per item (raw -> TS):")
+for d in data.values():
+    pair = cost_df[(cost_df["c_FA"] == c_hi) & (cost_df["run"] == d["variant"])]
+    raw_c = float(pair[pair["probs"] == "raw"]["cost per item"].iloc[0])
+    ts_c = float(pair[pair["probs"] == "TS"]["cost per item"].iloc[0])
+    change = "lower" if ts_c < raw_c - 1e-12 else "higher" if ts_c > raw_c + 1e-12 else "same"
+    print(f"  {d['variant']:<10} fitted T {d['T']:6.2f}: {raw_c:.3f} -> {ts_c:.3f} ({change})")
+
+# %% [markdown]
+# ## 3. An AutoThink-style cascade: reason only when needed
+#
+# A reasoning model can also answer *directly*: the prompt ends with the bare marker
+# and we read `u` right away (`evaluate.run_eval(mode="direct")`), generating no tokens.
+# The cascade answers directly when the direct readout's confidence is at least `t`,
+# and writes a rationale (`mode="reason"`) only for the others. Both readouts are
+# temperature-scaled with their own T fitted on dev, so that "confidence >= t" means
+# the same thing for every item.
+#
+# We sweep `t` and plot accuracy against the mean number of generated rationale tokens
+# per item. `t = 0` is "always direct", `t > 1` "always reason".
+
+# %%
+thresholds = np.concatenate([[0.0], np.linspace(0.5, 1.0, 51), [1.01]])
+cascades = {}
+for task in SIZES["tasks"]:
+    model, tok, meta = load_checkpoint(assets.shipped_checkpoints()[f"checkpoints/base-{task}"])
+    dev_items = load_task_items(task, "dev")[: SIZES["dev"]]
+    test_items = load_task_items(task, "test")[: SIZES["test"]]
+    out = {}
+    for mode in ("direct", "reason"):
+        dev_rows = run_eval(model, tok, dev_items, mode=mode, max_new_tokens=48, seed=1)
+        test_rows = run_eval(model, tok, test_items, mode=mode, max_new_tokens=48, seed=2)
+        out[mode], out[f"T_{mode}"] = tutorial.scaled_probs(test_rows, dev_rows)
+        out[f"{mode}_dev"], _ = tutorial.scaled_probs(dev_rows, dev_rows)
+        out[f"tokens_{mode}"] = np.array([r["lengths"][0] for r in test_rows], float)
+        out[f"tokens_{mode}_dev"] = np.array([r["lengths"][0] for r in dev_rows], float)
+    out["y"] = np.array([it.label for it in test_items])
+    out["y_dev"] = np.array([it.label for it in dev_items])
+    out["curve"] = routing.cascade_curve(
+        out["direct"], out["reason"], out["y"], out["tokens_reason"], thresholds
+    )
+    out["curve_dev"] = routing.cascade_curve(
+        out["direct_dev"], out["reason_dev"], out["y_dev"], out["tokens_reason_dev"], thresholds
+    )
+    cascades[task] = out
+    acc_d = metrics.accuracy(out["direct"], out["y"])
+    acc_r = metrics.accuracy(out["reason"], out["y"])
+    print(
+        f"base-{task}: direct accuracy {acc_d:.3f} (T {out['T_direct']:.2f}), "
+        f"after reasoning {acc_r:.3f} (T {out['T_reason']:.2f}, "
+        f"{out['tokens_reason'].mean():.1f} tokens per item)"
+    )
+    # the ends of the curve are the two pure modes
+    assert abs(out["curve"]["accuracy"][0] - acc_d) < 1e-12
+    assert abs(out["curve"]["accuracy"][-1] - acc_r) < 1e-12
+
+# %%
+fig = go.Figure()
+for i, (task, out) in enumerate(cascades.items()):
+    c = out["curve"]
+    fig.add_trace(
+        go.Scatter(
+            x=c["mean_tokens"],
+            y=c["accuracy"],
+            mode="lines+markers",
+            name=f"base-{task} cascade",
+            marker={"color": plots.COLORS[i], "size": 5},
+            hovertext=[
+                f"t = {t:.2f}, reasons on {f:.0%}"
+                for t, f in zip(c["threshold"], c["reason_fraction"], strict=True)
+            ],
+        )
+    )
+    for j, label in ((0, "always direct"), (-1, "always reason")):
+        fig.add_trace(
+            go.Scatter(
+                x=[c["mean_tokens"][j]],
+                y=[c["accuracy"][j]],
+                mode="markers+text",
+                text=[label],
+                textposition="top center",
+                marker={"color": plots.COLORS[i], "size": 12, "symbol": "diamond"},
+                showlegend=False,
+            )
+        )
+fig.update_layout(
+    title="Cascade: accuracy vs generated tokens per item (test; threshold swept)",
+    xaxis_title="mean rationale tokens generated per item",
+    yaxis_title="accuracy",
+)
+fig.show()
+
+# %% [markdown]
+# Pick the threshold on **dev**: the one with the fewest tokens among those within one
+# point of the best dev accuracy. Then report it on test, and check that the
+# cascade's accuracy is exactly the mix of the two modes on the items each one answered.
+
+# %%
+summary = []
+for task, out in cascades.items():
+    cd = out["curve_dev"]
+    ok = np.flatnonzero(cd["accuracy"] >= cd["accuracy"].max() - 0.01)
+    j = int(ok[np.argmin(cd["mean_tokens"][ok])])
+    t = float(thresholds[j])
+    probs, routed = routing.cascade(out["direct"], out["reason"], t)
+    y = out["y"]
+    f = routed.mean()
+    acc_kept = (out["direct"][~routed].argmax(1) == y[~routed]).mean() if f < 1 else 0.0
+    acc_routed = (out["reason"][routed].argmax(1) == y[routed]).mean() if f > 0 else 0.0
+    acc = metrics.accuracy(probs, y)
+    assert abs(acc - ((1 - f) * acc_kept + f * acc_routed)) < 1e-12
+    c = out["curve"]
+    summary.append(
+        {
+            "task": task,
+            "threshold (dev)": t,
+            "reasons on": f,
+            "accuracy direct": c["accuracy"][0],
+            "accuracy reason": c["accuracy"][-1],
+            "accuracy cascade": acc,
+            "tokens reason": c["mean_tokens"][-1],
+            "tokens cascade": float(np.where(routed, out["tokens_reason"], 0).mean()),
+        }
+    )
+summary = pd.DataFrame(summary).set_index("task")
+display(summary.round(3))
+for task, s in summary.iterrows():
+    saved = 1 - s["tokens cascade"] / s["tokens reason"] if s["tokens reason"] else 0.0
+    best_pure = max(s["accuracy direct"], s["accuracy reason"])
+    verdict = (  # within half a point counts as a tie
+        "beats both pure modes"
+        if s["accuracy cascade"] > best_pure + 0.005
+        else "matches the better pure mode"
+        if s["accuracy cascade"] >= best_pure - 0.005
+        else "loses accuracy against the better pure mode"
+    )
+    print(
+        f"{task}: the cascade reasons on {s['reasons on']:.0%} of the items, saves "
+        f"{saved:.0%} of the rationale tokens of always reasoning, and {verdict} "
+        f"({s['accuracy cascade']:.3f} vs direct {s['accuracy direct']:.3f}, "
+        f"reason {s['accuracy reason']:.3f})."
+    )
+
+# %% [markdown]
+# How to read this: the cascade can only save tokens on items whose *direct* readout is
+# confident and right. On `verify` (reasoning is computation) the base model's direct
+# readout is close to chance (see its accuracy and fitted T above), so a good threshold
+# sends most or all items to reasoning. On `facts` the base model's reasoning *hurts*
+# (it commits to one half-remembered value), so the best threshold may keep every
+# direct answer. Neither base model has the mixed profile (sure of some items
+# directly, unsure of others) that makes a cascade pay off on both axes; the printed
+# verdicts above say which case each task is in. Either way, the decision of *when to
+# think* is made from a confidence, which only works if that confidence is calibrated.
+
+# %% [markdown]
+# ## Commands at paper scale
+# The cascade for a real model: evaluate both modes on dev and test, then run
+# section 3 on the dumps.
+
+# %%
+if SCALE == "paper":
+    for split in ("dev", "test"):
+        for mode in ("direct", "reason"):
+            print(
+                f"rlcd-lab eval --checkpoint runs/stage2/final --task data/gsm8k-verify.jsonl "
+                f"--split {split} --mode {mode} --max-new-tokens 1024 "
+                f"--out runs/cascade/{mode}-{split}.jsonl"
+            )
+else:
+    print("(set RLCD_SCALE=paper to print the commands for a real model)")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. In section 2, set the cost of a false accept to 1 (symmetric errors). When does the
+#    Bayes policy escalate now? Derive the escalation band of `p_Y` by hand.
+# 2. Choose the cascade threshold on dev without labels: the lowest `t` whose directly
+#    answered items have predicted error `mean(1 - confidence) <= 5%`. How does it
+#    compare with the labelled choice above?
+# 3. Run the cascade with the *raw* (not temperature-scaled) direct probabilities. The
+#    base model's direct readout on `facts` has T close to 1.3; on `verify` about 2.
+#    Which task's cascade changes more, and why?
+
+# %% tags=["solution"] jupyter={"source_hidden": true}
+# Solution 1: costs: accept p_N, reject p_Y, escalate 0.5; accept when p_N < 0.5 and
+# p_N < p_Y, i.e. p_Y > 0.5, and reject when p_Y < 0.5: escalation never wins, since
+# min(p_Y, p_N) <= 0.5 always (it ties at p_Y = 0.5).
+cost = costs_for(1)
+grid = np.linspace(0, 1, 11)
+acts = routing.bayes_actions(np.stack([grid, 1 - grid], 1), cost)
+print("exercise 1: actions for p_Y = 0, 0.1, ..., 1:", acts.tolist(), "(0 Y, 1 N, 2 escalate)")
+
+# Solution 2: the label-free threshold, applied to the direct readout on dev.
+for task, out in cascades.items():
+    conf_dev = out["direct_dev"].max(1)
+    t_free = routing.threshold_for_risk(conf_dev, None, 0.05)
+    probs, routed = routing.cascade(out["direct"], out["reason"], t_free)
+    print(
+        f"exercise 2: {task}: label-free t = {t_free:.3f}, reasons on {routed.mean():.0%}, "
+        f"accuracy {metrics.accuracy(probs, out['y']):.3f}"
+    )
+
+# Solution 3: raw direct probabilities = scaled ones re-tempered by T_direct.
+for task, out in cascades.items():
+    raw = metrics.apply_temperature(np.log(np.maximum(out["direct"], 1e-12)), 1 / out["T_direct"])
+    c_raw = routing.cascade_curve(raw, out["reason"], out["y"], out["tokens_reason"], thresholds)
+    gap = np.abs(c_raw["accuracy"] - out["curve"]["accuracy"]).max()
+    print(f"exercise 3: {task}: largest accuracy change over thresholds {gap:.3f}")

@@ -1,0 +1,405 @@
+"""Small helpers the tutorial notebooks share (``notebooks/*.py``).
+
+The notebooks only import from ``rlcd_lab``; the computations they need that are not a
+loss, a metric or a training loop live here: the ``SCALE`` switch, a non-proper score as
+a counterexample, expected-score curves for the binary case, the gradient-dilution ratio
+from a run's log, reading shipped runs and their eval dumps, temperature-scaled
+per-item scores and paired comparisons of two methods on the same test items, and a
+plotly slider figure. Pure functions (file readers aside); no printing.
+
+Directions: scores are *higher is better*; ``brier`` / ``nll`` / ``aurc`` values in
+per-item dicts are *lower is better*, as in :mod:`rlcd_lab.metrics`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from torch import Tensor
+
+from . import metrics
+from .assets import read_jsonl
+from .scoring import expected_score
+from .stats import paired_bootstrap, paired_bootstrap_aurc, sign_flip_test, sign_flip_test_aurc
+from .tasks import load_task_items, write_items
+from .tasks.synthetic import TASKS
+
+# ------------------------------------------------------------------------------ scale
+SCALES: tuple[str, ...] = ("ci", "default", "paper")
+"""``ci``: each notebook in under a minute on a 2-core CPU (what the tests run);
+``default``: a few minutes on a laptop CPU; ``paper``: print the commands for real models
+on GPUs instead of running them."""
+
+
+def get_scale(env: Mapping[str, str] | None = None, var: str = "RLCD_SCALE") -> str:
+    """The notebook scale from the environment variable ``RLCD_SCALE`` (default
+    ``"default"``); raises ``ValueError`` for anything outside :data:`SCALES`."""
+    env = os.environ if env is None else env
+    scale = env.get(var, "default").strip().lower() or "default"
+    if scale not in SCALES:
+        raise ValueError(f"{var}={scale!r}: choose one of {SCALES}")
+    return scale
+
+
+# ---------------------------------------------------------------- proper vs not proper
+ToyRule = Literal["brier", "log", "spherical", "linear"]
+
+
+def linear_score(u: Tensor, y: int | Tensor) -> Tensor:
+    """The *linear* score ``J(u, y) = u_y``: the probability put on the outcome.
+
+    Shapes: ``u (..., K)``, ``y`` int or ``(...)`` -> ``(...)``. Higher is better, in
+    ``[0, 1]``. Not proper: its expectation ``E_{Y~q} J(u, Y) = u.q`` is linear in ``u``,
+    so it is maximised at the vertex ``e_k`` of the most likely outcome ``k = argmax q``,
+    not at ``u = q``; it rewards overconfidence. Gneiting & Raftery (2007), sec. 2 (the
+    linear score as the standard example of an improper rule); it is also the expected
+    RLVR reward of an answer sampled from ``u`` (OpenJev-RLCD, Corollary 1).
+    """
+    y = torch.as_tensor(y, device=u.device, dtype=torch.long).expand(u.shape[:-1])
+    return u.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+
+def expected_toy_score(u: Tensor, q: Tensor, rule: ToyRule = "brier") -> Tensor:
+    """``E_{Y~q} J(u, Y)`` for a proper rule (:func:`rlcd_lab.scoring.expected_score`) or
+    the improper ``"linear"`` one (``u.q``). Shapes ``u, q (..., K)`` -> ``(...)``;
+    higher is better."""
+    if rule == "linear":
+        return (u * q).sum(-1)
+    return expected_score(u, q, rule)
+
+
+def binary_expected_scores(q1: float, grid: Sequence[float], rule: ToyRule = "brier") -> np.ndarray:
+    """Expected score of reporting ``u = (1 - p, p)`` for each ``p`` in ``grid`` when the
+    outcome is 1 with probability ``q1``: ``E_{Y~Bern(q1)} J(u, Y)``.
+
+    Returns a float64 array of ``len(grid)`` values (higher is better; ``-inf`` for the
+    log score at a report of 0 or 1 that puts zero mass on a possible outcome). For a
+    strictly proper rule the curve peaks at ``p = q1``; for ``"linear"`` it is a straight
+    line peaking at ``p = 1`` if ``q1 > 1/2`` (at 0 if ``q1 < 1/2``).
+    """
+    p = torch.as_tensor(np.asarray(grid, dtype=np.float64))
+    u = torch.stack([1.0 - p, p], -1)
+    q = torch.tensor([1.0 - q1, q1], dtype=torch.float64)
+    with np.errstate(divide="ignore"):
+        return expected_toy_score(u, q, rule).numpy()
+
+
+def best_report(q1: float, rule: ToyRule = "brier", n_grid: int = 1001) -> float:
+    """The ``p`` on the grid ``linspace(0, 1, n_grid)`` that maximises
+    :func:`binary_expected_scores` (the first one on ties)."""
+    grid = np.linspace(0.0, 1.0, n_grid)
+    return float(grid[int(np.argmax(binary_expected_scores(q1, grid, rule)))])
+
+
+# ------------------------------------------------------------------ run logs: dilution
+def log_column(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of one ``log.jsonl`` column, keeping only the rows that hold a
+    finite number for ``key`` (e.g. ``grad_pathwise`` is logged every few steps)."""
+    pts = [
+        (float(r["step"]), float(r[key]))
+        for r in rows
+        if isinstance(r.get(key), (int, float))
+        and not isinstance(r.get(key), bool)
+        and math.isfinite(r[key])
+    ]
+    return np.array([s for s, _ in pts]), np.array([v for _, v in pts])
+
+
+def rms(x: Sequence[float] | np.ndarray) -> float:
+    """Root mean square ``sqrt(mean(x^2))`` (NaN for an empty input)."""
+    a = np.asarray(x, dtype=np.float64)
+    return float(np.sqrt(np.mean(a * a))) if a.size else float("nan")
+
+
+def gradient_dilution(
+    rows: Sequence[Mapping[str, Any]],
+    pathwise: str = "grad_pathwise",
+    score_function: str = "grad_score_function",
+) -> dict[str, Any]:
+    """Gradient dilution from a run's log rows (OpenJev-RLCD sec. 3.2).
+
+    Uses the rows that hold both norms (the training loops log the global L2 norm of the
+    pathwise gradient and of the *unweighted* score-function gradient every
+    ``grad_terms_every`` steps). Returns ``steps``, ``pathwise``, ``score_function`` and
+    ``ratio`` (per-step ``score_function / pathwise``) as arrays, and the scalar
+    ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the paper's 7-12x statistic
+    (a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
+    when no row holds both norms.
+    """
+    both = [
+        r
+        for r in rows
+        if isinstance(r.get(pathwise), (int, float))
+        and isinstance(r.get(score_function), (int, float))
+    ]
+    steps = np.array([float(r["step"]) for r in both])
+    pw = np.array([float(r[pathwise]) for r in both])
+    sf = np.array([float(r[score_function]) for r in both])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = sf / pw
+        rms_ratio = rms(sf) / rms(pw) if both else float("nan")
+    return {
+        "steps": steps,
+        "pathwise": pw,
+        "score_function": sf,
+        "ratio": ratio,
+        "rms_ratio": float(rms_ratio),
+    }
+
+
+def adam_signal_step(
+    ratio: float,
+    dim: int = 2000,
+    steps: int = 300,
+    lr: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    seed: int = 0,
+) -> float:
+    """How far Adam moves along a constant signal when noise of ``ratio`` times its norm
+    is added to every gradient, relative to Adam's step without noise.
+
+    Simulates ``steps`` Adam updates (``torch.optim.Adam``, float64) of a ``dim``-vector
+    with gradients ``g_t = s + ratio * n_t``: ``s`` a fixed vector of norm 1 (all
+    coordinates ``1/sqrt(dim)``), ``n_t`` fresh Gaussian noise of expected norm 1, drawn
+    from ``torch.Generator().manual_seed(seed)``. Returns the distance travelled along
+    ``-s`` divided by ``lr * steps * sqrt(dim)`` (the noiseless distance: Adam's
+    normalised step is ``lr`` per coordinate), so 1 means no dilution. Adam divides
+    by the root of the second moment ``v ~ (1 + ratio^2) / dim`` per coordinate, so the
+    result is close to ``1 / sqrt(1 + ratio^2)``: a score-function term 10x the
+    pathwise one cuts the pathwise progress about 10-fold (OpenJev-RLCD sec. 3.2,
+    "gradient dilution"; Kingma & Ba 2015, "Adam").
+    """
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.zeros(dim, dtype=torch.float64, requires_grad=True)
+    s = torch.full((dim,), dim**-0.5, dtype=torch.float64)
+    opt = torch.optim.Adam([x], lr=lr, betas=betas)
+    for _ in range(steps):
+        noise = torch.randn(dim, generator=gen, dtype=torch.float64) * dim**-0.5
+        x.grad = s + ratio * noise
+        opt.step()
+    travelled = -float(x.detach() @ s)
+    return travelled / (lr * steps * dim**0.5)
+
+
+# -------------------------------------------------------------- shipped runs and dumps
+CONFIG_KEYS = ("method", "task", "seed", "init", "steps", "beta", "sf_weight", "lam", "reader")
+"""The ``config.json`` fields :func:`run_info` reports (None where a method lacks one)."""
+
+
+def run_info(run: str | Path, name: str | None = None) -> dict[str, Any]:
+    """What a run directory says about itself: ``name`` (default: the directory),
+    ``variant`` (the directory's own name, e.g. ``reinforce`` or ``rft-kl``: runs of one
+    variant with different seeds share it), ``group`` (the parent directory's name, e.g.
+    ``verify-s0``), ``path``, and from ``config.json`` the fields in :data:`CONFIG_KEYS`
+    (None where missing)."""
+    path = Path(run)
+    cfg_file = path / "config.json"
+    cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
+    return {
+        "name": name or path.as_posix(),
+        "variant": path.name,
+        "group": path.parent.name,
+        "path": path,
+        **{k: cfg.get(k) for k in CONFIG_KEYS},
+    }
+
+
+def discover_runs(runs: Mapping[str, str | Path], task: str | None = None) -> list[dict[str, Any]]:
+    """:func:`run_info` of every run in ``runs`` (e.g. ``assets.shipped_runs()``), keeping
+    only ``task`` when given, plus ``parent``: the name of the run in ``runs`` whose
+    ``final`` checkpoint this run started from (a stage-2 fork of a stage-1 run), else
+    None. The parent is matched by path suffix, because ``config.json`` records the
+    ``init`` path as it was when the run was trained (e.g. ``runs/verify-s0/calibrate/final``
+    for a run now shipped as ``assets/runs/verify-s0/calibrate``)."""
+    infos = [run_info(p, name) for name, p in runs.items()]
+    if task is not None:
+        infos = [i for i in infos if i["task"] == task]
+    for info in infos:
+        info["parent"] = None
+        init = Path(str(info["init"] or ""))
+        if init.name != "final":
+            continue
+        for other in infos:
+            tail = other["path"].parts[-2:]
+            if other is not info and len(init.parts) >= 3 and init.parts[-3:-1] == tail:
+                info["parent"] = other["name"]
+    return infos
+
+
+def subset_task(task: str, out: str | Path, sizes: Mapping[str, int | None]) -> Path:
+    """Write the first ``sizes[split]`` items of each split of ``task`` (a synthetic task
+    name or a task-item JSONL file; ``None`` keeps a whole split) as task-item JSONL
+    files ``<out>/<name>-small.<split>.jsonl`` (and the train split again as
+    ``<name>-small.jsonl``), and return that last path: pass it as ``task`` to a training
+    config or :func:`rlcd_lab.tasks.load_task_items`, which then reads the smaller splits.
+
+    Used by the notebooks at ``ci`` scale: a training run ends with an evaluation of the
+    whole dev split, which a small dev split makes cheap. Splits not in ``sizes`` are
+    copied whole.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = Path(task).stem if task not in TASKS else task
+    for split in ("train", "dev", "test"):
+        items = load_task_items(task, split)[: sizes.get(split)]
+        write_items(out / f"{name}-small.{split}.jsonl", items)
+    path = out / f"{name}-small.jsonl"
+    write_items(path, load_task_items(task, "train")[: sizes.get("train")])
+    return path
+
+
+def largest_group(infos: Sequence[Mapping[str, Any]]) -> str | None:
+    """The ``group`` (e.g. one seed's directory) holding the most runs among ``infos``
+    (from :func:`discover_runs`), the alphabetically first on ties; None when empty.
+    Figures that show one run per variant use it to pick a single seed."""
+    counts: dict[str, int] = {}
+    for i in infos:
+        counts[i["group"]] = counts.get(i["group"], 0) + 1
+    return min(counts, key=lambda g: (-counts[g], g)) if counts else None
+
+
+def read_eval(run: str | Path) -> tuple[list[dict], list[dict]]:
+    """``(test_rows, dev_rows)`` of a run's eval dumps ``eval/test.jsonl`` and
+    ``eval/dev.jsonl`` (the format of :func:`rlcd_lab.evaluate.run_eval`)."""
+    path = Path(run) / "eval"
+    return read_jsonl(path / "test.jsonl"), read_jsonl(path / "dev.jsonl")
+
+
+def scaled_probs(test_rows: Sequence[dict], dev_rows: Sequence[dict]) -> tuple[np.ndarray, float]:
+    """Single-query test probabilities after temperature scaling fitted on dev.
+
+    ``T = metrics.fit_temperature(dev logits, dev labels)``, then
+    ``softmax(test logits / T)``; returns ``(probs (N, K), T)``. This is the "+TS" of
+    every row of Table 1 (Guo et al. 2017, sec. 4.2)."""
+    dev_logits = np.array([r["logits"] for r in dev_rows], dtype=np.float64)
+    T = metrics.fit_temperature(dev_logits, [r["label"] for r in dev_rows])
+    logits = np.array([r["logits"] for r in test_rows], dtype=np.float64)
+    return metrics.apply_temperature(logits, T), T
+
+
+def item_scores(probs: Any, labels: Any, eps: float = metrics.EPS) -> dict[str, np.ndarray]:
+    """Per-item values behind the Table 1 averages, each ``(N,)``:
+
+    * ``brier`` ``sum_k (p_k - 1[k = y])^2`` (lower is better; its mean is
+      :func:`rlcd_lab.metrics.brier`);
+    * ``nll`` ``-log max(p_y, eps)`` (lower is better; mean = :func:`metrics.nll`);
+    * ``correct`` ``argmax p == y`` (as float 0/1; mean = accuracy), ``confidence``
+      ``max p``.
+    """
+    p = metrics.to_numpy(probs, np.float64)
+    y = metrics.to_numpy(labels).astype(np.int64).reshape(-1)
+    onehot = np.zeros_like(p)
+    onehot[np.arange(len(y)), y] = 1.0
+    conf, correct = metrics.confidence_and_correct(p, y)
+    return {
+        "brier": ((p - onehot) ** 2).sum(1),
+        "nll": -np.log(np.maximum(p[np.arange(len(y)), y], eps)),
+        "correct": correct.astype(np.float64),
+        "confidence": conf,
+    }
+
+
+def paired_comparison(
+    a: Sequence[tuple[Any, Any]],
+    b: Sequence[tuple[Any, Any]],
+    n: int = 2000,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """Paired tests of method A against method B on the same test items.
+
+    ``a`` and ``b`` are lists (one entry per seed, aligned) of ``(probs (N, K), labels
+    (N,))`` for the same N items in the same order (e.g. :func:`scaled_probs` of the two
+    methods' dumps). For ``brier``, ``nll`` and ``accuracy`` each item's value is first
+    averaged over seeds (the unit of resampling is the test item; :mod:`rlcd_lab.stats`),
+    then :func:`stats.paired_bootstrap` gives the 95% CI of ``mean(A - B)`` and
+    :func:`stats.sign_flip_test` its p-value. ``aurc`` pools the seeds' items (AURC is a
+    whole-curve statistic) and uses :func:`stats.paired_bootstrap_aurc` and
+    :func:`stats.sign_flip_test_aurc`. Returns ``{metric: {"diff", "ci_low", "ci_high",
+    "p"}}``; for brier, nll and aurc a negative diff favours A, for accuracy a positive one.
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(
+            f"need the same number (>= 1) of seeds for A and B, got {len(a)}, {len(b)}"
+        )
+    sa = [item_scores(p, y) for p, y in a]
+    sb = [item_scores(p, y) for p, y in b]
+    for (_, ya), (_, yb) in zip(a, b, strict=True):
+        if not np.array_equal(np.asarray(ya), np.asarray(yb)):
+            raise ValueError("A and B must be evaluated on the same items (labels differ)")
+    out: dict[str, dict[str, float]] = {}
+    for key, name in (("brier", "brier"), ("nll", "nll"), ("correct", "accuracy")):
+        xa = np.mean([s[key] for s in sa], axis=0)
+        xb = np.mean([s[key] for s in sb], axis=0)
+        ci = paired_bootstrap(xa, xb, n=n, seed=seed)
+        out[name] = {
+            "diff": ci["mean_diff"],
+            "ci_low": ci["ci_low"],
+            "ci_high": ci["ci_high"],
+            "p": sign_flip_test(xa, xb, n=n, seed=seed),
+        }
+    ca = np.concatenate([s["confidence"] for s in sa])
+    ra = np.concatenate([s["correct"] for s in sa])
+    cb = np.concatenate([s["confidence"] for s in sb])
+    rb = np.concatenate([s["correct"] for s in sb])
+    ci = paired_bootstrap_aurc(ca, ra, cb, rb, n=n, seed=seed)
+    out["aurc"] = {
+        "diff": ci["diff"],
+        "ci_low": ci["ci_low"],
+        "ci_high": ci["ci_high"],
+        "p": sign_flip_test_aurc(ca, ra, cb, rb, n=n, seed=seed),
+    }
+    return out
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``ddof=1``; NaN for a single value)."""
+    v = np.asarray(values, dtype=np.float64)
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else float("nan")
+
+
+# ------------------------------------------------------------------------------ plots
+def slider_figure(
+    frames: Sequence[Sequence[go.BaseTraceType]],
+    labels: Sequence[str],
+    prefix: str = "",
+    active: int = 0,
+    static: Sequence[go.BaseTraceType] = (),
+    title: str = "",
+) -> go.Figure:
+    """A plotly figure with a slider that shows one group of traces at a time.
+
+    ``frames[j]`` holds the traces of slider position ``j`` (labelled ``labels[j]``);
+    ``static`` traces are always visible. Every group must hold the same number of
+    traces. Works in a static HTML export (no Python callback): each slider step sets the
+    ``visible`` flags, stored in ``layout.sliders[0].steps[j].args[0]["visible"]``.
+    """
+    if len(frames) != len(labels) or not frames:
+        raise ValueError(f"{len(frames)} frames for {len(labels)} labels")
+    width = {len(f) for f in frames}
+    if len(width) != 1:
+        raise ValueError("every slider position needs the same number of traces")
+    (w,) = width
+    fig = go.Figure()
+    for t in static:
+        fig.add_trace(t)
+    for j, group in enumerate(frames):
+        for t in group:
+            t.visible = j == active
+            fig.add_trace(t)
+    steps = []
+    for j, label in enumerate(labels):
+        visible = [True] * len(static) + [k // w == j for k in range(len(frames) * w)]
+        steps.append({"method": "update", "args": [{"visible": visible}], "label": str(label)})
+    fig.update_layout(
+        title=title,
+        sliders=[{"active": active, "currentvalue": {"prefix": prefix}, "steps": steps}],
+    )
+    return fig

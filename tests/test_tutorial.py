@@ -1,0 +1,270 @@
+"""Tests of the notebooks' helpers (rlcd_lab.tutorial, rlcd_lab.routing), numbers by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from rlcd_lab import metrics, routing, tutorial
+
+# ------------------------------------------------------------------------------ scale
+
+
+def test_get_scale_defaults_and_validates():
+    assert tutorial.get_scale({}) == "default"
+    assert tutorial.get_scale({"RLCD_SCALE": "ci"}) == "ci"
+    assert tutorial.get_scale({"RLCD_SCALE": " Paper "}) == "paper"
+    assert tutorial.get_scale({"RLCD_SCALE": ""}) == "default"
+    with pytest.raises(ValueError, match="choose one of"):
+        tutorial.get_scale({"RLCD_SCALE": "huge"})
+
+
+# ---------------------------------------------------------------- proper vs not proper
+
+
+def test_linear_score_picks_the_outcome_probability():
+    u = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
+    assert torch.allclose(tutorial.linear_score(u, 0), torch.tensor([0.7, 0.1]))
+    assert torch.allclose(tutorial.linear_score(u, torch.tensor([1, 2])), torch.tensor([0.2, 0.8]))
+
+
+def test_binary_expected_scores_by_hand():
+    # q1 = 0.3, report p = 0.5: Brier 2 u.q - ||u||^2 = 2 (0.5*0.7 + 0.5*0.3) - 0.5 = 0.5;
+    # log 0.7 log 0.5 + 0.3 log 0.5 = log 0.5; linear u.q = 0.5;
+    # spherical u.q / ||u|| = 0.5 / sqrt(0.5) = sqrt(0.5).
+    grid = [0.5]
+    assert tutorial.binary_expected_scores(0.3, grid, "brier")[0] == pytest.approx(0.5)
+    assert tutorial.binary_expected_scores(0.3, grid, "log")[0] == pytest.approx(np.log(0.5))
+    assert tutorial.binary_expected_scores(0.3, grid, "linear")[0] == pytest.approx(0.5)
+    assert tutorial.binary_expected_scores(0.3, grid, "spherical")[0] == pytest.approx(np.sqrt(0.5))
+    # report p = 1 when q1 = 0.3: log score -inf (0.7 log 0), Brier 2*0.3 - 1 = -0.4
+    assert tutorial.binary_expected_scores(0.3, [1.0], "log")[0] == -np.inf
+    assert tutorial.binary_expected_scores(0.3, [1.0], "brier")[0] == pytest.approx(-0.4)
+
+
+@pytest.mark.parametrize("q1", [0.1, 0.3, 0.62, 0.9])
+def test_best_report_proper_vs_linear(q1):
+    # strictly proper rules peak at the truth (on the 0.001 grid); the linear one at a vertex
+    for rule in ("brier", "log", "spherical"):
+        assert tutorial.best_report(q1, rule) == pytest.approx(q1, abs=1e-3)
+    assert tutorial.best_report(q1, "linear") == (1.0 if q1 > 0.5 else 0.0)
+
+
+# ------------------------------------------------------------------ run logs: dilution
+
+
+def test_gradient_dilution_rms_ratio_by_hand():
+    rows = [
+        {"step": 0, "grad_pathwise": 1.0, "grad_score_function": 3.0},
+        {"step": 1, "loss": 0.5},  # no gradient terms logged at this step
+        {"step": 2, "grad_pathwise": 3.0, "grad_score_function": 4.0},
+        {"step": 3, "grad_pathwise": None, "grad_score_function": 2.0},
+    ]
+    d = tutorial.gradient_dilution(rows)
+    assert d["steps"].tolist() == [0.0, 2.0]
+    assert d["ratio"].tolist() == pytest.approx([3.0, 4.0 / 3.0])
+    # RMS(sf) = sqrt((9 + 16)/2) = sqrt(12.5); RMS(pw) = sqrt((1 + 9)/2) = sqrt(5)
+    assert d["rms_ratio"] == pytest.approx(np.sqrt(12.5 / 5.0))
+    assert np.isnan(tutorial.gradient_dilution([{"step": 0}])["rms_ratio"])
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, 3.0, 10.0])
+def test_adam_signal_step_follows_one_over_sqrt(ratio):
+    # per coordinate: m -> s_i, v -> (1 + ratio^2) s_i^2, so the step along s is
+    # lr / sqrt(1 + ratio^2) per coordinate (up to the noise in m and Adam's epsilon)
+    got = tutorial.adam_signal_step(ratio, dim=4000, steps=300)
+    assert got == pytest.approx(1.0 / np.sqrt(1.0 + ratio**2), rel=0.1)
+
+
+def test_log_column_skips_missing_and_non_finite():
+    rows = [{"step": 0, "x": 1.0}, {"step": 1}, {"step": 2, "x": float("nan")}, {"step": 3, "x": 2}]
+    steps, vals = tutorial.log_column(rows, "x")
+    assert steps.tolist() == [0.0, 3.0] and vals.tolist() == [1.0, 2.0]
+    assert tutorial.rms([3.0, 4.0]) == pytest.approx(np.sqrt(12.5))
+
+
+# -------------------------------------------------------------- shipped runs and dumps
+
+
+def _fake_run(root, group, variant, method, init, seed=0, task="verify"):
+    path = root / group / variant
+    (path / "eval").mkdir(parents=True)
+    cfg = {"method": method, "task": task, "seed": seed, "init": init, "steps": 10, "beta": 0.0}
+    (path / "config.json").write_text(json.dumps(cfg))
+    row = {"uid": "a", "label": 0, "logits": [2.0, 0.0], "probs": [0.88, 0.12]}
+    for split in ("dev", "test"):
+        (path / "eval" / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
+    return path
+
+
+def test_discover_runs_finds_stage2_parents(tmp_path):
+    runs = {
+        "runs/v-s0/calibrate": _fake_run(tmp_path, "v-s0", "calibrate", "calibrate", "base"),
+        "runs/v-s0/reinforce": _fake_run(
+            tmp_path, "v-s0", "reinforce", "reinforce", "runs/v-s0/calibrate/final"
+        ),
+        "runs/v-s1/reinforce": _fake_run(
+            tmp_path, "v-s1", "reinforce", "reinforce", "runs/v-s1/calibrate/final", seed=1
+        ),
+        "runs/a/sft": _fake_run(tmp_path, "a", "sft", "sft", "base", task="aleatoric"),
+    }
+    infos = {i["name"]: i for i in tutorial.discover_runs(runs, task="verify")}
+    assert set(infos) == {"runs/v-s0/calibrate", "runs/v-s0/reinforce", "runs/v-s1/reinforce"}
+    assert infos["runs/v-s0/reinforce"]["parent"] == "runs/v-s0/calibrate"
+    assert infos["runs/v-s1/reinforce"]["parent"] is None  # its stage-1 run is not shipped
+    assert infos["runs/v-s0/calibrate"]["parent"] is None
+    assert infos["runs/v-s1/reinforce"]["variant"] == "reinforce"
+    assert infos["runs/v-s1/reinforce"]["group"] == "v-s1"
+    assert infos["runs/v-s1/reinforce"]["seed"] == 1
+    test, dev = tutorial.read_eval(runs["runs/v-s0/calibrate"])
+    assert test[0]["uid"] == dev[0]["uid"] == "a"
+
+
+def test_subset_task_writes_smaller_splits(tmp_path):
+    from rlcd_lab.tasks import load_task_items
+
+    path = tutorial.subset_task("verify", tmp_path, {"dev": 5, "test": 3})
+    assert path.name == "verify-small.jsonl"
+    dev = load_task_items(str(path), "dev")
+    assert [it.uid for it in dev] == [it.uid for it in load_task_items("verify", "dev")[:5]]
+    assert len(load_task_items(str(path), "test")) == 3
+    assert len(load_task_items(str(path), "train")) == len(load_task_items("verify", "train"))
+
+
+def test_largest_group_prefers_most_runs_then_name():
+    infos = [{"group": g} for g in ("s2", "s1", "s2", "s1", "s0")]
+    assert tutorial.largest_group(infos) == "s1"  # s1 and s2 tie at 2: first by name
+    assert tutorial.largest_group(infos + [{"group": "s2"}]) == "s2"
+    assert tutorial.largest_group([]) is None
+
+
+def test_scaled_probs_uses_the_dev_temperature():
+    dev = [{"logits": [2.0, 0.0], "label": 0}, {"logits": [0.0, 2.0], "label": 0}]
+    test = [{"logits": [4.0, 0.0], "label": 0}]
+    probs, T = tutorial.scaled_probs(test, dev)
+    assert T == pytest.approx(metrics.fit_temperature(np.array([[2.0, 0.0], [0.0, 2.0]]), [0, 0]))
+    # softmax([4, 0] / T)
+    expected = np.exp(4.0 / T) / (np.exp(4.0 / T) + 1.0)
+    assert probs[0, 0] == pytest.approx(expected)
+
+
+def test_item_scores_by_hand():
+    p = np.array([[0.8, 0.2], [0.4, 0.6]])
+    s = tutorial.item_scores(p, [0, 0])
+    # (0.2^2 + 0.2^2) = 0.08; (0.6^2 + 0.6^2) = 0.72
+    assert s["brier"].tolist() == pytest.approx([0.08, 0.72])
+    assert s["nll"].tolist() == pytest.approx([-np.log(0.8), -np.log(0.4)])
+    assert s["correct"].tolist() == [1.0, 0.0]
+    assert s["confidence"].tolist() == [0.8, 0.6]
+    assert s["brier"].mean() == pytest.approx(metrics.brier(p, [0, 0]))
+
+
+def test_paired_comparison_identical_and_dominated():
+    p = np.array([[0.9, 0.1], [0.3, 0.7], [0.6, 0.4], [0.2, 0.8]])
+    y = np.array([0, 1, 0, 1])
+    same = tutorial.paired_comparison([(p, y)], [(p, y)], n=200)
+    for v in same.values():
+        assert v["diff"] == 0.0 and v["p"] == 1.0
+    # B is uniform: every item's Brier is 0.5 for B and lower for A
+    b = np.full_like(p, 0.5)
+    res = tutorial.paired_comparison([(p, y), (p, y)], [(b, y), (b, y)], n=200)
+    # A's per-item Brier: 0.02, 0.18, 0.32, 0.08 -> mean 0.15; B: 0.5
+    assert res["brier"]["diff"] == pytest.approx(0.15 - 0.5)
+    assert res["brier"]["ci_high"] < 0
+    # 4 items: exact sign-flip, all differences negative -> p = 2/16
+    assert res["brier"]["p"] == pytest.approx(2 / 16)
+    with pytest.raises(ValueError, match="same items"):
+        tutorial.paired_comparison([(p, y)], [(p, 1 - y)])
+
+
+def test_mean_std():
+    assert tutorial.mean_std([1.0, 3.0]) == pytest.approx((2.0, np.sqrt(2.0)))
+    m, s = tutorial.mean_std([5.0])
+    assert m == 5.0 and np.isnan(s)
+
+
+def test_slider_figure_visibility():
+    frames = [[go.Scatter(x=[0], y=[j]), go.Scatter(x=[1], y=[j])] for j in range(3)]
+    fig = tutorial.slider_figure(frames, ["a", "b", "c"], active=1, static=[go.Scatter()])
+    assert [t.visible for t in fig.data] == [None, False, False, True, True, False, False]
+    steps = fig.layout.sliders[0].steps
+    assert steps[2].args[0]["visible"] == [True, False, False, False, False, True, True]
+    assert [s.label for s in steps] == ["a", "b", "c"]
+    with pytest.raises(ValueError):
+        tutorial.slider_figure([[go.Scatter()], []], ["a", "b"])
+
+
+# ---------------------------------------------------------------------------- routing
+
+
+def test_threshold_for_risk_observed_and_predicted():
+    conf = np.array([0.99, 0.95, 0.9, 0.8, 0.7, 0.6])
+    correct = np.array([1, 1, 0, 1, 1, 0], bool)
+    # prefix error rates: 0, 0, 1/3, 1/4, 1/5, 2/6 -> largest k with <= 0.25 is k = 5
+    # (the prefix k = 3 above the budget does not stop it), with <= 0.2 also k = 5
+    assert routing.threshold_for_risk(conf, correct, eps=0.25) == 0.7
+    assert routing.threshold_for_risk(conf, correct, eps=0.19) == 0.95
+    assert routing.threshold_for_risk(conf, correct, eps=0.0) == 0.95
+    assert routing.threshold_for_risk(conf, ~correct, eps=0.0) == float("inf")
+    # predicted errors 0.01, 0.05, 0.1, 0.2, ...: prefix means 0.01, 0.03, 0.0533, 0.09
+    assert routing.threshold_for_risk(conf, None, eps=0.06) == 0.9
+
+
+def test_selective_risk_by_hand():
+    conf = np.array([0.99, 0.95, 0.9, 0.8, 0.7, 0.6])
+    correct = np.array([1, 1, 0, 1, 1, 0], bool)
+    r = routing.selective_risk(conf, correct, 0.8)
+    assert r == {"coverage": 4 / 6, "risk": 1 / 4, "decided": 4.0, "errors": 1.0}
+    assert routing.selective_risk(conf, correct, 2.0)["risk"] == 0.0
+    # the threshold from the dev set reproduces Cov@eps on the same set
+    t = routing.threshold_for_risk(conf, correct, 0.25)
+    assert routing.selective_risk(conf, correct, t)["coverage"] == pytest.approx(
+        metrics.coverage_at_risk(conf, correct, 0.25)
+    )
+
+
+def test_bayes_actions_with_asymmetric_costs_and_escalation():
+    # verify-like: option 0 = "Y" (accept), 1 = "N" (reject). Accepting a wrong proposal
+    # costs 10, rejecting a right one 1, escalating 0.5 whatever the truth.
+    cost = routing.decision_cost_matrix(2, [[0.0, 10.0], [1.0, 0.0]], escalate=0.5)
+    assert cost.tolist() == [[0.0, 10.0], [1.0, 0.0], [0.5, 0.5]]
+    probs = np.array([[0.99, 0.01], [0.9, 0.1], [0.3, 0.7], [0.6, 0.4]])
+    # expected costs: accept 10 p_N, reject p_Y, escalate 0.5
+    #   item 0: 0.1, 0.99, 0.5 -> accept; item 1: 1.0, 0.9, 0.5 -> escalate
+    #   item 2: 7.0, 0.3, 0.5 -> reject; item 3: 4.0, 0.6, 0.5 -> escalate
+    ec = routing.expected_costs(probs, cost)
+    assert ec[1].tolist() == pytest.approx([1.0, 0.9, 0.5])
+    acts = routing.bayes_actions(probs, cost)
+    assert acts.tolist() == [0, 2, 1, 2]
+    assert routing.realized_costs(acts, [0, 1, 0, 0], cost).tolist() == [0.0, 0.5, 1.0, 0.5]
+    # default: 0-1 loss, no escalation
+    assert routing.decision_cost_matrix(3).tolist() == (1 - np.eye(3)).tolist()
+
+
+def test_cascade_mixes_direct_and_reason_accuracy():
+    direct = np.array([[0.95, 0.05], [0.6, 0.4], [0.2, 0.8], [0.55, 0.45], [0.1, 0.9]])
+    reason = np.array([[0.1, 0.9], [0.9, 0.1], [0.7, 0.3], [0.2, 0.8], [0.3, 0.7]])
+    labels = np.array([0, 0, 1, 1, 1])
+    tokens = np.array([40, 42, 44, 46, 48])
+    probs, routed = routing.cascade(direct, reason, 0.75)
+    # direct confidences 0.95, 0.6, 0.8, 0.55, 0.9: items 1 and 3 go to reasoning
+    assert routed.tolist() == [False, True, False, True, False]
+    assert probs[1].tolist() == [0.9, 0.1] and probs[0].tolist() == [0.95, 0.05]
+    curve = routing.cascade_curve(direct, reason, labels, tokens, [0.0, 0.75, 1.01])
+    # threshold 0: all direct -> correct 1, 1, 1, 0, 1 -> 0.8, no tokens
+    # threshold 1.01: all reasoned -> correct 0, 1, 0, 1, 1 -> 0.6, tokens mean 44
+    # threshold 0.75: kept items 0, 2, 4 (all right directly), routed 1, 3 (both right)
+    assert curve["accuracy"].tolist() == pytest.approx([0.8, 1.0, 0.6])
+    assert curve["reason_fraction"].tolist() == pytest.approx([0.0, 0.4, 1.0])
+    assert curve["mean_tokens"].tolist() == pytest.approx([0.0, (42 + 46) / 5, 44.0])
+    # the mix identity: (1 - f) acc_direct(kept) + f acc_reason(routed)
+    f = routed.mean()
+    mix = (1 - f) * (direct[~routed].argmax(1) == labels[~routed]).mean() + f * (
+        reason[routed].argmax(1) == labels[routed]
+    ).mean()
+    assert curve["accuracy"][1] == pytest.approx(mix)
+    assert curve["brier"][0] == pytest.approx(metrics.brier(direct, labels))
