@@ -30,16 +30,17 @@
 # needs a fitted temperature of 1.4 against about 7.
 #
 # This notebook builds the Table 1 analogue on the tiny `verify` task from **whatever
-# runs are shipped** (`rlcd_lab.assets.shipped_runs()`: today one seed; a later change
-# ships three seeds and the stage-2 forks of the paper's Table 2, and this notebook picks
-# them up), with paired tests, risk-coverage curves and reliability diagrams. It also
-# trains a couple of very short runs itself to show the commands work.
+# runs are shipped** (`rlcd_lab.assets.shipped_runs()`: every seed, baseline and stage-2
+# fork it finds; runs are grouped by method and settings, never by hard-coded names),
+# with paired tests, risk-coverage curves and reliability diagrams, and the Table 2
+# analogue when stage-2 forks are shipped. It also trains a couple of very short runs
+# itself to show the commands work.
 #
 # Where the numbers come from: Tables 1 and 2 and the figures are computed from the
 # shipped runs' eval dumps (`eval/{dev,test}.jsonl`: single-query readouts on 200 dev and
-# 400 test items) with `rlcd_lab.evaluate.summarize`; the runs' commands are in
-# `benchmarks/RESULTS.md`. The last section's runs are trained here, in a temporary
-# directory.
+# 400 test items) with `rlcd_lab.evaluate.summarize`; how the runs were made is in
+# `assets/README.md` and `benchmarks/RESULTS.md`. The last section's runs are trained
+# here, in a temporary directory.
 
 # %%
 # ruff: noqa: E402  (the two settings below must come before the imports)
@@ -129,6 +130,7 @@ print(f"{len(infos)} runs, {len(next(iter(uids)))} test items each")
 # (1 = calibrated as trained, > 1 overconfident).
 
 # %%
+RLCD = "RLCD (calibrate -> reinforce)"
 COLS = {
     "ts_accuracy": "accuracy",
     "ts_brier": "Brier",
@@ -139,7 +141,7 @@ COLS = {
     "T": "T",
     "mean_length": "length",
 }
-table1_infos = [i for i in infos if i["parent"] is None or i["method"] == "reinforce"]
+table1_infos = [i for i in infos if i["parent"] is None or i["label"] == RLCD]
 by_label = defaultdict(list)
 for i in table1_infos:
     by_label[i["label"]].append(i)
@@ -170,10 +172,8 @@ display(table1)
 # per replicate). Negative Brier / NLL / AURC differences and positive accuracy
 # differences favour RLCD.
 
+
 # %%
-RLCD = "RLCD (calibrate -> reinforce)"
-
-
 def by_seed(group):
     out = {}
     for i in group:
@@ -419,10 +419,15 @@ else:
 # %%
 # Checks that make a silent regression fail CI: the shipped numbers are what RESULTS.md
 # and the checkpoints' rlcd.json report (summarize on the dumps == the stored metrics).
+checked = 0
 for i in infos:
+    if not (i["path"] / "final" / "rlcd.json").exists():  # not every run ships final/
+        continue
     stored = read_meta(i["path"] / "final")["metrics"]["test"]
     for k in ("ts_accuracy", "ts_brier", "ts_aurc", "T"):
         assert abs(stored[k] - i["summary"][k]) < 1e-9, (i["name"], k)
+    checked += 1
+print(f"{checked} shipped checkpoints' stored test metrics match their eval dumps")
 assert RLCD in by_label, "a two-stage RLCD run (method reinforce) must be shipped"
 
 # %% [markdown]

@@ -132,7 +132,8 @@ def gradient_dilution(
     ``ratio`` (per-step ``score_function / pathwise``) as arrays, and the scalar
     ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the paper's 7-12x statistic
     (a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
-    when no row holds both norms.
+    when no row holds both norms (or both are 0), ``inf`` when the pathwise norm is always
+    0 (a run without a pathwise term, e.g. ``reader="none"``).
     """
     both = [
         r
@@ -145,7 +146,7 @@ def gradient_dilution(
     sf = np.array([float(r[score_function]) for r in both])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = sf / pw
-        rms_ratio = rms(sf) / rms(pw) if both else float("nan")
+        rms_ratio = np.float64(rms(sf)) / np.float64(rms(pw)) if both else float("nan")
     return {
         "steps": steps,
         "pathwise": pw,

@@ -70,6 +70,8 @@ def test_gradient_dilution_rms_ratio_by_hand():
     # RMS(sf) = sqrt((9 + 16)/2) = sqrt(12.5); RMS(pw) = sqrt((1 + 9)/2) = sqrt(5)
     assert d["rms_ratio"] == pytest.approx(np.sqrt(12.5 / 5.0))
     assert np.isnan(tutorial.gradient_dilution([{"step": 0}])["rms_ratio"])
+    no_pathwise = [{"step": 0, "grad_pathwise": 0.0, "grad_score_function": 2.0}]
+    assert tutorial.gradient_dilution(no_pathwise)["rms_ratio"] == np.inf
 
 
 @pytest.mark.parametrize("ratio", [0.0, 1.0, 3.0, 10.0])
