@@ -1,6 +1,7 @@
 """Time per training step: our calibrate / reinforce / grpo loops against TRL's GRPOTrainer.
 
-    .venv/bin/python benchmarks/train_step.py [--settings tiny smollm2] [--steps N]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/train_step.py \\
+        [--settings tiny smollm2] [--steps N] [--rounds R]
 
 Both sides train the same model on the same questions (the first ``steps`` batches of our
 question stream, fed to TRL in that order), with the same number of questions, M = 4
@@ -11,19 +12,28 @@ per-token k3 estimate as our ``grpo``), in float32 on the CPU:
 
 * ``tiny``: ``assets/checkpoints/base-verify`` (381k-parameter Llama, character
   tokenizer), 8 questions x 4 rationales x 48 new tokens, full fine-tuning, lr 1e-4;
+  TRL gets the checkpoint path, from which it also loads its reference model;
 * ``smollm2``: SmolLM2-135M-Instruct (``rlcd-lab smollm2``), LoRA r = 16 (alpha 32, every
-  linear layer) on both sides, 2 questions x 4 rationales x 32 new tokens, lr 1e-4.
+  linear layer) on both sides, 2 questions x 4 rationales x 32 new tokens, lr 1e-4. TRL
+  takes the reference pass with the adapter disabled, ours on a second, frozen copy.
+  Skipped, with a message, when the converted model is not there.
 
 Ours: the real training functions (``rlcd_lab.train.train``) into a temporary directory
 (no evals during training, checkpoint only at the end, the score-function/pathwise
-gradient diagnostic off); per-step times from ``log.jsonl`` (``time_step``,
+gradient diagnostic off); wall time per step from ``log.jsonl`` (``time_step``,
 ``time_sample``). TRL: ``GRPOTrainer`` (``bf16=False`` and ``gradient_checkpointing=False``
 to match our float32 loops without recomputation; TRL's defaults are True for both), timed
 by a callback from ``on_step_begin`` to ``on_step_end``; its sampling time is that of
-``_generate_single_turn`` (``transformers`` ``generate``). Medians over the steps after
-the first (warm-up). A second table times the pieces of one of our steps with the library
-functions. Threads as the environment sets them (``OMP_NUM_THREADS``, torch's default
-otherwise); the machine may be shared, so the load average is printed with the results.
+``_generate_single_turn`` (``transformers`` ``generate``). Both also get the process CPU
+time per step, which other processes on a shared machine disturb less than wall time.
+Medians over the steps after the first (warm-up) of every run; each loop runs ``rounds``
+times in rotated order. A second table times the pieces of one of our steps with the
+library functions.
+
+Threads as the environment sets them (``OMP_NUM_THREADS``, else torch's default of one
+per core). On the shared 2-core machine use ``OMP_NUM_THREADS=1``: two threads per
+process on oversubscribed cores made every loop up to 20x slower. Single-threaded on an
+otherwise idle machine, the defaults take about 1.5 min (tiny) and 10 min (smollm2).
 
 Differences that remain: our sampler stops a rationale at the answer marker (``Answer:``)
 and reads the answer distribution from one forward pass; TRL generates until EOS or the
@@ -480,6 +490,14 @@ def main() -> None:
                 )
                 + f" {r['load'][0]:>5.2f}-{r['load'][1]:<5.2f}"
             )
+    for name, res in results.items():
+        rs = {m: ratio(res[m]["step"], res["trl"]["step"]) for m in ("calibrate", "reinforce")}
+        holds = all(r is not None and r <= 1.0 for r in rs.values())
+        print(
+            f"target {name}: RLCD step / TRL step <= 1.0 (wall): "
+            + ", ".join(f"{m} {fmt(r, '.2f')}" for m, r in rs.items())
+            + (" -> holds" if holds else " -> does not hold")
+        )
     print(
         "(wall: time per step; cpu: this process's CPU time per step; sample: wall time of "
         "our sample_rationales / TRL's generation (our grpo loop does not log it); load1: "
