@@ -189,6 +189,13 @@ fig.show()
 # %%
 for _, r in table.iterrows():
     ratio = r["rms_ratio_mean"]
+    if not np.isfinite(ratio):
+        print(
+            f"{r['task']}/{r['variant']}: no ratio (pathwise norm "
+            f"{r['rms_pathwise']:.3g}, score-function norm {r['rms_score_function']:.3g}): "
+            "this run had no gradient to measure."
+        )
+        continue
     where = "above" if ratio > 12 else "inside" if ratio >= 7 else "below"
     print(
         f"{r['task']}/{r['variant']} (c = {r['c used']}, {r['seeds']} seed(s)): the "

@@ -345,6 +345,12 @@ if len(table2):
             for metric in ("accuracy", "brier", "aurc"):
                 pairs[(variant, "vs readout-only continuation", metric)] = res[metric]
     display(pd.DataFrame(pairs).T.round(4))
+    for (variant, method), d in fork_rows.items():
+        if all(abs(x[k]) < 1e-12 for x in d for k in x):
+            print(
+                f"Note: '{variant}' ({method}) is identical to its stage-1 checkpoint on every "
+                "metric and seed: it never moved (e.g. a zero gradient), so it is no control."
+            )
     for (variant, ref, metric), r in pairs.items():
         if metric == "brier" and ref == "vs its stage-1 checkpoint":
             print(
