@@ -13,7 +13,6 @@ Geifman et al. 2019 (risk-coverage curves, AURC), OpenJev-RLCD sec. 5 (Cov@eps).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import metrics
+from .io import read_jsonl
 from .metrics import ArrayLike, to_numpy
 
 COLORS = (
@@ -527,10 +527,7 @@ def rationale_bars(
 
 
 def _read_log(log: str | Path | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    if isinstance(log, (str, Path)):
-        with open(log, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    return list(log)
+    return read_jsonl(log) if isinstance(log, (str, Path)) else list(log)
 
 
 def _is_number(v: Any) -> bool:
