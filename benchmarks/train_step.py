@@ -7,8 +7,9 @@ Both sides train the same model on the same questions (the first ``steps`` batch
 question stream, fed to TRL in that order), with the same number of questions, M = 4
 rationales (TRL: ``num_generations``), max new tokens (TRL: ``max_completion_length``),
 learning rate, AdamW, gradient clipping at 1.0 and KL anchor beta = 0.04 for every loop
-(ours too, so every loop runs the reference model's pass; TRL's KL term is the same
-per-token k3 estimate as our ``grpo``), in float32 on the CPU:
+(TRL's KL term is the same per-token k3 estimate as our ``grpo``; every loop runs the
+reference model's pass except ``calibrate``, whose loss has no score-function term for the
+KL reward to enter, so it skips that pass), in float32 on the CPU:
 
 * ``tiny``: ``assets/checkpoints/base-verify`` (381k-parameter Llama, character
   tokenizer), 8 questions x 4 rationales x 48 new tokens, full fine-tuning, lr 1e-4;

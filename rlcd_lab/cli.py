@@ -201,7 +201,7 @@ def _run(cfg) -> None:
     elif isinstance(cfg, ReproduceConfig):
         from .reproduce import run_all
 
-        out = run_all(cfg, progress=lambda run: print(f"done: {run}", file=sys.stderr))
+        out = run_all(cfg, progress=lambda done: print(f"done: {done}", file=sys.stderr))
         print(out / "report.md")
     elif isinstance(cfg, Eval):
         json.dump(run_eval_command(cfg), sys.stdout, indent=2)

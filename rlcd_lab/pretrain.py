@@ -11,7 +11,7 @@ saving a checkpoint whose ``rlcd.json`` holds those numbers.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -34,8 +34,10 @@ class PretrainConfig:
     """Which synthetic task's teacher to imitate."""
     out: Path | None = None
     """Checkpoint directory to write, replaced atomically (default: runs/base-TASK)."""
-    steps: int = 3000
-    batch_size: int = 64
+    steps: int | None = None
+    """Optimizer steps (default: the task's, ``SHIPPED``)."""
+    batch_size: int | None = None
+    """Demonstrations per step (default: the task's, ``SHIPPED``)."""
     lr: float = 3e-3
     warmup: int = 100
     hidden_size: int = 96
@@ -43,10 +45,37 @@ class PretrainConfig:
     heads: int = 4
     p_direct: float = 0.5
     """Fraction of demonstrations that answer directly after a bare marker."""
+    p_empty: float | None = None
+    """Fraction of the reasoning demonstrations whose rationale is empty (the marker right
+    after the question): gives the System-One shortcut the small probability a real LM
+    has, for RL to find (default: the task's, ``SHIPPED``)."""
     seed: int = 0
     eval_items: int = 200
     """Dev items measured at the end (direct and after one rationale each)."""
     max_new_tokens: int = 48
+
+
+SHIPPED: dict[str, dict] = {
+    "verify": dict(steps=4000, batch_size=32, p_empty=0.0),
+    "facts": dict(steps=3000, batch_size=64, p_empty=0.02),
+    "aleatoric": dict(steps=3000, batch_size=64, p_empty=0.0),
+}
+"""Per-task defaults: the settings of the shipped ``assets/checkpoints/base-<task>``."""
+
+
+def resolved(cfg: PretrainConfig) -> PretrainConfig:
+    """``cfg`` with every ``None`` setting replaced by the task's default (``SHIPPED``)."""
+    return replace(cfg, **{k: v for k, v in SHIPPED[cfg.task].items() if getattr(cfg, k) is None})
+
+
+def demonstrations(task, rng: np.random.Generator, cfg: PretrainConfig) -> list[Example]:
+    """One batch of teacher demonstrations; with ``cfg.p_empty > 0`` that fraction of
+    them loses its rationale (``p_empty = 0`` draws nothing more from ``rng``)."""
+    examples = task.pretraining_examples(rng, cfg.batch_size, cfg.p_direct)
+    if not cfg.p_empty:
+        return examples
+    empty = rng.random(len(examples)) < cfg.p_empty
+    return [replace(ex, rationale="") if e else ex for ex, e in zip(examples, empty, strict=True)]
 
 
 def encode_examples(
@@ -55,9 +84,10 @@ def encode_examples(
     """Right-padded ``(ids, mask, labels)``; labels are -100 except on the completion.
 
     Reasoning demonstrations: prompt ``question\n``, completion ``rationale Answer: L``.
-    Direct ones: prompt ``question\nAnswer:``, completion `` L``. The marker after a bare
-    question is therefore never taught: the base model reasons unless it is handed the
-    marker, and System-One behaviour has to be *learned* (the collapse RL can show).
+    Direct ones: prompt ``question\nAnswer:``, completion `` L``. The marker right after
+    a bare question is taught only by reasoning demonstrations with an empty rationale
+    (``PretrainConfig.p_empty``): without them the base model always reasons unless it is
+    handed the marker, and the System-One shortcut is out of RL's reach.
     """
     prompts = [
         build_prompt(tokenizer, ex.prompt, direct=ex.direct, marker=MARKER) for ex in examples
@@ -96,6 +126,7 @@ def measure_base(model, tokenizer, items, *, max_new_tokens: int = 48, seed: int
 
 def pretrain(cfg: PretrainConfig) -> Path:
     """Run the pretraining loop of ``cfg`` and save the base checkpoint; returns its path."""
+    cfg = resolved(cfg)
     task = get_task(cfg.task)
     tokenizer = char_tokenizer()
     model = tiny_model(
@@ -107,9 +138,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
     torch.manual_seed(cfg.seed)
     model.train()
     for _ in (bar := trange(cfg.steps, desc=f"pretrain {cfg.task}")):
-        ids, mask, labels = encode_examples(
-            tokenizer, task.pretraining_examples(rng, cfg.batch_size, cfg.p_direct)
-        )
+        ids, mask, labels = encode_examples(tokenizer, demonstrations(task, rng, cfg))
         loss = model(
             input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), labels=labels
         ).loss

@@ -20,13 +20,15 @@ with the same config is reused, a partial one resumed, so an interrupted reprodu
 continues where it stopped. Runs are independent processes (``jobs`` at a time); on CPU
 each uses one thread, which also makes the numbers independent of the machine's core
 count. ``write_report`` reads the eval dumps back and writes ``summary.json``,
-``report.md`` and a self-contained ``report.html`` (plotly inlined, no CDN).
+``report.md`` and a self-contained ``report.html`` (plotly inlined, no CDN); ``run_all``
+also writes ``timing.json``: where the time went (wall, training and sampling seconds per run).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -200,6 +202,21 @@ def run_job(job: Job) -> str:
     return str(job.out)
 
 
+def timed_job(job: Job) -> dict:
+    """``run_job`` and its cost: wall seconds, and from ``log.jsonl`` the seconds spent in
+    training steps and, within them, in sampling rationales (the rest of the wall time is
+    loading, dev evals every ``eval_every`` steps, the final eval dumps and checkpoints)."""
+    reused = _finished(job)
+    t0 = time.perf_counter()
+    run_job(job)
+    row = {"run": job.name, "seed": job.seed, "reused": reused, "wall_s": time.perf_counter() - t0}
+    if job.train is not None and not reused:
+        log = read_jsonl(job.out / "log.jsonl")
+        row["train_s"] = sum(r["time_step"] for r in log)
+        row["sample_s"] = sum(r.get("time_sample") or 0.0 for r in log)
+    return row
+
+
 def _one_thread() -> None:
     import torch
 
@@ -210,6 +227,8 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     """Run every job of ``plan(cfg)`` (``cfg.jobs`` processes at a time), then write the
     report; returns the report directory ``OUT/<task>``."""
     waves = plan(cfg)
+    timing: list[dict] = []
+    start = time.perf_counter()
     quiet = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # read at import
     saved = {k: os.environ.get(k) for k in quiet}
     os.environ.update(quiet)  # spawned workers inherit it: no interleaved progress bars
@@ -221,9 +240,10 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
             initializer=_one_thread if one_thread else None,
         ) as pool:
             for wave in waves:
-                for done in pool.map(run_job, wave):
+                for row in pool.map(timed_job, wave):
+                    timing.append(row)
                     if progress is not None:
-                        progress(done)
+                        progress(f"{row['run']} seed {row['seed']}: {row['wall_s']:.0f} s")
     finally:
         for k, v in saved.items():
             if v is None:
@@ -232,6 +252,8 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
                 os.environ[k] = v
     out = cfg.out / Path(cfg.task).stem
     write_report(out, cfg.seeds, eps=EPS.get(cfg.task, 0.05), title=f"{cfg.task} ({cfg.scale})")
+    total = {"wall_s": time.perf_counter() - start, "jobs": cfg.jobs, "runs": timing}
+    atomic_write_text(out / "timing.json", json.dumps(total, indent=2))
     return out
 
 

@@ -1,5 +1,6 @@
 """Pretraining loop and evaluation on a few steps of the tiny world."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,13 @@ import pytest
 from rlcd_lab import metrics
 from rlcd_lab.evaluate import run_eval, summarize
 from rlcd_lab.models import load_checkpoint
-from rlcd_lab.pretrain import PretrainConfig, encode_examples, pretrain
+from rlcd_lab.pretrain import (
+    PretrainConfig,
+    demonstrations,
+    encode_examples,
+    pretrain,
+    resolved,
+)
 from rlcd_lab.tasks import TaskItem
 from rlcd_lab.tasks.synthetic import Example, get_task
 
@@ -25,6 +32,21 @@ def test_encode_examples_masks_the_prompt(tokenizer):
         assert text == ex.prompt + "\n" + ("Answer:" if ex.direct else "") + bodies[i]
         assert tokenizer.decode(labels[i][labels[i] >= 0]) == bodies[i]  # loss on the completion
     assert mask[1, -1] == 0  # right padding
+
+
+def test_task_defaults_are_the_shipped_settings_and_empty_rationales():
+    cfg = resolved(PretrainConfig(task="facts"))
+    assert (cfg.steps, cfg.batch_size, cfg.p_empty) == (3000, 64, 0.02)
+    assert resolved(PretrainConfig(task="verify", steps=7)).steps == 7  # explicit wins
+    task = get_task("facts")
+    plain = PretrainConfig(task="facts", batch_size=400, p_empty=0.0)
+    a = demonstrations(task, np.random.default_rng(1), plain)
+    b = task.pretraining_examples(np.random.default_rng(1), 400, plain.p_direct)
+    assert a == b  # p_empty = 0: the teacher's stream, untouched (rebuilds stay identical)
+    c = demonstrations(task, np.random.default_rng(1), replace(plain, p_empty=0.25))
+    assert [ex.prompt for ex in c] == [ex.prompt for ex in a]
+    emptied = [x.rationale == "" and y.rationale != "" for x, y in zip(c, a, strict=True)]
+    assert 0.15 < np.mean(emptied) / np.mean([not ex.direct for ex in a]) < 0.35
 
 
 def test_pretrain_writes_a_measured_checkpoint(tmp_path):

@@ -18,6 +18,7 @@ from rlcd_lab.reproduce import (
     plan,
     run_job,
     summarize_runs,
+    timed_job,
     write_report,
 )
 
@@ -68,10 +69,11 @@ def test_jobs_reuse_finished_runs_resume_partial_ones_and_refuse_other_configs(t
     run_job(base)
     assert len(read_jsonl(base.out / "eval" / "test.jsonl")) == 6
     assert len(read_jsonl(base.out / "eval" / "dev.jsonl")) == 200
-    run_job(cal)
+    ran = timed_job(cal)
+    assert not ran["reused"] and 0 < ran["sample_s"] < ran["train_s"] < ran["wall_s"]
     dump = (cal.out / "eval" / "test.jsonl").read_text()
     mtime = (cal.out / "final" / "rlcd.json").stat().st_mtime_ns
-    run_job(cal)  # finished with the same config: reused, nothing rewritten
+    assert timed_job(cal)["reused"]  # finished with the same config: reused, nothing rewritten
     assert (cal.out / "final" / "rlcd.json").stat().st_mtime_ns == mtime
     with pytest.raises(ValueError, match="another config"):
         run_job(replace(cal, train=replace(cal.train, lr=3e-4)))

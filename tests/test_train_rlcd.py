@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks.synthetic import get_task
 from rlcd_lab.train.common import QuestionStream, RunDir, read_log
-from rlcd_lab.train.rlcd import preset, train
+from rlcd_lab.train.rlcd import preset, shuffle_rationales, train
 
 TINY = dict(
     task="aleatoric",
@@ -80,7 +80,19 @@ def test_reinforce_kl_is_zero_at_the_anchor_and_reader_none_has_no_reward(tmp_pa
         preset("reinforce", init=tiny_base, out=tmp_path / "n", steps=2, reader="none", **TINY)
     )
     log = read_log(run)
-    assert log[0]["grad_pathwise"] == 0.0  # a constant readout: no pathwise gradient
+    assert log[0]["grad_pathwise"] == 0.0  # detached rewards: no pathwise gradient
+    assert log[0]["grad_score_function"] > 0.0  # but the same score-function noise:
+    assert log[0]["reward"] == pytest.approx(first["reward"], abs=1e-6)  # same rewards
+
+
+def test_shuffle_rationales_permutes_within_each_question():
+    u = torch.rand(50, 4, 3)
+    out = shuffle_rationales(u, seed=1, step=0)
+    assert torch.equal(out.sort(1).values, u.sort(1).values)  # each question: same rows
+    moved = (out != u).any(-1).any(-1)
+    assert moved.float().mean() > 0.8  # 23 of 24 permutations move something
+    assert torch.equal(out, shuffle_rationales(u, seed=1, step=0))
+    assert not torch.equal(out, shuffle_rationales(u, seed=1, step=1))
 
 
 def test_existing_run_needs_resume_and_same_config(tmp_path, tiny_base):

@@ -51,6 +51,7 @@ def train(cfg: RFTConfig) -> Path:
 
         # 1. rationales, then one forward with gradient; a sampled answer per rationale
         rats, option_ids = sample_batch(s, batch, step)
+        t_sample = time.perf_counter()
         u, _, tok_lp = score_rationales(s.model, rats, option_ids, per_token=True)
         answer, logp_answer = sample_answers(u, cfg.seed, step)
 
@@ -73,7 +74,8 @@ def train(cfg: RFTConfig) -> Path:
         row |= rationale_stats(
             u.detach().view(b, m, -1), rats.lengths.view(b, m), rats.forced.view(b, m)
         )
-        row |= {"kl": None if kl is None else float(kl), "time_step": time.perf_counter() - t0}
+        row |= {"kl": None if kl is None else float(kl), "time_sample": t_sample - t0}
+        row["time_step"] = time.perf_counter() - t0
         s.end_step(step, row)
         bar.set_postfix(loss=f"{row['loss']:.3f}", kept=f"{row['kept']:.2f}", refresh=False)
     return s.finish()

@@ -6,8 +6,10 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
 2. one forward pass with gradient gives each rationale's readout ``u`` and ``log pi(r|x)``;
 3. the reward of rationale i is the proper score ``R_i = J(u_i, Y)`` of the *reader*'s
    readout (``self``: the model being trained; ``ref``: the frozen anchor model reads the
-   rationale; ``none``: no outcome reward at all, the "anchor only" fork), plus the KL
-   shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
+   rationale; ``none``: no outcome reward, the "anchor only" fork: rationale i gets the
+   detached reward of a random other rationale of its question, so the score-function
+   term keeps RLCD-RL's noise but carries no information on which rationale is better),
+   plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
 4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight`` x the
    leave-one-out score-function term (``rlcd_lab.estimators``); AdamW, clipping.
 
@@ -34,7 +36,7 @@ from tqdm import trange
 
 from ..estimators import grad_norm, gradient_terms, surrogate_terms
 from ..rationales import score_rationales
-from .common import TrainConfig, rationale_stats, sample_batch, setup, update
+from .common import TrainConfig, rationale_stats, sample_batch, setup, step_seed, update
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class RLCDConfig(TrainConfig):
     rule: Literal["brier", "log"] = "brier"
     reader: Literal["self", "ref", "none"] = "self"
     """Who reads the readout that is scored: the trained model, the frozen reference, or
-    nobody (no outcome reward: the anchor-only fork)."""
+    nobody (no outcome reward: the anchor-only fork; rewards shuffled within each question)."""
     grad_terms_every: int = 10
     """Log pathwise vs score-function gradient norms every this many steps (0: never)."""
 
@@ -94,9 +96,19 @@ def preset(method: str, **overrides) -> RLCDConfig:
     return replace(METHODS[method], **overrides)
 
 
+def shuffle_rationales(u: torch.Tensor, seed: int, step: int) -> torch.Tensor:
+    """``u (B, M, K)`` with its M rationales randomly permuted within each question (seeded
+    by ``(seed, step)``): scored against the outcome, the reward of rationale i then comes
+    from another rationale of the same question, the same values but unrelated to i."""
+    gen = torch.Generator().manual_seed(step_seed(seed, step, salt=2))
+    perm = torch.argsort(torch.rand(u.shape[:2], generator=gen), dim=1).to(u.device)
+    return u.gather(1, perm[..., None].expand_as(u))
+
+
 def train(cfg: RLCDConfig) -> Path:
     """Run (or resume) one RLCD-family training run; returns the run directory."""
-    s = setup(cfg, needs_ref=cfg.beta > 0 or cfg.reader == "ref")
+    # the KL shaping reward only reaches the loss through the score-function term
+    s = setup(cfg, needs_ref=(cfg.beta > 0 and cfg.sf_weight > 0) or cfg.reader == "ref")
     b, m = cfg.batch_size, cfg.m
     for step in (bar := trange(s.run.start_step, cfg.steps, desc=cfg.method, total=cfg.steps)):
         t0 = time.perf_counter()
@@ -122,9 +134,8 @@ def train(cfg: RLCDConfig) -> Path:
                 extra = -cfg.beta * log_ratio
         if cfg.reader == "ref":
             u_read = ref_u.view(b, m, -1)
-        elif cfg.reader == "none":  # uniform over the options: no outcome reward, no pathwise
-            present = (u > 0).float().detach()
-            u_read = present / present.sum(-1, keepdim=True)
+        elif cfg.reader == "none":  # no outcome reward: the same rewards, shuffled (below)
+            u_read = shuffle_rationales(u.detach(), cfg.seed, step)
         else:
             u_read = u
         terms = surrogate_terms(u_read, logp, y, cfg.lam, extra, cfg.rule)
