@@ -26,7 +26,11 @@
 # Here we run that experiment on the tiny world's knowledge task, `facts` (the MMLU-Pro
 # analogue: reasoning writes `recall xyz=V` and copies `V` with certainty; the base model
 # answers *better* directly, see the numbers printed below), from the shipped base checkpoint
-# `assets/checkpoints/base-facts`, twice: without and with the KL anchor. Then we look
+# `assets/checkpoints/base-facts`, twice: without and with the KL anchor. Like a real LM,
+# that base model gives the empty rationale (the marker right after the question) a small
+# probability: 2% of its reasoning demonstrations had one (`rlcd-lab pretrain --task
+# facts`, setting `p_empty`), so an empty rationale is a space and the marker,
+# `" Answer:"`, 8 tokens, and about one rationale in a hundred starts out empty. Then we look
 # at rationale length, forced-marker rate and the variance of `u` across rationales,
 # step by step, from each run's `log.jsonl`.
 #
@@ -72,20 +76,20 @@ torch.set_num_threads(1)
 SCALE = tutorial.get_scale()
 SIZES = {
     "ci": dict(steps=8, eval_every=4, eval_items=20, test_items=0),
-    "default": dict(steps=200, eval_every=25, eval_items=100, test_items=0),
+    "default": dict(steps=250, eval_every=25, eval_items=100, test_items=0),
     "paper": dict(steps=8, eval_every=4, eval_items=20, test_items=0),
 }[SCALE]
 print(f"SCALE = {SCALE}: {SIZES}")
 
 BASE = assets.shipped_checkpoints()["checkpoints/base-facts"]
 OUT = Path(tempfile.mkdtemp(prefix="rlcd-nb02-"))
-MARKER_TOKENS = 7  # "Answer:" in the character tokenizer: a bare-marker rationale
+EMPTY_TOKENS = 8  # " Answer:" in the character tokenizer: an empty rationale
 # at ci scale a copy of facts with a 30-item dev split (each run ends with a dev eval)
 TASK = "facts" if SCALE == "default" else str(tutorial.subset_task("facts", OUT, {"dev": 30}))
 COMMON = dict(
     init=BASE,
     task=TASK,
-    lr=1e-3,  # high for this model: collapse-like behaviour appears within 200 steps
+    lr=3e-4,  # the collapse takes about 200 steps at this rate (1e-3: see exercise 1)
     max_new_tokens=24,
     batch_size=8,
     m=4,
@@ -147,7 +151,7 @@ else:
 # %% [markdown]
 # ## What the logs say
 #
-# Per step: the mean rationale length (sampled tokens; a bare marker is 7), the share
+# Per step: the mean rationale length (sampled tokens; an empty rationale is 8), the share
 # of rationales that hit the length limit and got the marker appended ("forced"), the
 # variance of `u` across the 4 rationales of a question (Proposition 1's diversity term:
 # 0 when the readout no longer depends on which rationale was written), the mean reward
@@ -182,7 +186,7 @@ for i, (name, rows) in enumerate(logs.items()):
             row=j // 2 + 1,
             col=j % 2 + 1,
         )
-fig.add_hline(y=MARKER_TOKENS, line_dash="dot", row=1, col=1, annotation_text="bare marker")
+fig.add_hline(y=EMPTY_TOKENS, line_dash="dot", row=1, col=1, annotation_text="empty rationale")
 fig.update_layout(height=800, title="End-to-end per-rationale training on facts")
 if logs:
     fig.show()
@@ -200,6 +204,7 @@ summary = {}
 for name, rows in logs.items():
     meta = read_meta(Path(runs[name]) / "final")
     dev = meta["metrics"]["dev"]
+    dev_rows = assets.read_jsonl(Path(runs[name]) / "eval/dev.jsonl")
     summary[name] = {
         "length (first 10%)": window(rows, "rationale_length", -0.1),
         "length (last 10%)": window(rows, "rationale_length", 0.1),
@@ -211,11 +216,8 @@ for name, rows in logs.items():
         "final dev accuracy": dev["accuracy"],
         "final dev Brier": dev["brier"],
         "final dev T": dev["T"],
-        "final mean top p": float(
-            np.mean(
-                [max(r["probs"]) for r in assets.read_jsonl(Path(runs[name]) / "eval/dev.jsonl")]
-            )
-        ),
+        "final mean top p": float(np.mean([max(r["probs"]) for r in dev_rows])),
+        "final empty share": float(np.mean([r["rationales"][0] == "" for r in dev_rows])),
     }
 summary = pd.DataFrame(summary).T
 display(summary.round(3))
@@ -240,11 +242,17 @@ for name, path in runs.items():
 
 # %%
 def verdict(name, s):
-    empty = s["length (last 10%)"] <= MARKER_TOKENS + 0.5
+    empty = s["length (last 10%)"] <= EMPTY_TOKENS + 1.0
     flat = s["var u (last 10%)"] < 0.1 * max(s["var u (first 10%)"], 1e-9)
     limit = s["forced (last 10%)"] > 0.5
-    if empty:
-        return f"{name}: System-One collapse as in the paper: rationales became the bare marker."
+    if empty and flat:
+        return (
+            f"{name}: System-One collapse as in the paper: rationales became empty "
+            f"({s['length (last 10%)']:.1f} tokens over the last 10% of steps, "
+            f"{s['final empty share']:.0%} of the final model's dev rationales are empty) "
+            f"and the readout no longer depends on them (variance of u "
+            f"{s['var u (first 10%)']:.3f} -> {s['var u (last 10%)']:.3f})."
+        )
     if flat and limit:
         return (
             f"{name}: the readout stopped depending on the rationale (variance of u "
@@ -287,11 +295,11 @@ if len(summary):
         + ", ".join(f"{n} {a:.3f}" for n, a in acc.items())
         + f" (base model after reasoning {base_dev['accuracy']:.3f}). "
         + (
-            "Both runs lost accuracy against the base model, so at this learning rate this "
-            "is not a clean reproduction of the paper's collapse (benchmarks/RESULTS.md: "
-            "the same at 300 steps)."
+            "Both runs lost accuracy against the base model."
             if (acc < base_dev["accuracy"] - 0.05).all()
-            else "At least one run kept the base model's accuracy."
+            else "Neither run lost more than 5 points against the base model."
+            if (acc >= base_dev["accuracy"] - 0.05).all()
+            else "One run lost more than 5 points against the base model."
         )
     )
     if SCALE == "ci":
@@ -303,7 +311,7 @@ for name, rows in logs.items():
     assert len(rows) == SIZES["steps"], (name, len(rows))
     for col in ("rationale_length", "forced_rate", "readout_variance", "reward"):
         assert len(tutorial.log_column(rows, col)[1]) == SIZES["steps"], col
-    assert 0 < window(rows, "rationale_length", -0.1) <= COMMON["max_new_tokens"] + 7
+    assert 0 < window(rows, "rationale_length", -0.1) <= COMMON["max_new_tokens"] + EMPTY_TOKENS
     assert (
         len(tutorial.log_column(rows, "dev_accuracy")[1]) == SIZES["steps"] // SIZES["eval_every"]
     )
@@ -311,42 +319,47 @@ if "KL 0.04" in logs:
     assert tutorial.log_column(logs["KL 0.04"], "kl")[1].size > 0
 
 # %% [markdown]
-# **What this tiny world can and cannot show.** In `facts` the bare marker right after
-# the question was never a *completion* in pretraining (the prompt is masked), so an
-# empty rationale starts with a vanishing probability and 4 samples per question
-# almost never find it. The policy gradient then moves the rationales somewhere else
-# that makes the readout ignore them. The KL anchor keeps the rationales in the base
-# model's form. `benchmarks/RESULTS.md` records the same experiment for 300 steps; on
-# `verify`, where reasoning is needed, no collapse happens at all.
+# **What this tiny world shows.** At `default` scale (250 steps, seed 0; measured with
+# the same runs from the command line, `benchmarks/RESULTS.md`), the run without the
+# anchor collapses as in the paper: its rationales shrink from 20 tokens to the empty
+# rationale (8 tokens) between steps 100 and 250, the variance of `u` across rationales
+# falls from 0.48 to 0.000, and its readout hedges (dev Brier 0.99 -> 0.75 at unchanged
+# accuracy, about 0.50). The anchored run keeps reasoning (16.6 tokens, variance 0.22 at
+# step 250). Two caveats: its rationales do get shorter (20 -> about 15), because in
+# `facts` answering directly really is better (exercise 3 prices this), and at
+# `lr = 1e-3` the picture breaks: the no-KL rationales run to the length limit instead
+# and both runs lose most of their accuracy (exercise 1). On `verify`, where reasoning
+# is needed, no collapse happens at all.
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Rerun the no-KL run with `lr=3e-4` instead of `1e-3`. Does anything collapse in
-#    200 steps? What does the readout variance do?
+# 1. Rerun the no-KL run with `lr=1e-3` instead of `3e-4`. Where do the rationales go,
+#    and what happens to dev accuracy?
 # 2. The paper explains the collapse by the readout after an empty rationale learning to
 #    hedge faster. Measure the hedge: for the final no-KL model, compute the mean top
 #    probability of its readouts on dev (`eval/dev.jsonl`) and compare it with the
 #    base model's (`rlcd-lab eval --checkpoint assets/checkpoints/base-facts --task facts
 #    --split dev`).
-# 3. Make the bare marker reachable: how would you change the pretraining data
-#    (`rlcd_lab/tasks/synthetic.py`, `Facts.teach`) so that the base model sometimes
-#    writes an empty rationale? Predict what the no-KL run would then do.
+# 3. Price the shortcut. The KL shaping reward of a rationale is
+#    `-beta log pi(r)/pi_ref(r)`. If the policy always wrote the empty rationale, which
+#    the base model writes with probability about 0.01-0.02, what would it pay per
+#    question at `beta = 0.04`? Compare with the Brier gain of answering directly
+#    (base-facts on dev: direct vs reason Brier, printed at the top). Which wins at the
+#    optimum of the anchored objective, and what does the anchor buy you then?
 
 # %% tags=["solution"] jupyter={"source_hidden": true}
 # Solution 1 (runs only at default scale: about 2 minutes):
 if SCALE == "default":
-    cfg = preset("endtoend", out=OUT / "no-KL-lr3e-4", beta=0.0, **{**COMMON, "lr": 3e-4})
+    cfg = preset("endtoend", out=OUT / "no-KL-lr1e-3", beta=0.0, **{**COMMON, "lr": 1e-3})
     rows = read_log(train(cfg))
     print(
-        "exercise 1: lr 3e-4: length (last 10%)",
+        "exercise 1: lr 1e-3: length (last 10%)",
         round(window(rows, "rationale_length", 0.1), 1),
         "forced",
         round(window(rows, "forced_rate", 0.1), 2),
-        "var u",
-        round(window(rows, "readout_variance", -0.1), 3),
-        "->",
-        round(window(rows, "readout_variance", 0.1), 3),
+        "dev accuracy",
+        round(tutorial.log_column(rows, "dev_accuracy")[1][-1], 3),
     )
 
 # Solution 2: the hedge, from the eval dumps.
@@ -355,7 +368,17 @@ for name, path in runs.items():
     top = np.mean([max(r["probs"]) for r in dev_rows])
     print(f"exercise 2: {name}: mean top probability on dev {top:.3f}")
 
-# Solution 3: e.g. let the teacher answer some known facts after an empty rationale
-# ("fact xyz?\nAnswer: V" as a *completion* of "fact xyz?\n"). The bare marker then has
-# a non-negligible probability, the policy gradient can find it, and without the anchor
-# the rationales should collapse to it as in the paper.
+# Solution 3: always writing a rationale of base probability p costs beta * log(1/p) per
+# question; the gain is the Brier difference between direct and reasoned answers.
+direct_dev = read_meta(BASE)["metrics"]["dev"]["direct"]
+gain = base_dev["brier"] - direct_dev["brier"]
+for p in (0.01, 0.02):
+    print(f"exercise 3: p = {p}: KL price {0.04 * np.log(1 / p):.3f} vs Brier gain {gain:.3f}")
+if gain > 0.04 * np.log(100):
+    print(
+        "  the gain is larger: even the anchored objective prefers answering directly here; "
+        "the anchor slows the drift (the KL run still reasons at 250 steps) but cannot rule "
+        "it out on a task where reasoning hurts. On a real LM p is far smaller."
+    )
+else:
+    print("  the KL price is larger: at its optimum the anchored objective keeps reasoning.")

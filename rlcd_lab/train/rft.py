@@ -74,7 +74,7 @@ def train(cfg: RFTConfig) -> Path:
         row |= rationale_stats(
             u.detach().view(b, m, -1), rats.lengths.view(b, m), rats.forced.view(b, m)
         )
-        row |= {"kl": None if kl is None else float(kl), "time_sample": t_sample - t0}
+        row |= {"kl": None if kl is None else kl.item(), "time_sample": t_sample - t0}
         row["time_step"] = time.perf_counter() - t0
         s.end_step(step, row)
         bar.set_postfix(loss=f"{row['loss']:.3f}", kept=f"{row['kept']:.2f}", refresh=False)

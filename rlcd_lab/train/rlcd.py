@@ -6,9 +6,9 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
 2. one forward pass with gradient gives each rationale's readout ``u`` and ``log pi(r|x)``;
 3. the reward of rationale i is the proper score ``R_i = J(u_i, Y)`` of the *reader*'s
    readout (``self``: the model being trained; ``ref``: the frozen anchor model reads the
-   rationale; ``none``: no outcome reward, the "anchor only" fork: rationale i gets the
-   detached reward of a random other rationale of its question, so the score-function
-   term keeps RLCD-RL's noise but carries no information on which rationale is better),
+   rationale; ``none``: no outcome reward, the "anchor only" fork: the M detached rewards
+   of a question are randomly permuted among its rationales, so the score-function term
+   keeps RLCD-RL's noise but carries no information on which rationale is better),
    plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
 4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight`` x the
    leave-one-out score-function term (``rlcd_lab.estimators``); AdamW, clipping.
@@ -98,8 +98,8 @@ def preset(method: str, **overrides) -> RLCDConfig:
 
 def shuffle_rationales(u: torch.Tensor, seed: int, step: int) -> torch.Tensor:
     """``u (B, M, K)`` with its M rationales randomly permuted within each question (seeded
-    by ``(seed, step)``): scored against the outcome, the reward of rationale i then comes
-    from another rationale of the same question, the same values but unrelated to i."""
+    by ``(seed, step)``): scored against the outcome, rationale i then gets the reward of
+    a random rationale of the same question: the same values, unrelated to i."""
     gen = torch.Generator().manual_seed(step_seed(seed, step, salt=2))
     perm = torch.argsort(torch.rand(u.shape[:2], generator=gen), dim=1).to(u.device)
     return u.gather(1, perm[..., None].expand_as(u))

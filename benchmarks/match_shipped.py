@@ -1,0 +1,57 @@
+"""Does a reproduction match the shipped one? Compares two ``summary.json`` of
+``rlcd-lab reproduce`` run by run and seed by seed (the seeds both hold), metric by metric.
+
+    .venv/bin/python benchmarks/match_shipped.py runs/reproduce/verify/summary.json \\
+        [assets/results/verify/summary.json]
+
+Prints, per run, the seeds compared, the number of per-seed numbers compared and the
+largest absolute difference; exits with status 1 when any number differs. Same seeds on
+the CPU (one thread per run) should give identical numbers: a difference means the code,
+the base model or the numerical libraries changed since the shipped reproduction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT = Path(__file__).resolve().parent.parent / "assets" / "results" / "verify" / "summary.json"
+
+
+def per_seed(summary: dict) -> dict[tuple[str, int], dict[str, float]]:
+    """``{(run, seed): {metric: value}}`` from a summary's ``runs`` section."""
+    out = {}
+    for run, entry in summary["runs"].items():
+        for seed, row in zip(summary["seeds"], entry["per_seed"], strict=True):
+            out[(run, seed)] = {k: v for k, v in row.items() if isinstance(v, int | float)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mine", type=Path)
+    ap.add_argument("shipped", type=Path, nargs="?", default=DEFAULT)
+    args = ap.parse_args()
+    a = per_seed(json.loads(args.mine.read_text()))
+    b = per_seed(json.loads(args.shipped.read_text()))
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        print("no (run, seed) in common")
+        return 1
+    worst_all = 0.0
+    print(f"{'run':14s} {'seeds':>12s} {'numbers':>8s} {'max |diff|':>11s}")
+    for run in sorted({r for r, _ in shared}):
+        keys = [k for k in shared if k[0] == run]
+        diffs = [abs(a[k][m] - b[k][m]) for k in keys for m in a[k].keys() & b[k].keys()]
+        worst = max(diffs)
+        worst_all = max(worst_all, worst)
+        seeds = ",".join(str(s) for _, s in keys)
+        print(f"{run:14s} {seeds:>12s} {len(diffs):8d} {worst:11.3g}")
+    print("identical" if worst_all == 0 else f"DIFFERENT (max |diff| {worst_all:.3g})")
+    return 0 if worst_all == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
