@@ -37,7 +37,7 @@
 #    anchor, from the base model) and compares dev Brier and AURC.
 #
 # Where the numbers come from: section 1 is a simulation; section 2 reads
-# `assets/runs/*/log.jsonl` (found with `rlcd_lab.assets.shipped_runs()`); section 3
+# `assets/results/*/seed-*/*/log.jsonl` (found with `rlcd_lab.assets.shipped_runs()`); section 3
 # trains in this notebook, into a temporary directory, at the size set by `SCALE`.
 
 # %%
@@ -193,7 +193,8 @@ for _, r in table.iterrows():
         print(
             f"{r['task']}/{r['variant']}: no ratio (pathwise norm "
             f"{r['rms_pathwise']:.3g}, score-function norm {r['rms_score_function']:.3g}): "
-            "this run had no gradient to measure."
+            "no pathwise term to compare with (the anchor-only fork's rewards are detached "
+            "and shuffled: only its score-function term trains)."
         )
         continue
     where = "above" if ratio > 12 else "inside" if ratio >= 7 else "below"

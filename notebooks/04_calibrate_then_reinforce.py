@@ -356,7 +356,13 @@ if len(table2):
             print(
                 f"{variant}: Brier {r['diff']:+.4f} relative to its stage-1 checkpoint "
                 f"(p = {r['p']:.3g}) -> "
-                + ("stage 2 helps" if r["ci_high"] < 0 else "no significant gain from stage 2")
+                + (
+                    "stage 2 helps"
+                    if r["ci_high"] < 0
+                    else "stage 2 hurts"
+                    if r["ci_low"] > 0
+                    else "no significant change from stage 2"
+                )
             )
 else:
     print("No stage-2 forks are shipped yet.")

@@ -401,7 +401,8 @@ else:
 #    answered items have predicted error `mean(1 - confidence) <= 5%`. How does it
 #    compare with the labelled choice above?
 # 3. Run the cascade with the *raw* (not temperature-scaled) direct probabilities. The
-#    base model's direct readout on `facts` has T close to 1.3; on `verify` about 2.
+#    base model's direct readout on `facts` has T close to 1.3; on `verify` it is constant
+#    (its fitted T sits at the fitting bound).
 #    Which task's cascade changes more, and why?
 
 # %% tags=["solution"] jupyter={"source_hidden": true}

@@ -218,8 +218,9 @@ def discover_runs(runs: Mapping[str, str | Path], task: str | None = None) -> li
     only ``task`` when given, plus ``parent``: the name of the run in ``runs`` whose
     ``final`` checkpoint this run started from (a stage-2 fork of a stage-1 run), else
     None. The parent is matched by path suffix, because ``config.json`` records the
-    ``init`` path as it was when the run was trained (e.g. ``runs/verify-s0/calibrate/final``
-    for a run now shipped as ``assets/runs/verify-s0/calibrate``)."""
+    ``init`` path as it was when the run was trained (e.g.
+    ``runs/reproduce/verify/seed-17/calibrate/final``
+    for a run now shipped as ``assets/results/verify/seed-17/calibrate``)."""
     infos = [run_info(p, name) for name, p in runs.items()]
     if task is not None:
         infos = [i for i in infos if i["task"] == task]
