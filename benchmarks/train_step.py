@@ -206,7 +206,7 @@ def time_ours(s: Setting, method: str, task: Path, out: Path, steps: int) -> dic
     return {
         "step": after_first([r["time_step"] for r in rows]),
         "cpu": after_first(cpu),
-        "sample": after_first([r.get("time_sample") for r in rows]),  # grpo does not log it
+        "sample": after_first([r.get("time_sample") for r in rows]),
         "load": [load_start, load1()],
     }
 
@@ -501,7 +501,7 @@ def main() -> None:
         )
     print(
         "(wall: time per step; cpu: this process's CPU time per step; sample: wall time of "
-        "our sample_rationales / TRL's generation (our grpo loop does not log it); load1: "
+        "our sample_rationales / TRL's generation; load1: "
         "lowest and highest 1-min load average seen at the start and end of the runs)"
     )
     print(
