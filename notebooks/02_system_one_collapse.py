@@ -328,7 +328,8 @@ if "KL 0.04" in logs:
 # reasoning (17 tokens, variance 0.18 over the last 25 steps). Caveats: the anchored
 # run is drifting too (a quarter of its final dev rationales are already empty, and by
 # step 300 half are), because in `facts` answering directly really is better (exercise
-# 3 prices this); both runs lose some accuracy (0.45 and 0.42 against the base model's
+# 3 prices this; with `beta = 0.2`, whose price exceeds the gain, the rationales keep
+# their form for 300 steps); both runs lose some accuracy (0.45 and 0.42 against the base model's
 # 0.505 after reasoning); and at `lr = 1e-3` the no-KL rationales run to the length
 # limit instead and accuracy collapses (exercise 1). On `verify`, where reasoning is
 # needed, no collapse happens at all.
