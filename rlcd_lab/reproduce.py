@@ -42,7 +42,7 @@ from . import metrics, plots, stats
 from .assets import ASSETS
 from .evaluate import run_eval, summarize
 from .io import atomic_write_jsonl, atomic_write_text, read_jsonl
-from .train.common import TrainConfig, config_dict
+from .train.common import TrainConfig, config_diff
 
 RLCD = "reinforce"
 TABLE1 = ("base", "sft", "rft", "rft-kl", "grpo", "calibrate", "reinforce")
@@ -53,10 +53,12 @@ EPS = {"facts": 0.2}  # error budget of Cov@eps: 5% unless listed (the paper: 20
 
 SCALES: dict[str, dict] = {
     "tiny": dict(steps=200, lr=1e-4, max_new_tokens=48, test_items=400, device="cpu"),
-    "paper": dict(steps=400, lr=2e-6, max_new_tokens=256, test_items=1000, device="auto"),
+    "paper": dict(
+        steps=400, lr=2e-6, max_new_tokens=256, test_items=1000, device="auto", bf16=True
+    ),
 }
 """Settings shared by every run at each scale (the paper: 400 steps per stage, AdamW
-2e-6 for Qwen3-1.7B, 8 questions x 4 rationales; the rationale budget is ours)."""
+2e-6 for Qwen3-1.7B, 8 questions x 4 rationales, bf16; the rationale budget is ours)."""
 
 
 @dataclass(frozen=True)
@@ -150,12 +152,11 @@ def _finished(job: Job) -> bool:
         if not done.exists():
             return False
         old, new = json.loads(done.read_text()), json.loads(json.dumps(job.settings, default=str))
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     else:
         if not (job.out / "final" / "rlcd.json").exists():
             return False
-        old = json.loads((job.out / "config.json").read_text())
-        new = config_dict(job.train)
-    diff = sorted(k for k in set(old) | set(new) if k != "resume" and old.get(k) != new.get(k))
+        diff = config_diff(json.loads((job.out / "config.json").read_text()), job.train)
     if diff:
         raise ValueError(f"{job.out} holds a finished run with another config (differs in {diff})")
     return True

@@ -59,6 +59,9 @@ def test_plan_aleatoric_is_table3_and_paper_scale_needs_a_model(tmp_path):
     assert by_name(first)[("mixture", 1)].train.lam == 1.0
     with pytest.raises(ValueError, match="--init"):
         plan(ReproduceConfig(scale="paper", out=tmp_path))
+    first, second = plan(ReproduceConfig(scale="paper", init=tmp_path, out=tmp_path, seeds=(1,)))
+    trained = [j.train for j in first + second if j.train is not None]
+    assert all((t.lr, t.steps, t.bf16, t.device) == (2e-6, 400, True, "auto") for t in trained)
 
 
 def test_jobs_reuse_finished_runs_resume_partial_ones_and_refuse_other_configs(tmp_path, tiny_base):

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from safetensors.torch import load_file
 
 from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks.synthetic import get_task
-from rlcd_lab.train.common import QuestionStream, RunDir, read_log
+from rlcd_lab.train.common import QuestionStream, RunDir, config_diff, read_log
 from rlcd_lab.train.rlcd import preset, shuffle_rationales, train
 
 TINY = dict(
@@ -83,6 +84,19 @@ def test_reinforce_kl_is_zero_at_the_anchor_and_reader_none_has_no_reward(tmp_pa
     assert log[0]["grad_pathwise"] == 0.0  # detached rewards: no pathwise gradient
     assert log[0]["grad_score_function"] > 0.0  # but the same score-function noise:
     assert log[0]["reward"] == pytest.approx(first["reward"], abs=1e-6)  # same rewards
+
+
+def test_a_record_without_a_newer_setting_counts_it_as_default(tmp_path, tiny_base):
+    cfg = preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=2, **TINY)
+    train(cfg)
+    record = json.loads((cfg.out / "config.json").read_text())
+    assert config_diff(record, cfg) == []
+    del record["bf16"]  # written before the setting existed
+    assert config_diff(record, cfg) == []
+    assert config_diff(record, replace(cfg, bf16=True)) == ["bf16"]
+    (cfg.out / "config.json").write_text(json.dumps(record))
+    train(replace(cfg, steps=3, resume=True))  # resumes instead of refusing
+    assert [r["step"] for r in read_log(cfg.out)] == [0, 1, 2]
 
 
 def test_shuffle_rationales_permutes_within_each_question():

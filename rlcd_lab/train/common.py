@@ -42,6 +42,15 @@ def config_dict(cfg) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
 
 
+def config_diff(old: dict, cfg, ignore: tuple[str, ...] = ("resume",)) -> list[str]:
+    """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
+    setting the record lacks (added to the code after it was written) counts as its
+    default, so runs recorded before stay resumable and reusable."""
+    new, defaults = config_dict(cfg), config_dict(type(cfg)())
+    keys = set(old) | set(new)
+    return sorted(k for k in keys if k not in ignore and old.get(k, defaults.get(k)) != new.get(k))
+
+
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
     """A 31-bit seed for the random draws of one step (independent across steps)."""
     return int(np.random.default_rng([seed, step, salt]).integers(2**31 - 1))
@@ -135,11 +144,7 @@ class RunDir:
                 raise FileExistsError(
                     f"{self.path} already holds a run; pass --resume to continue it"
                 )
-            diff = sorted(
-                k
-                for k in set(old) | set(self.config)
-                if k not in ("steps", "resume") and old.get(k) != self.config.get(k)
-            )
+            diff = config_diff(old, cfg, ignore=("steps", "resume"))
             if diff:
                 raise ValueError(f"cannot resume {self.path}: config differs in {diff}")
         self.path.mkdir(parents=True, exist_ok=True)
