@@ -61,6 +61,7 @@ import torch
 
 from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.models import read_meta
+from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
 from rlcd_lab.rationales import score_rationales
 from rlcd_lab.readout import build_prompt
 from rlcd_lab.tasks import load_task_items
@@ -105,7 +106,7 @@ SETTINGS = {
     ),
     "smollm2": Setting(
         "smollm2",
-        Path("~/.cache/rlcd_lab/models/smollm2-135m-instruct").expanduser(),
+        SMOLLM2_DEFAULT_DIR.expanduser(),
         questions=2,
         max_new_tokens=32,
         lora_r=16,

