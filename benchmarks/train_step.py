@@ -62,8 +62,7 @@ import torch
 from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.models import read_meta
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
-from rlcd_lab.rationales import score_rationales
-from rlcd_lab.readout import build_prompt
+from rlcd_lab.reader import build_prompt, score_rationales
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import write_items
 from rlcd_lab.train import train

@@ -27,7 +27,7 @@ Modes (``DecideOptions.mode``):
 * ``direct``: the prompt ends with a bare ``Answer:``; one forward pass per batch. All
   questions about one state share the state's token prefix: its keys and values are
   computed once and reused for every question (``shared_prefix_readout``).
-* ``reason``: M rationales are sampled per prompt (``rationales.sample_rationales``), each
+* ``reason``: M rationales are sampled per prompt (``reader.sample_rationales``), each
   ends in the marker and is read out (``readout.readout``); the answer uses the mixture
   ``p = (1/M) sum_i u_i`` (``aggregate="mixture"``) or the first rationale's readout
   (``aggregate="single"``, the paper's single query).
@@ -38,7 +38,7 @@ How questions map to prompts depends on the checkpoint (``DecisionModel.prompt_f
 
 * ``chat`` / ``plain`` (real BPE models; ``chat`` when the tokenizer has a chat template):
   the prompt is the rendered state, then the question's instructions and one line per
-  option ``"<code>) <label>: <description>"``, passed through ``readout.build_prompt``.
+  option ``"<code>) <label>: <description>"``, passed through ``reader.build_prompt``.
   Option codes are single tokens after ``"Answer: "``: a noul reads ``yes``/``no`` (else
   ``Y``/``N``), a choice reads letters ``A, B, ...`` (then ``a..z``, ``0..9``; more than 62
   options read the labels themselves, which must then be single tokens), a score reads the
@@ -76,8 +76,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .metrics import apply_temperature
 from .models import DEFAULT_META, load_checkpoint
-from .rationales import encode_prompts, left_pad, sample_rationales
-from .readout import OptionTokens, build_prompt, option_logits, option_token_ids, position_ids
+from .reader import build_prompt, encode_prompts, left_pad, sample_rationales
+from .readout import OptionTokens, option_logits, option_token_ids, position_ids
 from .readout import readout as readout_fn
 
 Mode = Literal["direct", "reason", "auto"]

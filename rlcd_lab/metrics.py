@@ -27,6 +27,7 @@ brute-force references in ``tests/test_metrics.py``:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,24 @@ def to_numpy(x: ArrayLike, dtype: Any = None) -> np.ndarray:
             x = x.double()
         x = x.numpy()
     return np.asarray(x, dtype=dtype)
+
+
+def pad_ragged(rows: Sequence[Sequence[float]], fill: float) -> np.ndarray:
+    """Rows of different lengths (items with their own number of options K_i) as one
+    ``(N, K_max)`` float64 array, padded with ``fill`` on the right.
+
+    Pad logits with ``-inf`` and probabilities or ``q`` with ``0``: an absent option then
+    has probability 0 under ``softmax`` and any temperature, contributes 0 to the Brier
+    sum, is never the argmax, and so every metric here equals the one computed over each
+    item's own options (``tests/test_metrics.py`` checks this against per-item values).
+    """
+    if not len(rows):
+        raise ValueError("need at least one row")
+    k = max(len(r) for r in rows)
+    out = np.full((len(rows), k), fill, dtype=np.float64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
 
 
 def _probs(probs: ArrayLike) -> np.ndarray:
@@ -511,7 +530,8 @@ def evaluate(
       above again after applying ``T`` to the test scores, prefixed ``ts_``.
 
     Probabilities are turned into pseudo-logits ``log(max(p, 1e-12))`` for temperature
-    scaling (``softmax(log p) = p``, so ``T = 1`` is the identity). OpenJev-RLCD,
+    scaling (``softmax(log p) = p``, so ``T = 1`` is the identity); an exact 0 (an absent
+    option of an item with fewer options, see :func:`pad_ragged`) becomes ``-inf``. OpenJev-RLCD,
     Table 1 (metrics accuracy, Brier, NLL, ECE, AURC, Cov@eps, fitted T).
     """
     s = to_numpy(probs_or_logits, np.float64)
@@ -520,8 +540,8 @@ def evaluate(
     y = _labels(labels, s.shape[0])
     qa = None if q is None else to_numpy(q, np.float64)
 
-    def as_logits(x: np.ndarray) -> np.ndarray:
-        return x if is_logits else np.log(np.maximum(x, EPS))
+    def as_logits(x: np.ndarray) -> np.ndarray:  # an exact 0 (absent option) stays 0
+        return x if is_logits else np.where(x > 0, np.log(np.maximum(x, EPS)), -np.inf)
 
     p = softmax(s) if is_logits else s
     row: dict[str, float] = {"n": float(s.shape[0]), "eps": float(eps)}

@@ -22,7 +22,8 @@ from transformers import get_cosine_schedule_with_warmup
 
 from .evaluate import run_eval, summarize
 from .models import char_tokenizer, save_checkpoint, tiny_model
-from .readout import MARKER, SEP, build_prompt, position_ids
+from .reader import build_prompt
+from .readout import MARKER, SEP, position_ids
 from .tasks.synthetic import Example, get_task
 
 

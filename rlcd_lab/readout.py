@@ -1,4 +1,4 @@
-"""The readout: prompts that end in the marker, option tokens, and ``u = softmax(logits[options])``.
+"""The readout: option tokens and ``u = softmax(logits[options])`` at the end of a text.
 
 A reasoning model writes a rationale that ends in a marker (``"Answer:"``). Instead of
 sampling the answer we *read* the next-token distribution restricted to the K option
@@ -10,6 +10,8 @@ Labels follow the marker after a separator (``" "``). Depending on the tokenizer
 separator merges into the label token (BPE: ``" yes"`` is one token) or stays a token of
 its own (the character tokenizer of the tiny world); :class:`OptionTokens` records that
 as ``bridge``, the tokens appended after the marker before the readout is taken.
+Prompts, sampling and the whole prompt -> rationales -> readout pipeline live in
+:mod:`rlcd_lab.reader`.
 """
 
 from __future__ import annotations
@@ -101,43 +103,6 @@ def option_token_ids(
     if clashes:
         raise ValueError(f"option labels {clashes} share a token after {marker!r}")
     return OptionTokens(labels, tuple(ids), bridges.pop(), marker, sep)
-
-
-def build_prompt(
-    tokenizer: PreTrainedTokenizerBase,
-    question: str,
-    *,
-    direct: bool = False,
-    marker: str = MARKER,
-    chat: bool | None = None,
-    instruction: str | None = None,
-) -> str:
-    """The text the model continues: a rationale (``direct=False``) or straight the answer.
-
-    Plain models: ``question + "\\n"``, plus the marker when ``direct``. Chat models
-    (``chat=None`` means: the tokenizer has a chat template) get the question, followed by
-    ``instruction`` (default: reason step by step and end with the marker; in direct mode:
-    reply with the option only), as one user
-    turn through the chat template with thinking disabled (Qwen3 ``enable_thinking=False``);
-    in direct mode the assistant turn starts with the marker.
-    """
-    if not question.strip():
-        raise ValueError("the question (prompt) is empty")
-    if chat is None:
-        chat = getattr(tokenizer, "chat_template", None) is not None
-    if not chat:
-        return question + "\n" + (marker if direct else "")
-    if instruction is None:
-        instruction = (
-            "Reply with the option only."
-            if direct
-            else f"Think step by step, then finish with '{marker} <option>'."
-        )
-    messages = [{"role": "user", "content": f"{question}\n\n{instruction}"}]
-    text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-    )
-    return text + (marker if direct else "")
 
 
 def position_ids(attention_mask: Tensor) -> Tensor:

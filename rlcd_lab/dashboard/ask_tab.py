@@ -1,10 +1,9 @@
 """Ask tab: sample M rationales from a checkpoint, read each one's calibrated readout, route.
 
 For a question and its option labels the model writes ``M`` rationales that end in the
-marker (:func:`rlcd_lab.rationales.sample_rationales`, as in
-:func:`rlcd_lab.evaluate.run_eval`); one forward pass reads each rationale's option
-logits (:func:`rlcd_lab.rationales.score_rationales`). The checkpoint's fitted
-temperature T (``rlcd.json`` ``"temperature"``) is applied to those logits:
+marker and one forward pass reads each rationale's option logits, through
+:func:`rlcd_lab.reader.read` (as training and :func:`rlcd_lab.evaluate.run_eval` do).
+The checkpoint's fitted temperature T (``rlcd.json`` ``"temperature"``) is applied to those logits:
 ``u_i = softmax(logits_i / T)``. The single-query answer is the first rationale's
 readout (what the eval dumps and the Routing tab use); the mixture is ``p = mean_i u_i``.
 The routing decision compares the single-query confidence ``max_k u_1k`` with the
@@ -27,8 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from .. import metrics, plots
 from ..assets import ASSETS
 from ..models import load_checkpoint, read_meta
-from ..rationales import sample_rationales, score_rationales
-from ..readout import build_prompt, option_token_ids
+from ..reader import read
 from ..tasks import TaskItem, load_task_items
 from .common import resolve_dir
 
@@ -118,35 +116,26 @@ def ask_model(
     marker, sep = meta.get("marker", "Answer:"), meta.get("sep", " ")
     T = float(meta.get("temperature") or 1.0)
     labels = list(labels)
-    opts = option_token_ids(tokenizer, labels, marker, sep)
-    prompt = build_prompt(tokenizer, question, marker=marker)
-    rats = sample_rationales(
-        model,
-        tokenizer,
-        [prompt],
-        int(m),
-        int(max_new_tokens),
-        bridge=opts.bridge,
-        marker=marker,
-        temperature=float(temperature),
-        seed=None if seed is None else int(seed),
-    )
-    u_raw, logits, logp = score_rationales(model, rats, list(opts.ids))
-    logits = logits.float().cpu().numpy().astype(np.float64)
+    (r,) = read(
+        model, tokenizer, [question], [labels], m=int(m), max_new_tokens=int(max_new_tokens),
+        temperature=float(temperature), seed=None if seed is None else int(seed),
+        marker=marker, sep=sep,
+    )  # fmt: skip
+    u_raw, logits = r.u, r.logits.numpy().astype(np.float64)
     u = metrics.apply_temperature(logits, T)
     p = u.mean(0)
     single = u[0]
     rows = [
         {
-            "text": rats.texts[i],
-            "forced": bool(rats.forced[i]),
-            "length": int(rats.lengths[i]),
-            "logp": float(logp[i]),
+            "text": r.texts[i],
+            "forced": bool(r.forced[i]),
+            "length": int(r.lengths[i]),
+            "logp": float(r.logp[i]),
             "logits": logits[i].tolist(),
-            "u_raw": u_raw[i].float().cpu().tolist(),
+            "u_raw": u_raw[i].tolist(),
             "u": u[i].tolist(),
         }
-        for i in range(len(rats.texts))
+        for i in range(len(r.texts))
     ]
     return {
         "question": question,

@@ -26,11 +26,10 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..evaluate import options_for, padded_option_ids, run_eval, summarize
+from ..evaluate import run_eval, summarize
 from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..models import load_checkpoint, save_checkpoint
-from ..rationales import sample_rationales, score_rationales
-from ..readout import build_prompt
+from ..reader import sample_questions, score_rationales
 from ..tasks import TaskItem, load_task_items
 
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -368,27 +367,24 @@ def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Sessi
 
 
 def sample_batch(s: Session, batch: Batch, step: int):
-    """On-policy rationales for a batch (no gradient): ``(rationales, option_ids (B, K))``;
-    the draw is seeded by ``(seed, step)``."""
-    marker, sep = s.meta["marker"], s.meta["sep"]
-    opts = options_for(s.tok, batch.items, marker, sep)
-    prompts = [build_prompt(s.tok, it.prompt, marker=marker) for it in batch.items]
+    """On-policy rationales for a batch (no gradient): ``(rationales, option_ids (B, K))``
+    (each question over its own options, -1 pads); the draw is seeded by ``(seed, step)``."""
     s.model.eval()  # no dropout while sampling, and the KV cache even with checkpointing
     try:
-        rats = sample_rationales(
+        return sample_questions(
             s.model,
             s.tok,
-            prompts,
+            [it.prompt for it in batch.items],
+            [it.options for it in batch.items],
             s.cfg.m,
             s.cfg.max_new_tokens,
-            bridge=opts[0].bridge,
-            marker=marker,
+            marker=s.meta["marker"],
+            sep=s.meta["sep"],
             temperature=s.cfg.temperature,
             seed=step_seed(s.cfg.seed, step),
         )
     finally:
         s.model.train()
-    return rats, padded_option_ids(opts).to(s.device)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -417,7 +413,7 @@ def token_kl(
         return None
     with torch.no_grad():
         _, _, ref_lp = score_rationales(s.ref, rats, option_ids, per_token=True)
-    mask = rats.rationale_mask[:, 1:]
+    mask = rats.logp_mask
     return k3_kl(tok_lp[mask], ref_lp[mask]).mean() if mask.any() else tok_lp.sum() * 0
 
 

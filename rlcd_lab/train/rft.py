@@ -20,7 +20,7 @@ from pathlib import Path
 import tyro
 from tqdm import trange
 
-from ..rationales import score_rationales
+from ..reader import score_rationales
 from .common import (
     TrainConfig,
     rationale_stats,

@@ -35,7 +35,7 @@ import tyro
 from tqdm import trange
 
 from ..estimators import grad_norm, gradient_terms, surrogate_terms
-from ..rationales import score_rationales
+from ..reader import score_rationales
 from .common import TrainConfig, rationale_stats, sample_batch, setup, step_seed, update
 
 

@@ -18,9 +18,8 @@ import torch.nn.functional as F
 import tyro
 from tqdm import trange
 
-from ..evaluate import options_for
-from ..rationales import encode_prompts, left_pad
-from ..readout import build_prompt, position_ids
+from ..reader import build_prompt, encode_prompts, item_options, left_pad
+from ..readout import position_ids
 from .common import TrainConfig, setup, update
 
 
@@ -40,9 +39,13 @@ def train(cfg: SFTConfig) -> Path:
     for step in (bar := trange(s.run.start_step, cfg.steps, desc="sft", total=cfg.steps)):
         t0 = time.perf_counter()
         batch = s.stream.batch(step)
-        opts = options_for(s.tok, batch.items, marker, sep)
-        texts = [build_prompt(s.tok, it.prompt, direct=True, marker=marker) for it in batch.items]
-        ids, mask = left_pad(encode_prompts(s.tok, texts, opts[0].bridge), pad, s.device)
+        opts = item_options(s.tok, [it.options for it in batch.items], marker, sep)
+        texts = [
+            build_prompt(s.tok, it.prompt, direct=True, marker=marker, options=o.labels)
+            for it, o in zip(batch.items, opts, strict=True)
+        ]
+        rows = encode_prompts(s.tok, texts, [o.bridge for o in opts])
+        ids, mask = left_pad(rows, pad, s.device)
         target = torch.tensor(
             [o.ids[int(y)] for o, y in zip(opts, batch.y, strict=True)], device=s.device
         )

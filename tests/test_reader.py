@@ -2,7 +2,7 @@
 
 import torch
 
-from rlcd_lab.rationales import readout_texts, sample_rationales, score_rationales
+from rlcd_lab.reader import direct_readout, sample_rationales, score_rationales
 from rlcd_lab.readout import option_token_ids
 
 PROMPTS = ["Q: 1?\n", "Q: 22?\n"]  # different lengths: left padding is exercised
@@ -31,7 +31,7 @@ def test_stops_at_the_marker(tokenizer, marker_lm):
     u, _, _ = score_rationales(marker_lm, r, opts.ids)
     assert (u[:3, 0] > 0.9).all() and (u[3:, 1] > 0.9).all()  # the overfit labels Y / N
     # same readout as reading the written-out text directly
-    direct, _ = readout_texts(
+    direct, _ = direct_readout(
         marker_lm, tokenizer, [p + "ab Answer:" for p in PROMPTS], opts.ids, opts.bridge
     )
     torch.testing.assert_close(u[::3], direct, atol=1e-5, rtol=1e-5)

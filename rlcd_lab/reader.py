@@ -1,0 +1,535 @@
+"""The reader: prompt -> rationales -> per-rationale readout, in one place.
+
+Every face of rlcd_lab (training loops, evaluation, the dashboard, the decision server)
+reads a model through this module (OpenJev-RLCD sec. 2 and Algorithm 1):
+
+1. :func:`build_prompt` turns a question into the text the model continues: a rationale
+   (reason mode) or, in direct mode, straight the answer after the marker;
+2. :func:`sample_rationales` draws ``m`` rationales per prompt with the model's KV-cached
+   ``generate`` and stops each row once its *decoded text* contains the marker, so a
+   tokenizer that merges the marker with what follows (``"Answer:**"`` as one token) is
+   handled: the rationale is cut before the merged token and the rest of the marker is
+   appended. A row that reaches ``max_new_tokens`` or emits EOS first gets the marker
+   appended and is flagged ``forced``; an EOS it sampled still counts in ``log pi(r)``
+   (the probability of the rationale includes that of stopping there);
+3. :func:`score_rationales` runs one forward pass over ``prompt + rationale (+ marker) +
+   bridge`` (left-padded) and returns the readout ``u = softmax(logits[options])`` at the
+   last column and ``log pi(r | x)`` with gradients (sample without gradient, score with it);
+4. :func:`direct_readout` reads texts that already end with the marker (direct mode);
+5. :func:`read` does all of it for a list of questions with per-question option lists
+   (2..K options each) and returns one :class:`Reading` per question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria
+
+from .readout import MARKER, SEP, OptionTokens, option_logits, option_token_ids, position_ids
+from .readout import readout as readout_at_end
+
+Mode = Literal["direct", "reason"]
+
+
+# ------------------------------------------------------------------------------ prompts
+def build_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    question: str,
+    *,
+    direct: bool = False,
+    marker: str = MARKER,
+    chat: bool | None = None,
+    instruction: str | None = None,
+    options: Sequence[str] | None = None,
+) -> str:
+    """The text the model continues: a rationale (``direct=False``) or straight the answer.
+
+    Plain models: ``question + "\\n"``, plus the marker when ``direct``. Chat models
+    (``chat=None`` means: the tokenizer has a chat template) get the question, followed by
+    ``instruction``, as one user turn through the chat template with thinking disabled
+    (Qwen3 ``enable_thinking=False``); in direct mode the assistant turn starts with the
+    marker. The default instruction asks for a short step-by-step rationale whose last line
+    is ``"<marker> <option>"`` (naming ``options`` when given: small instruct models such as
+    SmolLM2 then write the marker themselves), or in direct mode for the option only.
+    """
+    if not question.strip():
+        raise ValueError("the question (prompt) is empty")
+    if chat is None:
+        chat = getattr(tokenizer, "chat_template", None) is not None
+    if not chat:
+        return question + "\n" + (marker if direct else "")
+    if instruction is None:
+        choices = f" ({', '.join(options)})" if options else ""
+        instruction = (
+            f"Reply with the option{choices} only."
+            if direct
+            else (
+                "Think step by step in a few short sentences. Then write one last line "
+                f"'{marker} X', where X is the option{choices}."
+            )
+        )
+    messages = [{"role": "user", "content": f"{question}\n\n{instruction}"}]
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    return text + (marker if direct else "")
+
+
+def item_options(
+    tokenizer: PreTrainedTokenizerBase,
+    option_lists: Sequence[Sequence[str]],
+    marker: str = MARKER,
+    sep: str = SEP,
+) -> list[OptionTokens]:
+    """Option tokens of each question's own labels (``readout.option_token_ids``, computed
+    once per distinct label tuple). Raises ``ValueError`` naming bad labels."""
+    cache: dict[tuple[str, ...], OptionTokens] = {}
+    out = []
+    for labels in option_lists:
+        key = tuple(labels)
+        if key not in cache:
+            cache[key] = option_token_ids(tokenizer, key, marker, sep)
+        out.append(cache[key])
+    return out
+
+
+def padded_option_ids(options: Sequence[OptionTokens]) -> Tensor:
+    """``(B, K_max)`` option ids, -1 where a question has fewer options (``-inf`` logit)."""
+    k = max(len(o) for o in options)
+    return torch.tensor([list(o.ids) + [-1] * (k - len(o)) for o in options])
+
+
+# ----------------------------------------------------------------------------- sampling
+@dataclass(frozen=True)
+class Rationales:
+    """``N = len(prompts) * m`` sampled rationales; row ``i`` belongs to prompt ``i // m``.
+
+    * ``input_ids``, ``attention_mask`` ``(N, T)``: left-padded
+      ``prompt + rationale (+ marker completion) + bridge``; the readout is at column -1;
+    * ``rationale_mask`` ``(N, T)`` bool: the sampled tokens kept in the sequence (a
+      sampled marker included; an appended marker, the bridge and a sampled EOS excluded);
+    * ``eos_col`` ``(N,)`` long: for a row that sampled EOS, the column whose next-token
+      distribution produced it (the last rationale token), else -1; the EOS log-prob is
+      part of ``log pi(r)`` (see :attr:`logp_mask`);
+    * ``texts``: each rationale's text without the marker;
+    * ``forced`` ``(N,)`` bool (the model did not write the marker), ``lengths`` ``(N,)``
+      sampled tokens in the sequence (EOS not counted);
+    * ``logp_r`` ``(N,)`` float32: ``sum log pi_theta(token)`` over the sampled tokens (EOS
+      included) under the model at temperature 1, no gradient (``score_rationales``
+      recomputes it with gradient).
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    rationale_mask: Tensor
+    eos_col: Tensor
+    eos_id: int
+    texts: list[str]
+    forced: Tensor
+    lengths: Tensor
+    logp_r: Tensor
+    m: int
+
+    @property
+    def prompt_index(self) -> Tensor:
+        """``(N,)`` index of the prompt of each row."""
+        return torch.arange(len(self.texts), device=self.input_ids.device) // self.m
+
+    @property
+    def logp_mask(self) -> Tensor:
+        """``(N, T - 1)`` bool: column ``t`` predicts a token of ``log pi(r)`` (token
+        ``t + 1`` of the sequence, or the sampled EOS at ``eos_col``)."""
+        mask = self.rationale_mask[:, 1:].clone()
+        rows = (self.eos_col >= 0).nonzero()[:, 0]
+        mask[rows, self.eos_col[rows]] = True
+        return mask
+
+
+class _MarkerStop(StoppingCriteria):
+    """Stops a row once the decoded text of its newest tokens contains the marker, or it
+    emitted EOS; records the number of generated tokens at the stop and why."""
+
+    def __init__(self, tokenizer, marker: str, prompt_len: int, n: int, eos: Sequence[int]):
+        self.tokenizer, self.marker, self.prompt_len = tokenizer, marker, prompt_len
+        self.window = len(marker) + 1  # every token decodes to >= 1 character
+        self.eos = torch.tensor(list(eos), dtype=torch.long)
+        self.end = torch.full((n,), -1, dtype=torch.long)
+        self.hit_marker = torch.zeros(n, dtype=torch.bool)
+
+    def __call__(self, input_ids: Tensor, scores, **kwargs) -> Tensor:
+        gen = input_ids[:, self.prompt_len :].cpu()
+        live = (self.end < 0).nonzero()[:, 0]
+        texts = self.tokenizer.batch_decode(gen[live, -self.window :])
+        marker = torch.zeros(len(gen), dtype=torch.bool)
+        marker[live] = torch.tensor([self.marker in t for t in texts], dtype=torch.bool)
+        new = (marker | torch.isin(gen[:, -1], self.eos)) & (self.end < 0)
+        self.end[new] = gen.shape[1]
+        self.hit_marker |= new & marker
+        return (self.end >= 0).to(input_ids.device)
+
+
+def cut_at_marker(
+    tokenizer: PreTrainedTokenizerBase, sampled: Sequence[int], marker: str = MARKER
+) -> tuple[int, list[int], str] | None:
+    """Where a sampled rationale ends, matched on decoded text.
+
+    ``sampled``: generated token ids whose decoded text contains ``marker`` for the first
+    time in its last token. Returns ``(n, tail, text)``: keep the first ``n`` sampled
+    tokens, append ``tail`` (the rest of the marker when the last token carries text past
+    it, e.g. ``":**"``; else nothing), and ``text`` is the rationale before the marker
+    (stripped). Returns None when the text has no marker or the tokenizer's decoding is
+    not prefix-consistent there (the caller then appends the whole marker).
+    """
+    text = tokenizer.decode(list(sampled))
+    pos = text.find(marker)
+    if pos < 0:
+        return None
+    end = pos + len(marker)
+    if end == len(text):
+        return len(sampled), [], text[:pos].rstrip()
+    head = tokenizer.decode(list(sampled[:-1]))
+    if not text.startswith(head) or len(head) > end:
+        return None
+    tail = list(tokenizer(text[len(head) : end], add_special_tokens=False)["input_ids"])
+    return len(sampled) - 1, tail, text[:pos].rstrip()
+
+
+def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
+    """Left-pad token-id lists into ``(ids, attention_mask)`` ``(N, T)`` on ``device``."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r) :] = torch.tensor(r)
+            mask[i, width - len(r) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    bridge: Sequence[int] | Sequence[Sequence[int]] = (),
+) -> list[list[int]]:
+    """Token ids of each text (no special tokens added: texts are complete prompts,
+    e.g. from ``build_prompt``), followed by the ``bridge`` tokens (one shared, or one
+    per text)."""
+    if not texts:
+        raise ValueError("no prompts given")
+    bridges = _per_prompt(bridge, len(texts))
+    return [
+        list(ids) + list(b)
+        for ids, b in zip(
+            tokenizer(list(texts), add_special_tokens=False)["input_ids"], bridges, strict=True
+        )
+    ]
+
+
+def _per_prompt(bridge, n: int) -> list[tuple[int, ...]]:
+    """``bridge`` as one tuple per prompt (a flat sequence of ints is shared by all)."""
+    bridge = list(bridge)
+    if bridge and not isinstance(bridge[0], int):
+        if len(bridge) != n:
+            raise ValueError(f"{len(bridge)} bridges for {n} prompts")
+        return [tuple(b) for b in bridge]
+    return [tuple(bridge)] * n
+
+
+def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    if tokenizer.pad_token_id is not None:
+        return tokenizer.pad_token_id
+    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+
+
+def direct_readout(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    option_ids: Tensor | Sequence[int],
+    bridge: Sequence[int] | Sequence[Sequence[int]] = (),
+) -> tuple[Tensor, Tensor]:
+    """Readout ``(u, logits)`` ``(B, K)`` for texts that end with the marker (a direct
+    prompt, or a prompt plus a written rationale); ``bridge`` is ``OptionTokens.bridge``
+    (shared, or one per text). See ``readout.readout`` for ``option_ids``."""
+    ids, mask = left_pad(encode_prompts(tokenizer, texts, bridge), _pad_id(tokenizer), model.device)
+    return readout_at_end(model, ids, mask, option_ids)
+
+
+@torch.no_grad()
+def sample_rationales(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    m: int,
+    max_new_tokens: int,
+    *,
+    bridge: Sequence[int] | Sequence[Sequence[int]] = (),
+    marker: str = MARKER,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+) -> Rationales:
+    """Sample ``m`` rationales for each prompt, batched and KV-cached, stopping at the marker.
+
+    ``prompts`` are complete texts (``build_prompt``); ``bridge`` is ``OptionTokens.bridge``
+    (one shared, or one per prompt; appended after the marker so the readout sits at the
+    last column). ``temperature`` and ``top_p`` shape the sampling only; ``logp_r`` is
+    always the model's own log-probability at temperature 1. With ``seed`` the draw is
+    reproducible and the global RNG is left untouched. See the module docstring for how
+    the marker is matched and how EOS counts.
+    """
+    if m < 1 or max_new_tokens < 1:
+        raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
+    device = model.device
+    pad = _pad_id(tokenizer)
+    prompt_rows = encode_prompts(tokenizer, prompts)
+    bridges = _per_prompt(bridge, len(prompts))
+    ids, mask = left_pad(prompt_rows, pad, device)
+    eos = model.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(prompts) * m, eos)
+    rng = (
+        torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+        if seed is not None
+        else nullcontext()
+    )
+    with rng:
+        if seed is not None:
+            torch.manual_seed(seed)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=None,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=m,
+            stopping_criteria=[stop],
+            pad_token_id=pad,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    gen = out.sequences[:, ids.shape[1] :].cpu()
+    step_lp = torch.stack(out.logits, 1).float().log_softmax(-1).cpu()  # (N, steps, V)
+    token_lp = step_lp.gather(-1, gen[:, : step_lp.shape[1], None]).squeeze(-1)
+    marker_ids = list(tokenizer(marker, add_special_tokens=False)["input_ids"])
+    rows, spans, texts, forced, lengths, logps, eos_at = [], [], [], [], [], [], []
+    for i in range(gen.shape[0]):
+        end = int(stop.end[i]) if stop.end[i] >= 0 else gen.shape[1]
+        cut = (
+            cut_at_marker(tokenizer, gen[i, :end].tolist(), marker) if stop.hit_marker[i] else None
+        )
+        ended_eos = bool(stop.end[i] >= 0 and not stop.hit_marker[i])
+        if cut is not None:
+            n, tail, text = cut
+            lp = token_lp[i, :n].sum()
+        else:  # forced: the marker is appended (after dropping a sampled EOS)
+            n = end - 1 if ended_eos else end
+            tail, text = marker_ids, tokenizer.decode(gen[i, :n].tolist()).rstrip()
+            lp = token_lp[i, :end].sum()  # the sampled EOS is part of the rationale's log-prob
+        prompt = prompt_rows[i // m]
+        rows.append(prompt + gen[i, :n].tolist() + tail + list(bridges[i // m]))
+        spans.append((len(prompt), len(prompt) + n))
+        eos_at.append(len(prompt) + n - 1 if (ended_eos and cut is None) else -1)
+        texts.append(text)
+        forced.append(cut is None)
+        lengths.append(n)
+        logps.append(lp)
+    input_ids, attention_mask = left_pad(rows, pad, device)
+    width = input_ids.shape[1]
+    rationale_mask = torch.zeros_like(input_ids, dtype=torch.bool)
+    eos_col = torch.full((len(rows),), -1, dtype=torch.long)
+    for i, (a, b) in enumerate(spans):
+        shift = width - len(rows[i])
+        rationale_mask[i, shift + a : shift + b] = True
+        if eos_at[i] >= 0:
+            eos_col[i] = shift + eos_at[i]
+    return Rationales(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        rationale_mask=rationale_mask,
+        eos_col=eos_col.to(device),
+        eos_id=eos[0] if eos else -1,
+        texts=texts,
+        forced=torch.tensor(forced, device=device),
+        lengths=torch.tensor(lengths, device=device),
+        logp_r=torch.stack(logps).to(device),
+        m=m,
+    )
+
+
+def score_rationales(
+    model: PreTrainedModel,
+    rats: Rationales,
+    option_ids: Tensor | Sequence[int],
+    per_token: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One forward pass over sampled rationales: ``(u, logits, logp_r)``.
+
+    ``option_ids``: ``(K,)`` shared, or ``(B, K)`` per prompt (-1 = absent option).
+    Returns ``u, logits (N, K)`` float32 at the last column and ``logp_r (N,)`` float32,
+    the sum of the sampled tokens' log-probs (a sampled EOS included), all differentiable
+    w.r.t. the model. With ``per_token`` the third value is instead ``(N, T - 1)``: at
+    column ``t`` the log-prob of what was sampled after position ``t`` where
+    ``rats.logp_mask`` is set, 0 elsewhere.
+    """
+    option_ids = torch.as_tensor(option_ids, dtype=torch.long, device=rats.input_ids.device)
+    if option_ids.dim() == 2:
+        option_ids = option_ids[rats.prompt_index]
+    logits_all = model(
+        input_ids=rats.input_ids,
+        attention_mask=rats.attention_mask,
+        position_ids=position_ids(rats.attention_mask),
+    ).logits
+    logits = option_logits(logits_all[:, -1], option_ids)
+    mask = rats.logp_mask
+    targets = rats.input_ids[:, 1:].clone()  # token t + 1 is predicted at column t
+    eos_rows = (rats.eos_col >= 0).nonzero()[:, 0]
+    targets[eos_rows, rats.eos_col[eos_rows]] = rats.eos_id
+    token_lp = -F.cross_entropy(logits_all[:, :-1][mask].float(), targets[mask], reduction="none")
+    if per_token:
+        out = torch.zeros(mask.shape, device=token_lp.device, dtype=token_lp.dtype)
+        return logits.softmax(-1), logits, out.masked_scatter(mask, token_lp)
+    rows = mask.nonzero()[:, 0]
+    logp_r = torch.zeros(len(rats.texts), device=token_lp.device).index_add(0, rows, token_lp)
+    return logits.softmax(-1), logits, logp_r
+
+
+# --------------------------------------------------------------------- the whole reading
+@dataclass(frozen=True)
+class Reading:
+    """One question read by a model: ``M`` rationales (one empty in direct mode) and each
+    one's readout over the question's own ``K`` options.
+
+    ``u``, ``logits``: ``(M, K)`` float32 tensors (CPU); ``logp (M,)``: ``log pi(r | x)``
+    (0 in direct mode); ``texts``, ``forced``, ``lengths``: per rationale.
+    """
+
+    options: tuple[str, ...]
+    texts: list[str]
+    forced: list[bool]
+    lengths: list[int]
+    logp: Tensor
+    u: Tensor
+    logits: Tensor
+
+    @property
+    def mixture(self) -> Tensor:
+        """``p = (1/M) sum_i u_i`` ``(K,)``: the mixture over rationales."""
+        return self.u.mean(0)
+
+
+def sample_questions(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    questions: Sequence[str],
+    option_lists: Sequence[Sequence[str]],
+    m: int,
+    max_new_tokens: int,
+    *,
+    marker: str = MARKER,
+    sep: str = SEP,
+    temperature: float = 1.0,
+    seed: int | None = None,
+) -> tuple[Rationales, Tensor]:
+    """Rationales for questions with their own option lists: ``(rationales, option_ids
+    (B, K_max))`` (-1 pads), ready for :func:`score_rationales`. The prompt names each
+    question's options (chat models)."""
+    opts = item_options(tokenizer, option_lists, marker, sep)
+    prompts = [
+        build_prompt(tokenizer, q, marker=marker, options=o.labels)
+        for q, o in zip(questions, opts, strict=True)
+    ]
+    rats = sample_rationales(
+        model,
+        tokenizer,
+        prompts,
+        m,
+        max_new_tokens,
+        bridge=[o.bridge for o in opts],
+        marker=marker,
+        temperature=temperature,
+        seed=seed,
+    )
+    return rats, padded_option_ids(opts).to(model.device)
+
+
+@torch.no_grad()
+def read(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    questions: Sequence[str],
+    option_lists: Sequence[Sequence[str]],
+    *,
+    mode: Mode = "reason",
+    m: int = 1,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    seed: int | None = 0,
+    marker: str = MARKER,
+    sep: str = SEP,
+    batch_size: int = 64,
+) -> list[Reading]:
+    """Read ``questions`` (each with its own option labels) in batches of ``batch_size``.
+
+    ``reason``: ``m`` rationales per question, sampled with seed ``seed + start`` for the
+    batch starting at question ``start`` (``None``: unseeded); ``direct``: one empty
+    rationale (the prompt ends with the marker).
+    Returns one :class:`Reading` per question, in order.
+    """
+    if mode not in ("direct", "reason"):
+        raise ValueError(f"mode must be 'direct' or 'reason', got {mode!r}")
+    if len(questions) != len(option_lists):
+        raise ValueError(f"{len(questions)} questions but {len(option_lists)} option lists")
+    out: list[Reading] = []
+    for start in range(0, len(questions), batch_size):
+        qs = questions[start : start + batch_size]
+        labels = option_lists[start : start + batch_size]
+        if mode == "direct":
+            opts = item_options(tokenizer, labels, marker, sep)
+            texts = [
+                build_prompt(tokenizer, q, direct=True, marker=marker, options=o.labels)
+                for q, o in zip(qs, opts, strict=True)
+            ]
+            ids = padded_option_ids(opts)
+            u, logits = direct_readout(model, tokenizer, texts, ids, [o.bridge for o in opts])
+            u, logits, mm = u[:, None], logits[:, None], 1
+            rat_texts = [[""] for _ in qs]
+            forced, lengths = [[False]] * len(qs), [[0]] * len(qs)
+            logp = torch.zeros(len(qs), 1)
+        else:
+            rats, ids = sample_questions(
+                model, tokenizer, qs, labels, m, max_new_tokens,
+                marker=marker, sep=sep, temperature=temperature,
+                seed=None if seed is None else seed + start,
+            )  # fmt: skip
+            u, logits, lp = score_rationales(model, rats, ids)
+            mm = m
+            u, logits = u.view(len(qs), m, -1), logits.view(len(qs), m, -1)
+            rat_texts = [rats.texts[i * m : (i + 1) * m] for i in range(len(qs))]
+            forced = rats.forced.view(len(qs), m).tolist()
+            lengths = rats.lengths.view(len(qs), m).tolist()
+            logp = lp.view(len(qs), m)
+        u, logits, logp = u.float().cpu(), logits.float().cpu(), logp.float().cpu()
+        for i in range(len(qs)):
+            k = len(labels[i])
+            out.append(
+                Reading(
+                    tuple(labels[i]),
+                    rat_texts[i],
+                    forced[i],
+                    lengths[i],
+                    logp[i, :mm],
+                    u[i, :, :k],
+                    logits[i, :, :k],
+                )  # fmt: skip
+            )
+    return out
