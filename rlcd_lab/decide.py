@@ -612,22 +612,11 @@ class DecisionModel:
                         f"question {name!r} contains characters this model cannot read: {bad[:10]}",
                         loc,
                     )
-                codes = ", ".join(opts.labels) if len(opts) <= 10 else "its code"
+                # the question text lists the options already
                 direct = build_prompt(
-                    self.tokenizer,
-                    text,
-                    direct=True,
-                    marker=self.marker,
-                    chat=chat,
-                    instruction=f"Reply with one option ({codes}) only.",
+                    self.tokenizer, text, direct=True, marker=self.marker, chat=chat
                 )
-                reason = build_prompt(
-                    self.tokenizer,
-                    text,
-                    marker=self.marker,
-                    chat=chat,
-                    instruction=f"Think step by step, then finish with '{self.marker} <option>'.",
-                )
+                reason = build_prompt(self.tokenizer, text, marker=self.marker, chat=chat)
             direct_ids = self._encode(direct) + list(opts.bridge)
             reason_len = len(self._encode(reason))
             needed = len(direct_ids)

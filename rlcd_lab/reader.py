@@ -39,6 +39,19 @@ Mode = Literal["direct", "reason"]
 
 
 # ------------------------------------------------------------------------------ prompts
+FEW_SHOT = (
+    ("Is 12 + 5 = 17?", ("yes", "no"), "12 + 5 is 17, so the statement is true.", "yes"),
+    (
+        "Which animal can fly?\nA) dog\nB) eagle\nC) fish",
+        ("A", "B", "C"),
+        "Dogs and fish cannot fly, but eagles are birds that fly.",
+        "B",
+    ),
+)
+"""Worked examples shown to chat models before the question (question, options, rationale,
+answer): with them SmolLM2-135M-Instruct writes the marker itself in most rationales."""
+
+
 def build_prompt(
     tokenizer: PreTrainedTokenizerBase,
     question: str,
@@ -51,13 +64,13 @@ def build_prompt(
 ) -> str:
     """The text the model continues: a rationale (``direct=False``) or straight the answer.
 
-    Plain models: ``question + "\\n"``, plus the marker when ``direct``. Chat models
-    (``chat=None`` means: the tokenizer has a chat template) get the question, followed by
-    ``instruction``, as one user turn through the chat template with thinking disabled
-    (Qwen3 ``enable_thinking=False``); in direct mode the assistant turn starts with the
-    marker. The default instruction asks for a short step-by-step rationale whose last line
-    is ``"<marker> <option>"`` (naming ``options`` when given: small instruct models such as
-    SmolLM2 then write the marker themselves), or in direct mode for the option only.
+    Plain models (the tiny world): ``question + "\n"``, plus the marker when ``direct``.
+    Chat models (``chat=None`` means: the tokenizer has a chat template) get, through the
+    chat template with thinking disabled (Qwen3 ``enable_thinking=False``): a system turn
+    (``instruction``; default: reason in one or two sentences, then a last line
+    ``"<marker> X"``), the :data:`FEW_SHOT` examples as earlier turns, then the question
+    followed by ``Options: ...`` (when ``options`` are given). In direct mode the examples
+    answer at once and the assistant turn starts with the marker.
     """
     if not question.strip():
         raise ValueError("the question (prompt) is empty")
@@ -66,16 +79,24 @@ def build_prompt(
     if not chat:
         return question + "\n" + (marker if direct else "")
     if instruction is None:
-        choices = f" ({', '.join(options)})" if options else ""
         instruction = (
-            f"Reply with the option{choices} only."
+            f"You answer questions. Reply with '{marker} X', where X is one of the options."
             if direct
             else (
-                "Think step by step in a few short sentences. Then write one last line "
-                f"'{marker} X', where X is the option{choices}."
+                "You answer questions. Reason briefly in one or two sentences, then give the "
+                f"final line as '{marker} X', where X is one of the options."
             )
         )
-    messages = [{"role": "user", "content": f"{question}\n\n{instruction}"}]
+
+    def user(q: str, opts: Sequence[str] | None) -> dict:
+        listed = f"\nOptions: {', '.join(opts)}" if opts else ""
+        return {"role": "user", "content": q + listed}
+
+    messages = [{"role": "system", "content": instruction}]
+    for q, opts, rationale, answer in FEW_SHOT:
+        reply = f"{marker} {answer}" if direct else f"{rationale}\n{marker} {answer}"
+        messages += [user(q, opts), {"role": "assistant", "content": reply}]
+    messages.append(user(question, options))
     text = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
     )

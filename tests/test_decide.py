@@ -263,13 +263,7 @@ def test_chat_prompts_share_the_state_prefix(chat):
         q = question_from_wire(raw)
         text = chat.question_text('{"message": "Buy now!!", "subject": "deal"}', q, tokens[name])
         assert text.startswith('{"message"') and "Options:" in text
-        prompt = build_prompt(
-            chat.tokenizer,
-            text,
-            direct=True,
-            chat=True,
-            instruction=f"Reply with one option ({', '.join(tokens[name])}) only.",
-        )
+        prompt = build_prompt(chat.tokenizer, text, direct=True, chat=True)
         full_lengths += len(chat.tokenizer(prompt)["input_ids"]) + 1
         opts = option_token_ids(chat.tokenizer, tokens[name])
         _, z = direct_readout(chat.model, chat.tokenizer, [prompt], opts.ids, opts.bridge)

@@ -60,14 +60,15 @@ def test_build_prompt_plain_and_chat(tokenizer):
         "{% if add_generation_prompt %}<assistant>{% if not enable_thinking %}[no-think]"
         "{% endif %}{% endif %}"
     )
-    text = build_prompt(chat, "Is it?", direct=True)
-    assert text == "<user>Is it?\n\nReply with the option only.<assistant>[no-think]Answer:"
+    text = build_prompt(chat, "Is it?", direct=True, options=["yes", "no"])
+    # system turn, the two worked examples answering at once, the question with its options
+    assert text.startswith("<system>You answer questions. Reply with 'Answer: X'")
+    assert "<user>Is 12 + 5 = 17?\nOptions: yes, no<assistant>Answer: yes<user>" in text
+    assert text.endswith("<user>Is it?\nOptions: yes, no<assistant>[no-think]Answer:")
     text = build_prompt(chat, "Is it?")
-    assert text.startswith("<user>Is it?\n\nThink step by step")
-    assert "last line 'Answer: X'" in text
-    named = build_prompt(chat, "Is it?", options=["yes", "no"])
-    assert "the option (yes, no)." in named
-    assert text.endswith("<assistant>[no-think]")
+    assert "final line as 'Answer: X'" in text
+    assert "<assistant>12 + 5 is 17, so the statement is true.\nAnswer: yes<user>" in text
+    assert text.endswith("<user>Is it?<assistant>[no-think]")
 
 
 def test_readout_matches_unpadded_forward_with_left_and_right_padding(tokenizer, tiny_lm):

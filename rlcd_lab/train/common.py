@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -270,6 +270,9 @@ class TrainConfig:
     """LoRA rank on every linear layer (alpha = 2 r); 0 trains all weights."""
     bf16: bool = False
     """bfloat16 autocast for every forward pass (weights and AdamW state stay float32)."""
+    save_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Dtype of the weights in ``final/`` (step checkpoints stay float32 so a resumed run
+    is bit-identical); training itself is always float32 (see ``setup``)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, about a third more time)."""
     device: str = "auto"
@@ -324,15 +327,24 @@ class Session:
             "temperature": result["dev"]["T"],
             "metrics": result,
         }
+        if cfg.save_dtype != "float32":
+            self.model.to(getattr(torch, cfg.save_dtype))
         save_checkpoint(run.path / "final", self.model, self.tok, meta)
         return run.path
 
 
 def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Session:
-    """Open (or resume) the run, load model (+ frozen reference), optimizer and data."""
+    """Open (or resume) the run, load model (+ frozen reference), optimizer and data.
+
+    Whatever dtype the checkpoint was saved in (bf16 for most hub models), the trained
+    weights, the AdamW state and the reference model are float32: a bf16 weight cannot
+    take an update much below 2^-8 of its size (at lr 2e-6 most would never move);
+    ``--bf16`` gives bf16 compute through autocast only."""
     run = RunDir(cfg.out, cfg, cfg.resume)
     device = pick_device(cfg.device)
-    model, tok, meta = load_checkpoint(run.latest or cfg.init, device, trainable=True)
+    model, tok, meta = load_checkpoint(
+        run.latest or cfg.init, device, dtype=torch.float32, trainable=True
+    )
     if cfg.lora_r and not isinstance(model, PeftModel):
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear")
         with torch.random.fork_rng(devices=[]):  # a seeded adapter initialisation
@@ -342,7 +354,8 @@ def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Sessi
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref = None
     if needs_ref:
-        ref = load_checkpoint(cfg.ref or cfg.init, device)[0].requires_grad_(False)
+        ref = load_checkpoint(cfg.ref or cfg.init, device, dtype=torch.float32)[0]
+        ref.requires_grad_(False)
     if cfg.bf16:
         for m in (model, ref):
             if m is not None:  # wrap the innermost forward: PEFT's generate calls it directly
