@@ -214,12 +214,12 @@ def cut_at_marker(
         return None
     end = pos + len(marker)
     if end == len(text):
-        return len(sampled), [], text[:pos].rstrip()
+        return len(sampled), [], text[:pos].strip()
     head = tokenizer.decode(list(sampled[:-1]))
     if not text.startswith(head) or len(head) > end:
         return None
     tail = list(tokenizer(text[len(head) : end], add_special_tokens=False)["input_ids"])
-    return len(sampled) - 1, tail, text[:pos].rstrip()
+    return len(sampled) - 1, tail, text[:pos].strip()
 
 
 def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
@@ -354,7 +354,7 @@ def sample_rationales(
             lp = token_lp[i, :n].sum()
         else:  # forced: the marker is appended (after dropping a sampled EOS)
             n = end - 1 if ended_eos else end
-            tail, text = marker_ids, tokenizer.decode(gen[i, :n].tolist()).rstrip()
+            tail, text = marker_ids, tokenizer.decode(gen[i, :n].tolist()).strip()
             lp = token_lp[i, :end].sum()  # the sampled EOS is part of the rationale's log-prob
         prompt = prompt_rows[i // m]
         rows.append(prompt + gen[i, :n].tolist() + tail + list(bridges[i // m]))

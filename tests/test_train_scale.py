@@ -66,3 +66,31 @@ def test_calibrate_then_reinforce_on_cuda(tmp_path, tiny_base):
     log = read_log(train(preset("reinforce", init=stage1 / "final", out=tmp_path / "r", **kw)))
     assert all(math.isfinite(r["loss"]) for r in log)
     assert torch.cuda.max_memory_allocated() > 0
+
+
+def test_a_bf16_checkpoint_trains_in_float32(tmp_path, tokenizer):
+    """A bf16 checkpoint (as most hub models ship) is trained in float32: after 2 steps at
+    lr 1e-6 most weights have moved (a bf16 weight of size ~0.05 cannot move by less than
+    ~2e-4, so in bf16 almost none would), and final/ is saved in float32 unless
+    --save-dtype says otherwise."""
+    from safetensors.torch import load_file
+
+    from rlcd_lab.models import save_checkpoint, tiny_model
+
+    bf16 = save_checkpoint(
+        tmp_path / "bf16", tiny_model(tokenizer, seed=0).to(torch.bfloat16), tokenizer
+    )
+    start = load_file(str(bf16 / "model.safetensors"))
+    assert all(v.dtype == torch.bfloat16 for v in start.values())
+    kw = dict(init=bf16, steps=2, lr=1e-6, device="cpu", **SMALL)
+    s = setup(preset("calibrate", out=tmp_path / "probe", **kw), needs_ref=False)
+    assert all(p.dtype == torch.float32 for p in s.model.parameters())
+    run = train(preset("calibrate", out=tmp_path / "run", **kw))
+    end = load_file(str(run / "final" / "model.safetensors"))
+    assert all(v.dtype == torch.float32 for v in end.values())
+    moved = sum(int((end[k] != start[k].float()).sum()) for k in start)
+    total = sum(v.numel() for v in start.values())
+    assert moved / total > 0.5
+    half = train(preset("calibrate", out=tmp_path / "half", save_dtype="bfloat16", **kw))
+    saved = load_file(str(half / "final" / "model.safetensors"))
+    assert all(v.dtype == torch.bfloat16 for v in saved.values())
