@@ -134,6 +134,20 @@ def read_meta(path: str | os.PathLike) -> dict:
     return {**DEFAULT_META, **meta}
 
 
+def _local_base(base_name: str, meta: dict) -> Path | None:
+    """The local directory of an adapter's base model: ``base_name`` if it is one; for an
+    adapter trained on the offline SmolLM2 (``meta["source"]``, e.g. a shipped adapter
+    whose recorded base path is another machine's) the converted SmolLM2 checkpoint at
+    ``pretrained.SMOLLM2_DEFAULT_DIR`` (converted there first if missing); else None."""
+    if Path(base_name).expanduser().is_dir():
+        return Path(base_name).expanduser()
+    from .pretrained import SMOLLM2_DEFAULT_DIR, SMOLLM2_SOURCE, convert_smollm2
+
+    if meta.get("source") == SMOLLM2_SOURCE:
+        return convert_smollm2(SMOLLM2_DEFAULT_DIR)
+    return None
+
+
 def load_checkpoint(
     path: str | os.PathLike,
     device: str | torch.device = "cpu",
@@ -144,7 +158,8 @@ def load_checkpoint(
 
     Accepts an rlcd_lab checkpoint, a plain HF ``save_pretrained`` directory (meta then
     holds the defaults), or a PEFT adapter directory whose ``adapter_config.json`` names
-    its base (a local directory, or a hub name when online). Safetensors only: a
+    its base (a local directory; the offline SmolLM2 for adapters trained on it, see
+    ``_local_base``; or a hub name when online). Safetensors only: a
     directory holding only pickled weights is refused. Raises ``FileNotFoundError`` naming
     what is missing, ``ValueError`` for unreadable or mismatched contents. ``trainable``
     loads a PEFT adapter with its weights trainable (resuming LoRA training).
@@ -162,9 +177,10 @@ def load_checkpoint(
         )
         if not base_name:
             raise ValueError(f"{path}/adapter_config.json does not name its base model")
+        base_dir = _local_base(base_name, meta)
         base, _, _ = (
-            load_checkpoint(base_name, device, dtype)
-            if Path(base_name).is_dir()
+            load_checkpoint(base_dir, device, dtype)
+            if base_dir is not None
             else (
                 AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype, use_safetensors=True),
                 None,

@@ -104,3 +104,44 @@ def test_a_mixed_4_to_10_option_task_trains_and_evaluates(tmp_path, tiny_base):
         ref = per_item_reference([r["logits"] for r in rows], [r["label"] for r in rows])
         for key in ("brier", "nll", "accuracy", "ece", "aurc"):
             assert got[key] == pytest.approx(ref[key], rel=1e-9, abs=1e-12)
+
+
+def test_mmlu_pro_format_converts_splits_trains_and_evaluates(tmp_path, tiny_base):
+    """The command-line path a user takes with MMLU-Pro (items with 4 to 10 options):
+    data convert -> data split -> train 2 steps -> eval, without error."""
+    import json
+
+    from rlcd_lab.cli import main
+
+    rng = np.random.default_rng(1)
+    raw = tmp_path / "mmlu_pro_test.jsonl"
+    with open(raw, "w", encoding="utf-8") as f:
+        for i in range(14):
+            k = 4 + i % 7  # 4..10 options
+            answer = int(rng.integers(k))
+            record = {
+                "question_id": i,
+                "question": f"Which value is {i}?",
+                "options": [f"value {j}" for j in range(k)],
+                "answer": LETTERS[answer],
+                "answer_index": answer,
+                "cot_content": "",
+                "category": "math",
+                "src": "test",
+            }
+            f.write(json.dumps(record) + "\n")
+    items = tmp_path / "mmlu-pro.jsonl"
+    main(["data", "convert", "mmlu-pro", str(raw), str(items)])
+    main(["data", "split", str(items), "--dev", "3", "--test", "4"])
+    run = tmp_path / "run"
+    main([
+        "train", "calibrate", "--init", str(tiny_base), "--task", str(items), "--out", str(run),
+        "--steps", "2", "--batch-size", "3", "--m", "2", "--max-new-tokens", "4",
+        "--eval-every", "1", "--test-items", "4", "--device", "cpu",
+    ])  # fmt: skip
+    assert [r["step"] for r in read_log(run)] == [0, 1]
+    out = tmp_path / "eval.jsonl"
+    main(["eval", "--checkpoint", str(run / "final"), "--task", str(items), "--out", str(out)])
+    rows = read_jsonl(out)
+    assert len(rows) == 4 and len({len(r["options"]) for r in rows}) > 1
+    assert all(len(r["probs"]) == len(r["options"]) for r in rows)
