@@ -40,16 +40,16 @@ Mode = Literal["direct", "reason"]
 
 # ------------------------------------------------------------------------------ prompts
 FEW_SHOT = (
-    ("Is 12 + 5 = 17?", ("yes", "no"), "12 + 5 is 17, so the statement is true.", "yes"),
     (
         "Which animal can fly?\nA) dog\nB) eagle\nC) fish",
         ("A", "B", "C"),
-        "Dogs and fish cannot fly, but eagles are birds that fly.",
+        "Dogs and fish cannot fly; eagles can.",
         "B",
     ),
 )
 """Worked examples shown to chat models before the question (question, options, rationale,
-answer): with them SmolLM2-135M-Instruct writes the marker itself in most rationales."""
+answer): with one, SmolLM2-135M-Instruct writes the marker itself in most rationales
+(without, in almost none); each costs prompt tokens in every forward pass."""
 
 
 def build_prompt(
@@ -67,8 +67,8 @@ def build_prompt(
     Plain models (the tiny world): ``question + "\n"``, plus the marker when ``direct``.
     Chat models (``chat=None`` means: the tokenizer has a chat template) get, through the
     chat template with thinking disabled (Qwen3 ``enable_thinking=False``): a system turn
-    (``instruction``; default: reason in one or two sentences, then a last line
-    ``"<marker> X"``), the :data:`FEW_SHOT` examples as earlier turns, then the question
+    (``instruction``; default: reason in a sentence or two, then a last line
+    ``"<marker> X"``), the :data:`FEW_SHOT` example as earlier turns, then the question
     followed by ``Options: ...`` (when ``options`` are given). In direct mode the examples
     answer at once and the assistant turn starts with the marker.
     """
@@ -80,12 +80,9 @@ def build_prompt(
         return question + "\n" + (marker if direct else "")
     if instruction is None:
         instruction = (
-            f"You answer questions. Reply with '{marker} X', where X is one of the options."
+            f"Reply with '{marker} X', X one of the options."
             if direct
-            else (
-                "You answer questions. Reason briefly in one or two sentences, then give the "
-                f"final line as '{marker} X', where X is one of the options."
-            )
+            else f"Reason in a sentence or two, then end with '{marker} X', X one of the options."
         )
 
     def user(q: str, opts: Sequence[str] | None) -> dict:

@@ -61,13 +61,13 @@ def test_build_prompt_plain_and_chat(tokenizer):
         "{% endif %}{% endif %}"
     )
     text = build_prompt(chat, "Is it?", direct=True, options=["yes", "no"])
-    # system turn, the two worked examples answering at once, the question with its options
-    assert text.startswith("<system>You answer questions. Reply with 'Answer: X'")
-    assert "<user>Is 12 + 5 = 17?\nOptions: yes, no<assistant>Answer: yes<user>" in text
+    # system turn, the worked example answering at once, the question with its options
+    assert text.startswith("<system>Reply with 'Answer: X', X one of the options.")
+    assert "eagle\nC) fish\nOptions: A, B, C<assistant>Answer: B<user>" in text
     assert text.endswith("<user>Is it?\nOptions: yes, no<assistant>[no-think]Answer:")
     text = build_prompt(chat, "Is it?")
-    assert "final line as 'Answer: X'" in text
-    assert "<assistant>12 + 5 is 17, so the statement is true.\nAnswer: yes<user>" in text
+    assert "then end with 'Answer: X'" in text
+    assert "<assistant>Dogs and fish cannot fly; eagles can.\nAnswer: B<user>" in text
     assert text.endswith("<user>Is it?<assistant>[no-think]")
 
 
