@@ -612,7 +612,7 @@ def test_fetch_bigbench_task_from_the_sdist(tmp_path, fake_pip):
 
 
 def test_fetch_unknown_name_lists_known_ones(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown data set 'gsm9k'; known: mmlu, bigbench:<task>"):
+    with pytest.raises(ValueError, match=r"unknown data set 'gsm9k'; known: mmlu, mmlu:<subject>, bigbench:<task>"):
         fetch_mod.fetch("gsm9k", tmp_path)
 
 
@@ -641,3 +641,26 @@ def test_download_runs_pip_no_deps_into_a_temp_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch_mod.subprocess, "run", lambda cmd, **kw: Failed())
     with pytest.raises(RuntimeError, match="No matching distribution"):
         fetch_mod.download(fetch_mod.BIGBENCH, tmp_path / "dl2", progress=False)
+
+
+def test_fetch_one_mmlu_subject(tmp_path, fake_pip):
+    """``mmlu:<subject>`` keeps the questions of that subject from the fetched MMLU file
+    (here one already in the cache: no download) and writes its own splits."""
+    from rlcd_lab.tasks import TaskItem, split_paths, write_items
+
+    cache = tmp_path / "cache"
+    head = "The following is a multiple choice question about {}.\n\nQ{}?"
+    items = [
+        TaskItem(f"mmlu-{i}", head.format(subj, i), ("A", "B", "C", "D"), i % 4)
+        for i, subj in enumerate(["high school geography"] * 6 + ["marketing"] * 2)
+    ]
+    write_items(cache / "mmlu.jsonl", items)
+    path = fetch_mod.fetch("mmlu:high_school_geography", cache, progress=False)
+    assert path == cache / "mmlu-high_school_geography.jsonl"
+    assert read_items(path) == items[:6] and fake_pip == []
+    splits = {s: read_items(p) for s, p in split_paths(path).items()}
+    assert [len(v) for v in splits.values()] == [4, 1, 1]  # default sizes for 6 items
+    assert sorted(it.uid for v in splits.values() for it in v) == [f"mmlu-{i}" for i in range(6)]
+    with pytest.raises(ValueError, match="no MMLU subject 'geography'; subjects: "
+                       "high_school_geography, marketing"):  # fmt: skip
+        fetch_mod.fetch("mmlu:geography", cache, progress=False)

