@@ -54,8 +54,8 @@ EPS = {"facts": 0.2}  # error budget of Cov@eps: 5% unless listed (the paper: 20
 SCALES: dict[str, dict] = {
     "tiny": dict(steps=200, lr=1e-4, max_new_tokens=48, test_items=400, device="cpu"),
     "small": dict(
-        steps=24, lr=1e-4, max_new_tokens=64, test_items=120, device="cpu", lora_r=16,
-        batch_size=4, m=4, eval_every=0,
+        steps=12, lr=2e-4, max_new_tokens=48, test_items=100, device="cpu", lora_r=16,
+        batch_size=2, m=4, eval_every=0,
     ),  # fmt: skip
     "paper": dict(
         steps=400, lr=2e-6, max_new_tokens=256, test_items=1000, device="auto", bf16=True
@@ -73,7 +73,7 @@ class ReproduceConfig:
 
     task: str = "verify"
     """verify, facts, aleatoric, or a task-item JSONL file (with .train/.dev/.test siblings)."""
-    scale: Literal["tiny", "paper"] = "tiny"
+    scale: Literal["tiny", "small", "paper"] = "tiny"
     seeds: tuple[int, ...] = (17, 23, 29)
     out: Path = Path("runs/reproduce")
     init: Path | None = None
