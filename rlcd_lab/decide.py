@@ -89,6 +89,10 @@ MIN_OPTIONS = 2
 MAX_CHOICE_OPTIONS = 255
 MAX_SCORE_LEVELS = 10
 MAX_LABEL_CHARS = 256
+DEFAULT_NEW_TOKENS = 64
+"""Rationale tokens when the checkpoint records none (a converted pretrained model such as
+SmolLM2): the Ask tab's and ``reader.read``'s default; a request's ``max_new_tokens``
+overrides it."""
 CODES = string.ascii_uppercase + string.ascii_lowercase + string.digits
 YES_LIKE = ("y", "yes", "true", "t", "1")
 NO_LIKE = ("n", "no", "false", "f", "0")
@@ -460,7 +464,7 @@ class DecisionModel:
         self.n_ctx = getattr(model.config, "max_position_embeddings", None)
         cfg = self.meta.get("config") if isinstance(self.meta.get("config"), dict) else {}
         self.default_new_tokens = int(
-            self.meta.get("max_new_tokens") or cfg.get("max_new_tokens") or 256
+            self.meta.get("max_new_tokens") or cfg.get("max_new_tokens") or DEFAULT_NEW_TOKENS
         )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._marker_len = len(tokenizer(self.marker, add_special_tokens=False)["input_ids"])

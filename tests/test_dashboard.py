@@ -35,6 +35,8 @@ from rlcd_lab.dashboard import (
     routing_update,
     run_curves,
 )
+from rlcd_lab.dashboard.ask_tab import GENERIC_EXAMPLES
+from rlcd_lab.dashboard.common import CHECKPOINT_ENV, local_checkpoints
 from rlcd_lab.dashboard.playground import playground_visibility, simplex
 from rlcd_lab.models import save_checkpoint
 from rlcd_lab.routing import realized_costs
@@ -283,6 +285,22 @@ def test_ask_callback_routes_and_flags(tiny_root):
     assert r2["rationales"] == r["rationales"]
 
 
+def test_forced_rationales_say_why():
+    from rlcd_lab.dashboard.ask_tab import rationales_html, verdict_markdown
+
+    def rationale(length: int, forced: bool) -> dict:
+        return {"text": "t", "forced": forced, "length": length, "u": [0.5, 0.5]}
+
+    result = {
+        "options": ["yes", "no"], "m": 3, "T": 1.0, "mixture": [0.5, 0.5], "diversity": 0.0,
+        "answer": "yes", "confidence": 0.5, "max_new_tokens": 64, "marker": "Answer:",
+        "rationales": [rationale(64, True), rationale(10, True), rationale(12, False)],
+    }  # fmt: skip
+    verdict, html = verdict_markdown(result, 0.9), rationales_html(result)
+    assert "**Length limit:** 1 of 3" in verdict and "**No marker:** 1 of 3" in verdict
+    assert html.count("length limit hit") == 1 and html.count("stopped without the marker") == 1
+
+
 @pytest.mark.parametrize(
     ("checkpoint", "question", "options", "msg"),
     [
@@ -317,8 +335,54 @@ def test_parse_options_and_checkpoint_info(tiny_root):
         "90+25+83=218?",
         "Y, N",
     )
-    with pytest.raises(gr.Error, match="no task example"):
+    with pytest.raises(gr.Error, match="no example"):
         example_fields("checkpoints/tiny", "nope", tiny_root)
+
+
+def test_generic_examples_only_for_a_chat_checkpoint_without_task(tiny_root, tmp_path):
+    chat = tmp_path / "chat"  # what checkpoint_info reads: no model is loaded
+    chat.mkdir()
+    (chat / "config.json").write_text("{}")
+    (chat / "rlcd.json").write_text(json.dumps({"task": None, "model": "Chatty"}))
+    (chat / "chat_template.jinja").write_text("{{ messages }}")
+    info, examples, question, options = checkpoint_info(str(chat), "", "", tiny_root)
+    assert "Chatty" in info and "No task" in info and examples.label == "Example question"
+    assert [uid for _, uid in examples.choices] == [it.uid for it in GENERIC_EXAMPLES]
+    first = GENERIC_EXAMPLES[0]
+    assert (question, options) == (first.prompt, ", ".join(first.options))
+    assert checkpoint_info(str(chat), "mine?", "Y, N", tiny_root)[2:] == ("mine?", "Y, N")
+    planets = next(it for it in GENERIC_EXAMPLES if len(it.options) == 10)
+    assert "🌍" in planets.prompt
+    assert example_fields(str(chat), planets.uid, tiny_root) == (
+        planets.prompt,
+        "A, B, C, D, E, F, G, H, I, J",
+    )
+    # the same files without a chat template (a character-level model): no examples
+    (chat / "chat_template.jinja").unlink()
+    _, examples, question, _ = checkpoint_info(str(chat), "", "", tiny_root)
+    assert examples.choices == [] and question == ""
+
+
+def test_checkpoint_from_env_and_local_smollm2(tiny_root, tmp_path, monkeypatch):
+    monkeypatch.delenv(CHECKPOINT_ENV, raising=False)
+    smollm2 = tmp_path / "smollm2"
+    assert local_checkpoints(smollm2) == []  # not converted: not listed, nothing fetched
+    assert not smollm2.exists()
+    smollm2.mkdir()
+    (smollm2 / "config.json").write_text("{}")
+    (smollm2 / "rlcd.json").write_text("{}")
+    assert local_checkpoints(smollm2) == [str(smollm2)]
+    tiny = str(tiny_root / "checkpoints" / "tiny")
+    monkeypatch.setenv(CHECKPOINT_ENV, tiny)
+    assert local_checkpoints(smollm2) == [tiny, str(smollm2)]
+    monkeypatch.setenv(CHECKPOINT_ENV, str(smollm2))  # listed once
+    assert local_checkpoints(smollm2) == [str(smollm2)]
+    monkeypatch.setenv(CHECKPOINT_ENV, tiny)
+    demo = build_demo(tiny_root)  # app.py, rlcd-lab app and make app all build this
+    (dropdown,) = [
+        b for b in demo.blocks.values() if isinstance(b, gr.Dropdown) and b.label == "Checkpoint"
+    ]
+    assert dropdown.value == tiny and tiny in [value for _, value in dropdown.choices]
 
 
 # ---------------------------------------------------------------------------------------

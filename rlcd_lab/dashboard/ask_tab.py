@@ -13,6 +13,7 @@ threshold.
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -34,6 +35,26 @@ MODEL_CACHE = 4
 """Loaded checkpoints kept in memory (least recently used evicted)."""
 N_EXAMPLES = 100
 """Task examples offered per checkpoint (the first of its task's test split)."""
+GENERIC_EXAMPLES = (
+    TaskItem("example-yes-no", "Is the Pacific the largest ocean on Earth?", ("yes", "no"), 0),
+    TaskItem(
+        "example-planets",
+        "Quelle planète est la plus grande ? 🌍\n"
+        "A) Mercure\nB) Vénus\nC) Terre\nD) Mars\nE) Jupiter\n"
+        "F) Saturne\nG) Uranus\nH) Neptune\nI) Pluton\nJ) la Lune",
+        tuple("ABCDEFGHIJ"),
+        4,
+    ),
+    TaskItem(
+        "example-score",
+        "How hot is a cup of freshly brewed coffee?\n"
+        "0) cold\n1) cool\n2) warm\n3) hot\n4) scalding",
+        ("0", "1", "2", "3", "4"),
+        3,
+    ),
+)
+"""Examples for a chat checkpoint without a task (e.g. SmolLM2-135M-Instruct): labels that
+are single tokens after ``"Answer: "`` for BPE tokenizers (yes/no, letters, digits)."""
 
 
 @lru_cache(maxsize=MODEL_CACHE)
@@ -79,6 +100,25 @@ def _task_items(task: str) -> tuple[TaskItem, ...]:
     return tuple(load_task_items(task, "test"))
 
 
+def has_chat_template(path: Path) -> bool:
+    """Whether the checkpoint at ``path`` ships a chat template (read from its files, the
+    model is not loaded)."""
+    if (path / "chat_template.jinja").is_file():
+        return True
+    try:
+        return bool(json.loads((path / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def example_items(path: Path, meta: dict) -> tuple[TaskItem, ...]:
+    """The examples offered for a checkpoint: its task's test items; for a chat checkpoint
+    without a task, :data:`GENERIC_EXAMPLES`; else none."""
+    if meta.get("task"):
+        return task_items(meta)
+    return GENERIC_EXAMPLES if has_chat_template(path) else ()
+
+
 def task_items(meta: dict) -> tuple[TaskItem, ...]:
     """Test items of the checkpoint's task (``rlcd.json`` ``"task"``); empty when it names
     none or the task cannot be loaded."""
@@ -106,8 +146,9 @@ def ask_model(
     """Sample ``m`` rationales for ``question`` and read each one's calibrated readout.
 
     Returns a JSON-ready dict: ``options``, ``T`` (the checkpoint's fitted temperature),
-    ``rationales`` (per rationale: ``text``, ``forced`` (hit ``max_new_tokens``; marker
-    appended), ``length`` (sampled tokens), ``logp`` (``log pi(r | x)``), ``logits``,
+    ``m``, ``max_new_tokens``, ``marker``, ``rationales`` (per rationale: ``text``,
+    ``forced`` (the model did not write the marker: it hit ``max_new_tokens`` or stopped;
+    the marker was appended), ``length`` (sampled tokens), ``logp`` (``log pi(r | x)``), ``logits``,
     ``u_raw = softmax(logits)`` and ``u = softmax(logits / T)``), ``mixture`` (mean of
     ``u``), ``diversity`` (``(1/M) sum_i ||u_i - p||^2``), and the single-query answer
     (first rationale): ``probs``, ``answer``, ``confidence``. Raises ``ValueError`` for
@@ -142,6 +183,8 @@ def ask_model(
         "options": labels,
         "T": T,
         "m": int(m),
+        "max_new_tokens": int(max_new_tokens),
+        "marker": marker,
         "rationales": rows,
         "mixture": p.tolist(),
         "diversity": float(((u - p) ** 2).sum(1).mean()),
@@ -167,7 +210,8 @@ def verdict_markdown(result: dict | None, threshold: float) -> str:
         route = f"**decide automatically** (confidence {conf:.3f} ≥ threshold {threshold:.3f})"
     else:
         route = f"**escalate** to a human (confidence {conf:.3f} < threshold {threshold:.3f})"
-    n_forced = sum(r["forced"] for r in result["rationales"])
+    n_limit = sum(_hit_limit(result, r) for r in result["rationales"])
+    n_stopped = sum(r["forced"] for r in result["rationales"]) - n_limit
     lines = [
         f"### Single query (r1): **{result['answer']}**, confidence {conf:.3f} → {route}",
         f"Mixture of M = {result['m']}: **{labels[int(p.argmax())]}** ("
@@ -177,10 +221,15 @@ def verdict_markdown(result: dict | None, threshold: float) -> str:
         '(`rlcd.json` "temperature"): u = softmax(logits / T)'
         + (" (T = 1: no scaling)." if result["T"] == 1.0 else "."),
     ]
-    if n_forced:
+    if n_limit:
         lines.append(
-            f"**Length limit:** {n_forced} of {result['m']} rationales hit it; the marker was "
+            f"**Length limit:** {n_limit} of {result['m']} rationales hit it; the marker was "
             "forced, so their readout follows an unfinished rationale."
+        )
+    if n_stopped:
+        lines.append(
+            f"**No marker:** {n_stopped} of {result['m']} rationales ended without writing "
+            f"`{result.get('marker', 'Answer:')}`; it was appended before the readout."
         )
     item = result.get("item")
     if item:
@@ -190,26 +239,36 @@ def verdict_markdown(result: dict | None, threshold: float) -> str:
     return "\n\n".join(lines)
 
 
+def _hit_limit(result: dict, rationale: dict) -> bool:
+    """Whether a forced rationale used up ``max_new_tokens`` (else it stopped, e.g. at EOS,
+    without the marker); a result without ``max_new_tokens`` counts every forced one."""
+    limit = result.get("max_new_tokens")
+    return bool(rationale["forced"]) and (limit is None or rationale["length"] >= limit)
+
+
 def rationales_html(result: dict | None) -> str:
     """Each rationale's text next to bars of its readout ``u`` (colours as in the chart)."""
     if not result or "rationales" not in result:
         return ""
     labels = result["options"]
+    width = min(6.0, max(1.5, 0.65 * max(len(lab) for lab in labels)))  # label column, em
     cards = []
     for i, r in enumerate(result["rationales"]):
         color = plots.COLORS[i % len(plots.COLORS)]
         bars = "".join(
             f'<div style="display:flex;align-items:center;gap:6px;font-size:12px">'
-            f'<span style="width:1.5em;text-align:right">{html.escape(lab)}</span>'
+            f'<span style="flex:0 0 {width:.1f}em;overflow:hidden;text-overflow:ellipsis;'
+            f'white-space:nowrap;text-align:right" title="{html.escape(lab)}">'
+            f"{html.escape(lab)}</span>"
             f'<span style="display:inline-block;height:10px;width:{100 * v:.1f}px;'
             f'background:{color}"></span><span>{v:.3f}</span></div>'
             for lab, v in zip(labels, r["u"], strict=True)
         )
-        flag = (
-            ' <span style="color:#c2410c;font-weight:600">length limit hit: marker forced</span>'
-            if r["forced"]
-            else ""
-        )
+        flag = ""
+        if r["forced"]:
+            why = "length limit hit" if _hit_limit(result, r) else "stopped without the marker"
+            flag = f' <span style="color:#c2410c;font-weight:600">{why}: marker forced</span>'
+
         text = html.escape(r["text"]) if r["text"] else "<i>(empty rationale)</i>"
         cards.append(
             f'<div style="display:flex;gap:12px;padding:6px 0;'
@@ -217,7 +276,7 @@ def rationales_html(result: dict | None) -> str:
             f'<div style="flex:1;min-width:0"><b style="color:{color}">r{i + 1}</b> '
             f'<span style="font-size:12px;opacity:.7">{r["length"]} tokens</span>{flag}<br>'
             f'<code style="white-space:pre-wrap;word-break:break-word">{text}</code></div>'
-            f'<div style="flex:0 0 170px">{bars}</div></div>'
+            f'<div style="flex:0 0 auto">{bars}</div></div>'
         )
     return "".join(cards)
 
@@ -246,8 +305,9 @@ def ask(
     """The Ask tab's callback: ``(verdict markdown, rationales html, bar chart, result)``.
 
     ``result`` is :func:`ask_model`'s dict plus ``checkpoint``, ``threshold``,
-    ``decision`` and, when the question is a test item of the checkpoint's task with the
-    same options, ``item`` (``uid``, true ``label``). Bad input raises ``gr.Error``.
+    ``decision`` and, when the question is one of the checkpoint's examples (a test item of
+    its task, or a generic example) with the same options, ``item`` (``uid``, true
+    ``label``). Bad input (labels that are not single tokens included) raises ``gr.Error``.
     """
     if not (question or "").strip():
         raise gr.Error("type a question, or pick a task example")
@@ -257,6 +317,7 @@ def ask(
     if not temperature or temperature <= 0:
         raise gr.Error("the sampling temperature must be positive")
     model, tokenizer, meta = load_model(checkpoint, root)
+    path = _checkpoint_dir(checkpoint, root, "config.json")
     try:
         result = ask_model(
             model, tokenizer, meta, question.strip(), labels, m, temperature, max_new_tokens, seed
@@ -266,7 +327,7 @@ def ask(
     result["checkpoint"] = checkpoint
     result["threshold"] = float(threshold)
     result["decision"] = decision(result, threshold)
-    for item in task_items(meta):
+    for item in example_items(path, meta):
         if item.prompt == result["question"] and list(item.options) == labels:
             label = None if item.label is None else labels[item.label]
             result["item"] = {"uid": item.uid, "label": label, "q": item.q}
@@ -292,7 +353,9 @@ def checkpoint_info(
 ) -> tuple[str, gr.Dropdown, str, str]:
     """What the Ask tab shows when a checkpoint is chosen: ``(description, examples
     dropdown, question, options)``. The question and options are replaced by the task's
-    first example only when the current options do not fit the checkpoint's task."""
+    first example only when the current options do not fit the checkpoint's task; for a
+    chat checkpoint without a task (SmolLM2) by the first generic example only when the
+    question is empty."""
     try:
         path = _checkpoint_dir(checkpoint, root, "config.json")
         meta = _meta(path)
@@ -303,8 +366,9 @@ def checkpoint_info(
             question,
             options,
         )
-    items = task_items(meta)
-    parts = [f"**{k}** {meta[k]}" for k in ("method", "task", "step") if meta.get(k) is not None]
+    items = example_items(path, meta)
+    keys = ("model", "method", "task", "step")
+    parts = [f"**{k}** {meta[k]}" for k in keys if meta.get(k) is not None]
     if meta.get("options"):
         parts.append("**options** " + ", ".join(meta["options"]))
     parts.append(f"**fitted T** {float(meta.get('temperature') or 1.0):.3f}")
@@ -313,18 +377,26 @@ def checkpoint_info(
         info += f"\n\nTask {meta['task']!r} could not be loaded; type your own question."
     choices = [(_example_label(it), it.uid) for it in items[:N_EXAMPLES]]
     current = [s.strip() for s in (options or "").replace(",", " ").split()]
-    if items and current != list(items[0].options):
-        question, options = items[0].prompt, ", ".join(items[0].options)
-    return info, gr.Dropdown(choices=choices, value=None), question, options
+    if meta.get("task"):
+        label = "Task example (test split)"
+        if items and current != list(items[0].options):
+            question, options = items[0].prompt, ", ".join(items[0].options)
+    else:
+        label = "Example question"
+        if items:
+            info += "\n\nNo task: pick an example or type your own question and labels."
+            if not (question or "").strip():
+                question, options = items[0].prompt, ", ".join(items[0].options)
+    return info, gr.Dropdown(choices=choices, value=None, label=label), question, options
 
 
 def example_fields(checkpoint: str, uid: str | None, root: str | Path = ASSETS) -> tuple:
-    """``(question, options)`` of the task example ``uid`` of the checkpoint's task (no
-    change when ``uid`` is empty)."""
+    """``(question, options)`` of the example ``uid`` of the checkpoint (a test item of its
+    task, or a generic example; no change when ``uid`` is empty)."""
     if not uid:
         return gr.skip(), gr.skip()
     path = _checkpoint_dir(checkpoint, root, "config.json")
-    for item in task_items(_meta(path)):
+    for item in example_items(path, _meta(path)):
         if item.uid == uid:
             return item.prompt, ", ".join(item.options)
-    raise gr.Error(f"no task example {uid!r} for this checkpoint")
+    raise gr.Error(f"no example {uid!r} for this checkpoint")

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import gradio as gr
 
 from ..assets import ASSETS, shipped_checkpoints, shipped_runs
+from ..pretrained import SMOLLM2_DEFAULT_DIR
+
+CHECKPOINT_ENV = "RLCD_CHECKPOINT"
+"""Environment variable naming the checkpoint directory the Ask tab opens with."""
 
 RUN_KINDS = ("reinforce", "grpo", "rft", "sft")
 """The default comparison, in this order: two-stage RLCD against its baselines."""
@@ -21,6 +26,29 @@ def run_choices(root: str | Path = ASSETS) -> list[str]:
 def checkpoint_choices(root: str | Path = ASSETS) -> list[str]:
     """Names of the shipped checkpoints under ``root``."""
     return list(shipped_checkpoints(root))
+
+
+def env_checkpoint() -> str | None:
+    """The checkpoint named by ``$RLCD_CHECKPOINT`` (stripped; None when unset or empty)."""
+    return os.environ.get(CHECKPOINT_ENV, "").strip() or None
+
+
+def local_checkpoints(smollm2_dir: str | Path = SMOLLM2_DEFAULT_DIR) -> list[str]:
+    """Checkpoints offered besides the shipped ones: ``$RLCD_CHECKPOINT`` when set (listed
+    even when it is not there, so the Ask tab says why it cannot be used), then the SmolLM2
+    checkpoint when it has been converted (``rlcd-lab smollm2``) at ``smollm2_dir``. Nothing
+    is downloaded or converted here."""
+    out = []
+    env = env_checkpoint()
+    if env:
+        out.append(env)
+    smollm2 = Path(smollm2_dir)
+    full = smollm2.expanduser()
+    if (full / "config.json").is_file() and (full / "rlcd.json").is_file():
+        same = env is not None and Path(env).expanduser().resolve() == full.resolve()
+        if not same:
+            out.append(str(smollm2))
+    return out
 
 
 def _kind(leaf: str) -> int | None:
@@ -48,8 +76,9 @@ def default_runs(names: Sequence[str]) -> list[str]:
 
 
 def default_checkpoint(names: Sequence[str]) -> str | None:
-    """The checkpoint the Ask tab opens with: a stage-2 RLCD model if shipped, else a
-    stage-1 one, else a base model of the ``verify`` task, else the first."""
+    """The checkpoint the Ask tab opens with (among shipped names): a stage-2 RLCD model if
+    shipped, else a stage-1 one, else a base model of the ``verify`` task, else the first.
+    ``$RLCD_CHECKPOINT`` overrides it (see :func:`local_checkpoints`)."""
     for key in ("reinforce", "calibrate", "base-verify"):
         for name in names:
             if key in name:

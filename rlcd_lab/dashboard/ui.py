@@ -14,15 +14,23 @@ import gradio as gr
 
 from ..assets import ASSETS, read_jsonl
 from . import ask_tab, playground, routing_tab, runs_tab
-from .common import checkpoint_choices, default_checkpoint, default_runs, run_choices
+from .common import (
+    checkpoint_choices,
+    default_checkpoint,
+    default_runs,
+    env_checkpoint,
+    local_checkpoints,
+    run_choices,
+)
 
 INTRO = """# rlcd_lab: calibrated decisions from reasoning models
 A model writes a rationale that ends in `Answer:`; we **read** its next-token distribution
 over the option tokens (the readout *u*), score it with a proper scoring rule, and
 decide automatically only when the calibrated confidence is high enough.
-**Ask** a shipped checkpoint a question · compare **Routing** of RLCD against GRPO/SFT/RFT
+**Ask** a checkpoint a question · compare **Routing** of RLCD against GRPO/SFT/RFT
 on cached eval dumps · inspect training **Runs** · play with **Proposition 1**.
-Everything here runs on the CPU from the shipped tiny checkpoints, offline."""
+Everything here runs on the CPU, offline: the shipped tiny checkpoints, SmolLM2-135M-Instruct
+once converted (`rlcd-lab smollm2`), or the checkpoint named by `$RLCD_CHECKPOINT`."""
 
 SYSTEM_FONTS = ["system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica", "Arial"]
 SYSTEM_MONO = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
@@ -48,7 +56,8 @@ class Dashboard(gr.Blocks):
 
 def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
     names = checkpoint_choices(root)
-    first = default_checkpoint(names)
+    first = env_checkpoint() or default_checkpoint(names)
+    names += [n for n in local_checkpoints() if n not in names]
     with gr.Row():
         with gr.Column(scale=2, min_width=340):
             checkpoint = gr.Dropdown(
@@ -56,7 +65,8 @@ def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
                 value=first,
                 allow_custom_value=True,
                 label="Checkpoint",
-                info="a shipped checkpoint, or type the path of a checkpoint directory",
+                info="a shipped checkpoint, a local one ($RLCD_CHECKPOINT, SmolLM2 once "
+                "converted with `rlcd-lab smollm2`), or type a checkpoint directory",
             )
             info = gr.Markdown()
             example = gr.Dropdown(
