@@ -54,7 +54,7 @@ EPS = {"facts": 0.2}  # error budget of Cov@eps: 5% unless listed (the paper: 20
 SCALES: dict[str, dict] = {
     "tiny": dict(steps=200, lr=1e-4, max_new_tokens=48, test_items=400, device="cpu"),
     "small": dict(
-        steps=12, lr=2e-4, max_new_tokens=48, test_items=100, device="cpu", lora_r=16,
+        steps=12, lr=2e-4, max_new_tokens=48, test_items=100, device="cpu", lora_r=4,
         batch_size=2, m=4, eval_every=0,
     ),  # fmt: skip
     "paper": dict(
@@ -63,7 +63,7 @@ SCALES: dict[str, dict] = {
 }
 """Settings shared by every run at each scale (the paper: 400 steps per stage, AdamW
 2e-6 for Qwen3-1.7B, 8 questions x 4 rationales, bf16; the rationale budget is ours).
-``small``: a small real LM (SmolLM2-135M-Instruct) with LoRA r = 16 on a 2-core CPU, a
+``small``: a small real LM (SmolLM2-135M-Instruct) with LoRA r = 4 on a 2-core CPU, a
 budget that fits one working session; no dev evals during training."""
 
 
