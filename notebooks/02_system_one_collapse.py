@@ -138,6 +138,8 @@ for name, beta in (("no KL", 0.0), ("KL 0.04", 0.04)):
 
 # %%
 if SCALE == "paper":
+    print("rlcd-lab data convert mmlu-pro mmlu_pro_test.jsonl data/mmlu-pro.jsonl")
+    print("rlcd-lab data split data/mmlu-pro.jsonl --dev 500 --test 2000")
     for beta in (0.0, 0.04):
         print(
             "accelerate launch -m rlcd_lab.cli train endtoend --init PATH/TO/Qwen3-1.7B "

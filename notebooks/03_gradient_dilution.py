@@ -245,6 +245,8 @@ for c in SF_WEIGHTS:
     print(f"  trained {cfg.steps} steps in {time.perf_counter() - t0:.0f} s")
 if SCALE == "paper":
     print("\nAt paper scale (Qwen3-1.7B, MMLU-Pro, GPU):")
+    print("rlcd-lab data convert mmlu-pro mmlu_pro_test.jsonl data/mmlu-pro.jsonl")
+    print("rlcd-lab data split data/mmlu-pro.jsonl --dev 500 --test 2000")
     for c in (0.0, 0.1, 0.3, 1.0):
         print(
             "accelerate launch -m rlcd_lab.cli train endtoend --init PATH/TO/Qwen3-1.7B "

@@ -414,6 +414,8 @@ if mine:
 # %%
 if SCALE == "paper":
     q = "PATH/TO/Qwen3-1.7B"
+    print("rlcd-lab data convert gsm8k-verify gsm8k_test.jsonl data/gsm8k-verify.jsonl")
+    print("rlcd-lab data split data/gsm8k-verify.jsonl --dev 200 --test 500")
     d = "--task data/gsm8k-verify.jsonl --lr 2e-6 --steps 400 --max-new-tokens 1024"
     for seed in (0, 1, 2):
         o = f"runs/gsm8k-s{seed}"

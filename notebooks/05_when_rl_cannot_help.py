@@ -128,6 +128,7 @@ for name, (method, extra) in METHODS.items():
 if SCALE == "paper":
     print("\nAt paper scale (Qwen3-1.7B, ChaosNLI, GPU):")
     print("rlcd-lab data convert chaosnli chaosnli_mnli.jsonl data/chaosnli.jsonl")
+    print("rlcd-lab data split data/chaosnli.jsonl --dev 200 --test 500")
     for method, flags in (("mixture", ""), ("endtoend", ""), ("sft", "")):
         print(
             f"accelerate launch -m rlcd_lab.cli train {method} --init PATH/TO/Qwen3-1.7B "

@@ -382,6 +382,7 @@ for task, s in summary.iterrows():
 
 # %%
 if SCALE == "paper":
+    print("rlcd-lab data split data/gsm8k-verify.jsonl --dev 200 --test 500  # once")
     for split in ("dev", "test"):
         for mode in ("direct", "reason"):
             print(
