@@ -134,6 +134,10 @@ def read_meta(path: str | os.PathLike) -> dict:
     return {**DEFAULT_META, **meta}
 
 
+def _has_tokenizer(path: Path) -> bool:
+    return (path / "tokenizer.json").exists() or (path / "tokenizer_config.json").exists()
+
+
 def _local_base(base_name: str, meta: dict) -> Path | None:
     """The local directory of an adapter's base model: ``base_name`` if it is one; for an
     adapter trained on the offline SmolLM2 (``meta["source"]``, e.g. a shipped adapter
@@ -159,7 +163,8 @@ def load_checkpoint(
     Accepts an rlcd_lab checkpoint, a plain HF ``save_pretrained`` directory (meta then
     holds the defaults), or a PEFT adapter directory whose ``adapter_config.json`` names
     its base (a local directory; the offline SmolLM2 for adapters trained on it, see
-    ``_local_base``; or a hub name when online). Safetensors only: a
+    ``_local_base``; or a hub name when online); an adapter directory without a tokenizer
+    uses its base's. Safetensors only: a
     directory holding only pickled weights is refused. Raises ``FileNotFoundError`` naming
     what is missing, ``ValueError`` for unreadable or mismatched contents. ``trainable``
     loads a PEFT adapter with its weights trainable (resuming LoRA training).
@@ -168,6 +173,7 @@ def load_checkpoint(
     if not path.is_dir():
         raise FileNotFoundError(f"checkpoint directory {path} does not exist")
     meta = read_meta(path)
+    path_tok = path
     if (path / "adapter_config.json").exists():
         from peft import PeftModel
 
@@ -188,6 +194,8 @@ def load_checkpoint(
             )
         )
         model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+        if not _has_tokenizer(path) and base_dir is not None:
+            path_tok = base_dir  # an adapter shipped without its tokenizer: the base's
     else:
         _require(path, "config.json")
         if not _has_weights(path, "model"):
@@ -200,9 +208,9 @@ def load_checkpoint(
             )
         except (OSError, ValueError) as err:
             raise ValueError(f"could not load the model in {path}: {err}") from None
-    if not ((path / "tokenizer.json").exists() or (path / "tokenizer_config.json").exists()):
+    if not _has_tokenizer(path_tok):
         raise FileNotFoundError(f"checkpoint {path} is incomplete: missing tokenizer.json")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path_tok)
     vocab = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > vocab:
         raise ValueError(
