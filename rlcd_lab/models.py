@@ -148,7 +148,10 @@ def _local_base(base_name: str, meta: dict) -> Path | None:
     from .pretrained import SMOLLM2_DEFAULT_DIR, SMOLLM2_SOURCE, convert_smollm2
 
     if meta.get("source") == SMOLLM2_SOURCE:
-        return convert_smollm2(SMOLLM2_DEFAULT_DIR)
+        try:
+            return convert_smollm2(SMOLLM2_DEFAULT_DIR)
+        except ImportError as err:  # the package is missing: name what to install
+            raise FileNotFoundError(f"the base model SmolLM2 is not available: {err}") from None
     return None
 
 
