@@ -11,7 +11,8 @@ Verdicts for a directional claim ("RLCD has lower AURC than GRPO"): *reproduces*
 the CI excludes 0 on the paper's side, *does not reproduce* when it excludes 0 on the
 other side, *not measurable at this scale* when it contains 0. A claim of no difference
 is *consistent* when the CI contains 0. Claims on the fitted temperature and on Cov@eps
-compare per-run means (no CI: the summary has none for them).
+compare per-run means (no CI: the summary has none for them); a tie (e.g. every run's T
+at the fitting range's cap, every Cov@eps 0) is *not measurable at this scale*.
 """
 
 from __future__ import annotations
@@ -68,6 +69,20 @@ def _diff(d: Mapping[str, float]) -> str:
     return f"{d['mean_diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}], p = {d['p']:.2g}"
 
 
+def _best(ours: float, others: Sequence[float], lower: bool, tol: float = 1e-9) -> bool | None:
+    """Whether ``ours`` beats every value of ``others`` (None: it ties the best of them)."""
+    best = min(others) if lower else max(others)
+    if abs(ours - best) <= tol:
+        return None
+    return ours < best if lower else ours > best
+
+
+def _order_verdict(best: bool | None, what: str) -> str:
+    if best is None:
+        return f"not measurable at this scale: RLCD ties for {what}"
+    return f"reproduces: RLCD {what}" if best else f"does not reproduce: RLCD not {what}"
+
+
 def _mean(summary: Mapping, run: str, key: str) -> float:
     return summary["runs"][run][key]["mean"]
 
@@ -86,21 +101,20 @@ def findings_table(summary: Mapping) -> str:
     others = [r for r in ("grpo", "rft-kl") if r in summary["runs"]]
     if RLCD in summary["runs"] and others:
         t = {r: _mean(summary, r, "T") for r in (RLCD, *others)}
-        closest = all(abs(math.log(t[RLCD])) < abs(math.log(t[r])) for r in others)
-        ours = " / ".join(f"{t[r]:.2f}" for r in t)
         names = " / ".join(LABELS[r] for r in t)
+        dist = {r: abs(math.log(t[r])) for r in t}  # how far from T = 1
+        best = _best(dist[RLCD], [dist[r] for r in others], lower=True)
         rows.append(
-            f"| fitted T, {names} | 1.4 / about 7 / about 7 | {ours} (no CI) | "
-            f"{'reproduces' if closest else 'does not reproduce'}: RLCD "
-            f"{'closest' if closest else 'not closest'} to 1 |"
+            f"| fitted T, {names} | 1.4 / about 7 / about 7 | "
+            + " / ".join(f"{t[r]:.2f}" for r in t)
+            + f" (no CI) | {_order_verdict(best, 'closest to 1')} |"
         )
         cov = {r: _mean(summary, r, "cov_at_eps") for r in t}
-        highest = all(cov[RLCD] > cov[r] for r in others)
+        best = _best(cov[RLCD], [cov[r] for r in others], lower=False)
         rows.append(
             f"| Cov@{summary['eps']:.0%}, {names} | 81% / 19% / 12% | "
             + " / ".join(f"{cov[r]:.0%}" for r in t)
-            + f" (no CI) | {'reproduces' if highest else 'does not reproduce'}: RLCD "
-            f"{'highest' if highest else 'not highest'} |"
+            + f" (no CI) | {_order_verdict(best, 'highest')} |"
         )
     return "\n".join(rows) + "\n"
 
