@@ -73,3 +73,36 @@ def test_readme_real_model_block_is_generated_from_the_shipped_summary():
     summary = json.loads((ASSETS / "results" / "mmlu-elementary_mathematics" / "summary.json")
                          .read_text())  # fmt: skip
     assert readme_block("real-model") == runs_table(summary) + "\n" + findings_table(summary)
+
+
+def test_shipped_real_model_summary_recomputes_from_its_dumps():
+    """Every run's T and accuracy in the shipped summary follow from its eval dumps."""
+    from rlcd_lab.evaluate import summarize
+    from rlcd_lab.io import read_jsonl
+
+    root = ASSETS / "results" / "mmlu-elementary_mathematics"
+    summary = json.loads((root / "summary.json").read_text())
+    assert set(summary["runs"]) == {"base", "sft", "rft-kl", "grpo", "calibrate", "reinforce"}
+    for run, entry in summary["runs"].items():
+        ev = root / "seed-17" / run / "eval"
+        row = summarize(read_jsonl(ev / "test.jsonl"), dev_rows=read_jsonl(ev / "dev.jsonl"))
+        assert row["T"] == pytest.approx(entry["T"]["mean"], rel=1e-9)
+        assert row["ts_accuracy"] == pytest.approx(entry["accuracy"]["mean"], abs=1e-12)
+        assert row["n"] == 100
+
+
+def test_shipped_adapter_loads_on_the_smollm2_base(smollm2_dir):
+    """A shipped adapter (no tokenizer files, base path of the machine that trained it)
+    loads on the offline SmolLM2 and changes its output."""
+    import torch
+
+    from rlcd_lab.models import load_checkpoint
+
+    final = ASSETS / "results" / "mmlu-elementary_mathematics" / "seed-17" / "calibrate" / "final"
+    assert not (final / "tokenizer.json").exists()
+    model, tok, meta = load_checkpoint(final)
+    base, _, _ = load_checkpoint(smollm2_dir)
+    ids = tok("Answer: B", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert not torch.allclose(model(ids).logits, base(ids).logits)
+    assert meta["method"] == "calibrate" and meta["task"].endswith("elementary_mathematics.jsonl")
