@@ -430,14 +430,15 @@ class DynamicBatcher:
 
 # --------------------------------------------------------------------------- the app
 def default_checkpoint() -> Path:
-    """The shipped two-stage RLCD checkpoint (name ending in ``reinforce/final``), else the
-    first shipped checkpoint (``rlcd_lab.assets.shipped_checkpoints``)."""
+    """The shipped two-stage RLCD checkpoint (name ending in ``reinforce/final``; the tiny
+    ``verify`` one before the others, e.g. the SmolLM2 adapters, which need their base),
+    else the first shipped checkpoint (``rlcd_lab.assets.shipped_checkpoints``)."""
     found = shipped_checkpoints()
     if not found:
         raise FileNotFoundError("no shipped checkpoints under assets/; pass --checkpoint")
-    for name, path in found.items():
+    for name in sorted(found, key=lambda n: "verify" not in n):  # the tiny verify model first
         if name.endswith("reinforce/final"):
-            return path
+            return found[name]
     return next(iter(found.values()))
 
 

@@ -39,7 +39,7 @@ STATES = ["33+60+20=113?", "47+38+16=91?", "12+34+56=102?", "90+90+90=260?"]
 @pytest.fixture(scope="module")
 def verify():
     """The shipped two-stage RLCD verify checkpoint (options Y/N, fitted T in rlcd.json)."""
-    path = next(p for n, p in shipped_checkpoints().items() if n.endswith("reinforce/final"))
+    path = shipped_checkpoints()["results/verify/seed-17/reinforce/final"]
     return DecisionModel.from_checkpoint(path)
 
 
@@ -120,7 +120,7 @@ def test_question_from_wire_validates():
 
 # --------------------------------------------------------------------------- task format
 def test_direct_answers_equal_the_temperature_scaled_readout(verify):
-    path = next(p for n, p in shipped_checkpoints().items() if n.endswith("reinforce/final"))
+    path = shipped_checkpoints()["results/verify/seed-17/reinforce/final"]
     assert verify.prompt_format == "task"
     assert verify.temperature == pytest.approx(read_meta(path)["temperature"], 1e-12)
     state = STATES[0]

@@ -77,10 +77,12 @@ def default_runs(names: Sequence[str]) -> list[str]:
 
 def default_checkpoint(names: Sequence[str]) -> str | None:
     """The checkpoint the Ask tab opens with (among shipped names): a stage-2 RLCD model if
-    shipped, else a stage-1 one, else a base model of the ``verify`` task, else the first.
+    shipped (of the ``verify`` task first), else a stage-1 one, else a base model of the
+    ``verify`` task, else the first.
     ``$RLCD_CHECKPOINT`` overrides it (see :func:`local_checkpoints`)."""
+    ordered = sorted(names, key=lambda n: "verify" not in n)  # the tiny verify models first
     for key in ("reinforce", "calibrate", "base-verify"):
-        for name in names:
+        for name in ordered:
             if key in name:
                 return name
     return names[0] if names else None
