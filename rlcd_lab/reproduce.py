@@ -54,9 +54,16 @@ EPS = {"facts": 0.2}  # error budget of Cov@eps: 5% unless listed (the paper: 20
 SCALES: dict[str, dict] = {
     "tiny": dict(steps=200, lr=1e-4, max_new_tokens=48, test_items=400, device="cpu"),
     "small": dict(
-        steps=12, lr=2e-4, max_new_tokens=48, test_items=100, device="cpu", lora_r=4,
-        batch_size=2, m=4, eval_every=0,
-    ),  # fmt: skip
+        steps=12,
+        lr=2e-4,
+        max_new_tokens=48,
+        test_items=100,
+        device="cpu",
+        lora_r=4,
+        batch_size=2,
+        m=4,
+        eval_every=0,
+    ),
     "paper": dict(
         steps=400, lr=2e-6, max_new_tokens=256, test_items=1000, device="auto", bf16=True
     ),
