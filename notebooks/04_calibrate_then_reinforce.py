@@ -14,7 +14,7 @@
 # %% [markdown]
 # # 4. Calibrate, then reinforce: the recipe against SFT, RFT and GRPO
 #
-# The recipe (`DESIGN.md`, OpenJev-RLCD Algorithm 1):
+# The recipe (OpenJev-RLCD Algorithm 1):
 #
 # * **stage 1, calibrate** (`rlcd-lab train calibrate`): loss `-(1/M) sum_i J(u_i, Y)`,
 #   pathwise only: the rationales are sampled on-policy but not reinforced;

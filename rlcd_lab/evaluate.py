@@ -1,6 +1,7 @@
 """Evaluation: run a checkpoint on task items and score its readouts.
 
-``run_eval`` produces one row per item (the eval-dump format of DESIGN.md sec. 4):
+``run_eval`` produces one row per item (the eval-dump format shared by training,
+reproduce and the dashboard):
 ``uid``, ``label``, ``q``, ``options``, ``rationales`` (M texts), ``forced`` and
 ``lengths`` (per rationale), ``readouts`` (M x K), ``mixture`` (mean readout),
 ``probs`` and ``logits`` (the single-query readout: the first rationale's). In
