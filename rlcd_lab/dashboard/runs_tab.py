@@ -2,8 +2,8 @@
 
 Panels group the columns that the training loops log (``rlcd_lab.train``): rationale
 length and forced-marker rate (System-One collapse shows as the length dropping to 0),
-the variance of the readout across rationales, the pathwise and score-function gradient norms (gradient
-dilution: the second is several times the first) and the dev metrics.
+the variance of the readout across rationales, the pathwise and score-function gradient
+norms (gradient dilution: the second is several times the first) and the dev metrics.
 """
 
 from __future__ import annotations
