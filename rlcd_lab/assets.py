@@ -7,6 +7,7 @@ Names are paths relative to ``assets/`` (e.g. ``checkpoints/base-verify``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from .io import read_jsonl as read_jsonl  # re-exported: dumps and logs of shipped runs
@@ -19,6 +20,19 @@ def shipped_checkpoints(root: str | Path = ASSETS) -> dict[str, Path]:
     root = Path(root)
     found = (p.parent for p in root.rglob("rlcd.json"))
     return {p.relative_to(root).as_posix(): p for p in sorted(found)}
+
+
+def default_checkpoint(names: Sequence[str]) -> str | None:
+    """The checkpoint a face opens with, among ``names``: a stage-2 RLCD model (name holding
+    ``reinforce``; those of the tiny ``verify`` task first, before e.g. the SmolLM2
+    adapters, which need their base), else a stage-1 one (``calibrate``), else a base model
+    of the ``verify`` task, else the first; None for no names."""
+    ordered = sorted(names, key=lambda n: "verify" not in n)
+    for key in ("reinforce", "calibrate", "base-verify"):
+        for name in ordered:
+            if key in name:
+                return name
+    return names[0] if names else None
 
 
 def shipped_runs(root: str | Path = ASSETS) -> dict[str, Path]:

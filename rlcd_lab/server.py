@@ -68,6 +68,7 @@ from pydantic import (
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .assets import default_checkpoint as pick_default
 from .assets import shipped_checkpoints
 from .decide import (
     MAX_CHOICE_OPTIONS,
@@ -430,16 +431,13 @@ class DynamicBatcher:
 
 # --------------------------------------------------------------------------- the app
 def default_checkpoint() -> Path:
-    """The shipped two-stage RLCD checkpoint (name ending in ``reinforce/final``; the tiny
-    ``verify`` one before the others, e.g. the SmolLM2 adapters, which need their base),
-    else the first shipped checkpoint (``rlcd_lab.assets.shipped_checkpoints``)."""
+    """The shipped checkpoint the server answers with when none is given: the one the
+    dashboard opens with (``rlcd_lab.assets.default_checkpoint``: the tiny ``verify``
+    two-stage RLCD model)."""
     found = shipped_checkpoints()
     if not found:
         raise FileNotFoundError("no shipped checkpoints under assets/; pass --checkpoint")
-    for name in sorted(found, key=lambda n: "verify" not in n):  # the tiny verify model first
-        if name.endswith("reinforce/final"):
-            return found[name]
-    return next(iter(found.values()))
+    return found[pick_default(list(found))]
 
 
 def _release_date(path: Path | None) -> str:

@@ -12,6 +12,7 @@ Four tabs, each a set of pure callbacks (tested without a browser) wired in :mod
 * **Proposition 1** (:mod:`.playground`): mixture score = mean score + diversity, live.
 """
 
+from ..assets import default_checkpoint
 from .ask_tab import (
     ask,
     ask_model,
@@ -21,7 +22,7 @@ from .ask_tab import (
     parse_options,
     reroute,
 )
-from .common import default_checkpoint, default_runs
+from .common import default_runs
 from .playground import proposition1_sliders, proposition1_table
 from .routing_tab import (
     bayes_threshold,

@@ -12,7 +12,8 @@ from ..assets import ASSETS, shipped_checkpoints, shipped_runs
 from ..pretrained import SMOLLM2_DEFAULT_DIR
 
 CHECKPOINT_ENV = "RLCD_CHECKPOINT"
-"""Environment variable naming the checkpoint directory the Ask tab opens with."""
+"""Environment variable naming the checkpoint directory the Ask tab opens with (instead of
+``rlcd_lab.assets.default_checkpoint``)."""
 
 RUN_KINDS = ("reinforce", "grpo", "rft", "sft")
 """The default comparison, in this order: two-stage RLCD against its baselines."""
@@ -73,19 +74,6 @@ def default_runs(names: Sequence[str]) -> list[str]:
             leaves.sort(key=lambda leaf: (_kind(leaf), leaf))
             return [f"{parent}/{leaf}" if parent else leaf for leaf in leaves]
     return list(names[:4])
-
-
-def default_checkpoint(names: Sequence[str]) -> str | None:
-    """The checkpoint the Ask tab opens with (among shipped names): a stage-2 RLCD model if
-    shipped (of the ``verify`` task first), else a stage-1 one, else a base model of the
-    ``verify`` task, else the first.
-    ``$RLCD_CHECKPOINT`` overrides it (see :func:`local_checkpoints`)."""
-    ordered = sorted(names, key=lambda n: "verify" not in n)  # the tiny verify models first
-    for key in ("reinforce", "calibrate", "base-verify"):
-        for name in ordered:
-            if key in name:
-                return name
-    return names[0] if names else None
 
 
 def short_labels(names: Sequence[str]) -> dict[str, str]:

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..assets import ASSETS, read_jsonl
+from ..assets import ASSETS, default_checkpoint, read_jsonl
 from . import ask_tab, playground, routing_tab, runs_tab
 from .common import (
     checkpoint_choices,
-    default_checkpoint,
     default_runs,
     env_checkpoint,
     local_checkpoints,
