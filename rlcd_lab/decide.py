@@ -76,7 +76,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .metrics import apply_temperature
 from .models import DEFAULT_META, load_checkpoint
-from .reader import build_prompt, encode_prompts, left_pad, sample_rationales
+from .reader import build_prompt, encode_prompts, left_pad, pad_id, sample_rationales
 from .readout import OptionTokens, option_logits, option_token_ids, position_ids
 from .readout import readout as readout_fn
 
@@ -466,7 +466,7 @@ class DecisionModel:
         self.default_new_tokens = int(
             self.meta.get("max_new_tokens") or cfg.get("max_new_tokens") or DEFAULT_NEW_TOKENS
         )
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.pad_id = pad_id(tokenizer)
         self._marker_len = len(tokenizer(self.marker, add_special_tokens=False)["input_ids"])
         self._option_cache: dict[tuple[str, ...], OptionTokens | str] = {}
         self._encoded: dict[str, list[int]] = {}

@@ -260,7 +260,9 @@ def _per_prompt(bridge, n: int) -> list[tuple[int, ...]]:
     return [tuple(bridge)] * n
 
 
-def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id that pads batches: the pad token, else EOS, else 0 (padded positions are
+    masked, so the choice never changes a result)."""
     if tokenizer.pad_token_id is not None:
         return tokenizer.pad_token_id
     return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
@@ -276,7 +278,7 @@ def direct_readout(
     """Readout ``(u, logits)`` ``(B, K)`` for texts that end with the marker (a direct
     prompt, or a prompt plus a written rationale); ``bridge`` is ``OptionTokens.bridge``
     (shared, or one per text). See ``readout.readout`` for ``option_ids``."""
-    ids, mask = left_pad(encode_prompts(tokenizer, texts, bridge), _pad_id(tokenizer), model.device)
+    ids, mask = left_pad(encode_prompts(tokenizer, texts, bridge), pad_id(tokenizer), model.device)
     return readout_at_end(model, ids, mask, option_ids)
 
 
@@ -306,7 +308,7 @@ def sample_rationales(
     if m < 1 or max_new_tokens < 1:
         raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
     device = model.device
-    pad = _pad_id(tokenizer)
+    pad = pad_id(tokenizer)
     prompt_rows = encode_prompts(tokenizer, prompts)
     bridges = _per_prompt(bridge, len(prompts))
     ids, mask = left_pad(prompt_rows, pad, device)

@@ -448,14 +448,14 @@ def hf_proposer(
     """
     import torch
 
-    from ..reader import left_pad
+    from ..reader import left_pad, pad_id
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(
             f"need batch_size >= 1 and max_new_tokens >= 1, got {batch_size}, {max_new_tokens}"
         )
 
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
 
     @torch.no_grad()
     def propose(questions: list[str]) -> list[str]:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import tyro
 from tqdm import trange
 
-from ..reader import build_prompt, encode_prompts, item_options, left_pad
+from ..reader import build_prompt, encode_prompts, item_options, left_pad, pad_id
 from ..readout import position_ids
 from .common import TrainConfig, setup, update
 
@@ -35,7 +35,7 @@ def train(cfg: SFTConfig) -> Path:
     """Run (or resume) SFT; returns the run directory."""
     s = setup(cfg, needs_ref=False, eval_mode="direct")
     marker, sep = s.meta["marker"], s.meta["sep"]
-    pad = s.tok.pad_token_id if s.tok.pad_token_id is not None else 0
+    pad = pad_id(s.tok)
     for step in (bar := trange(s.run.start_step, cfg.steps, desc="sft", total=cfg.steps)):
         t0 = time.perf_counter()
         batch = s.stream.batch(step)
