@@ -114,6 +114,7 @@ def surrogate_terms(
     lam: float = 0.0,
     extra: Tensor | None = None,
     rule: Rule = "brier",
+    outcome_reward: bool = True,
 ) -> SurrogateTerms:
     """Pathwise and score-function losses of the lambda objective, per question.
 
@@ -121,6 +122,11 @@ def surrogate_terms(
     better. ``lam = 0`` is the per-rationale objective (any ``rule``), ``lam = 1`` the
     mixture objective (Brier only, M >= 3). Shapes as in the module docstring; returns
     terms of shape ``(...)``. See the module docstring for the estimator and references.
+
+    ``outcome_reward=False`` removes the outcome score from the score-function term only:
+    the advantages come from ``extra`` alone (zero without it), while the pathwise term,
+    which trains the readout, is unchanged. This is the paper's "anchor only" control
+    (OpenJev-RLCD sec. 5.2): RLCD-RL minus the outcome reward.
     """
     if u.shape[:-1] != logp_r.shape:
         raise ValueError(f"u {tuple(u.shape)} and logp_r {tuple(logp_r.shape)} disagree")
@@ -139,6 +145,8 @@ def surrogate_terms(
         j_hat, adv_mix = _mixture_terms(u, a)
         objective = objective + lam * j_hat
         adv = adv + lam * adv_mix
+    if not outcome_reward:
+        adv = torch.zeros_like(adv)
     if extra is not None:
         if extra.shape != logp_r.shape:
             raise ValueError(f"extra {tuple(extra.shape)} must match logp_r {tuple(logp_r.shape)}")

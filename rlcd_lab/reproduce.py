@@ -46,6 +46,9 @@ from .train.common import TrainConfig, config_diff
 
 RLCD = "reinforce"
 TABLE1 = ("base", "sft", "rft", "rft-kl", "grpo", "calibrate", "reinforce")
+BASELINES = ("sft", "rft", "rft-kl", "grpo", "endtoend", "mixture")
+MATCHED = "-matched"
+"""Suffix of a baseline run at two-stage RLCD's budget (twice the steps per stage)."""
 FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont")
 TABLE3 = ("base", "sft", "endtoend", "mixture", "calibrate", "reinforce")
 MIXTURE_M = 4
@@ -151,8 +154,10 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
             runs["rft-kl"] = RFTConfig(**kw, beta=0.04)
             runs["grpo"] = GRPOConfig(**kw)
             runs["readout-only"] = preset("calibrate", **dict(kw, init=stage1))
-            runs["anchor-only"] = preset("reinforce", **dict(kw, init=stage1), reader="none")
+            runs["anchor-only"] = preset("reinforce", **dict(kw, init=stage1), outcome_reward=False)
             runs["grpo-cont"] = GRPOConfig(**dict(kw, init=stage1))
+        for name in [n for n in runs if n in BASELINES]:
+            runs[name + MATCHED] = replace(runs[name], steps=2 * base["steps"])
         first.append(Job("base", seed, root / "base", None, kw))
         unknown = sorted(set(cfg.runs) - set(runs) - {"base"})
         if unknown:
@@ -208,14 +213,15 @@ def run_job(job: Job) -> str:
         marker=meta["marker"],
         sep=meta["sep"],
     )
-    if job.name == "sft":
+    direct = job.train is not None and job.train.method == "sft"  # SFT answers directly
+    if direct:
         kw["mode"] = "direct"
     test = load_task_items(task, "test")[: job.settings["test_items"]]
     evals = {}
     if job.train is None:
         evals["dev"] = load_task_items(task, "dev")
         evals["test"] = test
-    if test[0].q is not None and job.name != "sft":
+    if test[0].q is not None and not direct:
         evals[f"test-m{MIXTURE_M}"] = test
     for name, items in evals.items():
         m = MIXTURE_M if name.startswith("test-m") else 1

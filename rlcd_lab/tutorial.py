@@ -133,7 +133,7 @@ def gradient_dilution(
     ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the paper's 7-12x statistic
     (a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
     when no row holds both norms (or both are 0), ``inf`` when the pathwise norm is always
-    0 (a run without a pathwise term, e.g. ``reader="none"``).
+    0 (a run without a pathwise term).
     """
     both = [
         r
@@ -191,7 +191,18 @@ def adam_signal_step(
 
 
 # -------------------------------------------------------------- shipped runs and dumps
-CONFIG_KEYS = ("method", "task", "seed", "init", "steps", "beta", "sf_weight", "lam", "reader")
+CONFIG_KEYS = (
+    "method",
+    "task",
+    "seed",
+    "init",
+    "steps",
+    "beta",
+    "sf_weight",
+    "lam",
+    "reader",
+    "outcome_reward",
+)
 """The ``config.json`` fields :func:`run_info` reports (None where a method lacks one)."""
 
 

@@ -138,6 +138,24 @@ def test_hand_worked_advantages_m3():
     torch.testing.assert_close(-tm.pathwise, torch.tensor(2 / 3))
 
 
+def test_without_outcome_reward_only_the_shaping_reward_is_reinforced():
+    # the anchor-only control: pathwise unchanged, advantages from `extra` alone
+    u = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]], requires_grad=True)
+    logp = torch.tensor([-1.0, -2.0, -3.0], requires_grad=True)
+    extra = torch.tensor([0.3, 0.0, -0.3])
+    full = surrogate_terms(u, logp, 0, extra=extra)
+    anchor = surrogate_terms(u, logp, 0, extra=extra, outcome_reward=False)
+    torch.testing.assert_close(anchor.pathwise, full.pathwise)
+    # A_i = e_i - mean of the other two: [0.3 - (-0.15), 0 - 0, -0.3 - 0.15]
+    torch.testing.assert_close(anchor.advantages, torch.tensor([0.45, 0.0, -0.45]))
+    # score function -(1/3) sum A_i logp_i = -(0.45 * -1 + 0 - 0.45 * -3) / 3 = -0.3
+    torch.testing.assert_close(anchor.score_function, torch.tensor(-0.3))
+    (g,) = torch.autograd.grad(anchor.pathwise, u)
+    assert g.abs().sum() > 0  # the readout is still trained
+    bare = surrogate_terms(u, logp, 0, outcome_reward=False)
+    assert float(bare.score_function.detach()) == 0.0
+
+
 def test_gradient_terms_split_and_norms():
     a, b, q, s = tabular(3, 4, seed=5)
     u, logp, y, tuples, _ = enumerated_batch(a, b, q, 3)

@@ -30,7 +30,9 @@ def by_name(wave):
 def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
     first, second = plan(ReproduceConfig(seeds=(3, 4), out=tmp_path, steps=7))
     a, b = by_name(first), by_name(second)
-    assert {n for n, _ in a} == {"base", "sft", "rft", "rft-kl", "grpo", "calibrate"}
+    baselines = {"sft", "rft", "rft-kl", "grpo"}
+    matched = {f"{n}-matched" for n in baselines}
+    assert {n for n, _ in a} == {"base", "calibrate"} | baselines | matched
     assert {n for n, _ in b} == set(FORKS)
     for seed in (3, 4):
         stage1 = tmp_path / "verify" / f"seed-{seed}" / "calibrate" / "final"
@@ -38,30 +40,44 @@ def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
         assert a[("calibrate", seed)].train.sf_weight == 0.0
         assert a[("rft", seed)].train.beta == 0.0 and a[("rft-kl", seed)].train.beta == 0.04
         rl, anchor = b[("reinforce", seed)].train, b[("anchor-only", seed)].train
-        # anchor-only: RLCD-RL's score-function weight and KL anchor, no outcome reward
-        assert (rl.sf_weight, rl.beta, rl.reader) == (0.3, 0.04, "self")
-        assert (anchor.sf_weight, anchor.beta, anchor.reader) == (0.3, 0.04, "none")
+        # anchor-only: RLCD-RL with the outcome reward removed (nothing else)
+        assert (rl.sf_weight, rl.beta, rl.outcome_reward) == (0.3, 0.04, True)
+        assert replace(anchor, outcome_reward=True, out=rl.out) == rl
         assert b[("readout-only", seed)].train.method == "calibrate"
         assert b[("grpo-cont", seed)].train.method == "grpo"
-        # every run sees the same stream and budget
+        # every run sees the same stream; budget: 7 steps per stage; the matched baselines
+        # get two-stage RLCD's 14 and differ from their 7-step twins in nothing else
         for job in [*first, *second]:
             if job.seed == seed and job.train is not None:
-                assert (job.train.seed, job.train.steps, job.train.task) == (seed, 7, "verify")
+                steps = 14 if job.name in matched else 7
+                assert (job.train.seed, job.train.steps, job.train.task) == (seed, steps, "verify")
                 assert job.train.out == job.out
+        for n in baselines:
+            twin = a[(n, seed)].train
+            assert replace(a[(f"{n}-matched", seed)].train, steps=7, out=twin.out) == twin
 
 
 def test_plan_aleatoric_is_table3_and_paper_scale_needs_a_model(tmp_path):
     first, second = plan(ReproduceConfig(task="aleatoric", seeds=(1,), out=tmp_path))
     names = sorted(j.name for j in first + second)
-    assert names == sorted(["base", "sft", "calibrate", "endtoend", "mixture", "reinforce"])
+    table3 = ["base", "sft", "calibrate", "endtoend", "mixture", "reinforce"]
+    matched = ["sft-matched", "endtoend-matched", "mixture-matched"]
+    assert names == sorted(table3 + matched)
     e2e = by_name(first)[("endtoend", 1)].train
     assert (e2e.sf_weight, e2e.beta) == (1.0, 0.04)
     assert by_name(first)[("mixture", 1)].train.lam == 1.0
     with pytest.raises(ValueError, match="--init"):
         plan(ReproduceConfig(scale="paper", out=tmp_path))
     first, second = plan(ReproduceConfig(scale="paper", init=tmp_path, out=tmp_path, seeds=(1,)))
-    trained = [j.train for j in first + second if j.train is not None]
-    assert all((t.lr, t.steps, t.bf16, t.device) == (2e-6, 400, True, "auto") for t in trained)
+    trained = [j for j in first + second if j.train is not None]
+    for j in trained:
+        steps = 800 if j.name.endswith("-matched") else 400
+        assert (j.train.lr, j.train.steps, j.train.bf16, j.train.device) == (
+            2e-6,
+            steps,
+            True,
+            "auto",
+        )
 
 
 def test_jobs_reuse_finished_runs_resume_partial_ones_and_refuse_other_configs(tmp_path, tiny_base):

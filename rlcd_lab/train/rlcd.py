@@ -6,10 +6,9 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
 2. one forward pass with gradient gives each rationale's readout ``u`` and ``log pi(r|x)``;
 3. the reward of rationale i is the proper score ``R_i = J(u_i, Y)`` of the *reader*'s
    readout (``self``: the model being trained; ``ref``: the frozen anchor model reads the
-   rationale; ``none``: no outcome reward, the "anchor only" fork: the M detached rewards
-   of a question are randomly permuted among its rationales, so the score-function term
-   keeps RLCD-RL's noise but carries no information on which rationale is better),
-   plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
+   rationale), plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
+   ``outcome_reward=False`` drops ``R_i`` from the score-function term and keeps the
+   pathwise term (the readout is still trained): the paper's "anchor only" control;
 4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight`` x the
    leave-one-out score-function term (``rlcd_lab.estimators``); AdamW, clipping.
 
@@ -36,7 +35,7 @@ from tqdm import trange
 
 from ..estimators import grad_norm, gradient_terms, surrogate_terms
 from ..reader import score_rationales
-from .common import TrainConfig, rationale_stats, sample_batch, setup, step_seed, update
+from .common import TrainConfig, rationale_stats, sample_batch, setup, update
 
 
 @dataclass(frozen=True)
@@ -48,9 +47,11 @@ class RLCDConfig(TrainConfig):
     lam: float = 0.0
     """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
     rule: Literal["brier", "log"] = "brier"
-    reader: Literal["self", "ref", "none"] = "self"
-    """Who reads the readout that is scored: the trained model, the frozen reference, or
-    nobody (no outcome reward: the anchor-only fork; rewards shuffled within each question)."""
+    reader: Literal["self", "ref"] = "self"
+    """Who reads the readout that is scored: the trained model or the frozen reference."""
+    outcome_reward: bool = True
+    """False: the score-function term gets the KL shaping reward only, the readout is still
+    trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""
     grad_terms_every: int = 10
     """Log pathwise vs score-function gradient norms every this many steps (0: never)."""
 
@@ -96,15 +97,6 @@ def preset(method: str, **overrides) -> RLCDConfig:
     return replace(METHODS[method], **overrides)
 
 
-def shuffle_rationales(u: torch.Tensor, seed: int, step: int) -> torch.Tensor:
-    """``u (B, M, K)`` with its M rationales randomly permuted within each question (seeded
-    by ``(seed, step)``): scored against the outcome, rationale i then gets the reward of
-    a random rationale of the same question: the same values, unrelated to i."""
-    gen = torch.Generator().manual_seed(step_seed(seed, step, salt=2))
-    perm = torch.argsort(torch.rand(u.shape[:2], generator=gen), dim=1).to(u.device)
-    return u.gather(1, perm[..., None].expand_as(u))
-
-
 def train(cfg: RLCDConfig) -> Path:
     """Run (or resume) one RLCD-family training run; returns the run directory."""
     # the KL shaping reward only reaches the loss through the score-function term
@@ -132,13 +124,8 @@ def train(cfg: RLCDConfig) -> Path:
             kl = float(log_ratio.mean())
             if cfg.beta > 0:
                 extra = -cfg.beta * log_ratio
-        if cfg.reader == "ref":
-            u_read = ref_u.view(b, m, -1)
-        elif cfg.reader == "none":  # no outcome reward: the same rewards, shuffled (below)
-            u_read = shuffle_rationales(u.detach(), cfg.seed, step)
-        else:
-            u_read = u
-        terms = surrogate_terms(u_read, logp, y, cfg.lam, extra, cfg.rule)
+        u_read = ref_u.view(b, m, -1) if cfg.reader == "ref" else u
+        terms = surrogate_terms(u_read, logp, y, cfg.lam, extra, cfg.rule, cfg.outcome_reward)
 
         # 4. the loss (pathwise + c * score function), dilution diagnostics, the update
         loss = terms.loss(cfg.sf_weight)
