@@ -7,9 +7,13 @@ single token, so the readout over option tokens is well defined.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import string
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -24,7 +28,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from .io import atomic_dir
+from .io import atomic_dir, atomic_write_text
 from .readout import MARKER, SEP
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -90,7 +94,259 @@ def tiny_model(
 
 # ----------------------------------------------------------------------- checkpoints
 META_FILE = "rlcd.json"
+CHECKSUM_FILE = "checksums.json"
 DEFAULT_META = {"marker": MARKER, "sep": SEP, "temperature": 1.0}
+_CHECKPOINT_MARKERS = ("config.json", "adapter_config.json", META_FILE, CHECKSUM_FILE)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be used as it is: unreadable or malformed
+    ``config.json`` / ``rlcd.json``, corrupt or modified weights (checksum, safetensors
+    header), tensors that do not fit the model config, non-finite weights. The message
+    names the file and the problem."""
+
+
+class CheckpointMissingError(CheckpointError, FileNotFoundError):
+    """A checkpoint directory, or a file it needs, does not exist (also a
+    ``FileNotFoundError``)."""
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _read_json_object(file: Path) -> dict:
+    """The JSON object in ``file``; ``CheckpointError`` naming it when unreadable or not an
+    object (a list, a number, ...)."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{file}: not readable as JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file}: must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def validate_meta(meta: object, file: str | os.PathLike = META_FILE) -> dict:
+    """Check an ``rlcd.json`` dict (merged over ``DEFAULT_META``); returns it unchanged.
+
+    ``marker`` a non-empty string, ``sep`` a string, ``temperature`` a finite number > 0,
+    ``options`` (when set) a list of at least two distinct non-empty strings; the
+    bookkeeping keys (``task``, ``method``, ``step``, ...) of the right type when set.
+    Unknown keys pass. Raises ``CheckpointError`` naming ``file`` and the key.
+    """
+
+    def bad(key: str, want: str) -> CheckpointError:
+        got = meta[key]  # type: ignore[index]
+        return CheckpointError(f"{file}: {key!r} must be {want}, got {got!r}")
+
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{file}: must hold a JSON object, got {type(meta).__name__}")
+    if not isinstance(meta.get("marker"), str) or not meta["marker"].strip():
+        raise bad("marker", "a non-empty string")
+    if not isinstance(meta.get("sep"), str):
+        raise bad("sep", "a string")
+    t = meta.get("temperature")
+    if not _is_number(t) or not math.isfinite(t) or t <= 0:
+        raise bad("temperature", "a finite number > 0")
+    opts = meta.get("options")
+    if opts is not None and (
+        not isinstance(opts, list)
+        or len(opts) < 2
+        or not all(isinstance(o, str) and o.strip() for o in opts)
+        or len(set(opts)) != len(opts)
+    ):
+        raise bad("options", "a list of at least two distinct non-empty strings")
+    for key in ("task", "method", "init", "source", "dtype", "model"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise bad(key, "a string")
+    for key in ("step", "max_new_tokens"):
+        if meta.get(key) is not None and (not _is_int(meta[key]) or meta[key] < 0):
+            raise bad(key, "an integer >= 0")
+    for key in ("metrics", "config"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            raise bad(key, "a JSON object")
+    return meta
+
+
+_POSITIVE_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+    "head_dim",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_positions",
+)
+_BOOLS = ("tie_word_embeddings", "use_cache", "attention_bias", "mlp_bias")
+_POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope_theta")
+
+
+def validate_config(cfg: object, file: str | os.PathLike = "config.json") -> dict:
+    """Check a model ``config.json`` dict before transformers builds a model from it.
+
+    ``model_type`` a non-empty string; sizes (``vocab_size``, ``hidden_size``, layers,
+    heads, ...) positive integers; token ids integers in ``[0, vocab_size)`` (``eos`` may be
+    a list) or null; flags booleans; epsilons and ``rope_theta`` finite and > 0; heads
+    dividing the hidden size (without an explicit ``head_dim``) and key/value heads dividing
+    the heads. Keys a config lacks are not required (architectures differ). Returns ``cfg``.
+    Raises ``CheckpointError`` naming ``file`` and the key.
+    """
+
+    def bad(key: str, want: str) -> CheckpointError:
+        return CheckpointError(f"{file}: {key!r} must be {want}, got {cfg[key]!r}")  # type: ignore[index]
+
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{file}: must hold a JSON object, got {type(cfg).__name__}")
+    if not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
+        if "model_type" not in cfg:
+            raise CheckpointError(f"{file}: the required key 'model_type' is missing")
+        raise bad("model_type", "a non-empty string")
+    for key in _POSITIVE_INTS:
+        if key in cfg and cfg[key] is not None and (not _is_int(cfg[key]) or cfg[key] <= 0):
+            raise bad(key, "an integer > 0")
+    for key in _BOOLS:
+        if key in cfg and not isinstance(cfg[key], bool):
+            raise bad(key, "true or false")
+    for key in _POSITIVE_FLOATS:
+        if key in cfg and cfg[key] is not None:
+            if not _is_number(cfg[key]) or not math.isfinite(cfg[key]) or cfg[key] <= 0:
+                raise bad(key, "a finite number > 0")
+    vocab = cfg.get("vocab_size")
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        ids = cfg.get(key)
+        ids = ids if isinstance(ids, list) and key == "eos_token_id" else [ids]
+        for i in ids:
+            if i is not None and (not _is_int(i) or i < 0 or (vocab and i >= vocab)):
+                raise bad(key, f"null or a token id in [0, {vocab or 'vocab_size'})")
+    if "architectures" in cfg and cfg["architectures"] is not None:
+        archs = cfg["architectures"]
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise bad("architectures", "a list of strings")
+    heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+    if heads and cfg.get("hidden_size") and not cfg.get("head_dim") and cfg["hidden_size"] % heads:
+        raise CheckpointError(
+            f"{file}: hidden_size {cfg['hidden_size']} is not a multiple of "
+            f"num_attention_heads {heads}"
+        )
+    if heads and kv and heads % kv:
+        raise CheckpointError(
+            f"{file}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}"
+        )
+    return cfg
+
+
+def _weight_files(path: Path) -> list[str]:
+    """Names of the weight files in ``path`` (every ``*.safetensors`` and shard index:
+    model, adapter, optimizer state), sorted."""
+    return sorted(
+        p.name
+        for p in path.iterdir()
+        if p.is_file() and p.name.endswith((".safetensors", ".safetensors.index.json"))
+    )
+
+
+def _sha256(file: Path) -> str:
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_checksums(path: str | os.PathLike) -> Path:
+    """Write ``checksums.json`` (sha256 of every weight file) into checkpoint ``path``,
+    atomically; ``save_checkpoint`` calls it. Returns the file."""
+    path = Path(path)
+    digests = {name: _sha256(path / name) for name in _weight_files(path)}
+    body = {"algorithm": "sha256", "files": digests}
+    return atomic_write_text(path / CHECKSUM_FILE, json.dumps(body, indent=2, sort_keys=True))
+
+
+def verify_checksums(path: str | os.PathLike) -> bool:
+    """Check the weight files of checkpoint ``path`` against its ``checksums.json``.
+
+    Returns False (nothing checked) when there is no ``checksums.json`` (a plain HF model,
+    an older checkpoint), True when every listed file matches. Raises ``CheckpointError``
+    for a malformed ``checksums.json``, a listed file that is missing or differs (bit
+    flips, truncation, an edit) and a weight file it does not list.
+    """
+    path = Path(path)
+    file = path / CHECKSUM_FILE
+    if not file.exists():
+        return False
+    body = _read_json_object(file)
+    files = body.get("files")
+    if (
+        body.get("algorithm") != "sha256"
+        or not isinstance(files, dict)
+        or not all(
+            isinstance(k, str) and "/" not in k and isinstance(v, str) for k, v in files.items()
+        )
+    ):
+        raise CheckpointError(
+            f"{file}: must be {{'algorithm': 'sha256', 'files': {{name: hex digest}}}}"
+        )
+    for name, want in sorted(files.items()):
+        if not (path / name).is_file():
+            raise CheckpointMissingError(f"{path / name} is listed in {file} but missing")
+        got = _sha256(path / name)
+        if got != want.lower():
+            raise CheckpointError(
+                f"{path / name}: sha256 {got[:12]}... differs from {want[:12]}... in "
+                f"{CHECKSUM_FILE}: the file is corrupt or was modified (verify=False / "
+                "--no-verify loads it anyway)"
+            )
+    unlisted = [n for n in _weight_files(path) if n not in files]
+    if unlisted:
+        raise CheckpointError(f"{path}: weight files not covered by {CHECKSUM_FILE}: {unlisted}")
+    return True
+
+
+def _check_safetensors(file: Path) -> dict[str, tuple[int, ...]]:
+    """Shapes by tensor name from the header of safetensors ``file`` (no data is read);
+    ``CheckpointError`` naming the file for a truncated or malformed one."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as err:  # SafetensorError is not importable by a stable name
+        raise CheckpointError(f"{file}: not a valid safetensors file ({err})") from err
+
+
+def _check_finite(model: torch.nn.Module, path: Path) -> None:
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+            bad = int((~torch.isfinite(p)).sum())
+            raise CheckpointError(f"{path}: weight {name} has {bad} non-finite values (NaN/inf)")
+
+
+def _is_checkpoint_dir(path: Path) -> bool:
+    return any((path / name).exists() for name in _CHECKPOINT_MARKERS)
+
+
+def check_replaceable(path: str | os.PathLike) -> Path:
+    """``path`` if ``save_checkpoint`` may write there: missing, an empty directory or a
+    checkpoint directory (it is replaced whole). Anything else (a file, a folder of other
+    things) raises ``FileExistsError``: a mistyped ``--out`` never deletes a folder."""
+    path = Path(path)
+    if path.exists() and (
+        not path.is_dir() or (any(path.iterdir()) and not _is_checkpoint_dir(path))
+    ):
+        raise FileExistsError(
+            f"{path} exists and is not a checkpoint directory; refusing to replace it"
+        )
+    return path
 
 
 def save_checkpoint(
@@ -98,26 +354,37 @@ def save_checkpoint(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     meta: dict | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Save ``model`` + ``tokenizer`` + ``rlcd.json`` to ``path`` atomically.
+    """Save ``model`` + ``tokenizer`` + ``rlcd.json`` + ``checksums.json`` to ``path``
+    atomically.
 
     A full model is saved with ``save_pretrained`` (safetensors); a PEFT model saves its
     adapter, whose config names the base model. ``meta`` holds the marker, option format,
-    task, method, step, fitted temperature and metrics (JSON-serialisable). The directory
-    appears complete or not at all (written to a temp dir, then renamed).
+    task, method, step, fitted temperature and metrics (JSON-serialisable). ``extra(dir)``
+    writes more files into the checkpoint (a training checkpoint's optimizer state) before
+    the checksums (sha256 of every weight file, ``verify_checksums``) are taken. The
+    directory appears complete or not at all (written to a temp dir, then renamed); an
+    existing ``path`` must be a checkpoint directory or empty (``check_replaceable``).
     """
     meta = {**DEFAULT_META, **(meta or {})}
+    check_replaceable(path)
     with atomic_dir(path) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True, default=float))
+        if extra is not None:
+            extra(tmp)
+        write_checksums(tmp)
     return Path(path)
 
 
 def _require(path: Path, *names: str) -> None:
     missing = [n for n in names if not (path / n).exists()]
     if missing:
-        raise FileNotFoundError(f"checkpoint {path} is incomplete: missing {', '.join(missing)}")
+        raise CheckpointMissingError(
+            f"checkpoint {path} is incomplete: missing {', '.join(missing)}"
+        )
 
 
 def _has_weights(path: Path, stem: str) -> bool:
@@ -128,10 +395,10 @@ def _has_weights(path: Path, stem: str) -> bool:
 
 def read_meta(path: str | os.PathLike) -> dict:
     """The checkpoint's ``rlcd.json`` merged over the defaults (defaults alone for a plain
-    HF model directory without one)."""
+    HF model directory without one), checked by ``validate_meta`` (``CheckpointError``)."""
     file = Path(path) / META_FILE
-    meta = json.loads(file.read_text()) if file.exists() else {}
-    return {**DEFAULT_META, **meta}
+    meta = _read_json_object(file) if file.exists() else {}
+    return validate_meta({**DEFAULT_META, **meta}, file)
 
 
 def _has_tokenizer(path: Path) -> bool:
@@ -151,8 +418,84 @@ def _local_base(base_name: str, meta: dict) -> Path | None:
         try:
             return convert_smollm2(SMOLLM2_DEFAULT_DIR)
         except ImportError as err:  # the package is missing: name what to install
-            raise FileNotFoundError(f"the base model SmolLM2 is not available: {err}") from None
+            raise CheckpointMissingError(
+                f"the base model SmolLM2 is not available: {err}"
+            ) from None
     return None
+
+
+def check_checkpoint(path: str | os.PathLike) -> dict:
+    """Cheap checks of a checkpoint directory, without loading weights; returns its meta.
+
+    The directory exists; it holds ``config.json`` + safetensors weights, or an adapter
+    (``adapter_config.json`` naming its base + ``adapter_model.safetensors``);
+    ``config.json`` and ``rlcd.json`` pass ``validate_config`` / ``validate_meta``. Raises
+    ``CheckpointMissingError`` (also ``FileNotFoundError``) for what is missing and
+    ``CheckpointError`` for what is malformed. ``load_checkpoint`` does this first.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointMissingError(f"checkpoint directory {path} does not exist")
+    meta = read_meta(path)
+    if (path / "adapter_config.json").exists():
+        _require(path, "adapter_model.safetensors")
+        base = _read_json_object(path / "adapter_config.json").get("base_model_name_or_path")
+        if not base or not isinstance(base, str):
+            raise CheckpointError(f"{path}/adapter_config.json does not name its base model")
+        return meta
+    if not _has_weights(path, "model"):
+        if (path / "pytorch_model.bin").exists():
+            raise CheckpointError(f"{path} holds pickled weights only; rlcd_lab loads safetensors")
+        if not (path / "config.json").exists():
+            raise CheckpointMissingError(
+                f"checkpoint {path} is incomplete: missing config.json and model.safetensors"
+            )
+        raise CheckpointMissingError(f"checkpoint {path} is incomplete: missing model.safetensors")
+    _require(path, "config.json")
+    validate_config(_read_json_object(path / "config.json"), path / "config.json")
+    return meta
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' own load report is redundant with the ``CheckpointError`` raised here."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _load_full(path: Path, dtype: torch.dtype | None) -> PreTrainedModel:
+    for name in _weight_files(path):
+        if name.endswith(".safetensors") and name != "optimizer.safetensors":
+            _check_safetensors(path / name)
+    try:
+        with _quiet_transformers():
+            model, info = AutoModelForCausalLM.from_pretrained(
+                path.resolve(),
+                dtype=dtype,
+                use_safetensors=True,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,  # reported below, naming every tensor
+            )
+    except Exception as err:  # transformers raises many types for a malformed checkpoint
+        raise CheckpointError(f"could not load the model in {path}: {err}") from err
+    problems = [
+        f"{k} has shape {tuple(got)}, the config needs {tuple(want)}"
+        for k, got, want in sorted(info["mismatched_keys"])
+    ]
+    problems += [f"{k} is missing" for k in sorted(info["missing_keys"])]
+    problems += [f"{k} is not part of the model" for k in sorted(info["unexpected_keys"])]
+    if problems:
+        shown = "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else "")
+        raise CheckpointError(
+            f"{path}: the weights do not fit config.json ({len(problems)} tensors): {shown}"
+        )
+    return model
 
 
 def load_checkpoint(
@@ -160,6 +503,7 @@ def load_checkpoint(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     trainable: bool = False,
+    verify: bool = True,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
     """Load ``(model, tokenizer, meta)`` from a checkpoint directory, in eval mode.
 
@@ -167,56 +511,57 @@ def load_checkpoint(
     holds the defaults), or a PEFT adapter directory whose ``adapter_config.json`` names
     its base (a local directory; the offline SmolLM2 for adapters trained on it, see
     ``_local_base``; or a hub name when online); an adapter directory without a tokenizer
-    uses its base's. Safetensors only: a
-    directory holding only pickled weights is refused. Raises ``FileNotFoundError`` naming
-    what is missing, ``ValueError`` for unreadable or mismatched contents. ``trainable``
-    loads a PEFT adapter with its weights trainable (resuming LoRA training).
+    uses its base's. Safetensors only: a directory holding only pickled weights is refused.
+
+    Validated before use: ``config.json`` and ``rlcd.json`` (``check_checkpoint``), the
+    weight files against ``checksums.json`` when there is one and ``verify`` (skip with
+    ``verify=False``), every safetensors header, each tensor's shape against the config
+    (none missing, none extra), and every weight finite. Raises ``CheckpointMissingError``
+    (a ``FileNotFoundError``) naming what is missing, ``CheckpointError`` (a ``ValueError``)
+    naming the file and the problem otherwise. ``trainable`` loads a PEFT adapter with its
+    weights trainable (resuming LoRA training).
     """
     path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint directory {path} does not exist")
-    meta = read_meta(path)
+    meta = check_checkpoint(path)
+    if verify:
+        verify_checksums(path)
     path_tok = path
     if (path / "adapter_config.json").exists():
         from peft import PeftModel
 
-        _require(path, "adapter_model.safetensors")
-        base_name = json.loads((path / "adapter_config.json").read_text()).get(
-            "base_model_name_or_path"
-        )
-        if not base_name:
-            raise ValueError(f"{path}/adapter_config.json does not name its base model")
+        _check_safetensors(path / "adapter_model.safetensors")
+        base_name = _read_json_object(path / "adapter_config.json")["base_model_name_or_path"]
         base_dir = _local_base(base_name, meta)
-        base, _, _ = (
-            load_checkpoint(base_dir, device, dtype)
-            if base_dir is not None
-            else (
-                AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype, use_safetensors=True),
-                None,
-                None,
-            )
-        )
-        model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+        if base_dir is not None:
+            base = load_checkpoint(base_dir, device, dtype, verify=verify)[0]
+        else:
+            try:
+                base = AutoModelForCausalLM.from_pretrained(
+                    base_name, dtype=dtype, use_safetensors=True
+                )
+            except Exception as err:
+                raise CheckpointError(
+                    f"{path}: could not load its base model {base_name!r}: {err}"
+                ) from err
+        try:
+            with _quiet_transformers():
+                model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+        except Exception as err:  # peft raises many types for a malformed adapter
+            raise CheckpointError(f"could not load the adapter in {path}: {err}") from err
         if not _has_tokenizer(path) and base_dir is not None:
             path_tok = base_dir  # an adapter shipped without its tokenizer: the base's
     else:
-        _require(path, "config.json")
-        if not _has_weights(path, "model"):
-            if (path / "pytorch_model.bin").exists():
-                raise ValueError(f"{path} holds pickled weights only; rlcd_lab loads safetensors")
-            raise FileNotFoundError(f"checkpoint {path} is incomplete: missing model.safetensors")
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                path.resolve(), dtype=dtype, use_safetensors=True
-            )
-        except (OSError, ValueError) as err:
-            raise ValueError(f"could not load the model in {path}: {err}") from None
+        model = _load_full(path, dtype)
     if not _has_tokenizer(path_tok):
-        raise FileNotFoundError(f"checkpoint {path} is incomplete: missing tokenizer.json")
-    tokenizer = AutoTokenizer.from_pretrained(path_tok)
+        raise CheckpointMissingError(f"checkpoint {path} is incomplete: missing tokenizer.json")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path_tok)
+    except Exception as err:
+        raise CheckpointError(f"could not load the tokenizer in {path_tok}: {err}") from err
     vocab = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > vocab:
-        raise ValueError(
+        raise CheckpointError(
             f"{path}: tokenizer has {len(tokenizer)} tokens but the model only {vocab}"
         )
+    _check_finite(model, path)
     return model.to(device).eval(), tokenizer, meta

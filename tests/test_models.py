@@ -21,6 +21,7 @@ def test_round_trip(tmp_path, tokenizer, tiny_lm):
     assert meta["task"] == "verify" and meta["temperature"] == 1.7 and meta["marker"] == "Answer:"
     assert sorted(p.name for p in path.iterdir()) == sorted(
         [
+            "checksums.json",
             "config.json",
             "generation_config.json",
             "model.safetensors",
