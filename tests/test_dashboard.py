@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+from functools import partial
 
 import gradio as gr
 import numpy as np
@@ -16,6 +17,7 @@ from rlcd_lab.assets import shipped_runs
 from rlcd_lab.dashboard import (
     ask,
     ask_model,
+    ask_tab,
     bayes_threshold,
     build_demo,
     checkpoint_info,
@@ -34,11 +36,18 @@ from rlcd_lab.dashboard import (
     routing_figures,
     routing_update,
     run_curves,
+    ui,
 )
-from rlcd_lab.dashboard.ask_tab import GENERIC_EXAMPLES
+from rlcd_lab.dashboard.ask_tab import (
+    GENERIC_EXAMPLES,
+    MAX_OPTIONS_CHARS,
+    MAX_QUESTION_CHARS,
+    context_length,
+    positions_needed,
+)
 from rlcd_lab.dashboard.common import CHECKPOINT_ENV, local_checkpoints
 from rlcd_lab.dashboard.playground import playground_visibility, simplex
-from rlcd_lab.models import save_checkpoint
+from rlcd_lab.models import char_tokenizer, save_checkpoint
 from rlcd_lab.routing import realized_costs
 
 # ---------------------------------------------------------------------------------------
@@ -318,6 +327,68 @@ def test_ask_bad_input_is_a_readable_error(tiny_root, checkpoint, question, opti
         ask(checkpoint, question, options, 2, 1.0, 8, 0, 0.5, tiny_root)
 
 
+def test_question_length_is_capped_before_anything_is_loaded(tiny_root, monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded for an oversized question")
+
+    monkeypatch.setattr(ask_tab, "load_model", no_loading)
+    monkeypatch.setattr(ask_tab, "positions_needed", no_loading)  # nor tokenised
+    n = MAX_QUESTION_CHARS + 1
+    with pytest.raises(gr.Error, match=rf"question is {n:,} characters long.*at most "):
+        ask("checkpoints/tiny", "x" * n, "Y, N", 2, 1.0, 8, 0, 0.5, tiny_root)
+    with pytest.raises(gr.Error, match=f"at most {MAX_QUESTION_CHARS:,}"):
+        ask("checkpoints/nowhere", "x" * 100_000, "Y, N", 2, 1.0, 8, 0, 0.5, tiny_root)
+    n = MAX_OPTIONS_CHARS + 1
+    with pytest.raises(gr.Error, match=rf"options text is {n:,} characters.*{MAX_OPTIONS_CHARS:,}"):
+        ask("checkpoints/tiny", "Q: 1?", "Y" * n, 2, 1.0, 8, 0, 0.5, tiny_root)
+    # at the cap the question passes this check and reaches the model (here: loading)
+    with pytest.raises(AssertionError, match="was loaded"):
+        ask("checkpoints/tiny", "x" * MAX_QUESTION_CHARS, "Y, N", 2, 1.0, 8, 0, 0.5, tiny_root)
+
+
+def test_context_length_config_or_tokenizer(marker_lm, tokenizer):
+    # marker_lm: max_position_embeddings 512; the char tokenizer does not know its limit
+    # (transformers' sentinel 1e30), so the config decides
+    assert tokenizer.model_max_length > 10**20 and context_length(marker_lm, tokenizer) == 512
+    short = char_tokenizer()
+    short.model_max_length = 100  # the smaller of the two applies
+    assert context_length(marker_lm, short) == 100
+    short.model_max_length = 4096
+    assert context_length(marker_lm, short) == 512
+
+
+def test_prompt_past_the_context_is_refused(marker_lm, tokenizer, tiny_root):
+    # plain prompt: question + "\n" (one token a character); then max_new_tokens = 8,
+    # "Answer:" (7) and the bridge " " (1): len(q) + 1 + 8 + 7 + 1 = len(q) + 17 positions,
+    # so 495 characters fill the 512 positions exactly and 496 are one too many
+    assert positions_needed(tokenizer, {}, "1" * 495, ["Y", "N"], 8) == (496, 512)
+    r = ask_model(marker_lm, tokenizer, {}, "1" * 495, ["Y", "N"], m=1, max_new_tokens=8)
+    assert len(r["rationales"]) == 1
+    msg = r"prompt is 497 tokens.*8 rationale tokens.*needs 513 positions.*at most 512"
+    with pytest.raises(ValueError, match=msg):
+        ask_model(marker_lm, tokenizer, {}, "1" * 496, ["Y", "N"], m=1, max_new_tokens=8)
+    # the callback says it as a gr.Error; fewer rationale tokens make the same question fit
+    with pytest.raises(gr.Error, match=msg):
+        ask("checkpoints/tiny", "1" * 496, "Y, N", 1, 1.0, 8, 0, 0.5, tiny_root)
+    *_, r = ask("checkpoints/tiny", "1" * 496, "Y, N", 1, 1.0, 7, 0, 0.5, tiny_root)
+    assert r["max_new_tokens"] == 7
+
+
+def test_queue_is_bounded_and_model_requests_share_one_slot(tiny_root):
+    demo = build_demo(tiny_root)
+    assert demo._queue.max_size == ui.QUEUE_MAX_SIZE > 0
+    assert demo._queue.default_concurrency_limit == ui.DEFAULT_CONCURRENCY
+    asks = [f for f in demo.fns.values() if isinstance(f.fn, partial) and f.fn.func is ask_tab.ask]
+    assert len(asks) == 2  # the Ask button (and Enter) and the Ask after a page load
+    assert {(f.concurrency_limit, f.concurrency_id) for f in asks} == {
+        (ui.MODEL_CONCURRENCY, ui.MODEL_CONCURRENCY_ID)
+    }
+    assert ui.MODEL_CONCURRENCY == 1  # the reader seeds torch's global generator
+    others = [f for f in demo.fns.values() if f not in asks]
+    assert others and all(f.concurrency_id != ui.MODEL_CONCURRENCY_ID for f in others)
+    assert all(f.concurrency_limit == "default" for f in others)
+
+
 def test_parse_options_and_checkpoint_info(tiny_root):
     assert parse_options(" A, B ,C ") == ["A", "B", "C"] and parse_options("A B") == ["A", "B"]
     info, examples, question, options = checkpoint_info("checkpoints/tiny", "x?", "A, B", tiny_root)
@@ -501,6 +572,19 @@ def test_app_end_to_end(fake_run):
                 "results/verify/seed-17/reinforce/final",
                 "1+1+1=3?",
                 "yes, no",
+                1,
+                1.0,
+                8,
+                0,
+                0.5,
+                api_name="/ask",
+            )
+        # an oversized question comes back as the message naming the limit, at once
+        with pytest.raises(Exception, match=f"at most {MAX_QUESTION_CHARS:,}"):
+            client.predict(
+                "results/verify/seed-17/reinforce/final",
+                "1" * 20_000,
+                "Y, N",
                 1,
                 1.0,
                 8,

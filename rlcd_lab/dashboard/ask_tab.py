@@ -8,6 +8,14 @@ The checkpoint's fitted temperature T (``rlcd.json`` ``"temperature"``) is appli
 readout (what the eval dumps and the Routing tab use); the mixture is ``p = mean_i u_i``.
 The routing decision compares the single-query confidence ``max_k u_1k`` with the
 threshold.
+
+Size limits keep one request from holding the model for minutes while every other user
+waits (the app runs one model request at a time, see :mod:`.ui`): a question longer than
+:data:`MAX_QUESTION_CHARS` (options text: :data:`MAX_OPTIONS_CHARS`) is refused before
+anything is tokenised or loaded, and a prompt that, with ``max_new_tokens`` rationale tokens,
+the marker and the answer, needs more positions than the model reads
+(:func:`context_length`) is refused before sampling. Both come back as ``gr.Error`` naming
+the limit and the actual size.
 """
 
 from __future__ import annotations
@@ -23,14 +31,21 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from .. import metrics, plots
 from ..assets import ASSETS
 from ..models import load_checkpoint, read_meta
-from ..reader import read
+from ..reader import build_prompt, encode_prompts, item_options, read
 from ..tasks import TaskItem, load_task_items
 from .common import resolve_dir
 
+MAX_QUESTION_CHARS = 2000
+"""Longest question the Ask tab takes, in characters (about a page of text; with a BPE
+tokenizer, some 500 tokens). Checked before the question is tokenised: it bounds the work
+of one request, during which other users' questions wait."""
+MAX_OPTIONS_CHARS = 1000
+"""Longest options text the Ask tab takes, in characters (checked before it is split)."""
 MODEL_CACHE = 4
 """Loaded checkpoints kept in memory (least recently used evicted)."""
 N_EXAMPLES = 100
@@ -95,6 +110,55 @@ def parse_options(text: str | None) -> list[str]:
     return [s.strip() for s in text.split(",")] if "," in text else text.split()
 
 
+def check_sizes(question: str | None, options: str | None = None) -> None:
+    """Refuse a question longer than :data:`MAX_QUESTION_CHARS` or an options text longer
+    than :data:`MAX_OPTIONS_CHARS` characters (counted as typed, before anything is
+    tokenised). Raises ``gr.Error`` naming the limit and the actual length."""
+    for what, text, limit in (
+        ("question", question, MAX_QUESTION_CHARS),
+        ("options text", options, MAX_OPTIONS_CHARS),
+    ):
+        n = len(text or "")
+        if n > limit:
+            raise gr.Error(
+                f"the {what} is {n:,} characters long; the Ask tab takes at most {limit:,}: "
+                "shorten it"
+            )
+
+
+def context_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The most positions the model reads: the smaller of the config's
+    ``max_position_embeddings`` (``n_positions`` in GPT-2-style configs) and the tokenizer's
+    ``model_max_length``, of those that are set (transformers stores a huge sentinel,
+    ``VERY_LARGE_INTEGER``, when the tokenizer does not know it); None when neither is."""
+    config = model.config
+    limits = [
+        getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None),
+        getattr(tokenizer, "model_max_length", None),
+    ]
+    known = [int(n) for n in limits if isinstance(n, int) and 0 < n < VERY_LARGE_INTEGER]
+    return min(known) if known else None
+
+
+def positions_needed(
+    tokenizer: PreTrainedTokenizerBase,
+    meta: dict,
+    question: str,
+    labels: Sequence[str],
+    max_new_tokens: int,
+) -> tuple[int, int]:
+    """``(prompt tokens, positions)`` a reading of ``question`` uses at most: the prompt
+    :func:`rlcd_lab.reader.read` builds for it (chat template and worked example included),
+    then ``max_new_tokens`` rationale tokens, the marker and the bridge to the answer token.
+    Raises ``ValueError`` for bad labels or an empty question (as ``read`` would)."""
+    marker, sep = meta.get("marker", "Answer:"), meta.get("sep", " ")
+    (opts,) = item_options(tokenizer, [list(labels)], marker, sep)
+    prompt = build_prompt(tokenizer, question, marker=marker, options=opts.labels)
+    (ids,) = encode_prompts(tokenizer, [prompt])
+    marker_ids = tokenizer(marker, add_special_tokens=False)["input_ids"]
+    return len(ids), len(ids) + int(max_new_tokens) + len(marker_ids) + len(opts.bridge)
+
+
 @lru_cache(maxsize=8)
 def _task_items(task: str) -> tuple[TaskItem, ...]:
     return tuple(load_task_items(task, "test"))
@@ -152,11 +216,23 @@ def ask_model(
     ``u_raw = softmax(logits)`` and ``u = softmax(logits / T)``), ``mixture`` (mean of
     ``u``), ``diversity`` (``(1/M) sum_i ||u_i - p||^2``), and the single-query answer
     (first rationale): ``probs``, ``answer``, ``confidence``. Raises ``ValueError`` for
-    bad labels (:func:`rlcd_lab.readout.option_token_ids`) or an empty question.
+    bad labels (:func:`rlcd_lab.readout.option_token_ids`), an empty question, or a
+    question whose reading needs more positions than the model reads
+    (:func:`positions_needed` > :func:`context_length`; checked before sampling).
     """
     marker, sep = meta.get("marker", "Answer:"), meta.get("sep", " ")
     T = float(meta.get("temperature") or 1.0)
     labels = list(labels)
+    n_ctx = context_length(model, tokenizer)
+    if n_ctx is not None:
+        n_prompt, needed = positions_needed(tokenizer, meta, question, labels, max_new_tokens)
+        if needed > n_ctx:
+            raise ValueError(
+                f"the question is too long for this model: its prompt is {n_prompt:,} tokens, "
+                f"and with {int(max_new_tokens)} rationale tokens, the marker and the answer a "
+                f"reading needs {needed:,} positions, but the model reads at most {n_ctx:,}; "
+                "shorten the question or lower the max rationale tokens"
+            )
     (r,) = read(
         model, tokenizer, [question], [labels], m=int(m), max_new_tokens=int(max_new_tokens),
         temperature=float(temperature), seed=None if seed is None else int(seed),
@@ -307,8 +383,11 @@ def ask(
     ``result`` is :func:`ask_model`'s dict plus ``checkpoint``, ``threshold``,
     ``decision`` and, when the question is one of the checkpoint's examples (a test item of
     its task, or a generic example) with the same options, ``item`` (``uid``, true
-    ``label``). Bad input (labels that are not single tokens included) raises ``gr.Error``.
+    ``label``). Bad input raises ``gr.Error``: labels that are not single tokens, a question
+    or options text over the size limits (checked first, before anything is loaded or
+    tokenised), a prompt past the model's context.
     """
+    check_sizes(question, options)
     if not (question or "").strip():
         raise gr.Error("type a question, or pick a task example")
     labels = parse_options(options)

@@ -3,6 +3,14 @@
 Every event has an explicit ``api_name`` (``gradio_client`` calls them as
 ``client.predict(..., api_name="/routing")``); the callbacks take the assets root as a
 keyword bound here, so a test can point the whole app at fabricated runs.
+
+The queue is bounded (:data:`QUEUE_MAX_SIZE`: past it a request is turned away at once
+with gradio's "Queue is full" message instead of waiting without end). The two events that
+run a model (Ask, and the Ask that follows a page load) share one concurrency group of
+:data:`MODEL_CONCURRENCY`; the other callbacks are light and pure and run
+:data:`DEFAULT_CONCURRENCY` at a time each, beside a running model request. Together with
+the Ask tab's size limits (``ask_tab.MAX_QUESTION_CHARS``, the model's context) this bounds
+how long one user's request can make the others wait.
 """
 
 from __future__ import annotations
@@ -30,6 +38,18 @@ decide automatically only when the calibrated confidence is high enough.
 on cached eval dumps · inspect training **Runs** · play with **Proposition 1**.
 Everything here runs on the CPU, offline: the shipped tiny checkpoints, SmolLM2-135M-Instruct
 once converted (`rlcd-lab smollm2`), or the checkpoint named by `$RLCD_CHECKPOINT`."""
+
+QUEUE_MAX_SIZE = 64
+"""Events that may wait in the queue at once (all events and users together; a page load
+queues about seven). Past it gradio answers "Queue is full" at once."""
+DEFAULT_CONCURRENCY = 2
+"""How many calls of one light callback (Routing, Runs, Proposition 1, examples) run at once."""
+MODEL_CONCURRENCY = 1
+"""How many model requests (Ask) run at once, across users. One: the reader seeds torch's
+global generator for a reproducible draw, which two concurrent draws would interleave, and
+the model already uses every CPU core."""
+MODEL_CONCURRENCY_ID = "model"
+"""The concurrency group of the events that run a model."""
 
 SYSTEM_FONTS = ["system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica", "Arial"]
 SYSTEM_MONO = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
@@ -71,7 +91,12 @@ def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
             example = gr.Dropdown(
                 [], label="Task example (test split)", info="fills the question and options"
             )
-            question = gr.Textbox(label="Question", lines=2)
+            question = gr.Textbox(
+                label="Question",
+                lines=2,
+                info=f"at most {ask_tab.MAX_QUESTION_CHARS:,} characters, and it must fit the "
+                "model's context with the rationale",
+            )
             options = gr.Textbox(
                 label="Options", info="comma-separated labels, each a single token (e.g. Y, N)"
             )
@@ -108,6 +133,8 @@ def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
         [checkpoint, question, options, m, temperature, max_new, seed, threshold],
         [verdict, texts, bars, result],
         api_visibility="private",
+        concurrency_limit=MODEL_CONCURRENCY,
+        concurrency_id=MODEL_CONCURRENCY_ID,
     )
     example.input(
         partial(ask_tab.example_fields, root=root),
@@ -121,6 +148,8 @@ def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
         [checkpoint, question, options, m, temperature, max_new, seed, threshold],
         [verdict, texts, bars, result],
         api_name="ask",
+        concurrency_limit=MODEL_CONCURRENCY,
+        concurrency_id=MODEL_CONCURRENCY_ID,
     )
     threshold.change(
         ask_tab.reroute, [result, threshold], [verdict, result], api_name="ask_reroute"
@@ -328,7 +357,8 @@ def _playground_tab(demo: gr.Blocks) -> None:
 
 def build_demo(root: str | Path = ASSETS) -> gr.Blocks:
     """Build the dashboard (not launched) on the checkpoints and runs under ``root``
-    (default: the shipped ``assets/``). ``launch()`` uses :func:`offline_theme`."""
+    (default: the shipped ``assets/``), its queue bounded (see the module docstring).
+    ``launch()`` uses :func:`offline_theme`."""
     root = Path(root)
     with Dashboard(title="rlcd_lab dashboard", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
@@ -346,4 +376,5 @@ def build_demo(root: str | Path = ASSETS) -> gr.Blocks:
         routing_threshold.input(
             lambda t: t, routing_threshold, ask_threshold, api_visibility="private"
         )
+    demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=DEFAULT_CONCURRENCY)
     return demo
