@@ -64,7 +64,7 @@ import inspect
 import json
 import math
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -118,12 +118,15 @@ def chance_corrected_confidence(p: Sequence[float] | np.ndarray) -> float:
     """``(K max_k p_k - 1) / (K - 1)`` for a ``(K,)`` distribution, K >= 2; higher is surer.
 
     0 for the uniform distribution (the model knows nothing beyond chance), 1 for a one-hot
-    one; clipped to [0, 1] against float rounding.
+    one; clipped to [0, 1] against float rounding. K = 1 (a single option, certain by
+    construction) gives 1.
     """
     p = np.asarray(p, dtype=np.float64)
     k = p.shape[-1]
-    if k < 2:
-        raise ValueError(f"need K >= 2 options, got {k}")
+    if k < 1:
+        raise ValueError(f"need K >= 1 options, got {k}")
+    if k == 1:
+        return 1.0
     return float(np.clip((k * p.max() - 1.0) / (k - 1.0), 0.0, 1.0))
 
 
@@ -139,12 +142,15 @@ def score_confidence(p: Sequence[float] | np.ndarray) -> float:
     ``Var(p) = sum_i p_i (i - mu)^2`` with ``mu = sum_i i p_i``; ``Var_max = (L - 1)^2 / 4``
     is the largest variance on L levels (mass 1/2 on each end). 1 for a point mass, 0 for
     the two-ended split; the uniform p scores ``1 - (L + 1) / (3 (L - 1))`` (0 for L = 2,
-    1/2 for L = 5). Higher is surer; clipped to [0, 1].
+    1/2 for L = 5). Higher is surer; clipped to [0, 1]. L = 1 (a point mass by construction)
+    gives 1.
     """
     p = np.asarray(p, dtype=np.float64)
     n = p.shape[-1]
-    if n < 2:
-        raise ValueError(f"need L >= 2 levels, got {n}")
+    if n < 1:
+        raise ValueError(f"need L >= 1 levels, got {n}")
+    if n == 1:
+        return 1.0
     levels = np.arange(n)
     mu = levels @ p
     var = ((levels - mu) ** 2) @ p
@@ -346,6 +352,7 @@ class _Job:
     options: DecideOptions
     max_new_tokens: int
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
+    gone: Callable[[], bool] = lambda: False  # its caller stopped waiting: skip what is left
 
 
 # --------------------------------------------------------------------------- the engine
@@ -647,7 +654,9 @@ class DecisionModel:
 
     @torch.no_grad()
     def decide_batch(
-        self, requests: Sequence[tuple[Any, Mapping[str, Any], DecideOptions]]
+        self,
+        requests: Sequence[tuple[Any, Mapping[str, Any], DecideOptions]],
+        cancelled: Callable[[int], bool] | None = None,
     ) -> list[Decision | DecisionError]:
         """Answer several requests ``(state, questions, options)`` in shared forward passes.
 
@@ -656,15 +665,23 @@ class DecisionModel:
         share forward passes; all rationales with the same sampling settings share one
         ``sample_rationales`` call (seeded with the requests' seed). Direct answers do not
         depend on the batch; sampled ones do (the draw depends on the batch composition).
+        ``cancelled(i)`` (checked before planning, before the reason phase and before each
+        rationale chunk) says that request ``i`` is no longer wanted: what is left of its
+        work is skipped and it yields a :class:`DecisionError`.
         """
+        gone = cancelled or (lambda i: False)
         jobs: list[_Job | DecisionError] = []
-        for state, questions, options in requests:
+        for i, (state, questions, options) in enumerate(requests):
             try:
+                if gone(i):
+                    raise DecisionError("cancelled: the caller went away")
                 jobs.append(self._plan(state, questions, options))
+                jobs[-1].gone = lambda i=i: gone(i)
             except DecisionError as err:
                 jobs.append(err)
         live = [j for j in jobs if isinstance(j, _Job)]
         self._direct_phase([j for j in live if j.options.mode != "reason"])
+        live = [j for j in live if not j.gone()]
         for job in live:
             for it in job.items:
                 if job.options.mode == "direct":
@@ -680,6 +697,9 @@ class DecisionModel:
         for job in jobs:
             if isinstance(job, DecisionError):
                 out.append(job)
+                continue
+            if job.gone():
+                out.append(DecisionError("cancelled: the caller went away"))
                 continue
             answers, details = {}, {}
             for it in job.items:
@@ -750,7 +770,9 @@ class DecisionModel:
         for (m, new_tokens, temp, seed, bridge), entries in batches.items():
             per_call = max(1, self.batch_rows // m)
             for start in range(0, len(entries), per_call):
-                part = entries[start : start + per_call]
+                part = [e for e in entries[start : start + per_call] if not e[0].gone()]
+                if not part:
+                    continue
                 rats = sample_rationales(
                     self.model,
                     self.tokenizer,

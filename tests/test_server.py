@@ -8,8 +8,10 @@ checkpoint (itself checked against the raw readout in ``tests/test_decide.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
+import logging
 import socket
 import threading
 import time
@@ -20,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rlcd_lab.decide import DecideOptions, DecisionModel
-from rlcd_lab.server import ServerLimits, create_app, default_checkpoint
+from rlcd_lab.server import ServerLimits, build_server, create_app, default_checkpoint
 
 typesafe_sdk = pytest.importorskip("typesafe_sdk")
 from typesafe_sdk import (  # noqa: E402
@@ -70,24 +72,37 @@ def app(decider):
     )
 
 
-@pytest.fixture(scope="module")
-def live(app):
-    """The app under uvicorn on a free loopback port; yields the base URL."""
-    import uvicorn
-
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running(app, **kwargs):
+    """``app`` under the server ``rlcd-lab serve`` runs (``build_server``: timeouts, capacity)
+    on a free loopback port, in a thread; yields ``(base_url, server)``."""
+    port = free_port()
+    server = build_server(app, port=port, log_level="warning", **kwargs)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20
     while not server.started and time.time() < deadline:
         time.sleep(0.01)
     assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def live(app):
+    """The app under the real server on a free loopback port; yields the base URL."""
+    with running(app) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +197,7 @@ def test_validation_errors_are_422_with_locations(client):
         "extra_forbidden",
     )
     assert_error(
-        post(body(questions={"q": {"type": "choice", "criteria": {"Y": None}}})),
+        post(body(questions={"q": {"type": "choice", "criteria": {}}})),
         422,
         ["body", "questions", "q", "choice", "criteria"],
         "too_short",
@@ -312,10 +327,10 @@ def test_a_failing_request_does_not_fail_its_batch(decider):
     dm = DecisionModel(decider.model, decider.tokenizer, decider.meta)
     real = dm.decide_batch
 
-    def flaky(requests):  # a model-code failure triggered by one request only
+    def flaky(requests, cancelled=None):  # a model-code failure triggered by one request only
         if any(state == "1+1=2?" for state, _, _ in requests):
             raise RuntimeError("boom")
-        return real(requests)
+        return real(requests, cancelled)
 
     dm.decide_batch = flaky
     app = create_app(dm, options=DecideOptions(mode="direct"), max_wait_ms=100.0)
