@@ -4,21 +4,29 @@
 model; ``rlcd-lab eval --checkpoint DIR --task verify`` measures one; ``rlcd-lab app``
 serves the dashboard. Each subcommand is a frozen dataclass; the runner prints a JSON
 summary (library code itself never prints).
+
+Only the chosen command's modules are imported (``COMMANDS``): ``rlcd-lab --help`` loads
+neither torch nor transformers, plotly or gradio. A user error (a bad path, task, value or
+checkpoint, an existing run) prints one line ``rlcd-lab: error: ...`` to stderr and exits
+with status 2, as a malformed command line does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import tyro
 
-from .pretrain import PretrainConfig
-from .pretrained import SMOLLM2_DEFAULT_DIR
-from .reproduce import ReproduceConfig
+PROG = "rlcd-lab"
+SMOLLM2_DEFAULT_DIR = Path("~/.cache/rlcd_lab/models/smollm2-135m-instruct")
+"""``pretrained.SMOLLM2_DEFAULT_DIR``, repeated here so the command line loads without
+torch (tests/test_cli.py keeps the two equal)."""
 
 
 @dataclass(frozen=True)
@@ -42,17 +50,7 @@ class Serve:
     alias: tuple[str, ...] = ("jev-latest",)
     """Other names accepted for the model (the official client sends jev-latest)."""
     api_key: str | None = None
-    """Require 'Authorization: Bearer KEY' on /v1 calls. Visible to other users in ps: set
-    RLCD_API_KEY instead (the default when this flag is left out; unset: no key)."""
-    allowed_host: tuple[str, ...] = ()
-    """Host header values accepted besides localhost, 127.0.0.1, [::1] and --host (DNS
-    rebinding guard): names clients use, *.domain, or * for any."""
-    limit_concurrency: int = 256
-    """At most this many open connections and requests in flight; beyond: 503 + Retry-After."""
-    timeout_keep_alive: float = 5.0
-    """Seconds an idle keep-alive connection stays open."""
-    timeout_request: float = 15.0
-    """Seconds for a whole request (headers and body) to arrive, else the connection closes."""
+    """Require 'Authorization: Bearer KEY' on /v1 calls; default: $RLCD_API_KEY, else none."""
     mode: Literal["direct", "reason", "auto"] = "auto"
     """auto: answer directly, reason only when the direct confidence is below --threshold."""
     m: int = 4
@@ -61,7 +59,6 @@ class Serve:
     batching: bool = True
     """Dynamic batching of concurrent requests into shared forward passes."""
     max_wait_ms: float = 5.0
-    """Batching window: how long a request waits for others to join its batch (0..1000)."""
     device: str = "cpu"
 
 
@@ -82,6 +79,8 @@ class Eval:
     out: Path | None = None
     """Where to write the per-item eval rows (JSONL); default: print the summary only."""
     seed: int = 0
+    verify: bool = True
+    """Check the checkpoint's checksums (``--no-verify`` skips)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,8 @@ class DataConvert:
     seed: int = 0
     """Seed of the conversion (gsm8k-verify proposals, synthetic near misses, clinc150
     distractors, bigbench option order)."""
+    verify: bool = True
+    """gsm8k-verify: check the proposer checkpoint's checksums (``--no-verify`` skips)."""
 
 
 @dataclass(frozen=True)
@@ -175,14 +176,63 @@ def _train_union():
     return reduce(lambda a, b: a | b, subs)
 
 
+def _pretrain_config():
+    from .pretrain import PretrainConfig
+
+    return PretrainConfig
+
+
+def _reproduce_config():
+    from .reproduce import ReproduceConfig
+
+    return ReproduceConfig
+
+
+def _summary(cls: type) -> str:
+    return (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
+COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
+    "pretrain": (
+        "Pretrain a tiny base reasoning model on a synthetic task (verify, facts, aleatoric).",
+        _pretrain_config,
+    ),
+    "train": (
+        "Train from a checkpoint: calibrate | reinforce | endtoend | mixture (RLCD), "
+        "sft | rft | grpo (baselines).",
+        _train_union,
+    ),
+    "eval": (_summary(Eval), lambda: Eval),
+    "data": ("Task data: fetch a public set, convert a file to task items, split.", lambda: Data),
+    "smollm2": (_summary(SmolLM2), lambda: SmolLM2),
+    "reproduce": (
+        "Run (or reuse) every method and seed of the paper's comparison; write the report.",
+        _reproduce_config,
+    ),
+    "app": (_summary(App), lambda: App),
+    "serve": (_summary(Serve), lambda: Serve),
+}
+"""Each command: its one-line description and a loader of its config type (imported only
+when the command is chosen, so ``--help`` stays fast)."""
+DESCRIPTION = "rlcd_lab: reinforcement learning for calibrated decisions."
+
+
 def run_eval_command(cfg: Eval) -> dict:
+    """Evaluate as ``cfg`` says; returns the summary. Settings, the task split and the
+    checkpoint are checked before the model runs (``ValueError`` / ``FileNotFoundError``)."""
+    for name, low in (("m", 1), ("max_new_tokens", 1), ("limit", 0)):
+        value = getattr(cfg, name)
+        if value is not None and value < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if cfg.out is not None and cfg.out.is_dir():
+        raise IsADirectoryError(f"--out {cfg.out} is a directory; give a .jsonl file")
     from .evaluate import run_eval, summarize
     from .io import atomic_write_jsonl
     from .models import load_checkpoint
     from .tasks import load_task_items
 
     items = load_task_items(cfg.task, cfg.split)[: cfg.limit]
-    model, tok, meta = load_checkpoint(cfg.checkpoint)
+    model, tok, meta = load_checkpoint(cfg.checkpoint, verify=cfg.verify)
     kw = dict(
         mode=cfg.mode,
         m=cfg.m,
@@ -197,33 +247,57 @@ def run_eval_command(cfg: Eval) -> dict:
     return summarize(rows)
 
 
+def parse(args: list[str]) -> Any:
+    """The config object of the command line ``args`` (tyro; exits 2 on a malformed one).
+
+    A known command name first: only that command's config is loaded and parsed. Anything
+    else (``--help``, nothing, a typo) goes to a top-level parser over stand-ins that
+    carry each command's description and no fields."""
+    if args and args[0] in COMMANDS:
+        description, load = COMMANDS[args[0]]
+        prog = f"{PROG} {args[0]}"
+        return tyro.cli(load(), args=args[1:], prog=prog, description=description)
+    stand_ins = {}
+    for name, (description, _) in COMMANDS.items():
+        stand_ins[name] = dataclasses.make_dataclass(f"{name}_command", [], frozen=True)
+        stand_ins[name].__doc__ = description
+    tyro.extras.subcommand_cli_from_dict(stand_ins, args=args, prog=PROG, description=DESCRIPTION)
+    # reached only if tyro accepts a command that is not the first word: parse it in full
+    full = {name: load() for name, (_, load) in COMMANDS.items()}
+    return tyro.extras.subcommand_cli_from_dict(full, args=args, prog=PROG, description=DESCRIPTION)
+
+
+USER_ERRORS = (OSError, ValueError, ModuleNotFoundError)
+"""What a wrong input raises (a missing or existing path, a bad value, task or checkpoint,
+an optional extra not installed): reported in one line. Anything else is a bug and keeps
+its traceback."""
+
+
+def user_error(err: BaseException) -> SystemExit:
+    """Print ``err`` as the one line ``rlcd-lab: error: ...`` to stderr; the exit (status 2,
+    as for a malformed command line) to raise."""
+    text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    print(f"{PROG}: error: {text or type(err).__name__}", file=sys.stderr)
+    return SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Parse ``argv`` (default: ``sys.argv``) and run the chosen subcommand."""
-    cfg = tyro.extras.subcommand_cli_from_dict(
-        {
-            "pretrain": PretrainConfig,
-            "train": _train_union(),
-            "eval": Eval,
-            "data": Data,
-            "smollm2": SmolLM2,
-            "reproduce": ReproduceConfig,
-            "app": App,
-            "serve": Serve,
-        },
-        args=argv,
-        description="rlcd_lab: reinforcement learning for calibrated decisions.",
-    )
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand."""
+    cfg = parse(sys.argv[1:] if argv is None else list(argv))
     try:
         _run(cfg)
-    except (FileNotFoundError, ValueError) as err:  # bad input: a clear message, no traceback
-        raise SystemExit(f"rlcd-lab: error: {err}") from None
-    except ModuleNotFoundError as err:  # an optional extra that is not installed
-        raise SystemExit(f"rlcd-lab: error: {err}") from None
+    except USER_ERRORS as err:
+        raise user_error(err) from None
+
+
+def _is(cfg: object, module: str, name: str) -> bool:
+    """``isinstance(cfg, rlcd_lab.<module>.<name>)`` without importing the module (when it
+    is not imported, ``cfg`` cannot be one)."""
+    mod = sys.modules.get(f"{__package__}.{module}")
+    return mod is not None and isinstance(cfg, getattr(mod, name))
 
 
 def _run(cfg) -> None:
-    from .train.common import TrainConfig
-
     if isinstance(cfg, App):
         from .dashboard import build_demo
 
@@ -240,29 +314,25 @@ def _run(cfg) -> None:
             name=cfg.name,
             aliases=cfg.alias,
             api_key=cfg.api_key,
-            allowed_hosts=cfg.allowed_host,
-            limit_concurrency=cfg.limit_concurrency,
-            timeout_keep_alive=cfg.timeout_keep_alive,
-            timeout_request=cfg.timeout_request,
             options=opts,
             batching=cfg.batching,
             max_wait_ms=cfg.max_wait_ms,
             device=cfg.device,
         )
-    elif isinstance(cfg, PretrainConfig):
+    elif _is(cfg, "pretrain", "PretrainConfig"):
         from .models import read_meta
         from .pretrain import pretrain
 
         path = pretrain(cfg)
         json.dump({"checkpoint": str(path), **read_meta(path)["metrics"]}, sys.stdout, indent=2)
-    elif isinstance(cfg, ReproduceConfig):
+    elif _is(cfg, "reproduce", "ReproduceConfig"):
         from .reproduce import run_all
 
         out = run_all(cfg, progress=lambda done: print(f"done: {done}", file=sys.stderr))
         print(out / "report.md")
     elif isinstance(cfg, Eval):
         json.dump(run_eval_command(cfg), sys.stdout, indent=2)
-    elif isinstance(cfg, TrainConfig):
+    elif _is(cfg, "train.common", "TrainConfig"):
         from .models import read_meta
         from .train import train
 
@@ -294,7 +364,8 @@ def _run(cfg) -> None:
             from .models import load_checkpoint
             from .tasks.convert import hf_proposer
 
-            model, tok, _ = load_checkpoint(cfg.proposer.expanduser(), device=cfg.device)
+            proposer = cfg.proposer.expanduser()
+            model, tok, _ = load_checkpoint(proposer, device=cfg.device, verify=cfg.verify)
             kw["show"] = cfg.show
             kw["propose"] = hf_proposer(
                 model,

@@ -458,15 +458,19 @@ def check_checkpoint(path: str | os.PathLike) -> dict:
 
 @contextmanager
 def _quiet_transformers() -> Iterator[None]:
-    """transformers' own load report is redundant with the ``CheckpointError`` raised here."""
+    """No load report (redundant with the ``CheckpointError`` raised here) and no progress
+    bar from transformers while a checkpoint loads: a refused checkpoint is one message."""
     from transformers.utils import logging as hf_logging
 
-    level = hf_logging.get_verbosity()
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _load_full(path: Path, dtype: torch.dtype | None) -> PreTrainedModel:

