@@ -13,8 +13,11 @@ with status 2, as a malformed command line does.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -248,7 +251,8 @@ def run_eval_command(cfg: Eval) -> dict:
 
 
 def parse(args: list[str]) -> Any:
-    """The config object of the command line ``args`` (tyro; exits 2 on a malformed one).
+    """The config object of the command line ``args``; a malformed one exits with status 2
+    and one line (``_tyro``).
 
     A known command name first: only that command's config is loaded and parsed. Anything
     else (``--help``, nothing, a typo) goes to a top-level parser over stand-ins that
@@ -256,15 +260,58 @@ def parse(args: list[str]) -> Any:
     if args and args[0] in COMMANDS:
         description, load = COMMANDS[args[0]]
         prog = f"{PROG} {args[0]}"
-        return tyro.cli(load(), args=args[1:], prog=prog, description=description)
+        return _tyro(tyro.cli, load(), args=args[1:], prog=prog, description=description)
     stand_ins = {}
     for name, (description, _) in COMMANDS.items():
         stand_ins[name] = dataclasses.make_dataclass(f"{name}_command", [], frozen=True)
         stand_ins[name].__doc__ = description
-    tyro.extras.subcommand_cli_from_dict(stand_ins, args=args, prog=PROG, description=DESCRIPTION)
+    top = tyro.extras.subcommand_cli_from_dict
+    _tyro(top, stand_ins, args=args, prog=PROG, description=DESCRIPTION)
     # reached only if tyro accepts a command that is not the first word: parse it in full
     full = {name: load() for name, (_, load) in COMMANDS.items()}
-    return tyro.extras.subcommand_cli_from_dict(full, args=args, prog=PROG, description=DESCRIPTION)
+    return _tyro(top, full, args=args, prog=PROG, description=DESCRIPTION)
+
+
+def _tyro(parser: Callable[..., Any], *args: Any, prog: str, **kwargs: Any) -> Any:
+    """``parser(*args, prog=prog, **kwargs)`` (a tyro entry point) with its error box (a
+    malformed command line) turned into one line on stderr; help and anything else that
+    tyro writes pass unchanged."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            result = parser(*args, prog=prog, **kwargs)
+    except SystemExit as exit_:
+        text = captured.getvalue()
+        if exit_.code == 2 and text:
+            raise user_error(f"{_box_message(text)} (see {prog} --help)") from None
+        sys.stderr.write(text)
+        raise
+    sys.stderr.write(captured.getvalue())
+    return result
+
+
+def _box_message(text: str) -> str:
+    """The message in one of tyro's error boxes (drawn with box characters, or as plain
+    lines and dashes): its title and the lines up to the first rule after it, joined
+    (``Unrecognized options: evl``)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    lines = [line.strip().strip("│").strip() for line in text.strip().splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return "malformed command line"
+    boxed = re.fullmatch(r"╭─+ (.*?) ─+╮?", lines[0])
+    title = boxed[1] if boxed else lines[0]
+    is_rule = re.compile(r"[─\-╰╯]{3,}").fullmatch
+    rest = lines[1:]
+    while rest and is_rule(rest[0]):
+        rest = rest[1:]
+    body = []
+    for line in rest:
+        if is_rule(line):
+            break
+        body.append(line)
+    message = " ".join(body)
+    return message if message.startswith(title) else f"{title}: {message}".rstrip(": ")
 
 
 USER_ERRORS = (OSError, ValueError, ModuleNotFoundError)
@@ -273,7 +320,7 @@ an optional extra not installed): reported in one line. Anything else is a bug a
 its traceback."""
 
 
-def user_error(err: BaseException) -> SystemExit:
+def user_error(err: BaseException | str) -> SystemExit:
     """Print ``err`` as the one line ``rlcd-lab: error: ...`` to stderr; the exit (status 2,
     as for a malformed command line) to raise."""
     text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())

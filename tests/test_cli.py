@@ -411,3 +411,18 @@ def test_pretrain_user_errors(tmp_path, capsys):
     assert (docs / "notes.txt").read_text() == "keep"
     fails(capsys, ["pretrain", "--hidden-size", "16", "--heads", "3"], "not a multiple of --heads")
     fails(capsys, ["pretrain", "--steps", "0"], "--steps must be >= 1")
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        ([], r"Expected one of \{pretrain, train, eval"),
+        (["evl"], r"Unrecognized options: evl \(see rlcd-lab --help\)"),
+        (["eval"], r"Missing from rlcd-lab eval: --checkpoint"),
+        (["eval", "--checkpoint", "x", "--m", "abc"], r"Error parsing --m: .* 'abc'"),
+        (["eval", "--checkpoint", "x", "--split", "val"], r"invalid choice 'val'"),
+        (["train"], r"Expected one of \{calibrate, .*grpo\}"),
+    ],
+)
+def test_malformed_command_lines_are_one_line_too(capsys, argv, match):
+    fails(capsys, argv, match)
