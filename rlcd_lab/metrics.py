@@ -463,23 +463,24 @@ def _xlogy_ratio(p: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def jsd(p: ArrayLike, q: ArrayLike) -> np.ndarray:
-    """Jensen-Shannon divergence per item, natural log.
+    """Jensen-Shannon divergence per item, in bits (log base 2, the paper's unit).
 
-    ``JSD(p, q) = 1/2 KL(p || m) + 1/2 KL(q || m)`` with ``m = (p + q)/2`` and the
-    convention ``0 log 0 = 0``. Shapes: ``p, q (..., K)`` (broadcastable) ->
-    ``(...)`` numpy array. Lower is better, in ``[0, log 2]``: 0 iff ``p = q``, ``log 2``
-    for disjoint supports. Lin (1991), "Divergence measures based on the Shannon entropy",
+    ``JSD(p, q) = 1/2 KL(p || m) + 1/2 KL(q || m)`` with ``m = (p + q)/2``, KL in bits,
+    and the convention ``0 log 0 = 0``. Shapes: ``p, q (..., K)`` (broadcastable) ->
+    ``(...)`` numpy array. Lower is better, in ``[0, 1]``: 0 iff ``p = q``, 1 for
+    disjoint supports. Lin (1991), "Divergence measures based on the Shannon entropy",
     IEEE Trans. Inf. Theory 37(1).
     """
     p = to_numpy(p, np.float64)
     q = to_numpy(q, np.float64)
     p, q = np.broadcast_arrays(p, q)
     m = 0.5 * (p + q)
-    return 0.5 * _xlogy_ratio(p, m).sum(-1) + 0.5 * _xlogy_ratio(q, m).sum(-1)
+    nats = 0.5 * _xlogy_ratio(p, m).sum(-1) + 0.5 * _xlogy_ratio(q, m).sum(-1)
+    return nats / np.log(2.0)
 
 
 def mean_jsd(p: ArrayLike, q: ArrayLike) -> float:
-    """Mean of :func:`jsd` over items (natural log; lower is better, in ``[0, log 2]``)."""
+    """Mean of :func:`jsd` over items (bits; lower is better, in ``[0, 1]``)."""
     return float(np.mean(jsd(p, q)))
 
 

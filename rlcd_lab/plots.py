@@ -633,3 +633,40 @@ def compare_curves(
             "yaxis": {"title": {"text": column}},
         },
     )
+
+
+def interval_figure(
+    diffs: Mapping[str, Mapping[str, float]], title: str, xlabel: str, better: str = "left"
+) -> go.Figure:
+    """Paired differences with their 95% CIs, one row per comparison.
+
+    ``diffs[name] = {"diff", "ci_low", "ci_high", ...}`` (e.g.
+    :func:`rlcd_lab.results.paired` entries); a dashed line marks 0. ``better`` says on
+    which side of 0 a difference favours the first model ("left": lower is better, as
+    for Brier and AURC), written into the x-axis title.
+    """
+    names = list(diffs)
+    d = [diffs[n]["diff"] for n in names]
+    fig = go.Figure(
+        go.Scatter(
+            x=d,
+            y=names,
+            mode="markers",
+            marker={"color": _color(0), "size": 9},
+            error_x={
+                "type": "data",
+                "symmetric": False,
+                "array": [diffs[n]["ci_high"] - v for n, v in zip(names, d, strict=True)],
+                "arrayminus": [v - diffs[n]["ci_low"] for n, v in zip(names, d, strict=True)],
+            },
+            hovertemplate="%{y}: %{x:+.4f}<extra></extra>",
+        )
+    )
+    fig.add_vline(x=0.0, line={"dash": "dash", "color": "gray"})
+    side = "negative" if better == "left" else "positive"
+    fig.update_layout(
+        title=title,
+        xaxis_title=f"{xlabel} ({side} favours the first model; bars: 95% CI)",
+        height=120 + 40 * len(names),
+    )
+    return fig

@@ -1,57 +1,107 @@
-"""The paper's findings next to ours, as text generated from a reproduction's summary.
+"""The paper's tables and figures, generated from a reproduction's summary and runs.
 
-``findings_table(summary)`` turns the ``summary.json`` that ``rlcd-lab reproduce`` writes
-into a markdown table: one row per claim of OpenJev-RLCD's Table 1 (two-stage RLCD vs
-SFT+TS, GRPO+TS and RFT+KL+TS), the paired difference with its bootstrap 95% CI and
-sign-flip p-value, and a plain verdict. ``runs_table(summary)`` lists every run's metrics.
-The README's result blocks are this module's output, never typed by hand
-(``python -m rlcd_lab.report SUMMARY`` prints them; a test compares).
+``write_report(root, seeds, eps, title)`` reads the eval dumps under ``root`` through
+:mod:`rlcd_lab.results` and writes ``summary.json``, ``report.md``, a self-contained
+``report.html`` and ``figures/*.html``:
+
+* Table 1: every run (mean +- s.d. over seeds, after temperature scaling, with its
+  training budget in steps) and the paired tests of two-stage RLCD against each run;
+* Table 2: the stage-2 forks against their stage-1 checkpoint;
+* Table 3 (aleatoric tasks): JSD to ``q`` in bits, single query and the mixture;
+* Figure 1: rationale length over training (System-One collapse) and the RMS ratio of
+  the score-function to the pathwise gradient over training (gradient dilution);
+* Figure 2: risk-coverage curves; Figure 3: Brier and AURC differences with 95% CIs.
+
+``findings_table(summary)`` sets each claim of the paper beside ours (difference, 95% CI,
+p) with a plain verdict; ``runs_table(summary)`` lists the runs. The README's result
+blocks are these functions' output for the shipped summaries, never typed by hand:
+``python -m rlcd_lab.report SUMMARY`` prints them and a test compares.
 
 Verdicts for a directional claim ("RLCD has lower AURC than GRPO"): *reproduces* when
 the CI excludes 0 on the paper's side, *does not reproduce* when it excludes 0 on the
 other side, *not measurable at this scale* when it contains 0. A claim of no difference
-is *consistent* when the CI contains 0. Claims on the fitted temperature and on Cov@eps
-compare per-run means (no CI: the summary has none for them); a tie (e.g. every run's T
-at the fitting range's cap, every Cov@eps 0) is *not measurable at this scale*.
+is *consistent* when the CI contains 0. Claims on the fitted temperature compare per-run
+means over seeds (T has no per-item values to resample); a tie is *not measurable*.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-RLCD = "reinforce"
+import numpy as np
+
+from .io import atomic_write_text, read_jsonl
+from .results import FORKS, MATCHED, METRICS, RLCD, STAGE1, RunResult, summarize_runs
+
 LABELS = {
     "base": "base",
     "sft": "SFT+TS",
     "rft": "RFT+TS",
     "rft-kl": "RFT+KL+TS",
     "grpo": "GRPO+TS",
+    "endtoend": "per-rationale (end to end, KL)",
+    "mixture": "mixture (lam = 1)",
     "calibrate": "RLCD stage 1",
     "reinforce": "RLCD (two-stage)",
+    "readout-only": "fork: readout-only",
+    "anchor-only": "fork: anchor-only",
+    "grpo-cont": "fork: GRPO continuation",
 }
+ORDER = tuple(LABELS)
+
+
+def label(run: str) -> str:
+    """Display name of a run (``grpo-matched`` -> ``GRPO+TS (matched budget)``)."""
+    if run.endswith(MATCHED):
+        return f"{label(run[: -len(MATCHED)])} (matched budget)"
+    return LABELS.get(run, run)
+
+
+def _ordered(runs: Mapping) -> list[str]:
+    key = {n: i for i, n in enumerate(ORDER)}
+    return sorted(runs, key=lambda r: (key.get(r.removesuffix(MATCHED), len(key)), r))
+
+
+# ---------------------------------------------------------------------------------------
+# Claims of the paper and verdicts
+# ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One paired claim: ``RLCD - other`` on ``metric`` has sign ``direction`` (0: none)."""
+    """One claim: the paired difference ``pair`` (a key of ``summary["paired"]``, e.g.
+    ``"reinforce - grpo"``, or ``"fork:<name>"`` for a fork against its stage-1
+    checkpoint) on ``metric`` has sign ``direction`` (+1, -1, 0: no difference).
+    ``pair`` names the 200-step baseline; the matched-budget run is used when shipped."""
 
-    other: str
+    pair: str
     metric: str
     direction: int
     paper: str
 
 
 CLAIMS = (
-    Claim("sft", "accuracy", +1, "92.2% vs 70.4%: RLCD higher"),
-    Claim("grpo", "accuracy", 0, "92.2% vs 91.8%: no difference"),
-    Claim("grpo", "aurc", -1, "0.034 vs 0.061: RLCD lower (p < 1e-3)"),
-    Claim("rft-kl", "brier", -1, "-0.025: RLCD lower (p < 0.01)"),
-    Claim("rft-kl", "aurc", -1, "-0.041: RLCD lower (p < 0.01)"),
+    Claim("reinforce - sft", "accuracy", +1, "92.2% vs 70.4%: RLCD higher"),
+    Claim("reinforce - grpo", "accuracy", 0, "92.2% vs 91.8%: no difference"),
+    Claim("reinforce - grpo", "aurc", -1, "0.034 vs 0.061: RLCD lower (p < 1e-3)"),
+    Claim("reinforce - grpo", "cov_at_eps", +1, "Cov@5% 81% vs 19%: RLCD higher"),
+    Claim("reinforce - rft-kl", "brier", -1, "-0.025: RLCD lower (p < 0.01)"),
+    Claim("reinforce - rft-kl", "aurc", -1, "-0.041: RLCD lower (p < 0.01)"),
+    Claim("reinforce - readout-only", "accuracy", +1, "+3.5 points: RLCD-RL higher"),
+    Claim("reinforce - readout-only", "brier", -1, "-0.057: RLCD-RL lower"),
+    Claim("fork:readout-only", "brier", +1, "readout-only degrades its checkpoint"),
+    Claim("reinforce - anchor-only", "accuracy", +1, "+4.4 points: RLCD-RL higher"),
+    Claim("reinforce - grpo-cont", "accuracy", 0, "as good on verify"),
+    Claim("reinforce - endtoend", "mixture_jsd", -1, "0.121 vs 0.075 bits: per-rationale lower"),
+    Claim("reinforce - sft", "jsd", -1, "0.121 vs 0.074 bits: CE lower"),
 )
+"""OpenJev-RLCD's Table 1-3 claims (Qwen3-1.7B; verify/GSM8K-Verify and ChaosNLI)."""
 
 
 def verdict(diff: Mapping[str, float], direction: int) -> str:
@@ -65,76 +115,349 @@ def verdict(diff: Mapping[str, float], direction: int) -> str:
     return "reproduces" if (lo > 0) == (direction > 0) else "does not reproduce"
 
 
-def _diff(d: Mapping[str, float]) -> str:
-    return f"{d['mean_diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}], p = {d['p']:.2g}"
+def _p(p: float) -> str:
+    return f"{p:.2g}"
 
 
-def _best(ours: float, others: Sequence[float], lower: bool, tol: float = 1e-9) -> bool | None:
-    """Whether ``ours`` beats every value of ``others`` (None: it ties the best of them)."""
-    best = min(others) if lower else max(others)
-    if abs(ours - best) <= tol:
-        return None
-    return ours < best if lower else ours > best
+def fmt_diff(d: Mapping[str, float]) -> str:
+    """``+0.012 [-0.003, +0.020], p = 0.04``."""
+    return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}], p = {_p(d['p'])}"
 
 
-def _order_verdict(best: bool | None, what: str) -> str:
-    if best is None:
-        return f"not measurable at this scale: RLCD ties for {what}"
-    return f"reproduces: RLCD {what}" if best else f"does not reproduce: RLCD not {what}"
+def fmt_cell(cell: Mapping, signed: bool = False) -> str:
+    """``mean ± s.d.`` over seeds (the mean alone for one seed)."""
+    sign = "+" if signed else ""
+    if cell.get("sd") is None or (isinstance(cell["sd"], float) and math.isnan(cell["sd"])):
+        return f"{cell['mean']:{sign}.3f}"
+    return f"{cell['mean']:{sign}.3f} ± {cell['sd']:.3f}"
 
 
-def _mean(summary: Mapping, run: str, key: str) -> float:
-    return summary["runs"][run][key]["mean"]
+def _resolve(summary: Mapping, claim: Claim) -> tuple[str, Mapping | None]:
+    """The comparison a claim is checked on (the matched-budget baseline when shipped)."""
+    if claim.pair.startswith("fork:"):
+        fork = claim.pair.removeprefix("fork:")
+        return f"{label(fork)} - its stage-1 checkpoint", summary["forks"].get(fork)
+    other = claim.pair.removeprefix(f"{RLCD} - ")
+    if other + MATCHED in summary["runs"]:
+        other += MATCHED
+    return f"RLCD vs {label(other)}", summary["paired"].get(f"{RLCD} - {other}")
 
 
 def findings_table(summary: Mapping) -> str:
-    """Markdown: each paper claim, ours with CI, and the verdict (claims whose runs are
-    missing from ``summary`` are left out)."""
-    rows = ["| claim (paper: Qwen3-1.7B) | paper | ours: RLCD - other [95% CI] | verdict |"]
+    """Markdown: each paper claim, ours (RLCD - other, 95% CI, two-sided p) and the
+    verdict (claims whose runs or metrics are missing from ``summary`` are left out),
+    then the fitted temperatures (mean over seeds)."""
+    rows = ["| claim (paper: Qwen3-1.7B) | paper | ours: difference [95% CI], p | verdict |"]
     rows.append("|---|---|---|---|")
     for c in CLAIMS:
-        diff = summary["paired"].get(f"{RLCD} - {c.other}", {}).get(c.metric)
+        name, tests = _resolve(summary, c)
+        diff = (tests or {}).get(c.metric)
         if diff is None:
             continue
-        name = f"RLCD vs {LABELS[c.other]}: {c.metric}"
-        rows.append(f"| {name} | {c.paper} | {_diff(diff)} | {verdict(diff, c.direction)} |")
-    others = [r for r in ("grpo", "rft-kl") if r in summary["runs"]]
+        metric = c.metric.replace("_", " ")
+        rows.append(
+            f"| {name}: {metric} | {c.paper} | {fmt_diff(diff)} | {verdict(diff, c.direction)} |"
+        )
+    others = [
+        o + MATCHED if o + MATCHED in summary["runs"] else o
+        for o in ("grpo", "rft-kl")
+        if o in summary["runs"] or o + MATCHED in summary["runs"]
+    ]
     if RLCD in summary["runs"] and others:
-        t = {r: _mean(summary, r, "T") for r in (RLCD, *others)}
-        names = " / ".join(LABELS[r] for r in t)
+        t = {r: summary["runs"][r]["T"]["mean"] for r in (RLCD, *others)}
         dist = {r: abs(math.log(t[r])) for r in t}  # how far from T = 1
-        best = _best(dist[RLCD], [dist[r] for r in others], lower=True)
+        best = min(dist[r] for r in others)
+        if abs(dist[RLCD] - best) <= 1e-9:
+            verdict_t = "not measurable at this scale: RLCD ties for closest to 1"
+        elif dist[RLCD] < best:
+            verdict_t = "reproduces: RLCD closest to 1"
+        else:
+            verdict_t = "does not reproduce: RLCD not closest to 1"
+        names = " / ".join(label(r) for r in t)
+        values = " / ".join(fmt_cell(summary["runs"][r]["T"]) for r in t)
+        rows.append(f"| fitted T, {names} | 1.4 / about 7 / about 7 | {values} | {verdict_t} |")
+    return "\n".join(rows) + "\n"
+
+
+def runs_table(
+    summary: Mapping,
+    keys: Sequence[str] = ("accuracy", "brier", "aurc", "cov_at_eps", "T", "length"),
+) -> str:
+    """Markdown: every run's budget (steps) and test metrics after temperature scaling,
+    mean ± s.d. over seeds."""
+    rows = ["| run | steps | " + " | ".join(METRICS[k][0] for k in keys) + " |"]
+    rows.append("|---" * (len(keys) + 2) + "|")
+    for run in _ordered(summary["runs"]):
+        entry = summary["runs"][run]
+        cells = [fmt_cell(entry[k]) for k in keys]
+        rows.append(f"| {label(run)} | {entry.get('steps', 0)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def paired_table(summary: Mapping) -> str:
+    """Markdown: two-stage RLCD minus every other run, accuracy, Brier, AURC, Cov@eps."""
+    keys = ("accuracy", "brier", "aurc", "cov_at_eps")
+    rows = ["| RLCD minus | " + " | ".join(f"Δ {METRICS[k][0]}" for k in keys) + " |"]
+    rows.append("|---" * (len(keys) + 1) + "|")
+    for pair in sorted(
+        summary["paired"], key=lambda p: _ordered(summary["runs"]).index(p.split(" - ")[1])
+    ):
+        res = summary["paired"][pair]
         rows.append(
-            f"| fitted T, {names} | 1.4 / about 7 / about 7 | "
-            + " / ".join(f"{t[r]:.2f}" for r in t)
-            + f" (no CI) | {_order_verdict(best, 'closest to 1')} |"
-        )
-        cov = {r: _mean(summary, r, "cov_at_eps") for r in t}
-        best = _best(cov[RLCD], [cov[r] for r in others], lower=False)
-        rows.append(
-            f"| Cov@{summary['eps']:.0%}, {names} | 81% / 19% / 12% | "
-            + " / ".join(f"{cov[r]:.0%}" for r in t)
-            + f" (no CI) | {_order_verdict(best, 'highest')} |"
+            f"| {label(pair.split(' - ')[1])} | "
+            + " | ".join(fmt_diff(res[k]) for k in keys)
+            + " |"
         )
     return "\n".join(rows) + "\n"
 
 
-def runs_table(summary: Mapping, order: Sequence[str] = tuple(LABELS)) -> str:
-    """Markdown: every run's test metrics after temperature scaling (mean over seeds)."""
-    cols = ("accuracy", "brier", "ece", "aurc", "cov_at_eps", "T", "length")
-    rows = ["| run | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for run in [r for r in order if r in summary["runs"]]:
-        cells = [f"{_mean(summary, run, k):.3f}" for k in cols]
-        rows.append(f"| {LABELS[run]} | " + " | ".join(cells) + " |")
+def forks_table(summary: Mapping) -> str:
+    """Markdown: Table 2, each fork minus its stage-1 checkpoint (paired tests; T and
+    length: mean ± s.d. of the change over seeds)."""
+    keys = ("accuracy", "brier", "aurc", "cov_at_eps")
+    rows = ["| fork | " + " | ".join(f"Δ {METRICS[k][0]}" for k in keys) + " | Δ T | Δ length |"]
+    rows.append("|---" * (len(keys) + 3) + "|")
+    for fork, res in summary["forks"].items():
+        cells = [fmt_diff(res[k]) for k in keys] + [
+            fmt_cell(res[k], signed=True) for k in ("T", "length")
+        ]
+        rows.append(f"| {label(fork)} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
+
+
+def jsd_table(summary: Mapping) -> str:
+    """Markdown: Table 3, JSD to ``q`` in bits (single query after temperature scaling;
+    the mixture of M rationales, no scaling), and RLCD minus each run on the mixture."""
+    runs = [r for r in _ordered(summary["runs"]) if "jsd" in summary["runs"][r]]
+    m = max((summary["runs"][r].get("m_mixture", 0) for r in runs), default=0)
+    rows = [
+        f"| run | steps | JSD single | JSD mixture M = {m} | RLCD minus run, mixture JSD | length |"
+    ]
+    rows.append("|---" * 6 + "|")
+    for r in runs:
+        e = summary["runs"][r]
+        mix = fmt_cell(e["mixture_jsd"]) if "mixture_jsd" in e else "-"
+        test = summary["paired"].get(f"{RLCD} - {r}", {})
+        key = "mixture_jsd" if "mixture_jsd" in test else "jsd"
+        diff = fmt_diff(test[key]) + (" (single)" if key == "jsd" else "") if key in test else "-"
+        cells = [label(r), str(e["steps"]), fmt_cell(e["jsd"]), mix, diff, fmt_cell(e["length"])]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def report_markdown(summary: Mapping, title: str) -> str:
+    """``report.md``: the paper's tables for this reproduction."""
+    seeds = ", ".join(map(str, summary["seeds"]))
+    md = [
+        f"# rlcd_lab reproduction: {title}\n",
+        f"Seeds {seeds}. Single-query readouts on test after temperature scaling fitted on "
+        f"dev; mean ± s.d. over seeds. Cov@eps at eps = {summary['eps']}. `steps`: the "
+        "training budget (two-stage RLCD: both stages; `(matched budget)`: a baseline at "
+        "RLCD's budget). `length`: mean rationale tokens (0: direct answers).\n",
+        "## Table 1: methods\n",
+        runs_table(summary),
+    ]
+    if summary["paired"]:
+        md += [
+            "\n## Paired tests: two-stage RLCD minus each run\n\nDifference [95% CI], two-sided "
+            "sign-flip p. Accuracy and Brier: per-item values averaged over seeds, items "
+            "resampled. AURC and Cov@eps: per-seed metrics averaged, test items resampled "
+            f"jointly across seeds ({summary.get('n_boot', 2000)} replicates). Negative Brier/"
+            "AURC and positive accuracy/Cov@eps favour RLCD.\n",
+            paired_table(summary),
+            "\n## The paper's claims\n",
+            findings_table(summary),
+        ]
+    if summary["forks"]:
+        md += [
+            "\n## Table 2: stage-2 continuations from the same stage-1 checkpoint\n\nEach fork "
+            "minus its stage-1 checkpoint (same seed): paired tests as above; T and length: "
+            "mean ± s.d. of the change. anchor-only is RLCD-RL with the outcome reward removed "
+            "(the readout is still trained by the pathwise term).\n",
+            forks_table(summary),
+        ]
+    if any("jsd" in e for e in summary["runs"].values()):
+        md += [
+            "\n## Table 3: aleatoric outcomes (JSD to q in bits, lower is better)\n",
+            jsd_table(summary),
+        ]
+    return "\n".join(md)
+
+
+# ---------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------
+
+
+def _mean_log(paths: Sequence[Path], column: str, offset: int = 0) -> list[dict]:
+    """``[{"step", column}]``: ``column`` of each run's ``log.jsonl`` averaged over runs
+    at every step that all of them logged; ``offset`` is added to the steps (a run
+    continued from stage 1 starts where stage 1 ended)."""
+    logs = [{r["step"] + offset: r.get(column) for r in read_jsonl(p / "log.jsonl")} for p in paths]
+    steps = sorted(
+        set.intersection(*(set(k for k, v in lg.items() if v is not None) for lg in logs))
+    )
+    return [{"step": s, column: float(np.mean([lg[s] for lg in logs]))} for s in steps]
+
+
+def _grad_ratio(paths: Sequence[Path], offset: int = 0) -> list[dict]:
+    """Ratio of the score-function to the pathwise gradient norm over training (each
+    averaged over runs first)."""
+    sf = _mean_log(paths, "grad_score_function", offset)
+    pw = {r["step"]: r["grad_pathwise"] for r in _mean_log(paths, "grad_pathwise", offset)}
+    return [
+        {"step": r["step"], "sf / pathwise": r["grad_score_function"] / pw[r["step"]]}
+        for r in sf
+        if pw.get(r["step"])
+    ]
+
+
+def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) -> dict:
+    """``{name: plotly figure}``: Figure 1 (rationale length and gradient RMS ratio over
+    training, mean over seeds), Figure 2 (risk-coverage, seeds pooled), Figure 3 (Brier
+    and AURC differences, RLCD minus each run, 95% CIs)."""
+    from . import plots
+
+    trained = {
+        n: [r.path for r in g] for n, g in loaded.items() if (g[0].path / "log.jsonl").exists()
+    }
+    figs = {}
+    if trained:
+        stage1 = summary["runs"].get(STAGE1, {}).get("steps", 0)
+        start = {n: stage1 if n in FORKS else 0 for n in trained}  # continued from stage 1
+        logs = {label(n): _mean_log(p, "rationale_length", start[n]) for n, p in trained.items()}
+        figs["fig1_rationale_length"] = plots.compare_curves(
+            logs,
+            "rationale_length",
+            title="Figure 1: rationale length over training (mean over seeds)",
+        )
+        ratios = {label(n): _grad_ratio(p, start[n]) for n, p in trained.items()}
+        ratios = {n: r for n, r in ratios.items() if r}
+        if ratios:
+            figs["fig1_grad_ratio"] = plots.compare_curves(
+                ratios,
+                "sf / pathwise",
+                title="Score-function / pathwise gradient norm over training",
+            )
+    names = _ordered(loaded)
+    pooled = {
+        label(n): (
+            np.concatenate([r.confidence for r in loaded[n]]),
+            np.concatenate([r.correct for r in loaded[n]]),
+        )
+        for n in names
+        if "jsd" not in summary["runs"][n]
+    }
+    if pooled:
+        figs["fig2_risk_coverage"] = plots.risk_coverage_figure(
+            pooled, eps=summary["eps"], title="Figure 2: risk-coverage (after TS, seeds pooled)"
+        )
+    for metric in ("brier", "aurc"):
+        diffs = {
+            label(p.split(" - ")[1]): summary["paired"][p][metric]
+            for p in sorted(summary["paired"], key=lambda p: names.index(p.split(" - ")[1]))
+        }
+        if diffs:
+            figs[f"fig3_{metric}"] = plots.interval_figure(
+                diffs,
+                f"Figure 3: RLCD minus each run, {METRICS[metric][0]}",
+                f"Δ {METRICS[metric][0]}",
+            )
+    return figs
+
+
+def write_pngs(figs: Mapping, folder: Path) -> list[Path]:
+    """Each figure as ``folder/<name>.png`` (1000 x 560) when plotly can export images
+    (the ``kaleido`` package and a Chrome/Chromium, as in the dev extra); else nothing.
+    Returns the files written."""
+    import importlib.util
+
+    import plotly.io as pio
+
+    if not figs or importlib.util.find_spec("kaleido") is None:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{name}.png" for name in figs]
+    pio.write_images(list(figs.values()), paths, width=1000, height=560)
+    return paths
+
+
+def write_report(root: Path, seeds: Sequence[int], eps: float, title: str) -> dict:
+    """``summary.json``, ``report.md``, ``report.html`` (figures inlined) and
+    ``figures/<name>.png`` (:func:`write_pngs`) in ``root`` from the runs under it;
+    returns the summary."""
+    from markdown_it import MarkdownIt
+
+    summary, loaded = summarize_runs(root, seeds, eps)
+    summary["configs"] = {
+        f"seed-{s}/{p.parent.name}": json.loads(p.read_text())
+        for s in seeds
+        for p in sorted((root / f"seed-{s}").glob("*/config.json"))
+    }
+    atomic_write_text(root / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
+    md = report_markdown(summary, title)
+    atomic_write_text(root / "report.md", md)
+    figs = report_figures(summary, loaded)
+    write_pngs(figs, root / "figures")
+    body = MarkdownIt("commonmark").enable("table").render(md)
+    html_figs = [
+        f.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
+        for i, f in enumerate(figs.values())
+    ]
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;"
+        "padding:3px 8px;text-align:right}td:first-child{text-align:left}"
+    )
+    html = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+        f"<style>{style}</style></head><body>{body}<h2>Figures</h2>{''.join(html_figs)}"
+        "</body></html>"
+    )
+    atomic_write_text(root / "report.html", html)
+    return summary
+
+
+def readme_block(summary: Mapping) -> str:
+    """What the README shows for a shipped summary: the runs (Table 3 on aleatoric
+    tasks), then the paper's claims."""
+    aleatoric = any("jsd" in e for e in summary["runs"].values())
+    return (
+        (jsd_table(summary) if aleatoric else runs_table(summary)) + "\n" + findings_table(summary)
+    )
+
+
+BLOCK = re.compile(
+    r"(<!-- (\S+):begin \(generated from (\S+) by [^)]*\) -->\n)(.*?)(<!-- \2:end -->)", re.S
+)
+"""A generated README block: ``<!-- NAME:begin (generated from SUMMARY by ...) -->``."""
+
+
+def update_readme(readme: Path) -> str:
+    """The text of ``readme`` with every generated block rewritten from the summary it
+    names (paths relative to the README's folder); returns the new text (not written)."""
+    root = readme.parent
+
+    def fill(m: re.Match) -> str:
+        summary = json.loads((root / m.group(3)).read_text(encoding="utf-8"))
+        return m.group(1) + readme_block(summary) + m.group(5)
+
+    return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m rlcd_lab.report SUMMARY``: print both tables for a summary.json."""
-    (path,) = sys.argv[1:] if argv is None else argv
+    """``python -m rlcd_lab.report SUMMARY`` prints the README block of a summary.json;
+    ``python -m rlcd_lab.report --readme README.md`` rewrites the README's generated
+    blocks in place."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--readme"]:
+        readme = Path(args[1])
+        atomic_write_text(readme, update_readme(readme))
+        return
+    (path,) = args
     with open(path, encoding="utf-8") as f:
         summary = json.load(f)
-    sys.stdout.write(runs_table(summary) + "\n" + findings_table(summary))
+    sys.stdout.write(readme_block(summary))
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ better, so a negative ``a - b`` favours A).
 * :func:`sign_flip_test`: two-sided paired permutation (sign-flip) test of the mean
   difference (Fisher 1935; Good 2005, "Permutation, parametric and bootstrap tests of
   hypotheses", sec. 3.2), exact for small N, Monte Carlo otherwise.
-* :func:`paired_bootstrap_aurc` and :func:`sign_flip_test_aurc`: the same for a
-  whole-curve statistic (AURC), which is not an average of per-item values: each
-  replicate recomputes the AURC of both models on the resampled / swapped items.
+* :func:`paired_bootstrap_curve` and :func:`sign_flip_test_curve`: the same for a
+  whole-curve statistic (AURC, Cov@eps), which is not an average of per-item values:
+  computed per seed and averaged over seeds, each replicate resamples (or swaps) test
+  items jointly across seeds and recomputes the statistic for both models.
 
 All randomness comes from ``numpy.random.default_rng(seed)``; results are reproducible.
 """
@@ -76,8 +77,8 @@ def paired_bootstrap(
     the resampled differences ``d = a - b``; the CI is the ``(1 - level)/2`` and
     ``(1 + level)/2`` percentiles of the replicates (numpy's linear interpolation).
     ``stat`` gets the ``(R, N)`` replicate matrix with ``axis=1`` if it accepts that
-    keyword, one row at a time otherwise. Returns ``{"mean_diff": stat(a - b),
-    "ci_low", "ci_high"}`` (``mean_diff`` is ``stat`` of the observed differences, the mean
+    keyword, one row at a time otherwise. Returns ``{"diff": stat(a - b),
+    "ci_low", "ci_high"}`` (``diff`` is ``stat`` of the observed differences, the mean
     by default). Identical inputs give ``0`` and the CI ``[0, 0]``.
     Efron & Tibshirani (1993), "An introduction to the bootstrap", ch. 13 (percentile
     interval); Koehn (2004), paired bootstrap resampling.
@@ -91,7 +92,7 @@ def paired_bootstrap(
         idx = rng.integers(0, d.size, size=(min(chunk, n - start), d.size))
         reps.append(_apply_rows(stat, d[idx]))
     lo, hi = _percentile_ci(np.concatenate(reps), level)
-    return {"mean_diff": float(stat(d)), "ci_low": lo, "ci_high": hi}
+    return {"diff": float(stat(d)), "ci_low": lo, "ci_high": hi}
 
 
 def _all_signs(m: int) -> np.ndarray:
@@ -142,103 +143,140 @@ def sign_flip_test(
 
 
 # ---------------------------------------------------------------------------------------
-# AURC: a whole-curve statistic
+# Whole-curve statistics (AURC, Cov@eps), per seed, items resampled jointly across seeds
 # ---------------------------------------------------------------------------------------
 
+CurveStat = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""A whole-curve statistic of every row: ``(conf (R, N), correct (R, N)) -> (R,)``."""
 
-def _aurc_rows(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """AURC of every row of ``conf, correct (R, N)`` (same ranking rule as metrics.aurc)."""
+
+def _risks(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """Top-k error rates of every row, ``(R, N)`` (ranking rule of metrics.risk_coverage_curve)."""
     order = np.argsort(-conf, axis=1, kind="stable")
     errors = 1.0 - np.take_along_axis(correct, order, axis=1)
-    k = np.arange(1, conf.shape[1] + 1)
-    return (np.cumsum(errors, axis=1) / k).mean(axis=1)
+    return np.cumsum(errors, axis=1) / np.arange(1, conf.shape[1] + 1)
 
 
-def _paired_curves(
+def aurc_rows(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """AURC of every row (lower is better): :func:`rlcd_lab.metrics.aurc` row by row."""
+    return _risks(conf, correct).mean(axis=1)
+
+
+def cov_rows(eps: float, tol: float = 1e-12) -> CurveStat:
+    """Cov@eps of every row (higher is better): :func:`rlcd_lab.metrics.coverage_at_risk`
+    row by row (the largest ``k/N`` whose top-k error rate is ``<= eps``)."""
+
+    def stat(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
+        ok = _risks(conf, correct) <= eps + tol
+        n = conf.shape[1]
+        last = n - np.argmax(ok[:, ::-1], axis=1)  # largest k with risk_k <= eps
+        return np.where(ok.any(axis=1), last / n, 0.0)
+
+    return stat
+
+
+def _seed_curves(
     conf_a: ArrayLike, correct_a: ArrayLike, conf_b: ArrayLike, correct_b: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    ca, cb = _paired(conf_a, conf_b)
-    ra = to_numpy(correct_a).astype(bool).astype(np.float64).reshape(-1)
-    rb = to_numpy(correct_b).astype(bool).astype(np.float64).reshape(-1)
-    if ra.shape != ca.shape or rb.shape != cb.shape:
-        raise ValueError("confidence and correct arrays must all have the same length N")
-    return ca, ra, cb, rb
+    """The four arrays as ``(S, N)`` float64 (a ``(N,)`` input is one seed)."""
+    out = []
+    for x, is_correct in ((conf_a, 0), (correct_a, 1), (conf_b, 0), (correct_b, 1)):
+        arr = to_numpy(x)
+        arr = arr.astype(bool) if is_correct else arr
+        out.append(np.atleast_2d(arr.astype(np.float64)))
+    shapes = {a.shape for a in out}
+    if len(shapes) != 1:
+        raise ValueError(f"confidence and correct arrays must share one shape, got {shapes}")
+    if out[0].ndim != 2 or out[0].size == 0:
+        raise ValueError("need (N,) or (seeds, N) arrays with at least one item")
+    return out[0], out[1], out[2], out[3]
 
 
-def paired_bootstrap_aurc(
+def _seed_mean_diff(
+    stat: CurveStat, ca: np.ndarray, ra: np.ndarray, cb: np.ndarray, rb: np.ndarray
+) -> np.ndarray:
+    """``mean_s [stat(A_s) - stat(B_s)]`` for ``(S, R, N)`` arrays -> ``(R,)``."""
+    s, r, n = ca.shape
+    flat = [x.reshape(s * r, n) for x in (ca, ra, cb, rb)]
+    return (stat(flat[0], flat[1]) - stat(flat[2], flat[3])).reshape(s, r).mean(axis=0)
+
+
+def paired_bootstrap_curve(
     conf_a: ArrayLike,
     correct_a: ArrayLike,
     conf_b: ArrayLike,
     correct_b: ArrayLike,
+    stat: CurveStat = aurc_rows,
     n: int = 2000,
     seed: int = 0,
     level: float = 0.95,
 ) -> dict[str, float]:
-    """Paired percentile bootstrap of ``AURC(A) - AURC(B)``.
+    """Paired percentile bootstrap of a whole-curve statistic, ``stat(A) - stat(B)``,
+    computed per seed and averaged over seeds.
 
-    Shapes: four ``(N,)`` arrays paired by item (confidence and correctness of each
-    model). Each replicate draws ``N`` item indices with replacement (the same indices
-    for both models) and recomputes the whole-curve AURC of each model on the resample
-    (duplicated items keep their resampled order on confidence ties, as in
-    ``metrics.aurc``). Returns ``{"diff": AURC(A) - AURC(B), "aurc_a", "aurc_b",
-    "ci_low", "ci_high"}``. Lower AURC is better, so ``diff < 0`` favours A.
-    Geifman et al. 2019 (AURC); Efron & Tibshirani (1993), ch. 13.
+    Shapes: four ``(S, N)`` arrays (S seeds evaluated on the same N test items, aligned;
+    ``(N,)`` is one seed): confidence and correctness of each model. The statistic is
+    ``T = mean_s [stat(A_s) - stat(B_s)]`` (AURC by default; :func:`cov_rows` for
+    Cov@eps). Each replicate draws one set of ``N`` item indices with replacement and
+    applies it to every seed and both models (items resampled jointly across seeds, so
+    the unit of resampling is the test item), then recomputes ``T``. Duplicated items
+    keep their resampled order on confidence ties, as in ``metrics.aurc``. Returns
+    ``{"diff": T, "a": mean_s stat(A_s), "b": mean_s stat(B_s), "ci_low", "ci_high"}``.
+    For AURC lower is better (``diff < 0`` favours A); for Cov@eps higher is better.
+    Geifman et al. 2019 (AURC); OpenJev-RLCD sec. 5 (per-seed metrics averaged, items
+    resampled jointly across seeds); Efron & Tibshirani (1993), ch. 13.
     """
-    ca, ra, cb, rb = _paired_curves(conf_a, correct_a, conf_b, correct_b)
-    aurc_a = float(_aurc_rows(ca[None], ra[None])[0])
-    aurc_b = float(_aurc_rows(cb[None], rb[None])[0])
+    ca, ra, cb, rb = _seed_curves(conf_a, correct_a, conf_b, correct_b)
+    a, b = float(stat(ca, ra).mean()), float(stat(cb, rb).mean())
     rng = np.random.default_rng(seed)
     chunk = max(1, _CHUNK_ELEMS // ca.size)
     reps = []
     for start in range(0, n, chunk):
-        idx = rng.integers(0, ca.size, size=(min(chunk, n - start), ca.size))
-        reps.append(_aurc_rows(ca[idx], ra[idx]) - _aurc_rows(cb[idx], rb[idx]))
+        idx = rng.integers(0, ca.shape[1], size=(min(chunk, n - start), ca.shape[1]))
+        reps.append(_seed_mean_diff(stat, ca[:, idx], ra[:, idx], cb[:, idx], rb[:, idx]))
     lo, hi = _percentile_ci(np.concatenate(reps), level)
-    return {
-        "diff": aurc_a - aurc_b,
-        "aurc_a": aurc_a,
-        "aurc_b": aurc_b,
-        "ci_low": lo,
-        "ci_high": hi,
-    }
+    return {"diff": a - b, "a": a, "b": b, "ci_low": lo, "ci_high": hi}
 
 
-def sign_flip_test_aurc(
+def sign_flip_test_curve(
     conf_a: ArrayLike,
     correct_a: ArrayLike,
     conf_b: ArrayLike,
     correct_b: ArrayLike,
+    stat: CurveStat = aurc_rows,
     n: int = 2000,
     seed: int = 0,
     exact_max: int = EXACT_MAX,
 ) -> float:
-    """Two-sided paired permutation test of ``AURC(A) = AURC(B)`` by per-item swaps.
+    """Two-sided paired permutation test of ``stat(A) = stat(B)`` by per-item swaps.
 
-    Shapes: four ``(N,)`` arrays paired by item. Under H0 the two models are
-    exchangeable on each item, so each item's pair ``(conf, correct)`` of A may be swapped
-    with B's; the statistic ``T = AURC(A') - AURC(B')`` is recomputed on every swap
-    pattern. The p-value follows :func:`sign_flip_test`: exact enumeration of all
-    ``2^N`` swap patterns when ``N <= exact_max``, else ``(1 + #{|T*| >= |T|}) / (1 + n)``
-    over ``n`` random patterns from ``default_rng(seed)``. This assumes both models'
-    confidences are on a comparable scale (both are probabilities). Identical inputs give
-    ``p = 1``. Smaller p is stronger evidence of a difference.
-    Good (2005), sec. 3.2 (paired permutation tests); Geifman et al. 2019 (AURC).
+    Shapes and statistic as in :func:`paired_bootstrap_curve`. Under H0 the two models are
+    exchangeable on each item, so item i's ``(conf, correct)`` of A may be swapped with
+    B's; one swap pattern applies to every seed (jointly, like the bootstrap's items) and
+    ``T = mean_s [stat(A'_s) - stat(B'_s)]`` is recomputed. The p-value follows
+    :func:`sign_flip_test`: exact enumeration of all ``2^N`` swap patterns when
+    ``N <= exact_max``, else ``(1 + #{|T*| >= |T|}) / (1 + n)`` over ``n`` random
+    patterns from ``default_rng(seed)``. Both models' confidences must be on a comparable
+    scale (both are probabilities). Identical inputs give ``p = 1``. Smaller p is stronger
+    evidence of a difference. Good (2005), sec. 3.2; Geifman et al. 2019 (AURC).
     """
-    ca, ra, cb, rb = _paired_curves(conf_a, correct_a, conf_b, correct_b)
-    t_obs = float(_aurc_rows(ca[None], ra[None])[0] - _aurc_rows(cb[None], rb[None])[0])
+    ca, ra, cb, rb = _seed_curves(conf_a, correct_a, conf_b, correct_b)
+    t_obs = float(_seed_mean_diff(stat, ca[:, None], ra[:, None], cb[:, None], rb[:, None])[0])
 
-    def t_of(swap: np.ndarray) -> np.ndarray:  # swap (R, N) booleans
-        conf_a2, conf_b2 = np.where(swap, cb, ca), np.where(swap, ca, cb)
-        corr_a2, corr_b2 = np.where(swap, rb, ra), np.where(swap, ra, rb)
-        return _aurc_rows(conf_a2, corr_a2) - _aurc_rows(conf_b2, corr_b2)
+    def t_of(swap: np.ndarray) -> np.ndarray:  # swap (R, N) booleans, the same for each seed
+        w = swap[None]
+        a2 = np.where(w, cb[:, None], ca[:, None]), np.where(w, rb[:, None], ra[:, None])
+        b2 = np.where(w, ca[:, None], cb[:, None]), np.where(w, ra[:, None], rb[:, None])
+        return _seed_mean_diff(stat, a2[0], a2[1], b2[0], b2[1])
 
+    items = ca.shape[1]
     chunk = max(1, _CHUNK_ELEMS // ca.size)
-    if ca.size <= exact_max:
-        swaps = _all_signs(ca.size) < 0
+    if items <= exact_max:
+        swaps = _all_signs(items) < 0
         t_null = np.concatenate([t_of(swaps[i : i + chunk]) for i in range(0, len(swaps), chunk)])
         return _p_value(t_obs, t_null, exact=True)
     rng = np.random.default_rng(seed)
     t_null = np.concatenate(
-        [t_of(rng.random((min(chunk, n - s), ca.size)) < 0.5) for s in range(0, n, chunk)]
+        [t_of(rng.random((min(chunk, n - s), items)) < 0.5) for s in range(0, n, chunk)]
     )
     return _p_value(t_obs, t_null, exact=False)

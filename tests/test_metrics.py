@@ -115,8 +115,8 @@ def ref_temperature_nll(z, y, T):
 
 def ref_jsd(p, q):
     m = [(a + b) / 2 for a, b in zip(p, q, strict=True)]
-    kl_pm = sum(a * math.log(a / c) for a, c in zip(p, m, strict=True) if a > 0)
-    kl_qm = sum(b * math.log(b / c) for b, c in zip(q, m, strict=True) if b > 0)
+    kl_pm = sum(a * math.log2(a / c) for a, c in zip(p, m, strict=True) if a > 0)  # bits
+    kl_qm = sum(b * math.log2(b / c) for b, c in zip(q, m, strict=True) if b > 0)
     return 0.5 * kl_pm + 0.5 * kl_qm
 
 
@@ -419,19 +419,19 @@ def test_jsd_matches_brute_force_with_zeros(k):
     assert got.tolist() == pytest.approx(ref, rel=1e-12, abs=1e-15)
     assert M.mean_jsd(p, q) == pytest.approx(sum(ref) / 20)
     np.testing.assert_allclose(M.jsd(q, p), got)  # symmetric
-    assert np.all(got >= 0) and np.all(got <= math.log(2) + 1e-15)
+    assert np.all(got >= 0) and np.all(got <= 1.0 + 1e-15)  # bits
 
 
 def test_jsd_known_values():
     p = np.array([[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]])
     assert M.jsd(p, p).tolist() == [0.0, 0.0]
-    # disjoint supports: m = p/2 + q/2, each KL = log 2 -> JSD = log 2
-    assert M.jsd([[1.0, 0.0]], [[0.0, 1.0]])[0] == pytest.approx(math.log(2))
-    assert M.jsd([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]) == pytest.approx(math.log(2))
+    # disjoint supports: m = p/2 + q/2, each KL = 1 bit -> JSD = 1 bit
+    assert M.jsd([[1.0, 0.0]], [[0.0, 1.0]])[0] == pytest.approx(1.0)  # bits
+    assert M.jsd([0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]) == pytest.approx(1.0)
     # p = (1, 0), q = (1/2, 1/2): m = (3/4, 1/4)
-    # KL(p||m) = log(4/3); KL(q||m) = 1/2 log(2/3) + 1/2 log 2 = 1/2 log(4/3)
-    # JSD = 1/2 log(4/3) + 1/4 log(4/3) = 3/4 log(4/3)
-    assert M.jsd([1.0, 0.0], [0.5, 0.5]) == pytest.approx(0.75 * math.log(4 / 3))
+    # KL(p||m) = log2(4/3); KL(q||m) = 1/2 log2(2/3) + 1/2 log2 2 = 1/2 log2(4/3)
+    # JSD = 1/2 log2(4/3) + 1/4 log2(4/3) = 3/4 log2(4/3) bits
+    assert M.jsd([1.0, 0.0], [0.5, 0.5]) == pytest.approx(0.75 * math.log2(4 / 3))
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from rlcd_lab.assets import ASSETS
-from rlcd_lab.report import findings_table, runs_table, verdict
+from rlcd_lab.report import findings_table, readme_block, verdict
 
 README = ASSETS.parent / "README.md"
 
@@ -31,11 +31,12 @@ def test_verdicts(lo, hi, direction, expected):
 
 def summary_of(acc, T, cov) -> dict:
     runs = {
-        name: {"accuracy": {"mean": a}, "T": {"mean": t}, "cov_at_eps": {"mean": c}}
+        name: {"accuracy": {"mean": a}, "T": {"mean": t, "sd": None}, "cov_at_eps": {"mean": c}}
         for name, a, t, c in zip(("reinforce", "grpo", "rft-kl"), acc, T, cov, strict=True)
     }
-    d = {"mean_diff": -0.02, "ci_low": -0.05, "ci_high": -0.001, "p": 0.03}
-    return {"eps": 0.05, "runs": runs, "paired": {"reinforce - grpo": {"aurc": d}}}
+    d = {"diff": -0.02, "ci_low": -0.05, "ci_high": -0.001, "p": 0.03}
+    paired = {"reinforce - grpo": {"aurc": d}}
+    return {"eps": 0.05, "runs": runs, "paired": paired, "forks": {}}
 
 
 def test_findings_table_rows_by_hand():
@@ -46,23 +47,31 @@ def test_findings_table_rows_by_hand():
         "-0.020 [-0.050, -0.001], p = 0.03 | reproduces |"
     )
     # |log 1.3| = 0.26 is below |log 6| = 1.79 and |log 0.1| = 2.30: closest to 1
-    assert rows[3].endswith("| 1.30 / 6.00 / 0.10 (no CI) | reproduces: RLCD closest to 1 |")
-    assert rows[4].endswith("| 50% / 20% / 10% (no CI) | reproduces: RLCD highest |")
+    assert rows[3].endswith("| 1.300 / 6.000 / 0.100 | reproduces: RLCD closest to 1 |")
     worse = findings_table(summary_of((0.9, 0.9, 0.8), (3.0, 2.0, 4.0), (0.1, 0.2, 0.1)))
     assert "does not reproduce: RLCD not closest to 1" in worse
-    assert "does not reproduce: RLCD not highest" in worse
     capped = findings_table(summary_of((0.2, 0.2, 0.2), (50.0, 50.0, 37.0), (0.0, 0.0, 0.0)))
-    assert "| 50.00 / 50.00 / 37.00 (no CI) | does not reproduce: RLCD not closest to 1 |" in (
-        capped
-    )  # 50 is farther from 1 than 37
-    assert "| 0% / 0% / 0% (no CI) | not measurable at this scale: RLCD ties for highest |" in (
-        capped
-    )
+    # 50 is farther from 1 than 37
+    assert "| 50.000 / 50.000 / 37.000 | does not reproduce: RLCD not closest to 1 |" in capped
     tied = findings_table(summary_of((0.2, 0.2, 0.2), (50.0, 50.0, 50.0), (0.1, 0.0, 0.0)))
     assert "not measurable at this scale: RLCD ties for closest to 1" in tied
 
 
-def readme_block(name: str) -> str:
+def test_claims_use_the_matched_budget_baseline_when_it_exists():
+    summary = summary_of((0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1))
+    summary["runs"]["grpo-matched"] = summary["runs"]["grpo"] | {"T": {"mean": 9.0, "sd": 1.0}}
+    far = {"diff": 0.02, "ci_low": 0.01, "ci_high": 0.03, "p": 0.001}
+    summary["paired"]["reinforce - grpo-matched"] = {"aurc": far}
+    rows = findings_table(summary).splitlines()
+    assert rows[2].startswith("| RLCD vs GRPO+TS (matched budget): aurc |")
+    assert rows[2].endswith("| +0.020 [+0.010, +0.030], p = 0.001 | does not reproduce |")
+    assert (
+        "GRPO+TS (matched budget) / RFT+KL+TS | 1.4 / about 7 / about 7 | 1.300 / 9.000 ± 1.000"
+        in (rows[3])
+    )
+
+
+def block(name: str) -> str:
     text = README.read_text(encoding="utf-8")
     m = re.search(rf"<!-- {name}:begin.*?-->\n(.*?)<!-- {name}:end -->", text, re.S)
     assert m, f"README has no {name} block"
@@ -72,7 +81,7 @@ def readme_block(name: str) -> str:
 def test_readme_real_model_block_is_generated_from_the_shipped_summary():
     summary = json.loads((ASSETS / "results" / "mmlu-elementary_mathematics" / "summary.json")
                          .read_text())  # fmt: skip
-    assert readme_block("real-model") == runs_table(summary) + "\n" + findings_table(summary)
+    assert block("real-model") == readme_block(summary)
 
 
 def test_shipped_real_model_summary_recomputes_from_its_dumps():

@@ -12,15 +12,9 @@ import pytest
 
 from rlcd_lab import metrics, stats
 from rlcd_lab.io import atomic_write_jsonl, read_jsonl
-from rlcd_lab.reproduce import (
-    FORKS,
-    ReproduceConfig,
-    plan,
-    run_job,
-    summarize_runs,
-    timed_job,
-    write_report,
-)
+from rlcd_lab.report import write_report
+from rlcd_lab.reproduce import ReproduceConfig, plan, run_job, timed_job
+from rlcd_lab.results import FORKS, summarize_runs
 
 
 def by_name(wave):
@@ -142,21 +136,37 @@ def test_summary_numbers_match_metrics_and_stats_on_fabricated_dumps(tmp_path):
         for name in ("reinforce", "grpo")
     }
     res = summary["paired"]["reinforce - grpo"]["brier"]
-    assert res["mean_diff"] == pytest.approx(float((item["reinforce"] - item["grpo"]).mean()))
-    assert res["p"] == stats.sign_flip_test(item["reinforce"], item["grpo"])
+    assert res["diff"] == pytest.approx(float((item["reinforce"] - item["grpo"]).mean()))
+    assert res["p"] == stats.sign_flip_test(item["reinforce"], item["grpo"], n=2000)
+    # AURC: per-seed AURC averaged over seeds, items resampled jointly across seeds
+    conf = {
+        name: np.array([ts_probs(s, name).max(1) for s in seeds]) for name in ("reinforce", "grpo")
+    }
+    ok = {
+        name: np.array([ts_probs(s, name).argmax(1) == labels for s in seeds]).astype(float)
+        for name in ("reinforce", "grpo")
+    }
+    aurc = summary["paired"]["reinforce - grpo"]["aurc"]
+    ref = stats.paired_bootstrap_curve(conf["reinforce"], ok["reinforce"], conf["grpo"], ok["grpo"])
+    assert (aurc["diff"], aurc["ci_low"], aurc["ci_high"]) == (
+        ref["diff"],
+        ref["ci_low"],
+        ref["ci_high"],
+    )
     # Table 2: the change of each fork relative to the stage-1 run of the same seed
     delta = [
         metrics.aurc(*metrics.confidence_and_correct(ts_probs(s, "readout-only"), labels))
         - metrics.aurc(*metrics.confidence_and_correct(ts_probs(s, "calibrate"), labels))
         for s in seeds
     ]
-    assert summary["forks"]["readout-only"]["aurc"]["mean"] == pytest.approx(np.mean(delta))
+    assert summary["forks"]["readout-only"]["aurc"]["diff"] == pytest.approx(np.mean(delta))
     assert json.loads((tmp_path / "summary.json").read_text())["eps"] == 0.1
     md = (tmp_path / "report.md").read_text()
-    assert "Table 1" in md and "Table 2" in md and "reinforce - grpo" in md
+    assert "Table 1" in md and "Table 2" in md and "| GRPO+TS |" in md
     html = (tmp_path / "report.html").read_text()
     assert "<table>" in html and "<script src=" not in html  # plotly inlined: no CDN
-    assert html.count('class="plotly-graph-div"') == 1 + 3  # risk-coverage + Table 1 runs
+    # risk-coverage (Figure 2) + Brier and AURC differences (Figure 3); no logs: no Figure 1
+    assert html.count('class="plotly-graph-div"') == 3
 
 
 def test_summarize_skips_runs_missing_a_seed(tmp_path):

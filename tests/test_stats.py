@@ -18,7 +18,7 @@ from rlcd_lab import stats as S
 def test_bootstrap_identical_inputs_give_zero_and_a_zero_ci():
     a = np.random.default_rng(0).normal(size=50)
     out = S.paired_bootstrap(a, a.copy(), n=500)
-    assert out == {"mean_diff": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    assert out == {"diff": 0.0, "ci_low": 0.0, "ci_high": 0.0}
 
 
 def test_bootstrap_matches_a_loop_reference_with_the_same_draws():
@@ -30,7 +30,7 @@ def test_bootstrap_matches_a_loop_reference_with_the_same_draws():
     idx = ref_rng.integers(0, 30, size=(300, 30))
     d = [a[i] - b[i] for i in range(30)]
     reps = [sum(d[j] for j in row) / 30 for row in idx]
-    assert out["mean_diff"] == pytest.approx(sum(d) / 30)
+    assert out["diff"] == pytest.approx(sum(d) / 30)
     assert out["ci_low"] == pytest.approx(float(np.percentile(reps, 2.5)))
     assert out["ci_high"] == pytest.approx(float(np.percentile(reps, 97.5)))
     # deterministic for a seed; torch tensors accepted
@@ -44,7 +44,7 @@ def test_bootstrap_custom_stat_with_and_without_axis():
     without_axis = S.paired_bootstrap(a, b, n=200, seed=3, stat=lambda x: float(np.mean(x)))
     assert without_axis == pytest.approx(with_axis)
     med = S.paired_bootstrap(a, b, n=200, seed=3, stat=np.median)
-    assert med["mean_diff"] == pytest.approx(float(np.median(a - b)))
+    assert med["diff"] == pytest.approx(float(np.median(a - b)))
     assert med["ci_low"] <= med["ci_high"]
 
 
@@ -146,20 +146,20 @@ def simulate_model(rng, n, skill):
 def test_aurc_bootstrap_identical_and_observed_values():
     rng = np.random.default_rng(0)
     conf, correct = simulate_model(rng, 60, 1.0)
-    out = S.paired_bootstrap_aurc(conf, correct, conf, correct, n=200)
+    out = S.paired_bootstrap_curve(conf, correct, conf, correct, n=200)
     assert out["diff"] == 0.0 and out["ci_low"] == 0.0 and out["ci_high"] == 0.0
     conf_b, correct_b = simulate_model(rng, 60, 0.0)
-    out = S.paired_bootstrap_aurc(conf, correct, conf_b, correct_b, n=200)
-    assert out["aurc_a"] == M.aurc(conf, correct)
-    assert out["aurc_b"] == M.aurc(conf_b, correct_b)
-    assert out["diff"] == pytest.approx(out["aurc_a"] - out["aurc_b"])
+    out = S.paired_bootstrap_curve(conf, correct, conf_b, correct_b, n=200)
+    assert out["a"] == M.aurc(conf, correct)
+    assert out["b"] == M.aurc(conf_b, correct_b)
+    assert out["diff"] == pytest.approx(out["a"] - out["b"])
 
 
 def test_aurc_bootstrap_matches_a_loop_reference():
     rng = np.random.default_rng(1)
     ca, ra = simulate_model(rng, 25, 2.0)
     cb, rb = simulate_model(rng, 25, 0.5)
-    out = S.paired_bootstrap_aurc(ca, ra, cb, rb, n=100, seed=5)
+    out = S.paired_bootstrap_curve(ca, ra, cb, rb, n=100, seed=5)
     idx = np.random.default_rng(5).integers(0, 25, size=(100, 25))
     reps = [M.aurc(ca[i], ra[i]) - M.aurc(cb[i], rb[i]) for i in idx]
     assert out["ci_low"] == pytest.approx(float(np.percentile(reps, 2.5)))
@@ -178,7 +178,7 @@ def test_aurc_bootstrap_ci_covers_the_population_difference():
         rng = np.random.default_rng(rep)
         ca, ra = simulate_model(rng, 300, 2.0)
         cb, rb = simulate_model(rng, 300, 0.0)
-        out = S.paired_bootstrap_aurc(ca, ra, cb, rb, n=400, seed=rep)
+        out = S.paired_bootstrap_curve(ca, ra, cb, rb, n=400, seed=rep)
         misses += not (out["ci_low"] <= truth <= out["ci_high"])
     # AURC is slightly biased at finite N, so allow more than the nominal ~1.25 misses
     assert misses <= 5
@@ -191,7 +191,7 @@ def test_aurc_swap_test_hand_worked_and_enumeration():
     # swap item 1: A' (1, 1) -> 0, B' (0, 0) -> 1: T = -1; swap both: T = 1/2
     # all four |T*| >= 1/2 -> p = 1
     conf = [0.9, 0.8]
-    assert S.sign_flip_test_aurc(conf, [1, 0], conf, [0, 1]) == 1.0
+    assert S.sign_flip_test_curve(conf, [1, 0], conf, [0, 1]) == 1.0
     # brute-force enumeration of every swap pattern on a random small case
     rng = np.random.default_rng(2)
     ca, ra = simulate_model(rng, 9, 3.0)
@@ -203,17 +203,75 @@ def test_aurc_swap_test_hand_worked_and_enumeration():
         ta = M.aurc(np.where(s, cb, ca), np.where(s, rb, ra))
         tb = M.aurc(np.where(s, ca, cb), np.where(s, ra, rb))
         hits += abs(ta - tb) >= t_obs - 1e-12
-    assert S.sign_flip_test_aurc(ca, ra, cb, rb) == pytest.approx(hits / 2**9)
+    assert S.sign_flip_test_curve(ca, ra, cb, rb) == pytest.approx(hits / 2**9)
 
 
 def test_aurc_swap_test_identical_and_large_shift():
     rng = np.random.default_rng(3)
     conf, correct = simulate_model(rng, 80, 1.0)
-    assert S.sign_flip_test_aurc(conf, correct, conf, correct, n=300) == 1.0
+    assert S.sign_flip_test_curve(conf, correct, conf, correct, n=300) == 1.0
     # same correctness; A ranks every correct item first, B ranks every error first
     correct = rng.random(150) < 0.6
     good = np.where(correct, 0.9, 0.5) + rng.uniform(0, 0.05, 150)
     bad = np.where(correct, 0.5, 0.9) + rng.uniform(0, 0.05, 150)
-    p = S.sign_flip_test_aurc(good, correct, bad, correct, n=500)
+    p = S.sign_flip_test_curve(good, correct, bad, correct, n=500)
     assert p < 0.01
     assert p == 1 / 501  # no random swap pattern gets close
+
+
+def test_curve_stats_per_row_equal_the_metrics():
+    rng = np.random.default_rng(4)
+    conf = rng.random((30, 12)).round(1)  # ties, to exercise the stable ranking
+    correct = rng.random((30, 12)) < 0.6
+    correct[0] = False  # Cov@eps = 0 when even the top item is wrong
+    aurc = S.aurc_rows(conf, correct.astype(float))
+    cov = S.cov_rows(0.2)(conf, correct.astype(float))
+    for i in range(30):
+        assert aurc[i] == pytest.approx(M.aurc(conf[i], correct[i]), abs=1e-15)
+        assert cov[i] == M.coverage_at_risk(conf[i], correct[i], 0.2)
+
+
+def test_curve_bootstrap_resamples_items_jointly_across_seeds():
+    # 3 seeds on the same 20 items: statistic = mean over seeds of the per-seed difference,
+    # each replicate applies one item draw to every seed (loop reference)
+    rng = np.random.default_rng(6)
+    a = [simulate_model(rng, 20, 2.0) for _ in range(3)]
+    b = [simulate_model(rng, 20, 0.5) for _ in range(3)]
+    ca, ra = np.array([x[0] for x in a]), np.array([x[1] for x in a])
+    cb, rb = np.array([x[0] for x in b]), np.array([x[1] for x in b])
+    for stat, metric in (
+        (S.aurc_rows, M.aurc),
+        (S.cov_rows(0.25), lambda c, r: M.coverage_at_risk(c, r, 0.25)),
+    ):
+        out = S.paired_bootstrap_curve(ca, ra, cb, rb, stat=stat, n=150, seed=2)
+        per_seed = [metric(ca[s], ra[s]) - metric(cb[s], rb[s]) for s in range(3)]
+        assert out["diff"] == pytest.approx(np.mean(per_seed), abs=1e-12)
+        idx = np.random.default_rng(2).integers(0, 20, size=(150, 20))
+        reps = [
+            np.mean([metric(ca[s][i], ra[s][i]) - metric(cb[s][i], rb[s][i]) for s in range(3)])
+            for i in idx
+        ]
+        assert out["ci_low"] == pytest.approx(float(np.percentile(reps, 2.5)), abs=1e-12)
+        assert out["ci_high"] == pytest.approx(float(np.percentile(reps, 97.5)), abs=1e-12)
+
+
+def test_curve_swap_test_swaps_items_jointly_across_seeds():
+    rng = np.random.default_rng(7)
+    a = [simulate_model(rng, 8, 3.0) for _ in range(2)]
+    b = [simulate_model(rng, 8, -1.0) for _ in range(2)]
+    ca, ra = np.array([x[0] for x in a]), np.array([x[1] for x in a])
+    cb, rb = np.array([x[0] for x in b]), np.array([x[1] for x in b])
+
+    def t(swap):
+        s = np.array(swap)
+        return np.mean(
+            [
+                M.aurc(np.where(s, cb[k], ca[k]), np.where(s, rb[k], ra[k]))
+                - M.aurc(np.where(s, ca[k], cb[k]), np.where(s, ra[k], rb[k]))
+                for k in range(2)
+            ]
+        )
+
+    t_obs = abs(t([False] * 8))
+    hits = sum(abs(t(sw)) >= t_obs - 1e-12 for sw in itertools.product((False, True), repeat=8))
+    assert S.sign_flip_test_curve(ca, ra, cb, rb) == pytest.approx(hits / 2**8)
