@@ -53,7 +53,17 @@ class Serve:
     alias: tuple[str, ...] = ("jev-latest",)
     """Other names accepted for the model (the official client sends jev-latest)."""
     api_key: str | None = None
-    """Require 'Authorization: Bearer KEY' on /v1 calls; default: $RLCD_API_KEY, else none."""
+    """Require 'Authorization: Bearer KEY' on /v1 calls. Visible to other users in ps: set
+    RLCD_API_KEY instead (the default when this flag is left out; unset: no key)."""
+    allowed_host: tuple[str, ...] = ()
+    """Host header values accepted besides localhost, 127.0.0.1, [::1] and --host (DNS
+    rebinding guard): names clients use, *.domain, or * for any."""
+    limit_concurrency: int = 256
+    """At most this many open connections and requests in flight; beyond: 503 + Retry-After."""
+    timeout_keep_alive: float = 5.0
+    """Seconds an idle keep-alive connection stays open."""
+    timeout_request: float = 15.0
+    """Seconds for a whole request (headers and body) to arrive, else the connection closes."""
     mode: Literal["direct", "reason", "auto"] = "auto"
     """auto: answer directly, reason only when the direct confidence is below --threshold."""
     m: int = 4
@@ -62,6 +72,7 @@ class Serve:
     batching: bool = True
     """Dynamic batching of concurrent requests into shared forward passes."""
     max_wait_ms: float = 5.0
+    """Batching window: how long a request waits for others to join its batch (0..1000)."""
     device: str = "cpu"
 
 
@@ -361,6 +372,10 @@ def _run(cfg) -> None:
             name=cfg.name,
             aliases=cfg.alias,
             api_key=cfg.api_key,
+            allowed_hosts=cfg.allowed_host,
+            limit_concurrency=cfg.limit_concurrency,
+            timeout_keep_alive=cfg.timeout_keep_alive,
+            timeout_request=cfg.timeout_request,
             options=opts,
             batching=cfg.batching,
             max_wait_ms=cfg.max_wait_ms,
