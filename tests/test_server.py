@@ -17,12 +17,19 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import h11
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from rlcd_lab.decide import DecideOptions, DecisionModel
-from rlcd_lab.server import ServerLimits, build_server, create_app, default_checkpoint
+from rlcd_lab.decide import DecideOptions, Decision, DecisionError, DecisionModel
+from rlcd_lab.server import (
+    REQUEST_ID_HEADER,
+    ServerLimits,
+    build_server,
+    create_app,
+    default_checkpoint,
+)
 
 typesafe_sdk = pytest.importorskip("typesafe_sdk")
 from typesafe_sdk import (  # noqa: E402
@@ -434,3 +441,531 @@ def test_hostile_bodies_never_give_a_5xx(client):
     # still healthy and still right
     assert client.get("/health").status_code == 200
     assert client.post("/v1/systemone", json=body()).status_code == 200
+
+
+# --------------------------------------------------------------------------- hardening
+class Raw:
+    """One HTTP/1.1 connection driven by hand (h11), to see exactly what the server does
+    with it: keep-alive, closing, timeouts."""
+
+    def __init__(self, url: str, timeout: float = 10.0):
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.conn = h11.Connection(h11.CLIENT)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def request(self, method: str, path: str, body: bytes = b"", headers=()) -> tuple:
+        """Send one request, read its response: ``(status, headers, body)``; raises
+        ``ConnectionError`` when the server closes instead of answering."""
+        if self.conn.our_state is h11.DONE:
+            self.conn.start_next_cycle()
+        hdrs = [("Host", "127.0.0.1"), ("Content-Length", str(len(body))), *headers]
+        out = self.conn.send(h11.Request(method=method, target=path, headers=hdrs))
+        if body:
+            out += self.conn.send(h11.Data(data=body))
+        self.send(out + self.conn.send(h11.EndOfMessage()))
+        status, got, chunks = None, {}, []
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                data = self.sock.recv(65536)
+                if not data:
+                    raise ConnectionError("the server closed the connection without answering")
+                self.conn.receive_data(data)
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                got = {k.decode().lower(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return status, got, b"".join(chunks)
+
+    def closed_within(self, seconds: float) -> bool:
+        """Whether the server closes this connection within ``seconds`` (reading and
+        discarding whatever it sends first)."""
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.time()))
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except TimeoutError:
+                return False
+            except ConnectionResetError:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def post_raw(client, raw: bytes, **headers) -> httpx.Response:
+    return client.post(
+        "/v1/systemone", content=raw, headers={"content-type": "application/json", **headers}
+    )
+
+
+def stub(decider, decide_batch) -> DecisionModel:
+    """A copy of ``decider`` answering with ``decide_batch(self_real, requests, cancelled)``."""
+    dm = DecisionModel(decider.model, decider.tokenizer, decider.meta)
+    real = dm.decide_batch
+    dm.decide_batch = lambda requests, cancelled=None: decide_batch(real, requests, cancelled)
+    return dm
+
+
+def test_huge_integers_and_infinite_numbers_are_422_before_the_model(client, app):
+    """Python refuses int(text) beyond 4300 digits inside the JSON parser (was a 500, which
+    the official client retries twice); 1e999 parses to inf (a 500 after the model ran when
+    in a score level, shown to the model as "Infinity" in the state)."""
+    jobs = app.state.batcher.jobs
+    q = '{"q": {"type": "noul"}}'
+    cases = {
+        f'{{"model": "jev-latest", "state": {{"n": {"7" * 5000}}}, "questions": {q}}}': "digits",
+        f'{{"model": "jev-latest", "state": [{"1" * 101}], "questions": {q}}}': "101 digits",
+        f'{{"model": "jev-latest", "state": "1+1=2?", "questions": {q}, "x": -{"9" * 4301}}}': (
+            "digits"
+        ),
+        '{"model": "jev-latest", "state": "1+1=2?", "questions": {"q": {"type": "score", '
+        '"criteria": [{"level": 1e999}, "b"]}}}': "out of range",
+        '{"model": "jev-latest", "state": {"x": 1e999}, "questions": ' + q + "}": "out of range",
+        '{"model": "jev-latest", "state": [-1E+400], "questions": ' + q + "}": "out of range",
+        '{"model": "jev-latest", "state": "1+1=2?", "questions": '
+        + q
+        + ', "rlcd": {"threshold": 1e999}}': "out of range",
+    }
+    for raw, msg in cases.items():
+        resp = post_raw(client, raw.encode())
+        assert_error(resp, 422, ["body"], "json_invalid")
+        assert msg in resp.json()["detail"][0]["msg"], resp.text
+    assert app.state.batcher.jobs == jobs  # refused before any model work
+    ok = f'{{"model": "jev-latest", "state": {{"n": {"7" * 100}, "f": 1e300}}, "questions": {q}}}'
+    assert post_raw(client, ok.encode()).status_code == 200  # the limit is 100 digits
+
+
+def test_a_500_keeps_the_connection_usable(decider):
+    """An error answered by Starlette's outermost handler is re-raised to uvicorn, which then
+    drops the keep-alive connection: the next request on it got no reply."""
+
+    def flaky(real, requests, cancelled):
+        if requests[0][0] == "1+1=2?":
+            raise RuntimeError("boom")
+        if requests[0][0] == "2+2=4?":  # an answer that cannot be written as JSON
+            return [Decision({"q": {"type": "noul", "noul": float("nan")}}, {}, {})]
+        return real(requests, cancelled)
+
+    app = create_app(stub(decider, flaky), options=DecideOptions(mode="direct"))
+    good = json.dumps(body(state=STATES[0])).encode()
+    with running(app) as (url, _):
+        conn = Raw(url)
+        for bad_state in ["1+1=2?", "2+2=4?"]:
+            status, headers, content = conn.request(
+                "POST",
+                "/v1/systemone",
+                json.dumps(body(state=bad_state)).encode(),
+                [("Content-Type", "application/json")],
+            )
+            assert status == 500 and json.loads(content)["detail"][0]["type"] == "internal_error"
+            assert headers.get("connection") != "close"
+            status, _, content = conn.request(
+                "POST", "/v1/systemone", good, [("Content-Type", "application/json")]
+            )
+            assert status == 200, content
+        conn.close()
+
+
+def test_an_abandoned_upload_is_one_log_line(live, caplog):
+    caplog.set_level(logging.INFO, logger="rlcd_lab.server")
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addHandler(caplog.handler)
+    try:
+        conn = Raw(live)
+        conn.send(
+            b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer test-key-123"
+            b"\r\nContent-Length: 1000\r\n\r\n" + b'{"model": "jev-latest", "state": "'
+        )
+        time.sleep(0.2)
+        conn.close()
+        deadline = time.time() + 10
+        while time.time() < deadline and not any("abandoned" in r.message for r in caplog.records):
+            time.sleep(0.05)
+        time.sleep(0.2)
+    finally:
+        uvicorn_log.removeHandler(caplog.handler)
+    records = [r for r in caplog.records if r.name in ("rlcd_lab.server", "uvicorn.error")]
+    assert len(records) == 1, [r.getMessage() for r in records]
+    assert "abandoned" in records[0].message and "while sending its body" in records[0].message
+    assert records[0].levelno == logging.INFO and records[0].exc_info is None
+    assert httpx.get(f"{live}/health").status_code == 200
+
+
+def test_work_for_a_client_that_left_is_cancelled(decider, caplog):
+    """Queued: it never reaches the model. Running: the model's next step sees it."""
+    caplog.set_level(logging.INFO, logger="rlcd_lab.server")
+    release, seen, steps = threading.Event(), [], []
+
+    def slow(real, requests, cancelled):
+        seen.extend(state for state, _, _ in requests)
+        if requests[0][0] == "block":
+            release.wait(20)
+        if requests[0][0] == "long":
+            for step in range(200):  # a long reason-mode job, one step at a time
+                if cancelled(0):
+                    steps.append(step)
+                    break
+                time.sleep(0.02)
+        return real([(STATES[0], q, o) for _, q, o in requests], cancelled)
+
+    app = create_app(stub(decider, slow), options=DecideOptions(mode="direct"), batching=False)
+
+    def post(url: str, state: str, timeout: float = 30) -> httpx.Response:
+        return httpx.post(f"{url}/v1/systemone", json=body(state=state), timeout=timeout)
+
+    with running(app) as (url, _), ThreadPoolExecutor(2) as pool:
+        blocked = pool.submit(post, url, "block")
+        while "block" not in seen:
+            time.sleep(0.01)
+        with pytest.raises(httpx.TimeoutException):  # queued behind "block", then gone
+            post(url, "gone", timeout=0.5)
+        deadline = time.time() + 10
+        while time.time() < deadline and not any("abandoned" in r.message for r in caplog.records):
+            time.sleep(0.02)
+        release.set()
+        assert blocked.result().status_code == 200
+        assert post(url, STATES[1]).status_code == 200
+        assert "gone" not in seen  # the queued request never reached the model
+        t0 = time.perf_counter()
+        with pytest.raises(httpx.TimeoutException):
+            post(url, "long", timeout=0.5)
+        assert post(url, STATES[2]).status_code == 200
+        assert time.perf_counter() - t0 < 3.0  # not the 4 s the abandoned job would take
+        assert steps and steps[0] < 100  # it stopped at a step soon after the client left
+    abandoned = [r for r in caplog.records if "abandoned" in r.message]
+    assert len(abandoned) == 2 and all(r.exc_info is None for r in abandoned)
+
+
+def test_decide_batch_skips_cancelled_requests(decider, monkeypatch):
+    import rlcd_lab.decide as decide_mod
+
+    opts = DecideOptions(mode="direct")
+    out = decider.decide_batch(
+        [(STATES[0], QUESTIONS, opts), (STATES[1], QUESTIONS, opts)], lambda i: i == 1
+    )
+    assert close(out[0].answers, decider.decide(STATES[0], QUESTIONS, mode="direct").answers)
+    assert isinstance(out[1], DecisionError) and "cancelled" in out[1].msg
+    calls = []
+    real = decide_mod.sample_rationales
+    monkeypatch.setattr(
+        decide_mod, "sample_rationales", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    checks = iter([False])  # alive when planned, gone before the reason phase
+    out = decider.decide_batch(
+        [(STATES[0], QUESTIONS, DecideOptions(mode="reason", m=2))], lambda i: next(checks, True)
+    )
+    assert isinstance(out[0], DecisionError) and calls == []
+    out = decider.decide_batch([(STATES[0], QUESTIONS, DecideOptions(mode="reason", m=2))])
+    assert not isinstance(out[0], DecisionError) and calls == [1]  # the hook, not the mode
+
+
+def test_texts_are_measured_in_characters_before_tokenising(client, app, decider):
+    jobs = app.state.batcher.jobs
+    calls = []
+    real = decider._encode
+    decider._encode = lambda text: calls.append(len(text)) or real(text)
+    try:
+        resp = client.post("/v1/systemone", json=body(state="1" * 300_000))
+        assert_error(resp, 422, ["body", "state"], "too_long")
+        assert "300000 characters" in resp.json()["detail"][0]["msg"]
+        resp = client.post("/v1/systemone", json=body(state=[[]] * 50_000))  # 200k as JSON
+        assert_error(resp, 422, ["body", "state"], "too_long")
+        long_q = {"q": {"type": "noul", "instructions": "x" * 20_000}}
+        resp = client.post("/v1/systemone", json=body(questions=long_q))
+        assert_error(resp, 422, ["body", "questions", "q"], "too_long")
+    finally:
+        del decider._encode
+    assert calls == [] and app.state.batcher.jobs == jobs
+
+
+def test_the_event_loop_answers_while_a_body_of_tiny_nodes_is_parsed(decider):
+    """750 KB of empty arrays: parsed in a worker thread, with the loaded model's objects
+    frozen out of the garbage collector (before: /health waited 1.1 s)."""
+    raw = b'{"model": "jev-latest", "state": [' + b",".join([b"[]"] * 250_000) + b"]}"
+    waits: list[float] = []
+
+    def poll(live: str) -> None:
+        with httpx.Client(base_url=live) as h:
+            h.get("/health")
+            t_end = time.time() + 1.5
+            while time.time() < t_end:
+                t0 = time.perf_counter()
+                assert h.get("/health").status_code == 200
+                waits.append(time.perf_counter() - t0)
+                time.sleep(0.005)
+
+    app = create_app(decider, options=DecideOptions(mode="direct"))  # 1 MiB bodies
+    with running(app) as (live, _), ThreadPoolExecutor(1) as pool:
+        polling = pool.submit(poll, live)
+        time.sleep(0.1)
+        for _ in range(3):
+            resp = httpx.post(
+                f"{live}/v1/systemone",
+                content=raw,
+                headers={"content-type": "application/json"},
+                timeout=30,
+            )
+            assert resp.status_code == 422
+        polling.result()
+    assert max(waits) < 0.5, sorted(waits)[-5:]
+
+
+def test_connection_timeouts(app, caplog):
+    """Idle, slow-header and slow-body connections are closed (they were held forever)."""
+    caplog.set_level(logging.INFO, logger="rlcd_lab.server")
+    with running(app, timeout_request=0.5, timeout_keep_alive=0.3) as (url, server):
+        idle, slow_head, slow_body, kept = Raw(url), Raw(url), Raw(url), Raw(url)
+        slow_head.send(b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        slow_body.send(
+            b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer test-key-123"
+            b"\r\nContent-Length: 500\r\n\r\n{"
+        )
+        status, headers, _ = kept.request("GET", "/health")
+        assert status == 200 and len(headers[REQUEST_ID_HEADER]) == 32
+        for conn in (idle, slow_head, slow_body, kept):
+            assert conn.closed_within(5)
+            conn.close()
+        while server.server_state.connections:
+            time.sleep(0.01)
+        fast = Raw(url)
+        for _ in range(3):  # a client that keeps sending keeps its connection
+            assert fast.request("GET", "/health")[0] == 200
+            time.sleep(0.1)
+        fast.close()
+    assert sum("abandoned" in r.message for r in caplog.records) == 1  # the slow body
+
+
+def test_beyond_capacity_a_503_with_retry_after(app):
+    with running(app, timeout_request=30) as (url, server):
+        app.state.capacity.limit = 2
+        try:
+            idle = [Raw(url), Raw(url)]
+            while len(server.server_state.connections) < 2:
+                time.sleep(0.01)
+            resp = httpx.get(f"{url}/health")
+            assert_error(resp, 503, [], "overloaded")
+            assert resp.headers["retry-after"] == "1" and resp.headers[REQUEST_ID_HEADER]
+            for conn in idle:
+                conn.close()
+            while server.server_state.connections:
+                time.sleep(0.01)
+            assert httpx.get(f"{url}/health").status_code == 200
+        finally:
+            app.state.capacity.limit = None
+
+
+def test_in_flight_requests_beyond_capacity_get_a_503(decider):
+    release = threading.Event()
+
+    def slow(real, requests, cancelled):
+        release.wait(20)
+        return real(requests, cancelled)
+
+    app = create_app(stub(decider, slow), options=DecideOptions(mode="direct"), limit_concurrency=1)
+
+    async def go() -> tuple:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+            first = asyncio.ensure_future(c.post("/v1/systemone", json=body()))
+            await asyncio.sleep(0.3)
+            second = await c.post("/v1/systemone", json=body())
+            release.set()
+            return await first, second
+
+    first, second = asyncio.run(go())
+    assert first.status_code == 200
+    assert_error(second, 503, [], "overloaded")
+    assert second.headers["retry-after"] == "1"
+
+
+def test_sdk_request_ids_zstd_and_single_option_questions(live, decider):
+    pytest.importorskip("backports.zstd")
+    from typesafe_sdk import TypeSafeAPIError
+
+    long = "Answer about the arithmetic. " * 60  # >= 1 KiB: the SDK sends zstd
+    with sdk(live) as c:
+        r = c.system_one(
+            state=STATES[2],
+            questions={
+                "right": Noul(instructions=long),
+                "only": Choice(criteria={"Y": "the one label"}),
+                "level": Score(criteria=["the one level"]),
+            },
+        )
+        assert r.raw_http_response.request.headers.get("content-encoding") == "zstd"
+        assert len(r.request_id) == 32 and int(r.request_id, 16) >= 0
+        with pytest.raises(TypeSafeAPIError) as err:
+            c.system_one(state=STATES[0], questions={"q": Noul(instructions="?")}, model="x")
+        assert err.value.request_id and err.value.request_id != r.request_id
+    assert r.choices["only"].choice == "Y" and r.choices["only"].confidence == 1.0
+    assert r.choices["only"].probabilities == {"Y": 1.0}
+    assert r.scores["level"].score == 0.0 and r.scores["level"].probabilities == {0: 1.0}
+    assert r.scores["level"].confidence == 1.0
+    want = decider.decide(STATES[2], {"q": {"type": "noul"}}).answers["q"]["noul"]
+    assert r.nouls["right"].noul == pytest.approx(want, abs=1e-9)
+    assert list(r.raw_http_response.json()["answers"]) == ["right", "only", "level"]
+
+
+def test_zstd_and_gzip_bodies_are_bounded(client):
+    from backports import zstd
+
+    raw = json.dumps(body()).encode()
+    for encoding, packed in [("zstd", zstd.compress(raw)), ("gzip", gzip.compress(raw))]:
+        assert post_raw(client, packed, **{"content-encoding": encoding}).status_code == 200
+        resp = post_raw(client, packed + packed, **{"content-encoding": encoding})
+        assert_error(resp, 422, ["body"], "decompression_error")
+        assert "trailing data" in resp.json()["detail"][0]["msg"]
+        resp = post_raw(client, packed[:-4], **{"content-encoding": encoding})
+        assert_error(resp, 422, ["body"], "decompression_error")
+    bomb = zstd.compress(json.dumps(body(state="1" * 500_000)).encode())
+    assert_error(post_raw(client, bomb, **{"content-encoding": "zstd"}), 413, ["body"])
+    wide = zstd.ZstdCompressor(options={zstd.CompressionParameter.window_log: 27})
+    frame = wide.compress(raw, mode=zstd.ZstdCompressor.FLUSH_FRAME)  # no size: 128 MiB window
+    resp = post_raw(client, frame, **{"content-encoding": "zstd"})
+    assert resp.status_code in (200, 422)  # small frames may shrink the window; never a 5xx
+
+
+def test_content_type_and_host_are_checked(decider):
+    app = create_app(decider, options=DecideOptions(mode="direct"), allowed_hosts=["localhost"])
+    with TestClient(app, base_url="http://localhost") as c:
+        raw = json.dumps(body()).encode()
+        resp = c.post("/v1/systemone", content=raw)  # no Content-Type: was read as JSON
+        assert_error(resp, 415, ["header", "content-type"], "unsupported_media_type")
+        assert "no Content-Type" in resp.json()["detail"][0]["msg"]
+        for ctype in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"]:
+            resp = c.post("/v1/systemone", content=raw, headers={"content-type": ctype})
+            assert resp.status_code == 415
+        ok = c.post("/v1/systemone", content=raw, headers={"content-type": "application/json"})
+        assert ok.status_code == 200
+        resp = c.get("/health", headers={"host": "attacker.example"})  # DNS rebinding
+        assert resp.status_code == 400 and resp.headers[REQUEST_ID_HEADER]
+        assert c.get("/health", headers={"host": "localhost:8000"}).status_code == 200
+
+
+def test_serve_checks_its_arguments_before_loading(monkeypatch, caplog):
+    import rlcd_lab.server as server_mod
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the checkpoint must not be loaded")
+
+    monkeypatch.setattr(server_mod.DecisionModel, "from_checkpoint", no_load)
+    monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
+    bad = [
+        ({"max_wait_ms": float("inf")}, "max_wait_ms"),
+        ({"max_wait_ms": float("nan")}, "max_wait_ms"),
+        ({"max_wait_ms": -1.0}, "max_wait_ms"),
+        ({"max_batch": 0}, "max_batch"),
+        ({"port": 70_000}, "port"),
+        ({"limit_concurrency": 0}, "limit_concurrency"),
+        ({"timeout_request": float("inf")}, "timeout_request"),
+        ({"timeout_keep_alive": 0.0}, "timeout_keep_alive"),
+        ({"options": DecideOptions(threshold=float("nan"))}, "threshold"),
+        ({"options": DecideOptions(m=0)}, "m must"),
+        ({"allowed_hosts": ["a*b"]}, "allowed host"),
+        ({"device": "warp-drive"}, "device"),
+        ({"api_key": "two words"}, "API key"),
+        ({"host": ""}, "host"),
+        ({"name": ""}, "model names"),
+        ({"limits": ServerLimits(max_depth=0)}, "max_depth"),
+    ]
+    for kwargs, msg in bad:
+        with pytest.raises(ValueError, match=msg) as err:
+            server_mod.serve(**kwargs)
+        assert "\n" not in str(err.value)
+    monkeypatch.delenv("RLCD_API_KEY", raising=False)
+    caplog.set_level(logging.WARNING, logger="rlcd_lab.server")
+    with pytest.raises(AssertionError, match="must not be loaded"):
+        server_mod.serve(host="0.0.0.0")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "without an API key" in warnings[0]
+    caplog.clear()
+    monkeypatch.setenv("RLCD_API_KEY", "secret")
+    with pytest.raises(AssertionError, match="must not be loaded"):
+        server_mod.serve(host="0.0.0.0")
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_the_command_line_reports_a_bad_flag_in_one_line(monkeypatch, capsys):
+    import rlcd_lab.server as server_mod
+    from rlcd_lab.cli import main
+
+    monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
+    with pytest.raises(SystemExit) as err:
+        main(["serve", "--max-wait-ms", "inf"])
+    said = f"{err.value.code if not isinstance(err.value.code, int) else ''}"
+    said += capsys.readouterr().err
+    assert "max_wait_ms" in said and "inf" in said and said.strip().count("\n") == 0
+
+
+def test_serve_accepts_loopback_names_and_the_bound_host(monkeypatch):
+    import rlcd_lab.server as server_mod
+
+    seen = {}
+
+    def fake_create_app(checkpoint, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(server_mod, "create_app", fake_create_app)
+    monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
+    with pytest.raises(RuntimeError, match="stop here"):
+        server_mod.serve(host="::1", allowed_hosts=["lab.example"])
+    assert seen["allowed_hosts"] == ["localhost", "127.0.0.1", "[::1]", "[::1]", "lab.example"]
+    assert seen["limit_concurrency"] == 256
+
+
+def test_cost_budget_is_a_clear_422(decider):
+    limits = ServerLimits(max_prompt_chars=2_000, max_sampled_tokens=1_000)
+    app = create_app(decider, options=DecideOptions(mode="direct"), limits=limits)
+    with TestClient(app) as c:
+        qs = {f"q{i}": {"type": "noul"} for i in range(4)}
+        reason = {"mode": "reason", "m": 16, "max_new_tokens": 32}  # 16 x 32 x 4 = 2048
+        resp = c.post("/v1/systemone", json=body(questions=qs, rlcd=reason))
+        assert_error(resp, 422, ["body", "rlcd"], "budget_exceeded")
+        assert "16 x 32 x 4 = 2048" in resp.json()["detail"][0]["msg"]
+        reason["m"] = 7  # 7 x 32 x 4 = 896
+        assert c.post("/v1/systemone", json=body(questions=qs, rlcd=reason)).status_code == 200
+        resp = c.post("/v1/systemone", json=body(state="1+1=2?" + " " * 600, questions=qs))
+        assert_error(resp, 422, ["body"], "budget_exceeded")  # 4 x 606 + 4 x 16 > 2000
+        one = {"q": {"type": "score", "criteria": ["only"]}}  # no model: no cost
+        assert c.post("/v1/systemone", json=body(questions=one, rlcd=reason)).status_code == 200
+        assert app.state.batcher.jobs == 1
+
+
+def test_a_stuck_request_does_not_block_shutdown(decider):
+    release = threading.Event()
+
+    def stuck(real, requests, cancelled):
+        release.wait(30)
+        return real(requests, cancelled)
+
+    app = create_app(stub(decider, stuck), options=DecideOptions(mode="direct"))
+    port = free_port()
+    server = build_server(app, port=port, log_level="critical", timeout_graceful_shutdown=0.5)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(
+            httpx.post, f"http://127.0.0.1:{port}/v1/systemone", json=body(), timeout=30
+        )
+        time.sleep(0.3)
+        t0 = time.perf_counter()
+        server.should_exit = True  # what SIGTERM does
+        thread.join(10)
+        assert not thread.is_alive() and time.perf_counter() - t0 < 5
+        release.set()
+        with pytest.raises(httpx.HTTPError):
+            pending.result().raise_for_status()
