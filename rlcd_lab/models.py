@@ -96,7 +96,7 @@ def tiny_model(
 META_FILE = "rlcd.json"
 CHECKSUM_FILE = "checksums.json"
 DEFAULT_META = {"marker": MARKER, "sep": SEP, "temperature": 1.0}
-_CHECKPOINT_MARKERS = ("config.json", "adapter_config.json", META_FILE, CHECKSUM_FILE)
+_CHECKPOINT_MARKERS = ("adapter_config.json", META_FILE, CHECKSUM_FILE)
 
 
 class CheckpointError(ValueError):
@@ -332,7 +332,15 @@ def _check_finite(model: torch.nn.Module, path: Path) -> None:
 
 
 def _is_checkpoint_dir(path: Path) -> bool:
-    return any((path / name).exists() for name in _CHECKPOINT_MARKERS)
+    """Holds an adapter, ``rlcd.json``, ``checksums.json`` or a model's ``config.json`` (one
+    with ``model_type``: a training run's ``config.json`` does not count)."""
+    if any((path / name).exists() for name in _CHECKPOINT_MARKERS):
+        return True
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(config, dict) and "model_type" in config
 
 
 def check_replaceable(path: str | os.PathLike) -> Path:

@@ -262,6 +262,12 @@ def test_save_never_replaces_a_folder_that_is_not_a_checkpoint(tmp_path, tokeniz
     (tmp_path / "file").write_text("x")
     with pytest.raises(FileExistsError):
         check_replaceable(tmp_path / "file")
+    run = tmp_path / "run"  # a training run: its config.json is not a model's
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"method": "calibrate", "steps": 2}))
+    with pytest.raises(FileExistsError, match="not a checkpoint directory"):
+        save_checkpoint(run, tiny_lm, tokenizer)
+    assert [p.name for p in run.iterdir()] == ["config.json"]
     (tmp_path / "empty").mkdir()
     save_checkpoint(tmp_path / "empty", tiny_lm, tokenizer)  # an empty folder is fine
     save_checkpoint(tmp_path / "empty", tiny_model(tokenizer, seed=1), tokenizer)  # and again
