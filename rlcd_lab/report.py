@@ -78,12 +78,14 @@ class Claim:
     """One claim: the paired difference ``pair`` (a key of ``summary["paired"]``, e.g.
     ``"reinforce - grpo"``, or ``"fork:<name>"`` for a fork against its stage-1
     checkpoint) on ``metric`` has sign ``direction`` (+1, -1, 0: no difference).
-    ``pair`` names the 200-step baseline; the matched-budget run is used when shipped."""
+    ``pair`` names the 200-step baselines; matched-budget runs are used when shipped.
+    ``aleatoric``: a Table 3 claim (tasks with outcome distributions ``q``)."""
 
     pair: str
     metric: str
     direction: int
     paper: str
+    aleatoric: bool = False
 
 
 CLAIMS = (
@@ -98,10 +100,11 @@ CLAIMS = (
     Claim("fork:readout-only", "brier", +1, "readout-only degrades its checkpoint"),
     Claim("reinforce - anchor-only", "accuracy", +1, "+4.4 points: RLCD-RL higher"),
     Claim("reinforce - grpo-cont", "accuracy", 0, "as good on verify"),
-    Claim("reinforce - endtoend", "mixture_jsd", -1, "0.121 vs 0.075 bits: per-rationale lower"),
-    Claim("reinforce - sft", "jsd", -1, "0.121 vs 0.074 bits: CE lower"),
+    Claim("mixture - endtoend", "jsd_table3", +1, "0.121 vs 0.075 bits: mixture higher", True),
+    Claim("sft - endtoend", "jsd_table3", 0, "0.074 vs 0.075 bits: no difference", True),
 )
-"""OpenJev-RLCD's Table 1-3 claims (Qwen3-1.7B; verify/GSM8K-Verify and ChaosNLI)."""
+"""OpenJev-RLCD's claims: Tables 1-2 (GSM8K-Verify; tiny analogue ``verify``) and
+Table 3 (ChaosNLI; tiny analogue ``aleatoric``), on Qwen3-1.7B."""
 
 
 def verdict(diff: Mapping[str, float], direction: int) -> str:
@@ -137,10 +140,9 @@ def _resolve(summary: Mapping, claim: Claim) -> tuple[str, Mapping | None]:
     if claim.pair.startswith("fork:"):
         fork = claim.pair.removeprefix("fork:")
         return f"{label(fork)} - its stage-1 checkpoint", summary["forks"].get(fork)
-    other = claim.pair.removeprefix(f"{RLCD} - ")
-    if other + MATCHED in summary["runs"]:
-        other += MATCHED
-    return f"RLCD vs {label(other)}", summary["paired"].get(f"{RLCD} - {other}")
+    a, b = (r + MATCHED if r + MATCHED in summary["runs"] else r for r in claim.pair.split(" - "))
+    name = "RLCD" if a == RLCD else label(a)
+    return f"{name} vs {label(b)}", summary["paired"].get(f"{a} - {b}")
 
 
 def findings_table(summary: Mapping) -> str:
@@ -149,20 +151,25 @@ def findings_table(summary: Mapping) -> str:
     then the fitted temperatures (mean over seeds)."""
     rows = ["| claim (paper: Qwen3-1.7B) | paper | ours: difference [95% CI], p | verdict |"]
     rows.append("|---|---|---|---|")
-    for c in CLAIMS:
+    aleatoric = any("jsd" in e for e in summary["runs"].values())
+    for c in (c for c in CLAIMS if c.aleatoric == aleatoric):
         name, tests = _resolve(summary, c)
         diff = (tests or {}).get(c.metric)
         if diff is None:
             continue
-        metric = c.metric.replace("_", " ")
+        metric = METRICS[c.metric][0] if c.metric in METRICS else "JSD"
         rows.append(
             f"| {name}: {metric} | {c.paper} | {fmt_diff(diff)} | {verdict(diff, c.direction)} |"
         )
-    others = [
-        o + MATCHED if o + MATCHED in summary["runs"] else o
-        for o in ("grpo", "rft-kl")
-        if o in summary["runs"] or o + MATCHED in summary["runs"]
-    ]
+    others = (
+        []
+        if aleatoric
+        else [
+            o + MATCHED if o + MATCHED in summary["runs"] else o
+            for o in ("grpo", "rft-kl")
+            if o in summary["runs"] or o + MATCHED in summary["runs"]
+        ]
+    )
     if RLCD in summary["runs"] and others:
         t = {r: summary["runs"][r]["T"]["mean"] for r in (RLCD, *others)}
         dist = {r: abs(math.log(t[r])) for r in t}  # how far from T = 1
@@ -192,6 +199,13 @@ def runs_table(
         cells = [fmt_cell(entry[k]) for k in keys]
         rows.append(f"| {label(run)} | {entry.get('steps', 0)} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
+
+
+def _rlcd_pairs(summary: Mapping) -> list[str]:
+    """The keys ``"reinforce - X"`` of ``summary["paired"]``, in table order."""
+    order = _ordered(summary["runs"])
+    pairs = [p for p in summary["paired"] if p.startswith(f"{RLCD} - ")]
+    return sorted(pairs, key=lambda p: order.index(p.split(" - ")[1]))
 
 
 def paired_table(summary: Mapping) -> str:
@@ -226,21 +240,22 @@ def forks_table(summary: Mapping) -> str:
 
 
 def jsd_table(summary: Mapping) -> str:
-    """Markdown: Table 3, JSD to ``q`` in bits (single query after temperature scaling;
-    the mixture of M rationales, no scaling), and RLCD minus each run on the mixture."""
+    """Markdown: Table 3, JSD to ``q`` in bits (lower is better): the single query after
+    temperature scaling, and the paper's readout (the mixture of M rationales, or the
+    single query for runs that answer directly), with RLCD minus each run on the latter."""
     runs = [r for r in _ordered(summary["runs"]) if "jsd" in summary["runs"][r]]
     m = max((summary["runs"][r].get("m_mixture", 0) for r in runs), default=0)
     rows = [
-        f"| run | steps | JSD single | JSD mixture M = {m} | RLCD minus run, mixture JSD | length |"
+        f"| run | steps | JSD single | JSD mixture of {m} (direct: single) "
+        "| RLCD minus run | length |"
     ]
     rows.append("|---" * 6 + "|")
     for r in runs:
         e = summary["runs"][r]
-        mix = fmt_cell(e["mixture_jsd"]) if "mixture_jsd" in e else "-"
-        test = summary["paired"].get(f"{RLCD} - {r}", {})
-        key = "mixture_jsd" if "mixture_jsd" in test else "jsd"
-        diff = fmt_diff(test[key]) + (" (single)" if key == "jsd" else "") if key in test else "-"
-        cells = [label(r), str(e["steps"]), fmt_cell(e["jsd"]), mix, diff, fmt_cell(e["length"])]
+        test = summary["paired"].get(f"{RLCD} - {r}", {}).get("jsd_table3")
+        diff = fmt_diff(test) if test else "-"
+        t3 = fmt_cell(e["jsd_table3"])
+        cells = [label(r), str(e["steps"]), fmt_cell(e["jsd"]), t3, diff, fmt_cell(e["length"])]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
@@ -354,8 +369,7 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
         )
     for metric in ("brier", "aurc"):
         diffs = {
-            label(p.split(" - ")[1]): summary["paired"][p][metric]
-            for p in sorted(summary["paired"], key=lambda p: names.index(p.split(" - ")[1]))
+            label(p.split(" - ")[1]): summary["paired"][p][metric] for p in _rlcd_pairs(summary)
         }
         if diffs:
             figs[f"fig3_{metric}"] = plots.interval_figure(

@@ -6,7 +6,8 @@ reproduction's report, the notebooks, the dashboard's Routing tab and the server
 card all read runs through it.
 
 * :func:`load_run`: one run, after temperature scaling fitted on dev (``T = 1`` and
-  ``fitted = False`` without a dev dump), as a :class:`RunResult` with per-item values.
+  ``fitted = False`` without a dev dump), as a :class:`RunResult` with per-item values;
+  :func:`from_rows` does the same for dump rows already in memory.
 * :func:`paired`: method A against method B over the same test items and seeds, as the
   paper does it (OpenJev-RLCD sec. 5): accuracy, Brier and NLL per item averaged over
   seeds (bootstrap over items, sign-flip p); AURC and Cov@eps computed per seed and
@@ -52,6 +53,9 @@ METRICS = {  # summary key -> (column, key in evaluate.summarize's row)
     "T": ("T", "T"),
     "length": ("length", "mean_length"),
 }
+TABLE3_PAIRS = (("mixture", "endtoend"), ("sft", "endtoend"))
+"""Table 3's comparisons besides RLCD's (same budget): mixture objective and cross-entropy
+against the per-rationale objective."""
 N_BOOT = 2000
 """Bootstrap replicates and Monte Carlo sign-flip patterns of every paired test."""
 
@@ -82,6 +86,13 @@ class RunResult:
     def probs(self, calibrated: bool = True) -> np.ndarray:
         """``(N, K)`` test probabilities, temperature-scaled when ``calibrated``."""
         return metrics.apply_temperature(self.logits, self.T if calibrated else 1.0)
+
+    def dev_probs(self, calibrated: bool = True) -> np.ndarray | None:
+        """``(N_dev, K)`` dev probabilities, temperature-scaled when ``calibrated``; None
+        without a dev dump."""
+        if self.dev_logits is None:
+            return None
+        return metrics.apply_temperature(self.dev_logits, self.T if calibrated else 1.0)
 
     @cached_property
     def scaled(self) -> np.ndarray:
@@ -127,46 +138,73 @@ class RunResult:
             return None
         return metrics.jsd(self.mixture, self.q)
 
+    @property
+    def jsd_table3(self) -> np.ndarray | None:
+        """``(N,)`` JSD to q in bits of the paper's Table 3 readout: the mixture of the
+        run's rationales when it has a mixture dump, else (direct answers, e.g. SFT) the
+        single query after temperature scaling."""
+        return self.mixture_jsd if self.mixture is not None else self.jsd
+
 
 def _logits(rows: Sequence[dict]) -> np.ndarray:
     return metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
 
 
+def from_rows(
+    test: Sequence[dict],
+    dev: Sequence[dict] | None = None,
+    path: str | Path = "",
+    eps: float = 0.05,
+    mixture: tuple[int, Sequence[dict]] | None = None,
+) -> RunResult:
+    """A :class:`RunResult` from eval dump rows already in memory (the format of
+    :func:`rlcd_lab.evaluate.run_eval`): ``test`` rows, ``dev`` rows (T is fitted on them;
+    None or empty: ``T = 1``, ``fitted = False``) and, optionally, ``(M, rows)`` of a
+    mixture dump of M rationales. ``path`` is only recorded. Raises ValueError for an
+    empty test split."""
+    if not test:
+        raise ValueError(f"{path or 'test rows'}: the test dump is empty")
+    dev = list(dev) if dev else None
+    row = summarize(test, dev_rows=dev, eps=eps)
+    fitted = "T" in row
+    q = mix = None
+    m_mixture = 0
+    if test[0].get("q") is not None:
+        q = metrics.pad_ragged([r["q"] for r in test], 0.0)
+        if mixture is not None:
+            m_mixture, rows = mixture
+            mix = metrics.pad_ragged([r["mixture"] for r in rows], 0.0)
+    return RunResult(
+        path=Path(path),
+        row=row,
+        T=float(row["T"]) if fitted else 1.0,
+        fitted=fitted,
+        logits=_logits(test),
+        labels=np.array([r["label"] for r in test]),
+        dev_logits=_logits(dev) if dev else None,
+        dev_labels=np.array([r["label"] for r in dev]) if dev else None,
+        q=q,
+        mixture=mix,
+        m_mixture=m_mixture,
+    )
+
+
 def load_run(run: str | Path, eps: float = 0.05) -> RunResult:
     """Read ``run/eval``: ``test.jsonl`` (required), ``dev.jsonl`` (T is fitted on it) and
-    the largest ``test-m<M>.jsonl`` mixture dump, if any. ``eps``: Cov@eps's error budget.
-    Raises FileNotFoundError (naming the file) when the test dump is missing."""
+    the largest ``test-m<M>.jsonl`` mixture dump, if any (:func:`from_rows`). ``eps``:
+    Cov@eps's error budget. Raises FileNotFoundError (naming the file) when the test dump
+    is missing, ValueError when it is empty."""
     run = Path(run)
     ev = run / "eval"
     if not (ev / "test.jsonl").exists():
         raise FileNotFoundError(f"{ev / 'test.jsonl'}: no test dump (run rlcd-lab eval first)")
     test = read_jsonl(ev / "test.jsonl")
     dev = read_jsonl(ev / "dev.jsonl") if (ev / "dev.jsonl").exists() else None
-    row = summarize(test, dev_rows=dev, eps=eps)
-    fitted = "T" in row
-    labels = np.array([r["label"] for r in test])
-    q = mixture = None
-    m_mixture = 0
-    if test[0].get("q") is not None:
-        q = metrics.pad_ragged([r["q"] for r in test], 0.0)
-        dumps = sorted(ev.glob("test-m*.jsonl"), key=lambda p: int(p.stem[len("test-m") :]))
-        if dumps:
-            rows = read_jsonl(dumps[-1])
-            mixture = metrics.pad_ragged([r["mixture"] for r in rows], 0.0)
-            m_mixture = int(dumps[-1].stem[len("test-m") :])
-    return RunResult(
-        path=run,
-        row=row,
-        T=float(row["T"]) if fitted else 1.0,
-        fitted=fitted,
-        logits=_logits(test),
-        labels=labels,
-        dev_logits=_logits(dev) if dev else None,
-        dev_labels=np.array([r["label"] for r in dev]) if dev else None,
-        q=q,
-        mixture=mixture,
-        m_mixture=m_mixture,
-    )
+    mixture = None
+    dumps = sorted(ev.glob("test-m*.jsonl"), key=lambda p: int(p.stem[len("test-m") :]))
+    if dumps and test and test[0].get("q") is not None:
+        mixture = (int(dumps[-1].stem[len("test-m") :]), read_jsonl(dumps[-1]))
+    return from_rows(test, dev, path=run, eps=eps, mixture=mixture)
 
 
 def _check_aligned(a: Sequence[RunResult], b: Sequence[RunResult]) -> None:
@@ -204,7 +242,7 @@ def paired(
     averaged over seeds; the bootstrap resamples test items jointly across seeds and the
     sign-flip test swaps A and B on an item in every seed at once
     (:func:`rlcd_lab.stats.paired_bootstrap_curve`, :func:`stats.sign_flip_test_curve`).
-    ``jsd`` and ``mixture_jsd`` (bits, per item) when both have them. Every entry is
+    ``jsd``, ``mixture_jsd`` and ``jsd_table3`` (bits, per item) when both have them. Every entry is
     ``{"diff", "ci_low", "ci_high", "p"}``, ``diff = A - B``: negative favours A for
     Brier, NLL, AURC and JSD, positive for accuracy and Cov@eps.
     """
@@ -219,7 +257,7 @@ def paired(
         ci = stats.paired_bootstrap_curve(conf[0], corr[0], conf[1], corr[1], stat, n, seed)
         p = stats.sign_flip_test_curve(conf[0], corr[0], conf[1], corr[1], stat, n, seed)
         out[name] = {"diff": ci["diff"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"], "p": p}
-    for key in ("jsd", "mixture_jsd"):
+    for key in ("jsd", "mixture_jsd", "jsd_table3"):
         va, vb = [getattr(r, key) for r in a], [getattr(r, key) for r in b]
         if all(v is not None for v in va + vb):
             out[key] = paired_items(va, vb, n, seed)
@@ -247,8 +285,10 @@ def summarize_runs(
     Summary keys: ``seeds``, ``eps``, ``units`` (JSD in bits); ``runs[name]``: mean and
     s.d. over seeds of each of ``METRICS`` (after temperature scaling), ``steps`` (the
     training budget, stage 1 included for the runs continued from it; 0 for the base),
-    ``per_seed`` rows, and ``jsd`` / ``mixture_jsd`` (bits) on aleatoric tasks;
-    ``paired["reinforce - X"]``: :func:`paired` for every other run X; ``forks[F]``:
+    ``per_seed`` rows, and ``jsd`` / ``mixture_jsd`` / ``jsd_table3`` (bits) on
+    aleatoric tasks;
+    ``paired["reinforce - X"]``: :func:`paired` for every other run X (and the pairs of
+    ``TABLE3_PAIRS`` on aleatoric tasks); ``forks[F]``:
     :func:`paired` of each stage-2 fork against its stage-1 checkpoint, plus the mean
     +- s.d. change of ``T`` and ``length``.
     """
@@ -283,7 +323,7 @@ def summarize_runs(
             entry["steps"] += _steps(loaded[STAGE1][0].path) or 0
         entry["items"] = len(group[0].labels)
         entry["per_seed"] = [g.row for g in group]
-        for key in ("jsd", "mixture_jsd"):
+        for key in ("jsd", "mixture_jsd", "jsd_table3"):
             if getattr(group[0], key) is not None:
                 entry[key] = mean_sd([float(getattr(g, key).mean()) for g in group])
         if group[0].m_mixture:
@@ -293,6 +333,10 @@ def summarize_runs(
         for other in loaded:
             if other != RLCD:
                 summary["paired"][f"{RLCD} - {other}"] = paired(loaded[RLCD], loaded[other], eps, n)
+    for a, b in TABLE3_PAIRS:
+        for sa, sb in ((a, b), (a + MATCHED, b + MATCHED)):
+            if sa in loaded and sb in loaded and loaded[sa][0].q is not None:
+                summary["paired"][f"{sa} - {sb}"] = paired(loaded[sa], loaded[sb], eps, n)
     if STAGE1 in loaded:
         for fork in (f for f in FORKS if f in loaded):
             tests = paired(loaded[fork], loaded[STAGE1], eps, n)

@@ -43,7 +43,7 @@ def test_findings_table_rows_by_hand():
     table = findings_table(summary_of((0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1)))
     rows = table.splitlines()
     assert rows[2] == (
-        "| RLCD vs GRPO+TS: aurc | 0.034 vs 0.061: RLCD lower (p < 1e-3) | "
+        "| RLCD vs GRPO+TS: AURC | 0.034 vs 0.061: RLCD lower (p < 1e-3) | "
         "-0.020 [-0.050, -0.001], p = 0.03 | reproduces |"
     )
     # |log 1.3| = 0.26 is below |log 6| = 1.79 and |log 0.1| = 2.30: closest to 1
@@ -63,12 +63,25 @@ def test_claims_use_the_matched_budget_baseline_when_it_exists():
     far = {"diff": 0.02, "ci_low": 0.01, "ci_high": 0.03, "p": 0.001}
     summary["paired"]["reinforce - grpo-matched"] = {"aurc": far}
     rows = findings_table(summary).splitlines()
-    assert rows[2].startswith("| RLCD vs GRPO+TS (matched budget): aurc |")
+    assert rows[2].startswith("| RLCD vs GRPO+TS (matched budget): AURC |")
     assert rows[2].endswith("| +0.020 [+0.010, +0.030], p = 0.001 | does not reproduce |")
     assert (
         "GRPO+TS (matched budget) / RFT+KL+TS | 1.4 / about 7 / about 7 | 1.300 / 9.000 ± 1.000"
         in (rows[3])
     )
+
+
+def test_table3_claims_on_aleatoric_summaries_only():
+    jsd = {"diff": 0.05, "ci_low": 0.02, "ci_high": 0.08, "p": 0.001}
+    summary = summary_of((0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1))
+    summary["paired"]["mixture - endtoend"] = {"jsd_table3": jsd}
+    assert "mixture" not in findings_table(summary)  # no q: a Table 1 summary
+    summary["runs"]["mixture"] = {"jsd": {"mean": 0.1, "sd": None}}
+    rows = findings_table(summary).splitlines()
+    assert rows[2:] == [
+        "| mixture (lam = 1) vs per-rationale (end to end, KL): JSD | 0.121 vs 0.075 bits: "
+        "mixture higher | +0.050 [+0.020, +0.080], p = 0.001 | reproduces |"
+    ]
 
 
 def block(name: str) -> str:
