@@ -71,7 +71,7 @@ async def load(url: str, states: list[str], clients: int) -> tuple[float, list[f
         return time.perf_counter() - t0, latencies
 
 
-def stub_answers(requests: list) -> list[Decision]:
+def stub_answers(requests: list, cancelled=None) -> list[Decision]:
     """Fixed answers without touching the model: the HTTP layer's own ceiling."""
     out = []
     for _, questions, _ in requests:
