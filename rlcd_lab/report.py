@@ -449,12 +449,21 @@ BLOCK = re.compile(
 
 def update_readme(readme: Path) -> str:
     """The text of ``readme`` with every generated block rewritten from the summary it
-    names (paths relative to the README's folder); returns the new text (not written)."""
+    names (paths relative to the README's folder), plus the wall time from the
+    ``timing.json`` beside it when there is one; returns the new text (not written)."""
     root = readme.parent
 
     def fill(m: re.Match) -> str:
-        summary = json.loads((root / m.group(3)).read_text(encoding="utf-8"))
-        return m.group(1) + readme_block(summary) + m.group(5)
+        path = root / m.group(3)
+        text = readme_block(json.loads(path.read_text(encoding="utf-8")))
+        timing = path.parent / "timing.json"
+        if timing.exists():
+            t = json.loads(timing.read_text(encoding="utf-8"))
+            text += (
+                f"\nWall time of this reproduction: {t['wall_s'] / 60:.1f} min for "
+                f"{len(t['runs'])} runs, {t['jobs']} at a time (`{timing.relative_to(root)}`).\n"
+            )
+        return m.group(1) + text + m.group(5)
 
     return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
 
