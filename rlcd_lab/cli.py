@@ -5,10 +5,11 @@ model; ``rlcd-lab eval --checkpoint DIR --task verify`` measures one; ``rlcd-lab
 serves the dashboard. Each subcommand is a frozen dataclass; the runner prints a JSON
 summary (library code itself never prints).
 
-Only the chosen command's modules are imported (``COMMANDS``): ``rlcd-lab --help`` loads
-neither torch nor transformers, plotly or gradio. A user error (a bad path, task, value or
-checkpoint, an existing run) prints one line ``rlcd-lab: error: ...`` to stderr and exits
-with status 2, as a malformed command line does.
+Only the chosen command's modules are imported (``COMMANDS``), and the config types live in
+torch-free modules (``train.configs``, ``pretrain_config``): no ``--help``, top level or of a
+command, loads torch, transformers, peft, plotly or gradio. A user error (a bad path,
+task, value or checkpoint, an existing run) prints one line ``rlcd-lab: error: ...`` to
+stderr and exits with status 2, as a malformed command line does.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def _train_union():
 
 
 def _pretrain_config():
-    from .pretrain import PretrainConfig
+    from .pretrain_config import PretrainConfig
 
     return PretrainConfig
 
@@ -381,7 +382,7 @@ def _run(cfg) -> None:
             max_wait_ms=cfg.max_wait_ms,
             device=cfg.device,
         )
-    elif _is(cfg, "pretrain", "PretrainConfig"):
+    elif _is(cfg, "pretrain_config", "PretrainConfig"):
         from .models import read_meta
         from .pretrain import pretrain
 
@@ -394,7 +395,7 @@ def _run(cfg) -> None:
         print(out / "report.md")
     elif isinstance(cfg, Eval):
         json.dump(run_eval_command(cfg), sys.stdout, indent=2)
-    elif _is(cfg, "train.common", "TrainConfig"):
+    elif _is(cfg, "train.configs", "TrainConfig"):
         from .models import read_meta
         from .train import train
 

@@ -12,9 +12,8 @@ saving a checkpoint whose ``rlcd.json`` holds those numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -23,51 +22,11 @@ from transformers import get_cosine_schedule_with_warmup
 
 from .evaluate import run_eval, summarize
 from .models import char_tokenizer, check_replaceable, save_checkpoint, tiny_model
+from .pretrain_config import SHIPPED as SHIPPED  # the settings (torch-free), re-exported
+from .pretrain_config import PretrainConfig, resolved
 from .reader import build_prompt
 from .readout import MARKER, SEP, position_ids
 from .tasks.synthetic import Example, get_task
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """Pretrain a tiny base reasoning model on a synthetic task (defaults: the shipped ones)."""
-
-    task: Literal["verify", "facts", "aleatoric"] = "verify"
-    """Which synthetic task's teacher to imitate."""
-    out: Path | None = None
-    """Checkpoint directory to write, replaced atomically (default: runs/base-TASK)."""
-    steps: int | None = None
-    """Optimizer steps (default: the task's, ``SHIPPED``)."""
-    batch_size: int | None = None
-    """Demonstrations per step (default: the task's, ``SHIPPED``)."""
-    lr: float = 3e-3
-    warmup: int = 100
-    hidden_size: int = 96
-    layers: int = 4
-    heads: int = 4
-    p_direct: float = 0.5
-    """Fraction of demonstrations that answer directly after a bare marker."""
-    p_empty: float | None = None
-    """Fraction of the reasoning demonstrations whose rationale is empty (the marker right
-    after the question): gives the System-One shortcut the small probability a real LM
-    has, for RL to find (default: the task's, ``SHIPPED``)."""
-    seed: int = 0
-    eval_items: int = 200
-    """Dev items measured at the end (direct and after one rationale each)."""
-    max_new_tokens: int = 48
-
-
-SHIPPED: dict[str, dict] = {
-    "verify": dict(steps=4000, batch_size=32, p_empty=0.0),
-    "facts": dict(steps=3000, batch_size=64, p_empty=0.02),
-    "aleatoric": dict(steps=3000, batch_size=64, p_empty=0.0),
-}
-"""Per-task defaults: the settings of the shipped ``assets/checkpoints/base-<task>``."""
-
-
-def resolved(cfg: PretrainConfig) -> PretrainConfig:
-    """``cfg`` with every ``None`` setting replaced by the task's default (``SHIPPED``)."""
-    return replace(cfg, **{k: v for k, v in SHIPPED[cfg.task].items() if getattr(cfg, k) is None})
 
 
 def demonstrations(task, rng: np.random.Generator, cfg: PretrainConfig) -> list[Example]:

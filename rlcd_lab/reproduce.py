@@ -43,7 +43,7 @@ from .assets import ASSETS
 from .io import atomic_write_jsonl, atomic_write_text, read_jsonl
 
 if TYPE_CHECKING:
-    from .train.common import TrainConfig
+    from .train.configs import TrainConfig
 
 BASELINES = ("sft", "rft", "rft-kl", "grpo", "endtoend", "mixture")
 """Runs that also get a budget-matched twin (``<name>-matched``: two stages' steps)."""
@@ -118,10 +118,7 @@ def aleatoric(task: str) -> bool:
 def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
     """The runs of the reproduction in two waves: from the base model, then from stage 1."""
     from .results import MATCHED
-    from .train.grpo import GRPOConfig
-    from .train.rft import RFTConfig
-    from .train.rlcd import preset
-    from .train.sft import SFTConfig
+    from .train.configs import GRPOConfig, RFTConfig, SFTConfig, preset
 
     init = cfg.init
     if init is None:
@@ -180,7 +177,7 @@ def _finished(job: Job) -> bool:
         old, new = json.loads(done.read_text()), json.loads(json.dumps(job.settings, default=str))
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     else:
-        from .train.common import config_diff
+        from .train.configs import config_diff
 
         if not (job.out / "final" / "rlcd.json").exists():
             return False

@@ -1,6 +1,7 @@
 """The rlcd-lab command line: pretrain then eval, end to end on a few steps; every user
 error is one line on stderr and exit status 2; ``--help`` loads no heavy module."""
 
+import ast
 import json
 import re
 
@@ -228,27 +229,62 @@ def test_smollm2_without_the_extra_is_a_clear_error(tmp_path, monkeypatch, capsy
 
 
 # ------------------------------------------------------------------ --help
-def test_help_loads_no_heavy_module_and_describes_every_command():
+HEAVY = ("torch", "transformers", "peft", "plotly", "gradio", "pandas", "numpy", "scipy")
+"""Modules a ``--help`` must not load: each takes from a tenth of a second to seconds."""
+
+
+def help_in_fresh_process(args: list[str]) -> tuple[str, list[str]]:
+    """``main(args)`` (a ``--help``, which exits 0) in a fresh interpreter: its output, and
+    the ``HEAVY`` modules it loaded."""
     import subprocess
     import sys
 
-    from rlcd_lab.cli import COMMANDS
-
     code = (
-        "import sys\nfrom rlcd_lab.cli import main\ntry:\n    main(['--help'])\n"
-        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
-        "heavy = ('torch', 'transformers', 'plotly', 'gradio', 'peft', 'pandas')\n"
-        "print('LOADED', [m for m in heavy if m in sys.modules])\n"
+        "import sys\nfrom rlcd_lab.cli import main\ntry:\n"
+        f"    main({args!r})\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        f"print('LOADED', [m for m in {HEAVY!r} if m in sys.modules])\n"
     )
     env = {"COLUMNS": "400", "PATH": "/usr/bin:/bin"}  # wide: each description on one line
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout
-    assert "LOADED []" in out  # torch alone takes seconds to import
+    loaded = re.search(r"^LOADED (.*)$", out, re.M)
+    assert loaded, out
+    return out, ast.literal_eval(loaded[1])
+
+
+def test_help_loads_no_heavy_module_and_describes_every_command():
+    from rlcd_lab.cli import COMMANDS
+
+    out, loaded = help_in_fresh_process(["--help"])
+    assert loaded == []  # torch alone takes seconds to import
     assert "Union" not in out
     for name, (description, _) in COMMANDS.items():
         assert "\n" not in description and 20 < len(description) <= 120
         assert re.search(rf"{name}\s+{re.escape(description)}", out), name
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "calibrate", "--help"],
+        ["train", "grpo", "--help"],
+        ["train", "--help"],
+        ["pretrain", "--help"],
+        ["eval", "--help"],
+        ["reproduce", "--help"],
+        ["serve", "--help"],
+        ["data", "--help"],
+        ["data", "convert", "--help"],
+    ],
+    ids=" ".join,
+)
+def test_command_help_loads_no_heavy_module(args):
+    # the config types live in torch-free modules (train.configs, pretrain_config); the
+    # training loops, the model code and the server are imported only to run a command
+    out, loaded = help_in_fresh_process(args)
+    assert loaded == [], loaded
+    assert f"usage: rlcd-lab {' '.join(a for a in args if a != '--help')}" in out
 
 
 def test_train_description_names_every_method(capsys):

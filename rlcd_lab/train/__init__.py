@@ -1,32 +1,50 @@
 """Training loops: one readable loop per method (``rlcd.py`` for the RLCD family,
-``sft.py``, ``rft.py``, ``grpo.py`` for the baselines) on shared helpers (``common.py``)."""
+``sft.py``, ``rft.py``, ``grpo.py`` for the baselines) on shared helpers (``common.py``);
+their settings in ``configs.py``.
+
+Importing this package (``TRAINERS``, ``train``) loads no torch: a loop module is imported
+when its method runs, so ``rlcd-lab train ... --help`` stays fast.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 
-from . import grpo, rft, rlcd, sft
-from .common import TrainConfig
+from .configs import DESCRIPTIONS, METHODS, GRPOConfig, RFTConfig, SFTConfig, TrainConfig
+
+
+def _loop(module: str) -> Callable[[TrainConfig], Path]:
+    """The ``train`` function of ``rlcd_lab.train.<module>``, imported on the first call."""
+
+    def run(cfg: TrainConfig) -> Path:
+        return import_module(f"{__name__}.{module}").train(cfg)
+
+    run.__qualname__ = run.__name__ = f"{module}.train"
+    run.__doc__ = f"Run ``rlcd_lab.train.{module}.train(cfg)``; returns the run directory."
+    return run
+
 
 TRAINERS: dict[str, tuple[TrainConfig, Callable[[TrainConfig], Path], str]] = {
-    **{name: (cfg, rlcd.train, rlcd.DESCRIPTIONS[name]) for name, cfg in rlcd.METHODS.items()},
+    **{name: (cfg, _loop("rlcd"), DESCRIPTIONS[name]) for name, cfg in METHODS.items()},
     "sft": (
-        sft.SFTConfig(),
-        sft.train,
+        SFTConfig(),
+        _loop("sft"),
         "Baseline: direct answers, cross-entropy on the label token.",
     ),
     "rft": (
-        rft.RFTConfig(),
-        rft.train,
+        RFTConfig(),
+        _loop("rft"),
         "Baseline: RFT/STaR, clone trajectories whose sampled answer is right.",
     ),
     "grpo": (
-        grpo.GRPOConfig(),
-        grpo.train,
+        GRPOConfig(),
+        _loop("grpo"),
         "Baseline: GRPO, correctness reward of a sampled answer, KL anchor.",
     ),
 }
+"""Each method: its default config, its training loop and a one-line description."""
 
 
 def train(cfg: TrainConfig) -> Path:

@@ -10,7 +10,6 @@ run. That holds because (1) checkpoints are written atomically with the optimize
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -19,11 +18,10 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-import tyro
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -33,28 +31,10 @@ from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..models import CheckpointError, check_checkpoint, load_checkpoint, save_checkpoint
 from ..reader import sample_questions, score_rationales
 from ..tasks import TaskItem, load_task_items
+from .configs import RUN_OPTIONS, TrainConfig, config_dict, config_diff
 
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "trainer_state.json"
-
-
-def config_dict(cfg) -> dict:
-    """A frozen config dataclass as JSON-ready dict (paths as strings)."""
-    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
-
-
-RUN_OPTIONS = ("resume", "overwrite", "verify")
-"""Settings about opening the run, not about what it trains: never compared."""
-
-
-def config_diff(old: dict, cfg, ignore: tuple[str, ...] = RUN_OPTIONS) -> list[str]:
-    """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
-    setting the record lacks (added to the code after it was written) counts as its
-    default, so runs recorded before stay resumable and reusable. ``ignore``: settings
-    never compared (default ``RUN_OPTIONS``)."""
-    new, defaults = config_dict(cfg), config_dict(type(cfg)())
-    keys = set(old) | set(new)
-    return sorted(k for k in keys if k not in ignore and old.get(k, defaults.get(k)) != new.get(k))
 
 
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -327,60 +307,6 @@ def pick_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Settings every training method shares (defaults: tiny CPU scale)."""
-
-    method: tyro.conf.Fixed[str] = ""
-    """The method (fixed per subcommand; recorded in config.json and rlcd.json)."""
-    init: Path = Path("assets/checkpoints/base-verify")
-    """Checkpoint to start from."""
-    out: Path = Path("runs/run")
-    """Run directory (config.json, log.jsonl, checkpoints/, eval/, final/)."""
-    task: str = "verify"
-    """Synthetic task name or a task-item JSONL file (with .train/.dev/.test siblings)."""
-    steps: int = 200
-    batch_size: int = 8
-    """Questions per step."""
-    m: int = 4
-    """Rationales per question."""
-    max_new_tokens: int = 48
-    temperature: float = 1.0
-    """Sampling temperature of the rationales."""
-    lr: float = 1e-4
-    """AdamW learning rate (the paper uses 2e-6 for 1.7B models)."""
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    beta: float = 0.0
-    """KL anchor weight towards the reference model (0: no anchor)."""
-    ref: Path | None = None
-    """Reference (anchor) model; default: ``init``."""
-    eval_every: int = 50
-    eval_items: int = 100
-    """Dev items evaluated every ``eval_every`` steps (single query)."""
-    test_items: int = 400
-    """Test items in the final eval dump (0 skips it)."""
-    save_every: int = 50
-    seed: int = 0
-    lora_r: int = 0
-    """LoRA rank on every linear layer (alpha = 2 r); 0 trains all weights."""
-    bf16: bool = False
-    """bfloat16 autocast for every forward pass (weights and AdamW state stay float32)."""
-    save_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Dtype of the weights in ``final/`` (step checkpoints stay float32 so a resumed run
-    is bit-identical); training itself is always float32 (see ``setup``)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, about a third more time)."""
-    device: str = "auto"
-    resume: bool = False
-    """Continue the run in ``out`` from its latest checkpoint."""
-    overwrite: bool = False
-    """Replace the run in ``out`` (only a run directory: never another folder); the old
-    run is deleted once the new one has started, kept if it cannot start."""
-    verify: bool = True
-    """Check the checksums of the checkpoints loaded (``--no-verify`` skips)."""
 
 
 def _device_problem(device: str) -> str | None:

@@ -18,15 +18,12 @@ has to undo (fitted T far above 1).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import tyro
 from tqdm import trange
 
 from ..reader import score_rationales
 from .common import (
-    TrainConfig,
     rationale_stats,
     sample_answers,
     sample_batch,
@@ -34,15 +31,7 @@ from .common import (
     token_kl,
     update,
 )
-
-
-@dataclass(frozen=True)
-class GRPOConfig(TrainConfig):
-    """Settings of the GRPO baseline (correctness reward, group-normalized, KL anchor)."""
-
-    method: tyro.conf.Fixed[str] = "grpo"
-    out: Path = Path("runs/grpo")
-    beta: float = 0.04
+from .configs import GRPOConfig  # the settings (no torch); re-exported here
 
 
 def train(cfg: GRPOConfig) -> Path:

@@ -14,15 +14,12 @@ Per step, for B questions with outcomes Y and M rationales each (Zelikman et al.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import tyro
 from tqdm import trange
 
 from ..reader import score_rationales
 from .common import (
-    TrainConfig,
     rationale_stats,
     sample_answers,
     sample_batch,
@@ -30,14 +27,7 @@ from .common import (
     token_kl,
     update,
 )
-
-
-@dataclass(frozen=True)
-class RFTConfig(TrainConfig):
-    """Settings of the RFT/STaR baseline (clone correct trajectories; optional KL)."""
-
-    method: tyro.conf.Fixed[str] = "rft"
-    out: Path = Path("runs/rft")
+from .configs import RFTConfig  # the settings (no torch); re-exported here
 
 
 def train(cfg: RFTConfig) -> Path:

@@ -12,7 +12,8 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
 4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight`` x the
    leave-one-out score-function term (``rlcd_lab.estimators``); AdamW, clipping.
 
-The methods differ only in their settings (``METHODS``):
+The methods differ only in their settings (``METHODS``, defined with the configs in
+``configs.py``):
 
 * ``calibrate``: ``sf_weight = 0``: pathwise only; rationales are on-policy latents.
 * ``reinforce``: from the stage-1 checkpoint; ``sf_weight = 0.3``, ``beta = 0.04``, KL
@@ -25,76 +26,36 @@ The methods differ only in their settings (``METHODS``):
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 import torch
-import tyro
 from tqdm import trange
 
 from ..estimators import grad_norm, gradient_terms, surrogate_terms
 from ..reader import score_rationales
-from .common import TrainConfig, rationale_stats, sample_batch, setup, update
+from .common import rationale_stats, sample_batch, setup, update
+from .configs import (
+    DESCRIPTIONS,
+    METHODS,
+    Calibrate,
+    EndToEnd,
+    Mixture,
+    Reinforce,
+    RLCDConfig,
+    preset,
+)
 
-
-@dataclass(frozen=True)
-class RLCDConfig(TrainConfig):
-    """Settings of the RLCD-family methods."""
-
-    sf_weight: float = 0.0
-    """Weight c of the score-function term (0: stage 1, pathwise only)."""
-    lam: float = 0.0
-    """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
-    rule: Literal["brier", "log"] = "brier"
-    reader: Literal["self", "ref"] = "self"
-    """Who reads the readout that is scored: the trained model or the frozen reference."""
-    outcome_reward: bool = True
-    """False: the score-function term gets the KL shaping reward only, the readout is still
-    trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""
-    grad_terms_every: int = 10
-    """Log pathwise vs score-function gradient norms every this many steps (0: never)."""
-
-
-@dataclass(frozen=True)
-class Calibrate(RLCDConfig):
-    method: tyro.conf.Fixed[str] = "calibrate"
-
-
-@dataclass(frozen=True)
-class Reinforce(RLCDConfig):
-    method: tyro.conf.Fixed[str] = "reinforce"
-
-
-@dataclass(frozen=True)
-class EndToEnd(RLCDConfig):
-    method: tyro.conf.Fixed[str] = "endtoend"
-
-
-@dataclass(frozen=True)
-class Mixture(RLCDConfig):
-    method: tyro.conf.Fixed[str] = "mixture"
-
-
-METHODS: dict[str, RLCDConfig] = {
-    "calibrate": Calibrate(out=Path("runs/calibrate")),
-    "reinforce": Reinforce(
-        out=Path("runs/reinforce"), init=Path("runs/calibrate/final"), sf_weight=0.3, beta=0.04
-    ),
-    "endtoend": EndToEnd(out=Path("runs/endtoend"), sf_weight=1.0),
-    "mixture": Mixture(out=Path("runs/mixture"), sf_weight=1.0, lam=1.0),
-}
-DESCRIPTIONS = {
-    "calibrate": "RLCD stage 1: proper score of the readout after own rationales, pathwise only.",
-    "reinforce": "RLCD stage 2: same proper score as reward, weight c, KL anchor to stage 1.",
-    "endtoend": "Per-rationale objective end to end: System-One collapse, gradient dilution.",
-    "mixture": "Lambda objective (1 - lam) E_r J + lam J(p, q); lam = 1: the mixture.",
-}
-
-
-def preset(method: str, **overrides) -> RLCDConfig:
-    """The default config of ``method`` (see ``METHODS``) with ``overrides`` applied."""
-    return replace(METHODS[method], **overrides)
+__all__ = [  # the settings live in configs.py (no torch); re-exported here
+    "DESCRIPTIONS",
+    "METHODS",
+    "Calibrate",
+    "EndToEnd",
+    "Mixture",
+    "Reinforce",
+    "RLCDConfig",
+    "preset",
+    "train",
+]
 
 
 def train(cfg: RLCDConfig) -> Path:

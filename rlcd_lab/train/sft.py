@@ -10,25 +10,16 @@ end (SFT+TS in OpenJev-RLCD Table 1).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import tyro
 from tqdm import trange
 
 from ..reader import build_prompt, encode_prompts, item_options, left_pad, pad_id
 from ..readout import position_ids
-from .common import TrainConfig, setup, update
-
-
-@dataclass(frozen=True)
-class SFTConfig(TrainConfig):
-    """Settings of the SFT baseline (direct answers, cross-entropy on the label token)."""
-
-    method: tyro.conf.Fixed[str] = "sft"
-    out: Path = Path("runs/sft")
+from .common import setup, update
+from .configs import SFTConfig  # the settings (no torch); re-exported here
 
 
 def train(cfg: SFTConfig) -> Path:

@@ -1,0 +1,185 @@
+"""The settings of every training method: frozen dataclasses parsed by tyro and written to
+each run's ``config.json``, the RLCD presets (``METHODS``, ``preset``), and how a recorded
+config compares with a new one (``config_diff``).
+
+Standard library and tyro only, so ``rlcd-lab train ... --help`` and code that only builds
+configs load no torch; the loops (``rlcd.py``, ``sft.py``, ``rft.py``, ``grpo.py``) import
+their config from here and re-export it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import tyro
+
+
+def config_dict(cfg: Any) -> dict:
+    """A frozen config dataclass as JSON-ready dict (paths as strings)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+RUN_OPTIONS = ("resume", "overwrite", "verify")
+"""Settings about opening the run, not about what it trains: never compared."""
+
+
+def config_diff(old: dict, cfg: Any, ignore: tuple[str, ...] = RUN_OPTIONS) -> list[str]:
+    """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
+    setting the record lacks (added to the code after it was written) counts as its
+    default, so runs recorded before stay resumable and reusable. ``ignore``: settings
+    never compared (default ``RUN_OPTIONS``)."""
+    new, defaults = config_dict(cfg), config_dict(type(cfg)())
+    keys = set(old) | set(new)
+    return sorted(k for k in keys if k not in ignore and old.get(k, defaults.get(k)) != new.get(k))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings every training method shares (defaults: tiny CPU scale)."""
+
+    method: tyro.conf.Fixed[str] = ""
+    """The method (fixed per subcommand; recorded in config.json and rlcd.json)."""
+    init: Path = Path("assets/checkpoints/base-verify")
+    """Checkpoint to start from."""
+    out: Path = Path("runs/run")
+    """Run directory (config.json, log.jsonl, checkpoints/, eval/, final/)."""
+    task: str = "verify"
+    """Synthetic task name or a task-item JSONL file (with .train/.dev/.test siblings)."""
+    steps: int = 200
+    batch_size: int = 8
+    """Questions per step."""
+    m: int = 4
+    """Rationales per question."""
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    """Sampling temperature of the rationales."""
+    lr: float = 1e-4
+    """AdamW learning rate (the paper uses 2e-6 for 1.7B models)."""
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    beta: float = 0.0
+    """KL anchor weight towards the reference model (0: no anchor)."""
+    ref: Path | None = None
+    """Reference (anchor) model; default: ``init``."""
+    eval_every: int = 50
+    eval_items: int = 100
+    """Dev items evaluated every ``eval_every`` steps (single query)."""
+    test_items: int = 400
+    """Test items in the final eval dump (0 skips it)."""
+    save_every: int = 50
+    seed: int = 0
+    lora_r: int = 0
+    """LoRA rank on every linear layer (alpha = 2 r); 0 trains all weights."""
+    bf16: bool = False
+    """bfloat16 autocast for every forward pass (weights and AdamW state stay float32)."""
+    save_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Dtype of the weights in ``final/`` (step checkpoints stay float32 so a resumed run
+    is bit-identical); training itself is always float32 (see ``setup``)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, about a third more time)."""
+    device: str = "auto"
+    resume: bool = False
+    """Continue the run in ``out`` from its latest checkpoint."""
+    overwrite: bool = False
+    """Replace the run in ``out`` (only a run directory: never another folder); the old
+    run is deleted once the new one has started, kept if it cannot start."""
+    verify: bool = True
+    """Check the checksums of the checkpoints loaded (``--no-verify`` skips)."""
+
+
+# ------------------------------ RLCD family (rlcd.py)
+@dataclass(frozen=True)
+class RLCDConfig(TrainConfig):
+    """Settings of the RLCD-family methods."""
+
+    sf_weight: float = 0.0
+    """Weight c of the score-function term (0: stage 1, pathwise only)."""
+    lam: float = 0.0
+    """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
+    rule: Literal["brier", "log"] = "brier"
+    reader: Literal["self", "ref"] = "self"
+    """Who reads the readout that is scored: the trained model or the frozen reference."""
+    outcome_reward: bool = True
+    """False: the score-function term gets the KL shaping reward only, the readout is still
+    trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""
+    grad_terms_every: int = 10
+    """Log pathwise vs score-function gradient norms every this many steps (0: never)."""
+
+
+@dataclass(frozen=True)
+class Calibrate(RLCDConfig):
+    """RLCD stage 1 (``METHODS["calibrate"]``)."""
+
+    method: tyro.conf.Fixed[str] = "calibrate"
+
+
+@dataclass(frozen=True)
+class Reinforce(RLCDConfig):
+    """RLCD stage 2 (``METHODS["reinforce"]``)."""
+
+    method: tyro.conf.Fixed[str] = "reinforce"
+
+
+@dataclass(frozen=True)
+class EndToEnd(RLCDConfig):
+    """The per-rationale objective end to end (``METHODS["endtoend"]``)."""
+
+    method: tyro.conf.Fixed[str] = "endtoend"
+
+
+@dataclass(frozen=True)
+class Mixture(RLCDConfig):
+    """The lambda (mixture) objective (``METHODS["mixture"]``)."""
+
+    method: tyro.conf.Fixed[str] = "mixture"
+
+
+METHODS: dict[str, RLCDConfig] = {
+    "calibrate": Calibrate(out=Path("runs/calibrate")),
+    "reinforce": Reinforce(
+        out=Path("runs/reinforce"), init=Path("runs/calibrate/final"), sf_weight=0.3, beta=0.04
+    ),
+    "endtoend": EndToEnd(out=Path("runs/endtoend"), sf_weight=1.0),
+    "mixture": Mixture(out=Path("runs/mixture"), sf_weight=1.0, lam=1.0),
+}
+DESCRIPTIONS = {
+    "calibrate": "RLCD stage 1: proper score of the readout after own rationales, pathwise only.",
+    "reinforce": "RLCD stage 2: same proper score as reward, weight c, KL anchor to stage 1.",
+    "endtoend": "Per-rationale objective end to end: System-One collapse, gradient dilution.",
+    "mixture": "Lambda objective (1 - lam) E_r J + lam J(p, q); lam = 1: the mixture.",
+}
+
+
+def preset(method: str, **overrides: Any) -> RLCDConfig:
+    """The default config of ``method`` (see ``METHODS``) with ``overrides`` applied."""
+    return replace(METHODS[method], **overrides)
+
+
+# ------------------------------ baselines (sft.py, rft.py, grpo.py)
+@dataclass(frozen=True)
+class SFTConfig(TrainConfig):
+    """Settings of the SFT baseline (direct answers, cross-entropy on the label token)."""
+
+    method: tyro.conf.Fixed[str] = "sft"
+    out: Path = Path("runs/sft")
+
+
+@dataclass(frozen=True)
+class RFTConfig(TrainConfig):
+    """Settings of the RFT/STaR baseline (clone correct trajectories; optional KL)."""
+
+    method: tyro.conf.Fixed[str] = "rft"
+    out: Path = Path("runs/rft")
+
+
+@dataclass(frozen=True)
+class GRPOConfig(TrainConfig):
+    """Settings of the GRPO baseline (correctness reward, group-normalized, KL anchor)."""
+
+    method: tyro.conf.Fixed[str] = "grpo"
+    out: Path = Path("runs/grpo")
+    beta: float = 0.04
