@@ -80,7 +80,7 @@ def main() -> None:
         acc_m = np.array([int(r.mixture.argmax()) for r in reason]) == y
         diff = paired_bootstrap(acc_r.astype(float), acc_d.astype(float), seed=args.seed)
         forced = np.mean([f for r in reason for f in r.forced])
-        ci = f"{diff['mean_diff']:+.3f} [{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]"
+        ci = f"{diff['diff']:+.3f} [{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]"
         print(
             f"| {name} | {len(items)} | {acc_d.mean():.3f} | {acc_r.mean():.3f} | "
             f"{acc_m.mean():.3f} | {ci} | {forced:.2f} | {wall:.0f} |",

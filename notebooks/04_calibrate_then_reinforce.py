@@ -31,16 +31,22 @@
 #
 # This notebook builds the Table 1 analogue on the tiny `verify` task from **whatever
 # runs are shipped** (`rlcd_lab.assets.shipped_runs()`: every seed, baseline and stage-2
-# fork it finds; runs are grouped by method and settings, never by hard-coded names),
-# with paired tests, risk-coverage curves and reliability diagrams, and the Table 2
-# analogue when stage-2 forks are shipped. It also trains a couple of very short runs
-# itself to show the commands work.
+# fork it finds; runs are named from their `config.json` (method and settings) and
+# whether they continue another shipped run, never from their directory names), with
+# paired tests, risk-coverage curves and reliability diagrams, the Table 2 analogue when
+# stage-2 forks are shipped, and the paper's claims checked on these numbers. It also
+# trains a couple of very short runs itself to show the commands work.
 #
-# Where the numbers come from: Tables 1 and 2 and the figures are computed from the
-# shipped runs' eval dumps (`eval/{dev,test}.jsonl`: single-query readouts on 200 dev and
-# 400 test items) with `rlcd_lab.evaluate.summarize`; how the runs were made is in
-# `assets/README.md` and `benchmarks/RESULTS.md`. The last section's runs are trained
-# here, in a temporary directory.
+# Where the numbers come from: every table and figure is computed here from the shipped
+# runs' eval dumps (`eval/{dev,test}.jsonl`: single-query readouts on 200 dev and 400
+# test items) through `rlcd_lab.results`: `load_run` fits the temperature on dev and
+# gives per-item values, `paired` the paired tests as the paper does them (accuracy and
+# Brier: per-item values averaged over seeds, bootstrap over test items and a sign-flip
+# test; AURC and Cov@5%: computed per seed and averaged over seeds, with the test items
+# resampled, or swapped between the two methods, jointly across seeds). Display names
+# and verdicts are `rlcd_lab.report`'s, as in the reproduction's report. How the runs
+# were made is in `assets/README.md`. The last section's runs are trained here, in a
+# temporary directory.
 
 # %%
 # ruff: noqa: E402  (the two settings below must come before the imports)
@@ -52,7 +58,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +67,7 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, metrics, plots, tutorial
-from rlcd_lab.evaluate import summarize
+from rlcd_lab import assets, metrics, plots, report, results, tutorial
 from rlcd_lab.models import read_meta
 from rlcd_lab.train import train
 from rlcd_lab.train.grpo import GRPOConfig
@@ -77,25 +82,26 @@ SIZES = {  # the runs trained in the last section (the shipped runs are read as 
     "default": dict(steps=60, eval_every=30, eval_items=100, test_items=200, grpo=True),
     "paper": dict(steps=3, eval_every=3, eval_items=10, test_items=40, grpo=False),
 }[SCALE]
-N_BOOT = 2000 if SCALE == "default" else 500  # bootstrap / permutation replicates
+N_BOOT = 2000 if SCALE == "default" else 500  # bootstrap replicates / sign-flip patterns
 EPS = 0.05
 print(f"SCALE = {SCALE}: {SIZES}")
 
 
-def label(info):
-    """A display name chosen by method (and its settings), never by run name."""
-    m = info["method"]
+def run_name(info):
+    """The reproduction's name of a run (``report.label`` shows it), chosen from its
+    config: method, settings, and whether it continues another shipped run."""
+    m, forked = info["method"], info["parent"] is not None
     if m == "reinforce":
-        return (
-            "RLCD (calibrate -> reinforce)"
-            if info["reader"] in (None, "self")
-            else (f"reinforce, reader={info['reader']}")
-        )
+        if info["outcome_reward"] is False:  # the score-function term gets the KL reward only
+            return "anchor-only"
+        return "reinforce" if info["reader"] in (None, "self") else f"reinforce ({info['reader']})"
+    if m == "calibrate":
+        return "readout-only" if forked else "calibrate"
+    if m == "grpo":
+        return "grpo-cont" if forked else "grpo"
     if m == "rft":
-        return "RFT+KL+TS" if info["beta"] else "RFT+TS"
-    return {"calibrate": "RLCD stage 1 only", "sft": "SFT+TS", "grpo": "GRPO+TS"}.get(
-        m, f"{m} ({info['variant']})"
-    )
+        return "rft-kl" if info["beta"] else "rft"
+    return m
 
 
 # %% [markdown]
@@ -103,60 +109,69 @@ def label(info):
 
 # %%
 infos = tutorial.discover_runs(assets.shipped_runs(), task="verify")
+for info in infos:
+    info["run"] = run_name(info)
+budgets = defaultdict(set)  # a baseline also shipped at a larger budget: "(matched budget)"
+for info in infos:
+    budgets[info["run"]].add(info["steps"])
+for info in infos:
+    if info["parent"] is None and info["steps"] > min(budgets[info["run"]]):
+        info["run"] += results.MATCHED
+    info["label"] = report.label(info["run"])
+    info["result"] = results.load_run(info["path"], eps=EPS)
 display(
     pd.DataFrame(
         [
-            {k: i[k] for k in ("name", "variant", "method", "seed", "steps", "beta", "parent")}
+            {k: i[k] for k in ("name", "label", "method", "seed", "steps", "beta", "parent")}
             for i in infos
         ]
     )
 )
-rows = {}
-for info in infos:
-    test_rows, dev_rows = tutorial.read_eval(info["path"])
-    rows[info["name"]] = (test_rows, dev_rows)
-    info["summary"] = summarize(test_rows, dev_rows, eps=EPS)
-    info["label"] = label(info)
-uids = {tuple(r["uid"] for r in t) for t, _ in rows.values()}
-assert len(uids) == 1, "the shipped runs must be evaluated on the same test items"
-print(f"{len(infos)} runs, {len(next(iter(uids)))} test items each")
+twins = [k for k, c in Counter((i["label"], i["seed"]) for i in infos).items() if c > 1]
+assert not twins, (
+    f"several shipped runs share a name and a seed: {twins}; their config.json files do "
+    "not tell them apart (runs from an older version? rerun rlcd-lab reproduce)"
+)
+labels = {tuple(i["result"].labels) for i in infos}
+assert len(labels) == 1, "the shipped runs must be evaluated on the same test items"
+print(f"{len(infos)} runs, {len(next(iter(labels)))} test items each")
 
 # %% [markdown]
 # ## Table 1 analogue: single query, after temperature scaling
 #
 # Runs trained from the base model (no shipped parent), plus the two-stage RLCD run(s).
-# Mean +- s.d. over the seeds shipped for each variant. Accuracy and Cov@5% higher is
-# better; Brier, NLL, ECE, AURC lower is better; T is the temperature fitted on dev
-# (1 = calibrated as trained, > 1 overconfident).
+# Mean +- s.d. over the seeds shipped for each run (the mean alone for one seed).
+# Accuracy and Cov@5% higher is better; Brier, NLL, ECE, AURC lower is better; T is the
+# temperature fitted on dev (1 = calibrated as trained, > 1 overconfident); `steps` the
+# training budget (stage 1 included for two-stage RLCD).
 
 # %%
-RLCD = "RLCD (calibrate -> reinforce)"
-COLS = {
-    "ts_accuracy": "accuracy",
-    "ts_brier": "Brier",
-    "ts_nll": "NLL",
-    "ts_ece": "ECE",
-    "ts_aurc": "AURC",
-    "ts_cov_at_eps": "Cov@5%",
-    "T": "T",
-    "mean_length": "length",
-}
-table1_infos = [i for i in infos if i["parent"] is None or i["label"] == RLCD]
+RLCD = report.label(results.RLCD)
+by_name = {i["name"]: i for i in infos}
+
+
+def budget(i):
+    return i["steps"] + (by_name[i["parent"]]["steps"] if i["parent"] else 0)
+
+
+def seeds_of(group):
+    """``{seed: RunResult}`` of a group of runs."""
+    return {i["seed"]: i["result"] for i in group}
+
+
 by_label = defaultdict(list)
-for i in table1_infos:
-    by_label[i["label"]].append(i)
-
-
-def fmt(values):
-    mean, sd = tutorial.mean_std(values)
-    return f"{mean:.3f}" if np.isnan(sd) else f"{mean:.3f} +- {sd:.3f}"
-
-
+for i in infos:
+    if i["parent"] is None or i["label"] == RLCD:
+        by_label[i["label"]].append(i)
 table1 = pd.DataFrame(
     {
         lab: {
             "seeds": len(g),
-            **{name: fmt([i["summary"][k] for i in g]) for k, name in COLS.items()},
+            "steps": "/".join(str(s) for s in sorted({budget(i) for i in g})),
+            **{
+                col: report.fmt_cell(results.mean_sd([i["result"].row[src] for i in g]))
+                for col, src in results.METRICS.values()
+            },
         }
         for lab, g in by_label.items()
     }
@@ -166,57 +181,54 @@ display(table1)
 # %% [markdown]
 # ### Paired tests against the RLCD run
 #
-# For each baseline: the difference RLCD - baseline on the same test items and seeds
-# (`tutorial.paired_comparison`: per-item Brier, NLL and accuracy averaged over seeds,
-# paired bootstrap 95% CI and sign-flip p-value; AURC pooled over seeds and recomputed
-# per replicate). Negative Brier / NLL / AURC differences and positive accuracy
-# differences favour RLCD.
+# For each baseline, RLCD minus the baseline on the same test items and seeds
+# (`results.paired`): the difference of the means over seeds, its 95% bootstrap CI and
+# a two-sided sign-flip p-value. Accuracy, Brier and NLL: per-item values averaged over
+# seeds, items resampled. AURC and Cov@5%: per-seed metrics averaged over seeds, test
+# items resampled (or swapped) jointly across seeds. Negative Brier / NLL / AURC and
+# positive accuracy / Cov@5% differences favour RLCD.
 
 
 # %%
-def by_seed(group):
-    out = {}
-    for i in group:
-        test_rows, dev_rows = rows[i["name"]]
-        p, _ = tutorial.scaled_probs(test_rows, dev_rows)
-        out[i["seed"]] = (p, np.array([r["label"] for r in test_rows]))
-    return out
+def paired(a_group, b_group):
+    """``results.paired`` of two groups of runs over the seeds both hold."""
+    a, b = seeds_of(a_group), seeds_of(b_group)
+    seeds = sorted(set(a) & set(b))
+    return len(seeds), results.paired(
+        [a[s] for s in seeds], [b[s] for s in seeds], eps=EPS, n=N_BOOT
+    )
 
 
 tests = {}
 if RLCD in by_label:
-    a_runs = by_seed(by_label[RLCD])
     for lab, g in by_label.items():
-        if lab == RLCD:
-            continue
-        b_runs = by_seed(g)
-        seeds = sorted(set(a_runs) & set(b_runs))
-        res = tutorial.paired_comparison(
-            [a_runs[s] for s in seeds], [b_runs[s] for s in seeds], n=N_BOOT, seed=0
-        )
-        for metric, r in res.items():
-            tests[(lab, metric)] = {"seeds": len(seeds), **r}
-tests = pd.DataFrame(tests).T
-tests.index.names = ["RLCD vs", "metric"]
-display(tests.round(4))
+        if lab != RLCD:
+            tests[lab] = paired(by_label[RLCD], g)
+paired_table = pd.DataFrame(
+    {
+        (lab, metric): {"seeds": n, **r}
+        for lab, (n, res) in tests.items()
+        for metric, r in res.items()
+    }
+).T
+paired_table.index.names = ["RLCD vs", "metric"]
+display(paired_table.round(4))
 
 # %% [markdown]
 # ### Risk-coverage and reliability
 #
 # Risk-coverage of the single-query decisions after temperature scaling (the first
-# shipped seed of each variant). Temperature scaling cannot change the *ranking* of
+# shipped seed of each run). Temperature scaling cannot change the *ranking* of
 # items by confidence (for K = 2 it is monotone), so it cannot repair a model whose
 # confident answers are no more often right than its hesitant ones.
 
 # %%
-first = {lab: g[0] for lab, g in by_label.items()}
-curves = {}
-for lab, i in first.items():
-    test_rows, dev_rows = rows[i["name"]]
-    p, _ = tutorial.scaled_probs(test_rows, dev_rows)
-    curves[lab] = metrics.confidence_and_correct(p, [r["label"] for r in test_rows])
+first = {lab: min(g, key=lambda i: i["seed"])["result"] for lab, g in by_label.items()}
 plots.risk_coverage_figure(
-    curves, eps=EPS, oracle="none", title="Risk-coverage on verify test (after TS)"
+    {lab: (r.confidence, r.correct) for lab, r in first.items()},
+    eps=EPS,
+    oracle="none",
+    title="Risk-coverage on verify test (after TS)",
 ).show()
 
 # %% [markdown]
@@ -224,148 +236,150 @@ plots.risk_coverage_figure(
 # below the diagonal are overconfidence.
 
 # %%
-for lab in (RLCD, "GRPO+TS"):
+GRPO = report.label("grpo")
+for lab in (RLCD, GRPO):
     if lab not in first:
         continue
-    test_rows, dev_rows = rows[first[lab]["name"]]
-    y = [r["label"] for r in test_rows]
-    raw = metrics.softmax(np.array([r["logits"] for r in test_rows]))
-    p, T = tutorial.scaled_probs(test_rows, dev_rows)
-    plots.reliability_diagram(raw, y, title=f"{lab}: raw readout").show()
-    plots.reliability_diagram(p, y, title=f"{lab}: after temperature scaling (T = {T:.2f})").show()
-
-# %% [markdown]
-# ### The paper's claims, checked on these numbers
-
-
-# %%
-by_name = {i["name"]: i for i in infos}
-
-
-def mean_of(lab, key):
-    return tutorial.mean_std([i["summary"][key] for i in by_label[lab]])[0]
-
-
-claims = []
-if RLCD in by_label:
-    rl_T = mean_of(RLCD, "T")
-    for base in ("GRPO+TS", "RFT+TS", "RFT+KL+TS", "SFT+TS"):
-        if base not in by_label:
-            continue
-        b_T = mean_of(base, "T")
-        if base != "SFT+TS":
-            claims.append(
-                f"T closer to 1 than {base} (paper: 1.4 vs ~7): {rl_T:.2f} vs {b_T:.2f} -> "
-                + ("reproduces" if abs(np.log(rl_T)) < abs(np.log(b_T)) else "does NOT reproduce")
-            )
-        t = tests.loc[(base, "aurc")]
-        sig = t["p"] < 0.05 and t["ci_high"] < 0
-        claims.append(
-            f"AURC lower than {base}: {mean_of(RLCD, 'ts_aurc'):.3f} vs "
-            f"{mean_of(base, 'ts_aurc'):.3f}, "
-            f"diff {t['diff']:+.4f} (95% CI {t['ci_low']:+.4f} .. {t['ci_high']:+.4f}, "
-            f"p = {t['p']:.3g}) -> "
-            + (
-                "reproduces (significant)"
-                if sig
-                else "lower but not significant"
-                if t["diff"] < 0
-                else "does NOT reproduce"
-            )
-        )
-        rc, bc = mean_of(RLCD, "ts_cov_at_eps"), mean_of(base, "ts_cov_at_eps")
-        paper = " (paper: 81% vs 19%)" if base == "GRPO+TS" else ""
-        claims.append(
-            f"Cov@5% higher than {base}{paper}: {rc:.0%} vs {bc:.0%} -> "
-            + ("reproduces" if rc > bc else "tie" if rc == bc else "does NOT reproduce")
-        )
-        t = tests.loc[(base, "accuracy")]
-        claims.append(
-            f"accuracy vs {base}: {mean_of(RLCD, 'ts_accuracy'):.3f} vs "
-            f"{mean_of(base, 'ts_accuracy'):.3f} (diff {t['diff']:+.3f}, p = {t['p']:.3g})"
-        )
-for c in claims:
-    print("-", c)
-budget = {}
-for lab, g in by_label.items():
-    total = [i["steps"] + (by_name[i["parent"]]["steps"] if i["parent"] else 0) for i in g]
-    budget[lab] = sorted(set(total))
-print(f"Caveat: total training steps per variant (stage 1 included): {budget}")
+    r = first[lab]
+    plots.reliability_diagram(r.probs(False), r.labels, title=f"{lab}: raw readout").show()
+    plots.reliability_diagram(
+        r.scaled, r.labels, title=f"{lab}: after temperature scaling (T = {r.T:.2f})"
+    ).show()
 
 # %% [markdown]
 # ## Table 2 analogue: stage-2 forks of a stage-1 checkpoint
 #
 # Runs whose `init` is the `final/` checkpoint of another shipped run (a stage-2
-# continuation): change relative to that checkpoint (single query, after TS), mean
-# over seeds, and the paired test fork - parent. When a readout-only continuation is
-# shipped (a `calibrate` fork), every fork is also compared with it, as in the paper's
-# Figure 3.
+# continuation), each minus that checkpoint (same seed): paired tests as above, and the
+# mean +- s.d. over seeds of the change in T and in rationale length. anchor-only is
+# RLCD-RL with the outcome reward removed (`outcome_reward=False`: the score-function
+# term gets the KL reward only; the readout is still trained by the pathwise term).
+# When a readout-only continuation is shipped, every other fork is also compared with
+# it, as in the paper's Figure 3.
 
 # %%
-forks = [i for i in infos if i["parent"] is not None]
-by_name = {i["name"]: i for i in infos}
-fork_rows = defaultdict(list)
-for f in forks:
-    parent = by_name[f["parent"]]
-    fork_rows[(f["variant"], f["method"])].append(
+forks = defaultdict(list)
+for i in infos:
+    if i["parent"] is not None:
+        forks[i["label"]].append(i)
+fork_tests, vs_readout = {}, {}
+READOUT_ONLY = report.label("readout-only")
+for lab, g in forks.items():
+    parents = [by_name[i["parent"]] for i in g]
+    n, res = paired(g, parents)
+    pairs = [(i["result"].row, p["result"].row) for i, p in zip(g, parents, strict=True)]
+    for key, src in (("T", "T"), ("length", "mean_length")):
+        res[key] = results.mean_sd([f[src] - c[src] for f, c in pairs])
+    fork_tests[lab] = res
+    if READOUT_ONLY in forks and lab != READOUT_ONLY:
+        vs_readout[lab] = paired(g, forks[READOUT_ONLY])[1]
+keys = ("accuracy", "brier", "aurc", "cov_at_eps")
+if fork_tests:
+    table2 = pd.DataFrame(
         {
-            k: f["summary"][k] - parent["summary"][k]
-            for k in ("ts_accuracy", "ts_brier", "ts_aurc", "T")
+            lab: {
+                "seeds": len(forks[lab]),
+                **{f"delta {results.METRICS[k][0]}": report.fmt_diff(res[k]) for k in keys},
+                **{f"delta {k}": report.fmt_cell(res[k], signed=True) for k in ("T", "length")},
+            }
+            for lab, res in fork_tests.items()
         }
-    )
-table2 = pd.DataFrame(
-    {
-        f"{variant} ({method})": {
-            "seeds": len(d),
-            **{f"delta {k}": fmt([x[k] for x in d]) for k in d[0]},
-        }
-        for (variant, method), d in fork_rows.items()
-    }
-).T
-if len(table2):
+    ).T
     display(table2)
-    pairs = {}
-    for variant in sorted({f["variant"] for f in forks}):
-        g = [f for f in forks if f["variant"] == variant]
-        a = by_seed(g)
-        b = {}
-        for f in g:
-            test_rows, dev_rows = rows[f["parent"]]
-            p, _ = tutorial.scaled_probs(test_rows, dev_rows)
-            b[f["seed"]] = (p, np.array([r["label"] for r in test_rows]))
-        seeds = sorted(set(a) & set(b))
-        res = tutorial.paired_comparison([a[s] for s in seeds], [b[s] for s in seeds], n=N_BOOT)
-        for metric in ("accuracy", "brier", "aurc"):
-            pairs[(variant, "vs its stage-1 checkpoint", metric)] = res[metric]
-        readout_only = [f for f in forks if f["method"] == "calibrate" and f["variant"] != variant]
-        if readout_only:
-            c = by_seed(readout_only)
-            seeds = sorted(set(a) & set(c))
-            res = tutorial.paired_comparison([a[s] for s in seeds], [c[s] for s in seeds], n=N_BOOT)
-            for metric in ("accuracy", "brier", "aurc"):
-                pairs[(variant, "vs readout-only continuation", metric)] = res[metric]
-    display(pd.DataFrame(pairs).T.round(4))
-    for (variant, method), d in fork_rows.items():
-        if all(abs(x[k]) < 1e-12 for x in d for k in x):
+    if vs_readout:
+        display(
+            pd.DataFrame(
+                {
+                    lab: {f"{results.METRICS[k][0]}": report.fmt_diff(res[k]) for k in keys}
+                    for lab, res in vs_readout.items()
+                }
+            ).T.rename_axis(f"fork minus {READOUT_ONLY}")
+        )
+    for lab, g in forks.items():
+        moved = any(
+            abs(i["result"].row[k] - by_name[i["parent"]]["result"].row[k]) > 1e-12
+            for i in g
+            for k in ("ts_accuracy", "ts_brier", "ts_aurc", "T")
+        )
+        if not moved:
             print(
-                f"Note: '{variant}' ({method}) is identical to its stage-1 checkpoint on every "
-                "metric and seed: it never moved (e.g. a zero gradient), so it is no control."
+                f"Note: '{lab}' is identical to its stage-1 checkpoint on every metric and "
+                "seed: it never moved (e.g. a zero gradient), so it is no control."
             )
-    for (variant, ref, metric), r in pairs.items():
-        if metric == "brier" and ref == "vs its stage-1 checkpoint":
-            print(
-                f"{variant}: Brier {r['diff']:+.4f} relative to its stage-1 checkpoint "
-                f"(p = {r['p']:.3g}) -> "
-                + (
-                    "stage 2 helps"
-                    if r["ci_high"] < 0
-                    else "stage 2 hurts"
-                    if r["ci_low"] > 0
-                    else "no significant change from stage 2"
-                )
+    for lab, res in fork_tests.items():
+        b = res["brier"]
+        print(
+            f"{lab}: Brier {report.fmt_diff(b)} relative to its stage-1 checkpoint -> "
+            + (
+                "stage 2 helps"
+                if b["ci_high"] < 0
+                else "stage 2 hurts"
+                if b["ci_low"] > 0
+                else "no significant change from stage 2"
             )
+        )
 else:
     print("No stage-2 forks are shipped yet.")
+
+# %% [markdown]
+# ## The paper's claims, checked on these numbers
+#
+# Each directional claim of the paper (`rlcd_lab.report.CLAIMS`, the list the
+# reproduction's report checks) beside our difference, 95% CI and p-value, with
+# `report.verdict`: *reproduces* when the CI excludes 0 on the paper's side, *does not
+# reproduce* when it excludes 0 on the other side, *not measurable at this scale* when it
+# contains 0. A baseline shipped at RLCD's budget (matched) is used when there is one.
+# The fitted temperatures are compared by their means over seeds (T has no per-item
+# values to resample).
+
+
+# %%
+def rlcd_minus(other):
+    """``(label, results.paired(RLCD, other))`` for the run named ``other`` (its
+    matched-budget twin when shipped); ``(label, None)`` when it is not shipped."""
+    for lab in (report.label(other + results.MATCHED), report.label(other)):
+        if lab in tests:
+            return lab, tests[lab][1]
+        if lab in forks and RLCD in forks:  # RLCD-RL against another fork
+            return lab, paired(forks[RLCD], forks[lab])[1]
+    return report.label(other), None
+
+
+claims = []
+for c in report.CLAIMS:
+    if c.aleatoric or not c.pair.startswith(("fork:", f"{results.RLCD} - ")):
+        continue  # Table 3 claims: notebook 5
+    if c.pair.startswith("fork:"):
+        lab = report.label(c.pair.removeprefix("fork:"))
+        name, res = f"{lab} minus its stage-1 checkpoint", fork_tests.get(lab)
+    else:
+        lab, res = rlcd_minus(c.pair.removeprefix(f"{results.RLCD} - "))
+        name = f"RLCD minus {lab}"
+    if res is None or c.metric not in res:
+        continue
+    d = res[c.metric]
+    claims.append(
+        {
+            "claim": f"{name}: {c.metric}",
+            "paper": c.paper,
+            "ours: difference [95% CI], p": report.fmt_diff(d),
+            "verdict": report.verdict(d, c.direction),
+        }
+    )
+display(pd.DataFrame(claims))
+if RLCD in by_label:
+    t_rl = results.mean_sd([i["result"].T for i in by_label[RLCD]])["mean"]
+    for lab in by_label:
+        if lab == RLCD or lab.startswith(report.label("calibrate")):
+            continue
+        t_b = results.mean_sd([i["result"].T for i in by_label[lab]])["mean"]
+        closer = abs(np.log(t_rl)) < abs(np.log(t_b))
+        print(
+            f"fitted T, RLCD vs {lab} (paper: 1.4 vs about 7 for GRPO and RFT+KL): "
+            f"{t_rl:.2f} vs {t_b:.2f} -> RLCD " + ("closer to 1" if closer else "not closer to 1")
+        )
+steps = {lab: sorted({budget(i) for i in g}) for lab, g in by_label.items()}
+print(f"Training budgets in steps (stage 1 included for two-stage RLCD): {steps}")
 
 # %% [markdown]
 # ## Training a few short runs here
@@ -401,8 +415,10 @@ for name, cfg in plan:
         continue
     t0 = time.perf_counter()
     path = train(cfg)
-    s = summarize(*tutorial.read_eval(path), eps=EPS)
-    mine[f"{name} ({cfg.steps} steps, trained here)"] = {COLS[k]: s[k] for k in COLS}
+    row = results.load_run(path, eps=EPS).row
+    mine[f"{name} ({cfg.steps} steps, trained here)"] = {
+        col: row[src] for col, src in results.METRICS.values()
+    }
     print(f"  {time.perf_counter() - t0:.0f} s")
 if mine:
     display(pd.DataFrame(mine).T.round(3))
@@ -431,15 +447,16 @@ else:
     print("(set RLCD_SCALE=paper to print the commands for a real model)")
 
 # %%
-# Checks that make a silent regression fail CI: the shipped numbers are what RESULTS.md
-# and the checkpoints' rlcd.json report (summarize on the dumps == the stored metrics).
+# Checks that make a silent regression fail CI: the shipped numbers are what the
+# checkpoints' rlcd.json report (the eval dumps read by results.load_run == the metrics
+# stored at training time).
 checked = 0
 for i in infos:
     if not (i["path"] / "final" / "rlcd.json").exists():  # not every run ships final/
         continue
     stored = read_meta(i["path"] / "final")["metrics"]["test"]
     for k in ("ts_accuracy", "ts_brier", "ts_aurc", "T"):
-        assert abs(stored[k] - i["summary"][k]) < 1e-9, (i["name"], k)
+        assert abs(stored[k] - i["result"].row[k]) < 1e-9, (i["name"], k)
     checked += 1
 print(f"{checked} shipped checkpoints' stored test metrics match their eval dumps")
 assert RLCD in by_label, "a two-stage RLCD run (method reinforce) must be shipped"
@@ -456,17 +473,13 @@ assert RLCD in by_label, "a two-stage RLCD run (method reinforce) must be shippe
 #    above, design a fair comparison (same total steps) and say what you would run.
 
 # %% tags=["solution"] jupyter={"source_hidden": true}
-if "GRPO+TS" in first:
-    test_rows, dev_rows = rows[first["GRPO+TS"]["name"]]
-    y = [r["label"] for r in test_rows]
-    raw = metrics.softmax(np.array([r["logits"] for r in test_rows]))
-    p, _ = tutorial.scaled_probs(test_rows, dev_rows)
-    a_raw = metrics.aurc(*metrics.confidence_and_correct(raw, y))
-    a_ts = metrics.aurc(*metrics.confidence_and_correct(p, y))
+if GRPO in first:
+    r = first[GRPO]
+    a_raw = metrics.aurc(*metrics.confidence_and_correct(r.probs(False), r.labels))
+    a_ts = metrics.aurc(r.confidence, r.correct)
     print(f"exercise 1: GRPO AURC raw {a_raw:.4f}, after TS {a_ts:.4f} (same up to ties)")
-for lab, g in by_label.items():
-    test_rows, dev_rows = rows[g[0]["name"]]
-    p, _ = tutorial.scaled_probs(test_rows, dev_rows)
-    c, ok = metrics.confidence_and_correct(p, [r["label"] for r in test_rows])
-    print(f"exercise 2: {lab}: Cov@2% = {metrics.coverage_at_risk(c, ok, 0.02):.0%}")
+for lab, r in first.items():
+    print(
+        f"exercise 2: {lab}: Cov@2% = {metrics.coverage_at_risk(r.confidence, r.correct, 0.02):.0%}"
+    )
 print("exercise 3: e.g. baselines for stage-1 + stage-2 steps, or RLCD stages of half length")

@@ -40,8 +40,12 @@
 #
 # Where the numbers come from: all three runs are trained *in this notebook* (into a
 # temporary directory) at the size set by `SCALE`, then evaluated on the test split
-# against `q` (Jensen-Shannon divergence, `rlcd_lab.metrics.jsd`, natural log; lower is
-# better). The interpretation is computed from the numbers.
+# against `q` (Jensen-Shannon divergence, `rlcd_lab.metrics.jsd`, in bits as in the
+# paper: 0 when equal, 1 for disjoint supports; lower is better). Their eval dumps are
+# read with `rlcd_lab.results.load_run` (temperature fitted on dev) and compared with
+# `rlcd_lab.results` (per-item JSD averaged over seeds, bootstrap over test items,
+# sign-flip p-value). The last section reads the shipped multi-seed reproduction the
+# same way. The interpretation is computed from the numbers.
 
 # %%
 # ruff: noqa: E402  (the two settings below must come before the imports)
@@ -64,9 +68,9 @@ import torch
 from IPython.display import display
 from plotly.subplots import make_subplots
 
-from rlcd_lab import assets, metrics, plots, stats, tutorial
+from rlcd_lab import assets, metrics, plots, report, results, tutorial
 from rlcd_lab.decomposition import variance_decomposition
-from rlcd_lab.evaluate import run_eval, summarize
+from rlcd_lab.evaluate import run_eval
 from rlcd_lab.models import load_checkpoint, read_meta
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import TRAINERS, train
@@ -81,6 +85,7 @@ SIZES = {
     "default": dict(steps=200, eval_every=25, eval_items=100, test_items=200, m_eval=8),
     "paper": dict(steps=6, eval_every=3, eval_items=10, test_items=30, m_eval=4),
 }[SCALE]
+N_BOOT = 2000 if SCALE == "default" else 500  # bootstrap replicates / sign-flip patterns
 print(f"SCALE = {SCALE}: {SIZES}")
 m_eval = SIZES.pop("m_eval")
 
@@ -96,10 +101,9 @@ COMMON = dict(init=BASE, task=TASK, lr=3e-4, max_new_tokens=24, seed=0, save_eve
 MARKER_TOKENS = 7  # a bare-marker rationale ("Answer:")
 base_dev = read_meta(BASE)["metrics"]["dev"]
 base_len = base_dev["reason"]["mean_length"]
-for mode in ("direct", "reason"):
+for mode in ("direct", "reason"):  # as stored when it was pretrained (JSD below, in bits)
     print(
-        f"base-aleatoric on dev, {mode:>6}: JSD to q {base_dev[mode]['jsd']:.3f}, "
-        f"accuracy {base_dev[mode]['accuracy']:.3f}, "
+        f"base-aleatoric on dev, {mode:>6}: accuracy {base_dev[mode]['accuracy']:.3f}, "
         f"mean rationale length {base_dev[mode]['mean_length']:.1f}"
     )
 
@@ -175,7 +179,8 @@ if logs:
 #
 # For each final model, on the test split: the single-query readout (one rationale, or
 # the direct answer for cross-entropy) and, for the RL runs, the mixture of
-# `m_eval` rationales. JSD to `q` before and after temperature scaling (T fitted on dev).
+# `m_eval` rationales. JSD to `q` in bits, before and after temperature scaling (T
+# fitted on dev; the base model's rows are its readouts as they are).
 
 # %%
 test_items = load_task_items(TASK, "test")[: SIZES["test_items"]]
@@ -184,29 +189,28 @@ quality, per_item = [], {}
 base_model, tok, _ = load_checkpoint(BASE)
 for mode in ("direct", "reason"):
     rows = run_eval(base_model, tok, test_items, mode=mode, max_new_tokens=24, seed=2)
-    per_item[f"base ({mode})"] = metrics.jsd(np.array([r["probs"] for r in rows]), q)
+    r = results.from_rows(rows)  # no dev rows: not temperature-scaled (T = 1)
+    per_item[f"base ({mode})"] = r.jsd
     quality.append(
         {
             "model": f"base ({mode})",
-            "JSD single": float(per_item[f"base ({mode})"].mean()),
-            "mean length": summarize(rows)["mean_length"],
+            "JSD single": float(r.jsd.mean()),
+            "mean length": r.row["mean_length"],
         }
     )
-for name, path in runs.items():
-    test_rows, dev_rows = tutorial.read_eval(path)
-    s = summarize(test_rows, dev_rows)
+trained = {name: results.load_run(path) for name, path in runs.items()}
+for name, r in trained.items():
     row = {
         "model": name,
-        "JSD single": s["jsd"],
-        "JSD single (TS)": s["ts_jsd"],
-        "T": s["T"],
-        "mean length": s["mean_length"],
-        "forced rate": s["forced_rate"],
+        "JSD single": r.row["jsd"],
+        "JSD single (TS)": float(r.jsd.mean()),
+        "T": r.T,
+        "mean length": r.row["mean_length"],
+        "forced rate": r.row["forced_rate"],
     }
-    p_ts, _ = tutorial.scaled_probs(test_rows, dev_rows)
-    per_item[name] = metrics.jsd(p_ts, q)
+    per_item[name] = r.jsd  # after temperature scaling
     if name != "cross-entropy":
-        model, tok, _ = load_checkpoint(Path(path) / "final")
+        model, tok, _ = load_checkpoint(Path(runs[name]) / "final")
         mrows = run_eval(model, tok, test_items, m=m_eval, max_new_tokens=24, seed=3)
         mix = np.array([r["mixture"] for r in mrows])
         row[f"JSD mixture of {m_eval}"] = metrics.mean_jsd(mix, q)
@@ -228,26 +232,24 @@ for i, col in enumerate(cols):
 fig.update_layout(
     barmode="group",
     title="Jensen-Shannon divergence to the outcome distribution q (test; lower is better)",
-    yaxis_title="mean JSD (nats)",
+    yaxis_title="mean JSD (bits)",
 )
 fig.show()
 
 # %% [markdown]
 # ## Verdicts, computed
 #
-# Paired comparisons on the test items (per-item JSD after temperature scaling; paired
-# bootstrap 95% CI and sign-flip p-value, `rlcd_lab.stats`).
+# Paired comparisons with cross-entropy on the same test items (`results.paired`,
+# one seed here): the difference of per-item JSD after temperature scaling, its 95%
+# bootstrap CI over test items and a two-sided sign-flip p-value.
 
 # %%
 if runs:
-    ce = per_item["cross-entropy"]
     for name in ("mixture", "per-rationale"):
-        ci = stats.paired_bootstrap(per_item[name], ce, n=2000, seed=0)
-        p = stats.sign_flip_test(per_item[name], ce, n=2000, seed=0)
-        better = ci["ci_high"] < 0
+        d = results.paired([trained[name]], [trained["cross-entropy"]], n=N_BOOT)["jsd"]
+        better = d["ci_high"] < 0
         print(
-            f"{name} - cross-entropy, JSD (TS): {ci['mean_diff']:+.4f} "
-            f"(95% CI {ci['ci_low']:+.4f} .. {ci['ci_high']:+.4f}), p = {p:.3g}: "
+            f"{name} - cross-entropy, JSD (TS, bits): {report.fmt_diff(d)}: "
             + (
                 "the RL variant is significantly better than cross-entropy: claim 1 does "
                 "NOT reproduce here."
@@ -309,17 +311,21 @@ if runs:
 for name, path in runs.items():
     assert len(read_log(path)) == SIZES["steps"], name
 assert all(np.isfinite(v).all() and (v >= 0).all() for v in per_item.values())
-assert (quality["JSD single"] <= np.log(2) + 1e-9).all()
+assert (quality["JSD single"] <= 1 + 1e-9).all()  # bits: at most 1
 
 # %% [markdown]
 # ## The shipped reproduction (all seeds)
 #
 # The runs above are one seed, trained here. `rlcd-lab reproduce --task aleatoric` ships
 # the same comparison over several seeds under `assets/` (found with
-# `rlcd_lab.assets.shipped_runs()`, grouped by method; `assets/README.md` has the
-# settings, which differ from the ones above: for instance its learning rate). Single
-# query after temperature scaling, and, where the run ships `eval/test-m4.jsonl`, the
-# mixture of 4 rationales; mean +- s.d. over seeds.
+# `rlcd_lab.assets.shipped_runs()`, named by method and settings; `assets/README.md` has
+# the settings, which differ from the ones above: for instance its learning rate).
+# Single query after temperature scaling and, where the run ships a mixture dump
+# (`eval/test-m<M>.jsonl`), the mixture of M rationales; mean +- s.d. over seeds, JSD in
+# bits. The paper's Table 3 readout is the mixture for a run that writes rationales and
+# the single query for direct answers (cross-entropy). The paired tests follow the paper:
+# each item's JSD averaged over the seeds, bootstrap over test items and a sign-flip
+# p-value (`results.paired`); the claims and verdicts are `rlcd_lab.report`'s.
 
 # %%
 NAMES = {"sft": "cross-entropy", "endtoend": "per-rationale", "mixture": "mixture"}
@@ -328,62 +334,75 @@ shipped = [
     for i in tutorial.discover_runs(assets.shipped_runs(), task="aleatoric")
     if i["method"] in NAMES
 ]
-agg, items_by = {}, {}
 for i in shipped:
-    test_rows, dev_rows = tutorial.read_eval(i["path"])
-    s = summarize(test_rows, dev_rows)
-    qa = np.array([r["q"] for r in test_rows])
-    p_ts, _ = tutorial.scaled_probs(test_rows, dev_rows)
-    name = NAMES[i["method"]] + ("" if not i["lam"] or i["lam"] == 1 else f" lam={i['lam']}")
-    row = {
-        "JSD single (TS)": s["ts_jsd"],
-        "length": s["mean_length"],
-        "forced": s["forced_rate"],
-    }
-    m4 = i["path"] / "eval" / "test-m4.jsonl"
-    if m4.exists():
-        rows4 = assets.read_jsonl(m4)
-        row["JSD mixture of 4"] = metrics.mean_jsd(np.array([r["mixture"] for r in rows4]), qa)
-    agg.setdefault(name, []).append(row)
-    items_by.setdefault(name, {})[i["seed"]] = metrics.jsd(p_ts, qa)
-if agg:
-    cols = ["JSD single (TS)", "JSD mixture of 4", "length", "forced"]
-    table3 = pd.DataFrame(
-        {
-            name: {
-                "seeds": len(rs),
-                **{
-                    c: "{:.3f} +- {:.3f}".format(*tutorial.mean_std([r[c] for r in rs]))
-                    for c in cols
-                    if c in rs[0]
-                },
-            }
-            for name, rs in agg.items()
-        }
-    ).T
-    display(table3)
-    if "cross-entropy" in items_by:
-        ce_seeds = items_by["cross-entropy"]
-        for name, by_seed in items_by.items():
+    i["label"] = NAMES[i["method"]] + ("" if not i["lam"] or i["lam"] == 1 else f" lam={i['lam']}")
+budgets = {}
+for i in shipped:
+    budgets.setdefault(i["label"], set()).add(i["steps"])
+groups = {}  # label -> {seed: RunResult}
+for i in shipped:
+    if i["steps"] > min(budgets[i["label"]]):  # the same run at a larger (matched) budget
+        i["label"] += f" ({i['steps']} steps)"
+    groups.setdefault(i["label"], {})[i["seed"]] = results.load_run(i["path"])
+if groups:
+    cells = {}
+    for name, by_seed in groups.items():
+        rs = list(by_seed.values())
+        cells[name] = {"seeds": len(rs)}
+        cells[name]["JSD single (TS)"] = report.fmt_cell(
+            results.mean_sd([r.jsd.mean() for r in rs])
+        )
+        if all(r.mixture_jsd is not None for r in rs):
+            cells[name][f"JSD mixture of {rs[0].m_mixture}"] = report.fmt_cell(
+                results.mean_sd([r.mixture_jsd.mean() for r in rs])
+            )
+        cells[name]["JSD (Table 3 readout)"] = report.fmt_cell(
+            results.mean_sd([r.jsd_table3.mean() for r in rs])
+        )
+        for col, key in (("length", "mean_length"), ("forced", "forced_rate")):
+            cells[name][col] = report.fmt_cell(results.mean_sd([r.row[key] for r in rs]))
+    display(pd.DataFrame(cells).T)
+
+    def paired(a, b):
+        """``results.paired`` of two groups over the seeds both hold."""
+        seeds = sorted(set(groups[a]) & set(groups[b]))
+        return len(seeds), results.paired(
+            [groups[a][k] for k in seeds], [groups[b][k] for k in seeds], n=N_BOOT
+        )
+
+    if "cross-entropy" in groups:
+        for name in groups:
             if name == "cross-entropy":
                 continue
-            seeds = sorted(set(by_seed) & set(ce_seeds))
-            a = np.mean([by_seed[k] for k in seeds], axis=0)
-            b = np.mean([ce_seeds[k] for k in seeds], axis=0)
-            ci = stats.paired_bootstrap(a, b, n=2000, seed=0)
-            p = stats.sign_flip_test(a, b, n=2000, seed=0)
+            n, res = paired(name, "cross-entropy")
+            d = res["jsd_table3"]
             print(
-                f"shipped, {len(seeds)} seeds: {name} - cross-entropy, JSD (TS) "
-                f"{ci['mean_diff']:+.4f} (95% CI {ci['ci_low']:+.4f} .. {ci['ci_high']:+.4f}, "
-                f"p = {p:.3g}) -> "
+                f"shipped, {n} seeds: {name} - cross-entropy, JSD of the Table 3 readouts "
+                f"(bits) {report.fmt_diff(d)} -> "
                 + (
                     "the RL variant is better: claim 1 does NOT reproduce."
-                    if ci["ci_high"] < 0
+                    if d["ci_high"] < 0
                     else "not better than cross-entropy: claim 1 reproduces."
                 )
             )
-    if "per-rationale" in agg:
-        lengths = [r["length"] for r in agg["per-rationale"]]
+    claims = []
+    for c in (c for c in report.CLAIMS if c.aleatoric and " - " in c.pair):
+        a, b = (NAMES.get(r) for r in c.pair.split(" - "))
+        if a not in groups or b not in groups:
+            continue
+        d = paired(a, b)[1][c.metric]
+        claims.append(
+            {
+                "claim": f"{a} - {b}: {c.metric}",
+                "paper": c.paper,
+                "ours: difference [95% CI], p": report.fmt_diff(d),
+                "verdict": report.verdict(d, c.direction),
+            }
+        )
+    if claims:
+        display(pd.DataFrame(claims))
+    if "per-rationale" in groups:
+        lengths = [r.row["mean_length"] for r in groups["per-rationale"].values()]
         print(
             "shipped per-rationale runs, mean rationale length per seed: "
             + ", ".join(f"{x:.1f}" for x in lengths)
@@ -412,8 +431,8 @@ else:
 # Solution 1 (default scale only, about 1.5 minutes):
 if SCALE == "default":
     cfg = replace(TRAINERS["mixture"][0], **COMMON, lam=0.5, out=OUT / "lam0.5")
-    s = summarize(*tutorial.read_eval(train(cfg)))
-    print(f"exercise 1: lam 0.5: single-query JSD {s['jsd']:.3f} (TS {s['ts_jsd']:.3f})")
+    s = results.load_run(train(cfg)).row
+    print(f"exercise 1: lam 0.5: single-query JSD {s['jsd']:.3f} bits (TS {s['ts_jsd']:.3f})")
 # Solution 2: the column 'var u across rationales' above is exactly that term, averaged
 # over test items (rlcd_lab.decomposition.variance_decomposition gives it per item).
 print(

@@ -29,11 +29,12 @@
 #    tokens spent with the accuracy obtained.
 #
 # Where the numbers come from: sections 1-2 read the eval dumps of the shipped `verify`
-# runs (`rlcd_lab.assets.shipped_runs()`, single query, temperature fitted on dev).
-# Section 3 runs the shipped base checkpoints (`assets/checkpoints/base-verify`, and
-# `base-facts` where reasoning does not help) in both modes on the test split. Nothing is
-# trained. The routing math lives in `rlcd_lab.routing` (tested in
-# `tests/test_tutorial.py`).
+# runs (`rlcd_lab.assets.shipped_runs()`, single query) with `rlcd_lab.results.load_run`,
+# which fits the temperature on dev. Section 3 runs the shipped base checkpoints
+# (`assets/checkpoints/base-verify`, and `base-facts` where reasoning does not help) in
+# both modes on the dev and test splits, scored with `rlcd_lab.results.from_rows` (T
+# fitted on dev). Nothing is trained. The routing math lives in `rlcd_lab.routing`
+# (tested in `tests/test_tutorial.py`).
 
 # %%
 # ruff: noqa: E402  (the two settings below must come before the imports)
@@ -50,7 +51,7 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, metrics, plots, routing, tutorial
+from rlcd_lab import assets, metrics, plots, results, routing, tutorial
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks import load_task_items
@@ -87,18 +88,19 @@ group = tutorial.largest_group(runs)  # one seed: one run per variant
 runs = [i for i in runs if i["group"] == group]
 data = {}
 for info in runs:
-    test_rows, dev_rows = tutorial.read_eval(info["path"])
-    p_test, T = tutorial.scaled_probs(test_rows, dev_rows)
-    dev_logits = np.array([r["logits"] for r in dev_rows])
+    r = results.load_run(info["path"], eps=EPS)
+    if not r.fitted:  # no dev dump: neither T nor a threshold can be fixed beforehand
+        print(f"assets/{info['name']}: T not fitted (no dev dump); left out")
+        continue
     data[info["name"]] = dict(
         variant=info["variant"],
         method=info["method"],
-        T=T,
-        p_test=p_test,
-        y_test=np.array([r["label"] for r in test_rows]),
-        raw_test=metrics.softmax(np.array([r["logits"] for r in test_rows])),
-        p_dev=metrics.apply_temperature(dev_logits, T),
-        y_dev=np.array([r["label"] for r in dev_rows]),
+        T=r.T,
+        p_test=r.scaled,
+        y_test=r.labels,
+        raw_test=r.probs(calibrated=False),
+        p_dev=r.dev_probs(),
+        y_dev=r.dev_labels,
     )
 print(f"shipped verify runs of one seed ({group}):", ", ".join(f"assets/{n}" for n in data))
 
@@ -253,8 +255,9 @@ for task in SIZES["tasks"]:
     for mode in ("direct", "reason"):
         dev_rows = run_eval(model, tok, dev_items, mode=mode, max_new_tokens=48, seed=1)
         test_rows = run_eval(model, tok, test_items, mode=mode, max_new_tokens=48, seed=2)
-        out[mode], out[f"T_{mode}"] = tutorial.scaled_probs(test_rows, dev_rows)
-        out[f"{mode}_dev"], _ = tutorial.scaled_probs(dev_rows, dev_rows)
+        res = results.from_rows(test_rows, dev_rows)  # T fitted on dev
+        out[mode], out[f"T_{mode}"], out[f"{mode}_raw"] = res.scaled, res.T, res.probs(False)
+        out[f"{mode}_dev"] = res.dev_probs()
         out[f"tokens_{mode}"] = np.array([r["lengths"][0] for r in test_rows], float)
         out[f"tokens_{mode}_dev"] = np.array([r["lengths"][0] for r in dev_rows], float)
     out["y"] = np.array([it.label for it in test_items])
@@ -425,9 +428,9 @@ for task, out in cascades.items():
         f"accuracy {metrics.accuracy(probs, out['y']):.3f}"
     )
 
-# Solution 3: raw direct probabilities = scaled ones re-tempered by T_direct.
+# Solution 3: the raw (unscaled) direct probabilities in the cascade.
 for task, out in cascades.items():
-    raw = metrics.apply_temperature(np.log(np.maximum(out["direct"], 1e-12)), 1 / out["T_direct"])
+    raw = out["direct_raw"]
     c_raw = routing.cascade_curve(raw, out["reason"], out["y"], out["tokens_reason"], thresholds)
     gap = np.abs(c_raw["accuracy"] - out["curve"]["accuracy"]).max()
     print(f"exercise 3: {task}: largest accuracy change over thresholds {gap:.3f}")

@@ -3,12 +3,12 @@
 The notebooks only import from ``rlcd_lab``; the computations they need that are not a
 loss, a metric or a training loop live here: the ``SCALE`` switch, a non-proper score as
 a counterexample, expected-score curves for the binary case, the gradient-dilution ratio
-from a run's log, reading shipped runs and their eval dumps, temperature-scaled
-per-item scores and paired comparisons of two methods on the same test items, and a
-plotly slider figure. Pure functions (file readers aside); no printing.
+from a run's log, finding shipped runs and what their configs say, small task subsets,
+and a plotly slider figure. Pure functions (file readers aside); no printing. Scoring a
+run's eval dumps (temperature scaling, per-item values, paired tests over seeds) is
+:mod:`rlcd_lab.results`; display names of runs are :func:`rlcd_lab.report.label`.
 
-Directions: scores are *higher is better*; ``brier`` / ``nll`` / ``aurc`` values in
-per-item dicts are *lower is better*, as in :mod:`rlcd_lab.metrics`.
+Directions: scores are *higher is better*, as in :mod:`rlcd_lab.scoring`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,7 @@ import plotly.graph_objects as go
 import torch
 from torch import Tensor
 
-from . import metrics
-from .assets import read_jsonl
 from .scoring import expected_score
-from .stats import paired_bootstrap, paired_bootstrap_aurc, sign_flip_test, sign_flip_test_aurc
 from .tasks import load_task_items, write_items
 from .tasks.synthetic import TASKS
 
@@ -190,7 +187,7 @@ def adam_signal_step(
     return travelled / (lr * steps * dim**0.5)
 
 
-# -------------------------------------------------------------- shipped runs and dumps
+# ---------------------------------------------------------------------- shipped runs
 CONFIG_KEYS = (
     "method",
     "task",
@@ -277,105 +274,6 @@ def largest_group(infos: Sequence[Mapping[str, Any]]) -> str | None:
     for i in infos:
         counts[i["group"]] = counts.get(i["group"], 0) + 1
     return min(counts, key=lambda g: (-counts[g], g)) if counts else None
-
-
-def read_eval(run: str | Path) -> tuple[list[dict], list[dict]]:
-    """``(test_rows, dev_rows)`` of a run's eval dumps ``eval/test.jsonl`` and
-    ``eval/dev.jsonl`` (the format of :func:`rlcd_lab.evaluate.run_eval`)."""
-    path = Path(run) / "eval"
-    return read_jsonl(path / "test.jsonl"), read_jsonl(path / "dev.jsonl")
-
-
-def scaled_probs(test_rows: Sequence[dict], dev_rows: Sequence[dict]) -> tuple[np.ndarray, float]:
-    """Single-query test probabilities after temperature scaling fitted on dev.
-
-    ``T = metrics.fit_temperature(dev logits, dev labels)``, then
-    ``softmax(test logits / T)``; returns ``(probs (N, K), T)``. This is the "+TS" of
-    every row of Table 1 (Guo et al. 2017, sec. 4.2)."""
-    dev_logits = np.array([r["logits"] for r in dev_rows], dtype=np.float64)
-    T = metrics.fit_temperature(dev_logits, [r["label"] for r in dev_rows])
-    logits = np.array([r["logits"] for r in test_rows], dtype=np.float64)
-    return metrics.apply_temperature(logits, T), T
-
-
-def item_scores(probs: Any, labels: Any, eps: float = metrics.EPS) -> dict[str, np.ndarray]:
-    """Per-item values behind the Table 1 averages, each ``(N,)``:
-
-    * ``brier`` ``sum_k (p_k - 1[k = y])^2`` (lower is better; its mean is
-      :func:`rlcd_lab.metrics.brier`);
-    * ``nll`` ``-log max(p_y, eps)`` (lower is better; mean = :func:`metrics.nll`);
-    * ``correct`` ``argmax p == y`` (as float 0/1; mean = accuracy), ``confidence``
-      ``max p``.
-    """
-    p = metrics.to_numpy(probs, np.float64)
-    y = metrics.to_numpy(labels).astype(np.int64).reshape(-1)
-    onehot = np.zeros_like(p)
-    onehot[np.arange(len(y)), y] = 1.0
-    conf, correct = metrics.confidence_and_correct(p, y)
-    return {
-        "brier": ((p - onehot) ** 2).sum(1),
-        "nll": -np.log(np.maximum(p[np.arange(len(y)), y], eps)),
-        "correct": correct.astype(np.float64),
-        "confidence": conf,
-    }
-
-
-def paired_comparison(
-    a: Sequence[tuple[Any, Any]],
-    b: Sequence[tuple[Any, Any]],
-    n: int = 2000,
-    seed: int = 0,
-) -> dict[str, dict[str, float]]:
-    """Paired tests of method A against method B on the same test items.
-
-    ``a`` and ``b`` are lists (one entry per seed, aligned) of ``(probs (N, K), labels
-    (N,))`` for the same N items in the same order (e.g. :func:`scaled_probs` of the two
-    methods' dumps). For ``brier``, ``nll`` and ``accuracy`` each item's value is first
-    averaged over seeds (the unit of resampling is the test item; :mod:`rlcd_lab.stats`),
-    then :func:`stats.paired_bootstrap` gives the 95% CI of ``mean(A - B)`` and
-    :func:`stats.sign_flip_test` its p-value. ``aurc`` pools the seeds' items (AURC is a
-    whole-curve statistic) and uses :func:`stats.paired_bootstrap_aurc` and
-    :func:`stats.sign_flip_test_aurc`. Returns ``{metric: {"diff", "ci_low", "ci_high",
-    "p"}}``; for brier, nll and aurc a negative diff favours A, for accuracy a positive one.
-    """
-    if len(a) != len(b) or not a:
-        raise ValueError(
-            f"need the same number (>= 1) of seeds for A and B, got {len(a)}, {len(b)}"
-        )
-    sa = [item_scores(p, y) for p, y in a]
-    sb = [item_scores(p, y) for p, y in b]
-    for (_, ya), (_, yb) in zip(a, b, strict=True):
-        if not np.array_equal(np.asarray(ya), np.asarray(yb)):
-            raise ValueError("A and B must be evaluated on the same items (labels differ)")
-    out: dict[str, dict[str, float]] = {}
-    for key, name in (("brier", "brier"), ("nll", "nll"), ("correct", "accuracy")):
-        xa = np.mean([s[key] for s in sa], axis=0)
-        xb = np.mean([s[key] for s in sb], axis=0)
-        ci = paired_bootstrap(xa, xb, n=n, seed=seed)
-        out[name] = {
-            "diff": ci["mean_diff"],
-            "ci_low": ci["ci_low"],
-            "ci_high": ci["ci_high"],
-            "p": sign_flip_test(xa, xb, n=n, seed=seed),
-        }
-    ca = np.concatenate([s["confidence"] for s in sa])
-    ra = np.concatenate([s["correct"] for s in sa])
-    cb = np.concatenate([s["confidence"] for s in sb])
-    rb = np.concatenate([s["correct"] for s in sb])
-    ci = paired_bootstrap_aurc(ca, ra, cb, rb, n=n, seed=seed)
-    out["aurc"] = {
-        "diff": ci["diff"],
-        "ci_low": ci["ci_low"],
-        "ci_high": ci["ci_high"],
-        "p": sign_flip_test_aurc(ca, ra, cb, rb, n=n, seed=seed),
-    }
-    return out
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (``ddof=1``; NaN for a single value)."""
-    v = np.asarray(values, dtype=np.float64)
-    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else float("nan")
 
 
 # ------------------------------------------------------------------------------ plots

@@ -201,6 +201,33 @@ def test_routing_bad_input(fake_run, tmp_path):
         routing_update([str(broken)], 0.5, 0.05, 1.0, 1.0)
 
 
+def test_a_run_without_dev_is_not_fitted(fake_run, tmp_path):
+    # a base checkpoint's run: test dump only. Its "temperature-scaled" view is the raw
+    # readout and T is reported as not fitted (not as a fitted T of 1)
+    base = tmp_path / "fake-s0" / "base"
+    (base / "eval").mkdir(parents=True)
+    (base / "eval" / "test.jsonl").write_text((fake_run / "eval" / "test.jsonl").read_text())
+    msg, route_table, metric_table, _, out = routing_update(
+        [str(base), str(fake_run)], 0.75, 0.05, 10.0, 1.0, calibrated=True
+    )
+    r, fitted = out["runs"][str(base)], out["runs"][str(fake_run)]
+    assert r["fitted"] is False and r["T"] is None
+    assert fitted["fitted"] is True and fitted["T"] == pytest.approx(
+        metrics.fit_temperature(*_arrays(DEV))
+    )
+    assert route_table["data"][0][1] == "not fitted" and metric_table["data"][0][8] == "not fitted"
+    assert "not fitted" in msg and route_table["data"][1][1] != "not fitted"
+    # no dev dump: no dev threshold; the metrics are those of the raw readout
+    raw = routing_update([str(base)], 0.75, 0.05, 10.0, 1.0, calibrated=False)[-1]
+    raw = raw["runs"][str(base)]
+    assert r["dev_threshold"] is None and raw["T"] == 1.0
+    for key in ("accuracy", "brier", "nll", "ece", "aurc", "coverage", "cost"):
+        assert r[key] == pytest.approx(raw[key])
+    logits, y = _arrays(TEST)
+    assert r["brier"] == pytest.approx(metrics.brier(metrics.softmax(logits), y))
+    assert load_run(str(base)).fitted is False
+
+
 def test_routing_figures_and_shipped_runs():
     names = list(shipped_runs())
     chosen = default_runs(names)

@@ -1,4 +1,6 @@
-"""Tests of the notebooks' helpers (rlcd_lab.tutorial, rlcd_lab.routing), numbers by hand."""
+"""Tests of the notebooks' helpers (rlcd_lab.tutorial, rlcd_lab.routing), numbers by hand.
+
+Scoring eval dumps (rlcd_lab.results) is tested in tests/test_results.py."""
 
 from __future__ import annotations
 
@@ -89,17 +91,16 @@ def test_log_column_skips_missing_and_non_finite():
     assert tutorial.rms([3.0, 4.0]) == pytest.approx(np.sqrt(12.5))
 
 
-# -------------------------------------------------------------- shipped runs and dumps
+# ---------------------------------------------------------------------- shipped runs
 
 
-def _fake_run(root, group, variant, method, init, seed=0, task="verify"):
+def _fake_run(root, group, variant, method, init, seed=0, task="verify", **extra):
     path = root / group / variant
     (path / "eval").mkdir(parents=True)
     cfg = {"method": method, "task": task, "seed": seed, "init": init, "steps": 10, "beta": 0.0}
+    cfg.update(extra)
     (path / "config.json").write_text(json.dumps(cfg))
-    row = {"uid": "a", "label": 0, "logits": [2.0, 0.0], "probs": [0.88, 0.12]}
-    for split in ("dev", "test"):
-        (path / "eval" / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
+    (path / "eval" / "test.jsonl").write_text("{}\n")  # discover_runs does not read it
     return path
 
 
@@ -112,18 +113,33 @@ def test_discover_runs_finds_stage2_parents(tmp_path):
         "runs/v-s1/reinforce": _fake_run(
             tmp_path, "v-s1", "reinforce", "reinforce", "runs/v-s1/calibrate/final", seed=1
         ),
+        "runs/v-s0/anchor": _fake_run(
+            tmp_path,
+            "v-s0",
+            "anchor",
+            "reinforce",
+            "runs/v-s0/calibrate/final",
+            outcome_reward=False,
+        ),
         "runs/a/sft": _fake_run(tmp_path, "a", "sft", "sft", "base", task="aleatoric"),
     }
     infos = {i["name"]: i for i in tutorial.discover_runs(runs, task="verify")}
-    assert set(infos) == {"runs/v-s0/calibrate", "runs/v-s0/reinforce", "runs/v-s1/reinforce"}
+    assert set(infos) == {
+        "runs/v-s0/calibrate",
+        "runs/v-s0/reinforce",
+        "runs/v-s0/anchor",
+        "runs/v-s1/reinforce",
+    }
     assert infos["runs/v-s0/reinforce"]["parent"] == "runs/v-s0/calibrate"
+    assert infos["runs/v-s0/anchor"]["parent"] == "runs/v-s0/calibrate"
+    # the anchor-only fork is told apart by its config, not its directory name
+    assert infos["runs/v-s0/anchor"]["outcome_reward"] is False
+    assert infos["runs/v-s0/reinforce"]["outcome_reward"] is None  # not in its config
     assert infos["runs/v-s1/reinforce"]["parent"] is None  # its stage-1 run is not shipped
     assert infos["runs/v-s0/calibrate"]["parent"] is None
     assert infos["runs/v-s1/reinforce"]["variant"] == "reinforce"
     assert infos["runs/v-s1/reinforce"]["group"] == "v-s1"
     assert infos["runs/v-s1/reinforce"]["seed"] == 1
-    test, dev = tutorial.read_eval(runs["runs/v-s0/calibrate"])
-    assert test[0]["uid"] == dev[0]["uid"] == "a"
 
 
 def test_subset_task_writes_smaller_splits(tmp_path):
@@ -142,51 +158,6 @@ def test_largest_group_prefers_most_runs_then_name():
     assert tutorial.largest_group(infos) == "s1"  # s1 and s2 tie at 2: first by name
     assert tutorial.largest_group(infos + [{"group": "s2"}]) == "s2"
     assert tutorial.largest_group([]) is None
-
-
-def test_scaled_probs_uses_the_dev_temperature():
-    dev = [{"logits": [2.0, 0.0], "label": 0}, {"logits": [0.0, 2.0], "label": 0}]
-    test = [{"logits": [4.0, 0.0], "label": 0}]
-    probs, T = tutorial.scaled_probs(test, dev)
-    assert T == pytest.approx(metrics.fit_temperature(np.array([[2.0, 0.0], [0.0, 2.0]]), [0, 0]))
-    # softmax([4, 0] / T)
-    expected = np.exp(4.0 / T) / (np.exp(4.0 / T) + 1.0)
-    assert probs[0, 0] == pytest.approx(expected)
-
-
-def test_item_scores_by_hand():
-    p = np.array([[0.8, 0.2], [0.4, 0.6]])
-    s = tutorial.item_scores(p, [0, 0])
-    # (0.2^2 + 0.2^2) = 0.08; (0.6^2 + 0.6^2) = 0.72
-    assert s["brier"].tolist() == pytest.approx([0.08, 0.72])
-    assert s["nll"].tolist() == pytest.approx([-np.log(0.8), -np.log(0.4)])
-    assert s["correct"].tolist() == [1.0, 0.0]
-    assert s["confidence"].tolist() == [0.8, 0.6]
-    assert s["brier"].mean() == pytest.approx(metrics.brier(p, [0, 0]))
-
-
-def test_paired_comparison_identical_and_dominated():
-    p = np.array([[0.9, 0.1], [0.3, 0.7], [0.6, 0.4], [0.2, 0.8]])
-    y = np.array([0, 1, 0, 1])
-    same = tutorial.paired_comparison([(p, y)], [(p, y)], n=200)
-    for v in same.values():
-        assert v["diff"] == 0.0 and v["p"] == 1.0
-    # B is uniform: every item's Brier is 0.5 for B and lower for A
-    b = np.full_like(p, 0.5)
-    res = tutorial.paired_comparison([(p, y), (p, y)], [(b, y), (b, y)], n=200)
-    # A's per-item Brier: 0.02, 0.18, 0.32, 0.08 -> mean 0.15; B: 0.5
-    assert res["brier"]["diff"] == pytest.approx(0.15 - 0.5)
-    assert res["brier"]["ci_high"] < 0
-    # 4 items: exact sign-flip, all differences negative -> p = 2/16
-    assert res["brier"]["p"] == pytest.approx(2 / 16)
-    with pytest.raises(ValueError, match="same items"):
-        tutorial.paired_comparison([(p, y)], [(p, 1 - y)])
-
-
-def test_mean_std():
-    assert tutorial.mean_std([1.0, 3.0]) == pytest.approx((2.0, np.sqrt(2.0)))
-    m, s = tutorial.mean_std([5.0])
-    assert m == 5.0 and np.isnan(s)
 
 
 def test_slider_figure_visibility():

@@ -2,10 +2,11 @@
 
 The rule: decide automatically when the single-query confidence ``max_k p_k`` is
 ``>= t``, escalate otherwise. Per run the dumps (``eval/test.jsonl`` and
-``eval/dev.jsonl``, format in :mod:`rlcd_lab.evaluate`) are read once and cached by
-:func:`load_run`: the temperature T fitted on dev (:func:`rlcd_lab.evaluate.summarize`),
-the raw and temperature-scaled test probabilities, and their confidences and
-correctness sorted by confidence. A threshold change then only costs O(N) numpy work
+``eval/dev.jsonl``) are read once through :func:`rlcd_lab.results.load_run` and cached
+by :func:`load_run`: the temperature T fitted on dev (none without a dev dump: the
+"temperature-scaled" view of such a run is its raw readout, shown as "not fitted"), the
+raw and temperature-scaled test probabilities, and their confidences and correctness
+sorted by confidence. A threshold change then only costs O(N) numpy work
 per run (:func:`rlcd_lab.routing.selective_risk`) and one figure.
 
 Expected cost per item of the rule, with ``c_w`` the cost of a wrong automated decision
@@ -28,8 +29,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .. import metrics, plots
-from ..assets import ASSETS, read_jsonl
-from ..evaluate import summarize
+from ..assets import ASSETS
+from ..results import RunResult
+from ..results import load_run as load_result
 from ..routing import selective_risk, threshold_for_risk
 from .common import resolve_dir, short_labels
 
@@ -37,6 +39,8 @@ DEFAULT_THRESHOLD = 0.9
 DEFAULT_EPS = 0.05
 DEFAULT_COST_WRONG = 10.0
 DEFAULT_COST_ESCALATE = 1.0
+NOT_FITTED = "not fitted"
+"""Shown for T of a run without a dev dump (its "temperature-scaled" view is its raw one)."""
 MAX_POINTS = 200
 """Curve points drawn per run (metrics always use every item)."""
 RUN_CACHE = 32
@@ -77,11 +81,13 @@ class Scores:
 
 @dataclass(frozen=True)
 class RunData:
-    """A run's eval dumps, read once: ``summary`` is :func:`rlcd_lab.evaluate.summarize`
-    of test with dev (keys ``accuracy``... and, with dev, ``T`` and ``ts_*``)."""
+    """A run's eval dumps, read once: ``summary`` is :attr:`rlcd_lab.results.RunResult.row`
+    (keys ``accuracy``... and, when T was fitted on dev, ``T`` and ``ts_*``); ``T`` is 1
+    and ``fitted`` False without a dev dump."""
 
     name: str
     T: float
+    fitted: bool
     summary: dict
     raw: Scores
     scaled: Scores
@@ -96,49 +102,34 @@ class RunData:
         return float(self.summary[ts if calibrated and ts in self.summary else key])
 
 
-def _ranked(logits: np.ndarray, labels: np.ndarray, T: float) -> tuple[np.ndarray, ...]:
-    probs = metrics.apply_temperature(logits, T)
+def _ranked(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, ...]:
     conf, correct = metrics.confidence_and_correct(probs, labels)
     order = metrics.confidence_order(conf)
     return probs[order], labels[order], conf[order], correct[order]
 
 
-def _scores(test: Sequence[dict], dev: Sequence[dict] | None, T: float) -> Scores:
-    probs, labels, conf, correct = _ranked(
-        np.array([r["logits"] for r in test], np.float64), np.array([r["label"] for r in test]), T
-    )
+def _scores(result: RunResult, calibrated: bool) -> Scores:
+    probs, labels, conf, correct = _ranked(result.probs(calibrated), result.labels)
     dev_conf = dev_correct = None
-    if dev:
-        _, _, dev_conf, dev_correct = _ranked(
-            np.array([r["logits"] for r in dev], np.float64),
-            np.array([r["label"] for r in dev]),
-            T,
-        )
+    dev = result.dev_probs(calibrated)
+    if dev is not None:
+        _, _, dev_conf, dev_correct = _ranked(dev, result.dev_labels)
     return Scores(probs, labels, conf, correct, dev_conf, dev_correct)
 
 
-def run_data(name: str, test_rows: Sequence[dict], dev_rows: Sequence[dict] | None) -> RunData:
-    """Precompute everything the Routing tab needs from a run's test (and dev) dump rows.
-
-    T is fitted on dev by :func:`rlcd_lab.evaluate.summarize` (T = 1 without dev);
-    single-query readouts (``logits``) are what gets routed, as in the paper's Table 1.
-    """
-    if not test_rows:
-        raise gr.Error(f"run {name!r}: the test dump is empty")
-    summary = summarize(test_rows, dev_rows or None)
-    T = float(summary.get("T", 1.0))
+def run_data(name: str, result: RunResult) -> RunData:
+    """Precompute everything the Routing tab needs from a run's
+    :class:`rlcd_lab.results.RunResult` (T fitted on dev, or 1 and not fitted without a
+    dev dump); single-query readouts (``logits``) are what gets routed, as in the
+    paper's Table 1."""
     return RunData(
-        name, T, summary, _scores(test_rows, dev_rows, 1.0), _scores(test_rows, dev_rows, T)
+        name, result.T, result.fitted, result.row, _scores(result, False), _scores(result, True)
     )
 
 
 @lru_cache(maxsize=RUN_CACHE)
 def _load(path: str, stamp: tuple[int, int], name: str) -> RunData:
-    evals = Path(path) / "eval"
-    dev = evals / "dev.jsonl"
-    return run_data(
-        name, read_jsonl(evals / "test.jsonl"), read_jsonl(dev) if dev.exists() else None
-    )
+    return run_data(name, load_result(path))
 
 
 def load_run(name: str, root: str | Path = ASSETS) -> RunData:
@@ -152,7 +143,7 @@ def load_run(name: str, root: str | Path = ASSETS) -> RunData:
     )
     try:
         return _load(str(path.resolve()), stamp, name)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
         raise gr.Error(f"run {name!r}: could not read its eval dumps ({err})") from None
 
 
@@ -227,7 +218,9 @@ def routing_update(
     Per run: coverage, error when decided, escalations and expected cost at
     ``threshold``; Cov@eps (oracle) and label-free Cov@eps at ``eps``; the lowest
     threshold whose *dev* error is ``<= eps`` (:func:`rlcd_lab.routing.threshold_for_risk`)
-    and what it gives on test. Only O(N) work per run once the runs are cached.
+    and what it gives on test. Only O(N) work per run once the runs are cached. ``T`` in
+    the exact numbers is the fitted temperature (1 in the raw view; None, shown as "not
+    fitted", for a run without a dev dump in the temperature-scaled view).
     """
     _check_costs(cost_wrong, cost_escalate)
     runs = list(runs or [])
@@ -257,7 +250,8 @@ def routing_update(
         at_dev = selective_risk(s.confidence, s.correct, t_dev)
         cov_eps = metrics.coverage_at_risk(s.confidence, s.correct, eps)
         pred_cov = metrics.predicted_coverage_at_risk(s.confidence, eps)
-        T = data.T if calibrated else 1.0
+        T = (data.T if data.fitted else None) if calibrated else 1.0  # None: not fitted
+        t_cell = NOT_FITTED if T is None else f"{T:.3f}"
         label = labels[name]
         curves[label] = (s.confidence, s.correct)
         marks[label] = (r["coverage"], r["risk"])
@@ -265,6 +259,7 @@ def routing_update(
         numbers[name] = {
             "n": n,
             "T": T,
+            "fitted": data.fitted,
             **r,
             "cov_at_eps": cov_eps,
             "pred_cov_at_eps": pred_cov,
@@ -276,7 +271,7 @@ def routing_update(
         route_rows.append(
             [
                 label,
-                f"{T:.3f}",
+                t_cell,
                 f"{_pct(r['coverage'])} ({int(r['decided'])}/{n})",
                 f"{_pct(r['risk'])} ({int(r['errors'])} wrong)",
                 f"{int(r['escalated'])}",
@@ -290,7 +285,7 @@ def routing_update(
         metric_rows.append(
             [label]
             + [f"{m[k]:.4f}" for k in ("accuracy", "brier", "nll", "ece", "aurc")]
-            + [f"{cov_eps:.3f}", f"{pred_cov:.3f}", f"{T:.3f}"]
+            + [f"{cov_eps:.3f}", f"{pred_cov:.3f}", t_cell]
             + [f"{data.summary['mean_length']:.1f}"]
         )
     fig = plots.risk_coverage_figure(
@@ -316,6 +311,12 @@ def routing_update(
         f"Error budget ε = {eps:g}: Cov@ε is the largest share decidable at observed error "
         f"≤ ε (oracle); the dev threshold is the lowest t with dev error ≤ ε, applied to test."
     )
+    unfitted = [labels[n] for n in runs if not numbers[n]["fitted"]]
+    if calibrated and unfitted:
+        summary += (
+            f" T {NOT_FITTED} (no dev dump) for {', '.join(unfitted)}: shown unscaled, "
+            "without a dev threshold."
+        )
     result = {
         "threshold": threshold,
         "eps": eps,
