@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from rlcd_lab.assets import ASSETS
-from rlcd_lab.report import findings_table, readme_block, verdict
+from rlcd_lab.report import findings_table, update_readme, verdict
 
 README = ASSETS.parent / "README.md"
 
@@ -91,10 +92,50 @@ def block(name: str) -> str:
     return m.group(1)
 
 
-def test_readme_real_model_block_is_generated_from_the_shipped_summary():
-    summary = json.loads((ASSETS / "results" / "mmlu-elementary_mathematics" / "summary.json")
-                         .read_text())  # fmt: skip
-    assert block("real-model") == readme_block(summary)
+def test_readme_blocks_are_generated_from_the_shipped_summaries():
+    text = README.read_text(encoding="utf-8")
+    for name in ("verify", "aleatoric", "real-model"):
+        assert block(name).strip(), f"README block {name} is empty"
+    assert update_readme(README) == text  # python -m rlcd_lab.report --readme README.md
+
+
+def test_a_shipped_aurc_ci_recomputes_from_the_dumps_with_the_joint_item_bootstrap():
+    """RLCD minus matched-budget GRPO on AURC in the shipped verify summary, recomputed
+    from the raw eval dumps: T fitted on dev per seed, AURC per seed averaged, and each
+    bootstrap replicate drawing one set of test items for all seeds (loop reference)."""
+    from rlcd_lab import metrics
+    from rlcd_lab.io import read_jsonl
+
+    root = ASSETS / "results" / "verify"
+    summary = json.loads((root / "summary.json").read_text())
+    seeds, n = summary["seeds"], summary["n_boot"]
+    conf, ok = {}, {}
+    for run in ("reinforce", "grpo-matched"):
+        conf[run], ok[run] = [], []
+        for s in seeds:
+            ev = root / f"seed-{s}" / run / "eval"
+            dev, test = read_jsonl(ev / "dev.jsonl"), read_jsonl(ev / "test.jsonl")
+            T = metrics.fit_temperature([r["logits"] for r in dev], [r["label"] for r in dev])
+            p = metrics.apply_temperature([r["logits"] for r in test], T)
+            c, r = metrics.confidence_and_correct(p, [r["label"] for r in test])
+            conf[run].append(c)
+            ok[run].append(r)
+    a, b = "reinforce", "grpo-matched"
+
+    def diff(idx):
+        return sum(
+            metrics.aurc(conf[a][k][idx], ok[a][k][idx])
+            - metrics.aurc(conf[b][k][idx], ok[b][k][idx])
+            for k in range(len(seeds))
+        ) / len(seeds)
+
+    items = len(conf[a][0])
+    draws = np.random.default_rng(0).integers(0, items, size=(n, items))
+    reps = [diff(i) for i in draws]
+    shipped = summary["paired"][f"{a} - {b}"]["aurc"]
+    assert shipped["diff"] == pytest.approx(diff(np.arange(items)), abs=1e-12)
+    assert shipped["ci_low"] == pytest.approx(np.percentile(reps, 2.5), abs=1e-12)
+    assert shipped["ci_high"] == pytest.approx(np.percentile(reps, 97.5), abs=1e-12)
 
 
 def test_shipped_real_model_summary_recomputes_from_its_dumps():
