@@ -354,6 +354,7 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
                 "sf / pathwise",
                 title="Score-function / pathwise gradient norm over training",
             )
+            figs["fig1_grad_ratio"].update_yaxes(type="log")  # spans orders of magnitude
     names = _ordered(loaded)
     pooled = {
         label(n): (
