@@ -59,7 +59,7 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, plots, tutorial
+from rlcd_lab import assets, plots, results, tutorial
 from rlcd_lab.models import read_meta
 from rlcd_lab.train import train
 from rlcd_lab.train.common import read_log
@@ -126,7 +126,7 @@ dil = {}
 for info in shipped:
     if not (info["path"] / "log.jsonl").exists():  # e.g. an evaluation-only directory
         continue
-    d = tutorial.gradient_dilution(read_log(info["path"]))
+    d = results.gradient_dilution(read_log(info["path"]))
     if d["steps"].size:
         dil[info["name"]] = (info, d)
 per_run = pd.DataFrame(
@@ -137,8 +137,8 @@ per_run = pd.DataFrame(
             "method": info["method"],
             "seed": info["seed"],
             "c used": info["sf_weight"],
-            "RMS pathwise": tutorial.rms(d["pathwise"]),
-            "RMS score-function": tutorial.rms(d["score_function"]),
+            "RMS pathwise": results.rms(d["pathwise"]),
+            "RMS score-function": results.rms(d["score_function"]),
             "RMS ratio": d["rms_ratio"],
         }
         for info, d in dil.values()
@@ -259,7 +259,7 @@ split = "test" if SIZES["test_items"] else "dev"
 res = []
 for c, path in sweep.items():
     m = read_meta(Path(path) / "final")["metrics"][split]
-    d = tutorial.gradient_dilution(read_log(path))
+    d = results.gradient_dilution(read_log(path))
     res.append(
         {
             "c": c,
@@ -328,7 +328,7 @@ if len(res):
 # Checks that make a silent regression fail CI.
 for c, path in sweep.items():
     rows = read_log(path)
-    d = tutorial.gradient_dilution(rows)
+    d = results.gradient_dilution(rows)
     assert d["steps"].size == len(range(0, SIZES["steps"], SIZES["grad_terms_every"])), c
     # norms are >= 0; the score-function one is exactly 0 when a batch's rewards all tie
     assert np.all(d["pathwise"] >= 0) and np.all(d["score_function"] >= 0)

@@ -52,6 +52,7 @@ LABELS = {
     "readout-only": "fork: readout-only",
     "anchor-only": "fork: anchor-only",
     "grpo-cont": "fork: GRPO continuation",
+    "endtoend-c": "end to end, weight",
 }
 ORDER = tuple(LABELS)
 
@@ -60,6 +61,8 @@ def label(run: str) -> str:
     """Display name of a run (``grpo-matched`` -> ``GRPO+TS (matched budget)``)."""
     if run.endswith(MATCHED):
         return f"{label(run[: -len(MATCHED)])} (matched budget)"
+    if run.startswith("endtoend-c"):
+        return f"{LABELS['endtoend-c']} {run[len('endtoend-c') :]}"
     return LABELS.get(run, run)
 
 
@@ -260,6 +263,22 @@ def jsd_table(summary: Mapping) -> str:
     return "\n".join(rows) + "\n"
 
 
+def sweep_table(summary: Mapping, prefix: str = "endtoend-c") -> str:
+    """Markdown: Table 4, the end-to-end objective at each score-function weight (stage 1
+    is weight 0), mean ± s.d. over seeds; the last column is gradient dilution, RMS of
+    the score-function over RMS of the pathwise gradient norm over training."""
+    runs = {0.0: "calibrate"} if "calibrate" in summary["runs"] else {}
+    runs |= {float(r[len(prefix) :]): r for r in summary["runs"] if r.startswith(prefix)}
+    keys = ("accuracy", "brier", "aurc", "T", "length")
+    rows = ["| weight c | " + " | ".join(METRICS[k][0] for k in keys) + " | RMS sf / pathwise |"]
+    rows.append("|---" * (len(keys) + 2) + "|")
+    for c in sorted(runs):
+        e = summary["runs"][runs[c]]
+        ratio = fmt_cell(e["grad_rms_ratio"]) if "grad_rms_ratio" in e else "-"
+        rows.append(f"| {c:g} | " + " | ".join(fmt_cell(e[k]) for k in keys) + f" | {ratio} |")
+    return "\n".join(rows) + "\n"
+
+
 def report_markdown(summary: Mapping, title: str) -> str:
     """``report.md``: the paper's tables for this reproduction."""
     seeds = ", ".join(map(str, summary["seeds"]))
@@ -290,6 +309,14 @@ def report_markdown(summary: Mapping, title: str) -> str:
             "mean ± s.d. of the change. anchor-only is RLCD-RL with the outcome reward removed "
             "(the readout is still trained by the pathwise term).\n",
             forks_table(summary),
+        ]
+    if any(r.startswith("endtoend-c") for r in summary["runs"]):
+        md += [
+            "\n## Table 4: score-function weight, end to end (KL-anchored, from the base)\n\n"
+            "Weight 0 is RLCD stage 1 (pathwise only). The last column is gradient dilution: "
+            "the RMS over training of the (unweighted) score-function gradient norm over the "
+            "pathwise one.\n",
+            sweep_table(summary),
         ]
     if any("jsd" in e for e in summary["runs"].values()):
         md += [

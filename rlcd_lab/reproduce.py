@@ -12,6 +12,10 @@ For each seed, from the same base model and the same question/outcome stream:
   ``anchor-only`` (RLCD-RL with the outcome reward removed: the readout is still trained,
   the score-function term gets the KL reward only) and ``grpo-cont`` (GRPO's correctness
   reward); changes relative to the checkpoint.
+* Table 4 (tasks without ``q``): the end-to-end objective from the base model with the KL
+  anchor at score-function weights ``SWEEP`` (``endtoend-c<weight>``), next to stage 1
+  (weight 0): accuracy, calibration and gradient dilution (RMS score-function /
+  pathwise gradient norm) as the weight grows.
 * Table 3 (sec. 5.3, tasks whose items carry ``q``): SFT (cross-entropy on direct
   answers), the per-rationale objective (``endtoend`` with KL), the mixture objective
   (``mixture``, lam = 1) and two-stage RLCD, with JSD to ``q`` of the single-query readout
@@ -47,6 +51,9 @@ if TYPE_CHECKING:
 
 BASELINES = ("sft", "rft", "rft-kl", "grpo", "endtoend", "mixture")
 """Runs that also get a budget-matched twin (``<name>-matched``: two stages' steps)."""
+SWEEP = (0.1, 0.3, 1.0)
+"""Table 4: score-function weights of the end-to-end runs (weight 0 is RLCD stage 1)."""
+SWEEP_PREFIX = "endtoend-c"
 MIXTURE_M = 16
 """Rationales of the mixture readout in Table 3 (the paper's 16)."""
 EPS = {"facts": 0.2}  # error budget of Cov@eps: 5% unless listed (the paper: 20% on MMLU-Pro)
@@ -151,6 +158,8 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
             runs["readout-only"] = preset("calibrate", **dict(kw, init=stage1))
             runs["anchor-only"] = preset("reinforce", **dict(kw, init=stage1), outcome_reward=False)
             runs["grpo-cont"] = GRPOConfig(**dict(kw, init=stage1))
+            for c in SWEEP:  # Table 4: end to end from the base, KL-anchored
+                runs[f"{SWEEP_PREFIX}{c:g}"] = preset("endtoend", **kw, sf_weight=c, beta=0.04)
         for name in [n for n in runs if n in BASELINES]:
             runs[name + MATCHED] = replace(runs[name], steps=2 * base["steps"])
         first.append(Job("base", seed, root / "base", None, kw))

@@ -21,10 +21,11 @@ card all read runs through it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -264,6 +265,49 @@ def paired(
     return out
 
 
+def rms(x: Sequence[float] | np.ndarray) -> float:
+    """Root mean square ``sqrt(mean(x^2))`` (NaN for an empty input)."""
+    a = np.asarray(x, dtype=np.float64)
+    return float(np.sqrt(np.mean(a * a))) if a.size else float("nan")
+
+
+def gradient_dilution(
+    rows: Sequence[Mapping[str, Any]],
+    pathwise: str = "grad_pathwise",
+    score_function: str = "grad_score_function",
+) -> dict[str, Any]:
+    """Gradient dilution from a run's log rows (OpenJev-RLCD sec. 3.2).
+
+    Uses the rows that hold both norms (the training loops log the global L2 norm of the
+    pathwise gradient and of the *unweighted* score-function gradient every
+    ``grad_terms_every`` steps). Returns ``steps``, ``pathwise``, ``score_function`` and
+    ``ratio`` (per-step ``score_function / pathwise``) as arrays, and the scalar
+    ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the paper's 7-12x statistic
+    (a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
+    when no row holds both norms (or both are 0), ``inf`` when the pathwise norm is always
+    0 (a run without a pathwise term).
+    """
+    both = [
+        r
+        for r in rows
+        if isinstance(r.get(pathwise), (int, float))
+        and isinstance(r.get(score_function), (int, float))
+    ]
+    steps = np.array([float(r["step"]) for r in both])
+    pw = np.array([float(r[pathwise]) for r in both])
+    sf = np.array([float(r[score_function]) for r in both])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = sf / pw
+        rms_ratio = np.float64(rms(sf)) / np.float64(rms(pw)) if both else float("nan")
+    return {
+        "steps": steps,
+        "pathwise": pw,
+        "score_function": sf,
+        "ratio": ratio,
+        "rms_ratio": float(rms_ratio),
+    }
+
+
 def mean_sd(values: Sequence[float]) -> dict[str, float | None]:
     """``{"mean", "sd"}`` over seeds (sample s.d., ``ddof = 1``; None for one seed: a
     single seed has no spread to report)."""
@@ -285,8 +329,9 @@ def summarize_runs(
     Summary keys: ``seeds``, ``eps``, ``units`` (JSD in bits); ``runs[name]``: mean and
     s.d. over seeds of each of ``METRICS`` (after temperature scaling), ``steps`` (the
     training budget, stage 1 included for the runs continued from it; 0 for the base),
-    ``per_seed`` rows, and ``jsd`` / ``mixture_jsd`` / ``jsd_table3`` (bits) on
-    aleatoric tasks;
+    ``per_seed`` rows, ``grad_rms_ratio`` (:func:`gradient_dilution` of each seed's
+    training log: RMS score-function / RMS pathwise gradient norm) for runs that log
+    both, and ``jsd`` / ``mixture_jsd`` / ``jsd_table3`` (bits) on aleatoric tasks;
     ``paired["reinforce - X"]``: :func:`paired` for every other run X (and the pairs of
     ``TABLE3_PAIRS`` on aleatoric tasks); ``forks[F]``:
     :func:`paired` of each stage-2 fork against its stage-1 checkpoint, plus the mean
@@ -328,6 +373,11 @@ def summarize_runs(
                 entry[key] = mean_sd([float(getattr(g, key).mean()) for g in group])
         if group[0].m_mixture:
             entry["m_mixture"] = group[0].m_mixture
+        logs = [g.path / "log.jsonl" for g in group]
+        if all(p.exists() for p in logs):
+            ratios = [gradient_dilution(read_jsonl(p))["rms_ratio"] for p in logs]
+            if all(np.isfinite(ratios)):
+                entry["grad_rms_ratio"] = mean_sd(ratios)
         summary["runs"][name] = entry
     if RLCD in loaded:
         for other in loaded:

@@ -110,49 +110,6 @@ def log_column(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[np.ndarray,
     return np.array([s for s, _ in pts]), np.array([v for _, v in pts])
 
 
-def rms(x: Sequence[float] | np.ndarray) -> float:
-    """Root mean square ``sqrt(mean(x^2))`` (NaN for an empty input)."""
-    a = np.asarray(x, dtype=np.float64)
-    return float(np.sqrt(np.mean(a * a))) if a.size else float("nan")
-
-
-def gradient_dilution(
-    rows: Sequence[Mapping[str, Any]],
-    pathwise: str = "grad_pathwise",
-    score_function: str = "grad_score_function",
-) -> dict[str, Any]:
-    """Gradient dilution from a run's log rows (OpenJev-RLCD sec. 3.2).
-
-    Uses the rows that hold both norms (the training loops log the global L2 norm of the
-    pathwise gradient and of the *unweighted* score-function gradient every
-    ``grad_terms_every`` steps). Returns ``steps``, ``pathwise``, ``score_function`` and
-    ``ratio`` (per-step ``score_function / pathwise``) as arrays, and the scalar
-    ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the paper's 7-12x statistic
-    (a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
-    when no row holds both norms (or both are 0), ``inf`` when the pathwise norm is always
-    0 (a run without a pathwise term).
-    """
-    both = [
-        r
-        for r in rows
-        if isinstance(r.get(pathwise), (int, float))
-        and isinstance(r.get(score_function), (int, float))
-    ]
-    steps = np.array([float(r["step"]) for r in both])
-    pw = np.array([float(r[pathwise]) for r in both])
-    sf = np.array([float(r[score_function]) for r in both])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = sf / pw
-        rms_ratio = np.float64(rms(sf)) / np.float64(rms(pw)) if both else float("nan")
-    return {
-        "steps": steps,
-        "pathwise": pw,
-        "score_function": sf,
-        "ratio": ratio,
-        "rms_ratio": float(rms_ratio),
-    }
-
-
 def adam_signal_step(
     ratio: float,
     dim: int = 2000,

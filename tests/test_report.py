@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlcd_lab.assets import ASSETS
-from rlcd_lab.report import findings_table, update_readme, verdict
+from rlcd_lab.report import findings_table, sweep_table, update_readme, verdict
 
 README = ASSETS.parent / "README.md"
 
@@ -83,6 +83,20 @@ def test_table3_claims_on_aleatoric_summaries_only():
         "| mixture (lam = 1) vs per-rationale (end to end, KL): JSD | 0.121 vs 0.075 bits: "
         "mixture higher | +0.050 [+0.020, +0.080], p = 0.001 | reproduces |"
     ]
+
+
+def test_sweep_table_orders_weights_and_puts_stage1_at_zero():
+    cell = {k: {"mean": 0.5, "sd": 0.1} for k in ("accuracy", "brier", "aurc", "T", "length")}
+    runs = {
+        "endtoend-c1": cell | {"grad_rms_ratio": {"mean": 9.0, "sd": 1.0}},
+        "calibrate": cell,
+        "endtoend-c0.1": cell | {"grad_rms_ratio": {"mean": 2.5, "sd": None}},
+        "grpo": cell,
+    }
+    rows = sweep_table({"runs": runs}).splitlines()
+    assert [r.split(" | ")[0] for r in rows[2:]] == ["| 0", "| 0.1", "| 1"]
+    assert rows[2].endswith("| - |") and rows[3].endswith("| 2.500 |")
+    assert rows[4].endswith("| 9.000 ± 1.000 |")
 
 
 def block(name: str) -> str:

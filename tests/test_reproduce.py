@@ -26,13 +26,22 @@ def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
     a, b = by_name(first), by_name(second)
     baselines = {"sft", "rft", "rft-kl", "grpo"}
     matched = {f"{n}-matched" for n in baselines}
-    assert {n for n, _ in a} == {"base", "calibrate"} | baselines | matched
+    sweep = {"endtoend-c0.1": 0.1, "endtoend-c0.3": 0.3, "endtoend-c1": 1.0}  # Table 4
+    assert {n for n, _ in a} == {"base", "calibrate"} | baselines | matched | set(sweep)
     assert {n for n, _ in b} == set(FORKS)
     for seed in (3, 4):
         stage1 = tmp_path / "verify" / f"seed-{seed}" / "calibrate" / "final"
         assert all(b[(f, seed)].train.init == stage1 for f in FORKS)
         assert a[("calibrate", seed)].train.sf_weight == 0.0
         assert a[("rft", seed)].train.beta == 0.0 and a[("rft-kl", seed)].train.beta == 0.04
+        for name, c in sweep.items():
+            e2e = a[(name, seed)].train
+            assert (e2e.method, e2e.sf_weight, e2e.beta, e2e.init) == (
+                "endtoend",
+                c,
+                0.04,
+                a[("calibrate", seed)].train.init,
+            )
         rl, anchor = b[("reinforce", seed)].train, b[("anchor-only", seed)].train
         # anchor-only: RLCD-RL with the outcome reward removed (nothing else)
         assert (rl.sf_weight, rl.beta, rl.outcome_reward) == (0.3, 0.04, True)

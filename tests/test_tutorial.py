@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from rlcd_lab import metrics, routing, tutorial
+from rlcd_lab import metrics, results, routing, tutorial
 
 # ------------------------------------------------------------------------------ scale
 
@@ -66,14 +66,14 @@ def test_gradient_dilution_rms_ratio_by_hand():
         {"step": 2, "grad_pathwise": 3.0, "grad_score_function": 4.0},
         {"step": 3, "grad_pathwise": None, "grad_score_function": 2.0},
     ]
-    d = tutorial.gradient_dilution(rows)
+    d = results.gradient_dilution(rows)
     assert d["steps"].tolist() == [0.0, 2.0]
     assert d["ratio"].tolist() == pytest.approx([3.0, 4.0 / 3.0])
     # RMS(sf) = sqrt((9 + 16)/2) = sqrt(12.5); RMS(pw) = sqrt((1 + 9)/2) = sqrt(5)
     assert d["rms_ratio"] == pytest.approx(np.sqrt(12.5 / 5.0))
-    assert np.isnan(tutorial.gradient_dilution([{"step": 0}])["rms_ratio"])
+    assert np.isnan(results.gradient_dilution([{"step": 0}])["rms_ratio"])
     no_pathwise = [{"step": 0, "grad_pathwise": 0.0, "grad_score_function": 2.0}]
-    assert tutorial.gradient_dilution(no_pathwise)["rms_ratio"] == np.inf
+    assert results.gradient_dilution(no_pathwise)["rms_ratio"] == np.inf
 
 
 @pytest.mark.parametrize("ratio", [0.0, 1.0, 3.0, 10.0])
@@ -88,7 +88,7 @@ def test_log_column_skips_missing_and_non_finite():
     rows = [{"step": 0, "x": 1.0}, {"step": 1}, {"step": 2, "x": float("nan")}, {"step": 3, "x": 2}]
     steps, vals = tutorial.log_column(rows, "x")
     assert steps.tolist() == [0.0, 3.0] and vals.tolist() == [1.0, 2.0]
-    assert tutorial.rms([3.0, 4.0]) == pytest.approx(np.sqrt(12.5))
+    assert results.rms([3.0, 4.0]) == pytest.approx(np.sqrt(12.5))
 
 
 # ---------------------------------------------------------------------- shipped runs
