@@ -101,6 +101,8 @@ def run_name(info):
         return "grpo-cont" if forked else "grpo"
     if m == "rft":
         return "rft-kl" if info["beta"] else "rft"
+    if m == "endtoend":  # Table 4: one run per score-function weight
+        return f"endtoend-c{info['sf_weight']:g}"
     return m
 
 
