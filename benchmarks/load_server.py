@@ -20,28 +20,16 @@ import argparse
 import asyncio
 import collections
 import multiprocessing as mp
-import socket
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
+from serve import QUESTIONS, free_port  # benchmarks/serve.py, beside this script
 
 from rlcd_lab.decide import DecideOptions, DecisionModel
 from rlcd_lab.server import build_server, create_app, default_checkpoint
 from rlcd_lab.tasks import load_task_items
-
-QUESTIONS = {
-    "right": {"type": "noul", "instructions": "Is the proposed sum right?"},
-    "verdict": {"type": "choice", "criteria": {"Y": "right", "N": "wrong"}},
-    "level": {"type": "score", "criteria": ["right", "wrong"]},
-}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve_child(checkpoint: str, port: int, limit: int) -> None:
