@@ -331,22 +331,22 @@ def report_markdown(summary: Mapping, title: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _mean_log(paths: Sequence[Path], column: str, offset: int = 0) -> list[dict]:
-    """``[{"step", column}]``: ``column`` of each run's ``log.jsonl`` averaged over runs
-    at every step that all of them logged; ``offset`` is added to the steps (a run
+def _mean_log(logs: Sequence[Sequence[dict]], column: str, offset: int = 0) -> list[dict]:
+    """``[{"step", column}]``: ``column`` of each run's log rows averaged over runs at
+    every step that all of them logged; ``offset`` is added to the steps (a run
     continued from stage 1 starts where stage 1 ended)."""
-    logs = [{r["step"] + offset: r.get(column) for r in read_jsonl(p / "log.jsonl")} for p in paths]
+    logs = [{r["step"] + offset: r.get(column) for r in rows} for rows in logs]
     steps = sorted(
         set.intersection(*(set(k for k, v in lg.items() if v is not None) for lg in logs))
     )
     return [{"step": s, column: float(np.mean([lg[s] for lg in logs]))} for s in steps]
 
 
-def _grad_ratio(paths: Sequence[Path], offset: int = 0) -> list[dict]:
+def _grad_ratio(logs: Sequence[Sequence[dict]], offset: int = 0) -> list[dict]:
     """Ratio of the score-function to the pathwise gradient norm over training (each
     averaged over runs first)."""
-    sf = _mean_log(paths, "grad_score_function", offset)
-    pw = {r["step"]: r["grad_pathwise"] for r in _mean_log(paths, "grad_pathwise", offset)}
+    sf = _mean_log(logs, "grad_score_function", offset)
+    pw = {r["step"]: r["grad_pathwise"] for r in _mean_log(logs, "grad_pathwise", offset)}
     return [
         {"step": r["step"], "sf / pathwise": r["grad_score_function"] / pw[r["step"]]}
         for r in sf
@@ -360,8 +360,10 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
     and AURC differences, RLCD minus each run, 95% CIs)."""
     from . import plots
 
-    trained = {
-        n: [r.path for r in g] for n, g in loaded.items() if (g[0].path / "log.jsonl").exists()
+    trained = {  # each run's log rows, read once
+        n: [read_jsonl(r.path / "log.jsonl") for r in g]
+        for n, g in loaded.items()
+        if all((r.path / "log.jsonl").exists() for r in g)
     }
     figs = {}
     if trained:
