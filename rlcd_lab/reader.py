@@ -5,8 +5,9 @@ reads a model through this module (OpenJev-RLCD sec. 2 and Algorithm 1):
 
 1. :func:`build_prompt` turns a question into the text the model continues: a rationale
    (reason mode) or, in direct mode, straight the answer after the marker;
-2. :func:`sample_rationales` draws ``m`` rationales per prompt with the model's KV-cached
-   ``generate`` and stops each row once its *decoded text* contains the marker, so a
+2. :func:`sample_rationales` draws ``m`` rationales per prompt through a sampler (default
+   :func:`hf_sampler`: the model's KV-cached ``generate``, each row with its own seeded
+   noise) and stops each row once its *decoded text* contains the marker, so a
    tokenizer that merges the marker with what follows (``"Answer:**"`` as one token) is
    handled: the rationale is cut before the merged token and the rest of the marker is
    appended. A row that reaches ``max_new_tokens`` or emits EOS first gets the marker
@@ -22,15 +23,22 @@ reads a model through this module (OpenJev-RLCD sec. 2 and Algorithm 1):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    StoppingCriteria,
+    TopPLogitsWarper,
+)
 
 from .readout import MARKER, SEP, OptionTokens, option_logits, option_token_ids, position_ids
 from .readout import readout as readout_at_end
@@ -282,6 +290,98 @@ def direct_readout(
     return readout_at_end(model, ids, mask, option_ids)
 
 
+def mix_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for item ``index`` of a stream seeded by ``seed`` (independent
+    streams for different ``(seed, index)``)."""
+    return int(np.random.default_rng([seed, index]).integers(2**63 - 1))
+
+
+class GumbelSampler(LogitsProcessor):
+    """Sampling as greedy decoding of ``logits / temperature + G``, ``G`` i.i.d. Gumbel(0, 1)
+    noise drawn from one generator per row (the Gumbel-max trick: ``argmax`` is then an
+    exact draw from ``softmax(logits / temperature)``, restricted to the nucleus when
+    ``top_p < 1``). Row ``i`` draws its noise from ``torch.Generator`` seeded by
+    ``row_seeds[i]``, so what a row samples depends on its seed and its logits only, never
+    on the batch it shares (batch size, padding, other rows, sharding across processes)."""
+
+    def __init__(self, row_seeds: Sequence[int], temperature: float, top_p: float, device):
+        self.gens = [torch.Generator(device=device).manual_seed(s) for s in row_seeds]
+        self.temperature = temperature
+        self.top_p = TopPLogitsWarper(top_p) if top_p < 1.0 else None
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        scores = scores.float() / self.temperature
+        if self.top_p is not None:
+            scores = self.top_p(input_ids, scores)
+        u = torch.stack(
+            [torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in self.gens]
+        )
+        return scores - torch.log(-torch.log(u))
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What a sampler returns for ``N`` rows (CPU tensors): ``tokens (N, S)`` the generated
+    ids (anything after a row's stop is ignored), ``end (N,)`` tokens up to and including
+    the one that stopped the row (-1: it ran to ``max_new_tokens``), ``hit_marker (N,)``
+    whether that stop was the marker (else EOS), and ``token_lp (N, S)`` the sampler's
+    log-probability of each token at temperature 1. ``token_lp`` only fills
+    ``Rationales.logp_r`` for display: training and the readout recompute log-probs with
+    the model (``score_rationales``), so a sampler's numerics never reach a gradient."""
+
+    tokens: Tensor
+    end: Tensor
+    hit_marker: Tensor
+    token_lp: Tensor
+
+
+@torch.no_grad()
+def hf_sampler(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    ids: Tensor,
+    mask: Tensor,
+    *,
+    row_seeds: Sequence[int],
+    max_new_tokens: int,
+    marker: str,
+    eos: Sequence[int],
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> Generated:
+    """The default sampler: the model's own KV-cached ``generate`` on left-padded rows
+    ``ids, mask (N, T)``, one seeded noise generator per row (``GumbelSampler``), each row
+    stopped once its decoded text contains ``marker`` or it emitted a token of ``eos``.
+
+    Any function with this signature can replace it (``sample_rationales(sampler=...)``,
+    ``--sampler`` in training): a faster decoding loop, or an inference engine."""
+    stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(ids), eos)
+    noise = GumbelSampler(row_seeds, temperature, top_p, ids.device)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=False,
+        num_beams=1,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+        max_new_tokens=max_new_tokens,
+        logits_processor=LogitsProcessorList([noise]),
+        stopping_criteria=[stop],
+        pad_token_id=pad_id(tokenizer),
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    gen = out.sequences[:, ids.shape[1] :].cpu()
+    step_lp = torch.stack(out.logits, 1).float().log_softmax(-1).cpu()  # (N, steps, V)
+    token_lp = step_lp.gather(-1, gen[:, : step_lp.shape[1], None]).squeeze(-1)
+    return Generated(gen, stop.end.clone(), stop.hit_marker.clone(), token_lp)
+
+
+Sampler = Callable[..., Generated]
+"""The signature of ``hf_sampler``."""
+
+
 @torch.no_grad()
 def sample_rationales(
     model: PreTrainedModel,
@@ -294,16 +394,22 @@ def sample_rationales(
     marker: str = MARKER,
     temperature: float = 1.0,
     top_p: float = 1.0,
-    seed: int | None = None,
+    seed: int | Sequence[int] | None = None,
+    sampler: Sampler = hf_sampler,
 ) -> Rationales:
     """Sample ``m`` rationales for each prompt, batched and KV-cached, stopping at the marker.
 
     ``prompts`` are complete texts (``build_prompt``); ``bridge`` is ``OptionTokens.bridge``
     (one shared, or one per prompt; appended after the marker so the readout sits at the
     last column). ``temperature`` and ``top_p`` shape the sampling only; ``logp_r`` is
-    always the model's own log-probability at temperature 1. With ``seed`` the draw is
-    reproducible and the global RNG is left untouched. See the module docstring for how
-    the marker is matched and how EOS counts.
+    always the model's own log-probability at temperature 1. See the module docstring for
+    how the marker is matched and how EOS counts. ``sampler`` draws the tokens
+    (``hf_sampler``); everything after it is shared.
+
+    ``seed``: one per prompt, or an int (prompt ``i`` then gets ``mix_seed(seed, i)``), or
+    None (drawn from torch's global generator). Rationale ``j`` of a prompt with seed ``s``
+    is drawn with seed ``mix_seed(s, j)`` (``GumbelSampler``): the same rationale whatever
+    else is in the batch. The global RNG is left untouched when a seed is given.
     """
     if m < 1 or max_new_tokens < 1:
         raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
@@ -311,43 +417,35 @@ def sample_rationales(
     pad = pad_id(tokenizer)
     prompt_rows = encode_prompts(tokenizer, prompts)
     bridges = _per_prompt(bridge, len(prompts))
+    if seed is None:
+        seed = int(torch.randint(2**62, ()))
+    seeds = (
+        [mix_seed(seed, i) for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
+    )
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
     ids, mask = left_pad(prompt_rows, pad, device)
     eos = model.generation_config.eos_token_id
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(prompts) * m, eos)
-    rng = (
-        torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
-        if seed is not None
-        else nullcontext()
+    out = sampler(
+        model,
+        tokenizer,
+        ids.repeat_interleave(m, 0),
+        mask.repeat_interleave(m, 0),
+        row_seeds=[mix_seed(s, j) for s in seeds for j in range(m)],
+        max_new_tokens=max_new_tokens,
+        marker=marker,
+        eos=eos,
+        temperature=temperature,
+        top_p=top_p,
     )
-    with rng:
-        if seed is not None:
-            torch.manual_seed(seed)
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=True,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=None,
-            max_new_tokens=max_new_tokens,
-            num_return_sequences=m,
-            stopping_criteria=[stop],
-            pad_token_id=pad,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
-    gen = out.sequences[:, ids.shape[1] :].cpu()
-    step_lp = torch.stack(out.logits, 1).float().log_softmax(-1).cpu()  # (N, steps, V)
-    token_lp = step_lp.gather(-1, gen[:, : step_lp.shape[1], None]).squeeze(-1)
+    gen, token_lp = out.tokens, out.token_lp
     marker_ids = list(tokenizer(marker, add_special_tokens=False)["input_ids"])
     rows, spans, texts, forced, lengths, logps, eos_at = [], [], [], [], [], [], []
     for i in range(gen.shape[0]):
-        end = int(stop.end[i]) if stop.end[i] >= 0 else gen.shape[1]
-        cut = (
-            cut_at_marker(tokenizer, gen[i, :end].tolist(), marker) if stop.hit_marker[i] else None
-        )
-        ended_eos = bool(stop.end[i] >= 0 and not stop.hit_marker[i])
+        end = int(out.end[i]) if out.end[i] >= 0 else gen.shape[1]
+        cut = cut_at_marker(tokenizer, gen[i, :end].tolist(), marker) if out.hit_marker[i] else None
+        ended_eos = bool(out.end[i] >= 0 and not out.hit_marker[i])
         if cut is not None:
             n, tail, text = cut
             lp = token_lp[i, :n].sum()
@@ -458,11 +556,13 @@ def sample_questions(
     marker: str = MARKER,
     sep: str = SEP,
     temperature: float = 1.0,
-    seed: int | None = None,
+    seed: int | Sequence[int] | None = None,
+    sampler: Sampler = hf_sampler,
 ) -> tuple[Rationales, Tensor]:
     """Rationales for questions with their own option lists: ``(rationales, option_ids
     (B, K_max))`` (-1 pads), ready for :func:`score_rationales`. The prompt names each
-    question's options (chat models)."""
+    question's options (chat models). ``seed`` and ``sampler``: see
+    :func:`sample_rationales`."""
     opts = item_options(tokenizer, option_lists, marker, sep)
     prompts = [
         build_prompt(tokenizer, q, marker=marker, options=o.labels)
@@ -478,6 +578,7 @@ def sample_questions(
         marker=marker,
         temperature=temperature,
         seed=seed,
+        sampler=sampler,
     )
     return rats, padded_option_ids(opts).to(model.device)
 
@@ -500,8 +601,9 @@ def read(
 ) -> list[Reading]:
     """Read ``questions`` (each with its own option labels) in batches of ``batch_size``.
 
-    ``reason``: ``m`` rationales per question, sampled with seed ``seed + start`` for the
-    batch starting at question ``start`` (``None``: unseeded); ``direct``: one empty
+    ``reason``: ``m`` rationales per question, question ``i`` sampled with seed
+    ``mix_seed(seed, i)`` (``None``: unseeded), so the readings do not depend on
+    ``batch_size``; ``direct``: one empty
     rationale (the prompt ends with the marker).
     Returns one :class:`Reading` per question, in order.
     """
@@ -529,7 +631,7 @@ def read(
             rats, ids = sample_questions(
                 model, tokenizer, qs, labels, m, max_new_tokens,
                 marker=marker, sep=sep, temperature=temperature,
-                seed=None if seed is None else seed + start,
+                seed=None if seed is None else [mix_seed(seed, start + i) for i in range(len(qs))],
             )  # fmt: skip
             u, logits, lp = score_rationales(model, rats, ids)
             mm = m

@@ -113,7 +113,7 @@ def test_per_token_logprobs_sum_to_logp_r(tokenizer, tiny_lm):
     _, _, total = score_rationales(tiny_lm, r, [5, 6])
     _, _, tokens = score_rationales(tiny_lm, r, [5, 6], per_token=True)
     assert tokens.shape == (4, r.input_ids.shape[1] - 1)
-    assert (tokens[~r.rationale_mask[:, 1:]] == 0).all()
+    assert (tokens[~r.logp_mask] == 0).all()  # only the sampled tokens (EOS included) count
     torch.testing.assert_close(tokens.sum(-1), total)
 
 
@@ -213,9 +213,9 @@ class ScriptedLM(torch.nn.Module):
         z[0] = 0.0
         return z
 
-    def generate(self, input_ids, attention_mask, num_return_sequences, stopping_criteria,
+    def generate(self, input_ids, attention_mask, stopping_criteria,
                  max_new_tokens, **kw):  # fmt: skip
-        ids = input_ids.repeat_interleave(num_return_sequences, 0)
+        ids = input_ids
         logits = []
         for n in range(max_new_tokens):
             logits.append(self._logits(n).expand(len(ids), -1))

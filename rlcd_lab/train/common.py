@@ -1,35 +1,51 @@
 """Small helpers every training loop shares: the run directory, the question stream,
-optimizer state on disk, and what to log about a batch of rationales.
+optimizer state on disk, data parallelism, and what to log about a batch of rationales.
+
+Data parallelism runs on ``accelerate`` (one code path for one process, N CPU processes
+with gloo, N GPUs with NCCL): launched by ``accelerate launch`` or ``torchrun``, each
+process takes ``batch_size / W`` questions of every step (the M rationales of a question
+stay on one process: the leave-one-out baseline needs the whole group), the gradient is
+averaged by DDP, and only the main process writes the run directory. Every loss is a mean
+over the step's questions (or rationales) of all processes, so W processes with
+``batch_size / W`` each, or ``grad_accum`` micro-batches, give the update of one batch.
 
 Resume contract: a run killed at any moment (SIGKILL included) restarts from its latest
 complete checkpoint and, on CPU with a fixed seed, ends bit-identical to an uninterrupted
 run. That holds because (1) checkpoints are written atomically with the optimizer state,
 (2) the batch of step ``s`` is a pure function of ``(seed, s)`` (``QuestionStream``), and
-(3) every random draw inside a step is seeded by ``(seed, s)`` (``step_seed``).
+(3) every random draw inside a step is seeded by ``(seed, s)`` and the question's position
+in the step (``step_seed``, ``reader.mix_seed``), so it does not depend on how the step is
+split across processes or micro-batches either.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import re
 import shutil
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from tqdm import trange
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
 from ..evaluate import run_eval, summarize
 from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..models import CheckpointError, check_checkpoint, load_checkpoint, save_checkpoint
-from ..reader import sample_questions, score_rationales
+from ..reader import Sampler, hf_sampler, mix_seed, sample_questions, score_rationales
 from ..tasks import TaskItem, load_task_items
 from .configs import RUN_OPTIONS, TrainConfig, config_dict, config_diff
 
@@ -44,10 +60,12 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
 
 @dataclass(frozen=True)
 class Batch:
-    """Questions of one step and the outcome drawn for each visit."""
+    """Questions of one step (or this process's share of them) and the outcome drawn for
+    each visit; ``index``: each question's position in the whole step (seeds its draws)."""
 
     items: list[TaskItem]
     y: torch.Tensor  # (B,) outcome index
+    index: list[int]
 
 
 class QuestionStream:
@@ -71,9 +89,11 @@ class QuestionStream:
             )
         return self._perms[epoch]
 
-    def batch(self, step: int) -> Batch:
+    def batch(self, step: int, positions: Sequence[int] | None = None) -> Batch:
+        """The questions of ``step`` at ``positions`` (default: all ``batch_size``)."""
+        positions = range(self.batch_size) if positions is None else positions
         n, out, ys = len(self.items), [], []
-        for j in range(self.batch_size):
+        for j in positions:
             pos = step * self.batch_size + j
             item = self.items[int(self._perm(pos // n)[pos % n])]
             if item.q is not None:
@@ -82,7 +102,7 @@ class QuestionStream:
             else:
                 ys.append(int(item.label))
             out.append(item)
-        return Batch(out, torch.tensor(ys))
+        return Batch(out, torch.tensor(ys), list(positions))
 
 
 def save_optimizer(path: Path, opt: torch.optim.Optimizer) -> None:
@@ -325,6 +345,23 @@ def _device_problem(device: str) -> str | None:
     return None
 
 
+def check_vllm(cfg: TrainConfig) -> None:
+    """``--sampler vllm`` needs a CUDA device and the ``vllm`` package (``ValueError``)."""
+    if not torch.cuda.is_available() or cfg.device == "cpu":
+        raise ValueError("--sampler vllm needs a CUDA device; use --sampler hf")
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError("--sampler vllm needs the vllm package: pip install 'rlcd_lab[vllm]'")
+
+
+def pick_sampler(cfg: TrainConfig) -> Sampler:
+    """The sampler of ``cfg.sampler``: ``reader.hf_sampler`` or a vLLM engine."""
+    if cfg.sampler == "hf":
+        return hf_sampler
+    from .vllm import VLLMSampler
+
+    return VLLMSampler(cfg)
+
+
 def check_train_config(cfg: TrainConfig) -> None:
     """Reject settings a run cannot use before anything is created or loaded.
 
@@ -345,6 +382,8 @@ def check_train_config(cfg: TrainConfig) -> None:
         "eval_items": 0,
         "test_items": 0,
         "lora_r": 0,
+        "grad_accum": 1,
+        "warmup_steps": 0,
     }
     for name, low in at_least.items():
         value = getattr(cfg, name)
@@ -358,6 +397,12 @@ def check_train_config(cfg: TrainConfig) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be finite and {want}, got {value}")
     if (problem := _device_problem(cfg.device)) is not None:
         raise ValueError(problem)
+    if cfg.bf16 and cfg.dtype == "float64":
+        raise ValueError("--bf16 computes in bfloat16; it cannot go with --dtype float64")
+    if cfg.sampler == "vllm":
+        check_vllm(cfg)
+    if cfg.tracker != "none" and importlib.util.find_spec(cfg.tracker) is None:
+        raise ValueError(f"--tracker {cfg.tracker} needs the {cfg.tracker} package (pip install)")
     if cfg.resume and cfg.overwrite:
         raise ValueError("--resume and --overwrite exclude each other; pass one")
     if cfg.out.exists() and not cfg.out.is_dir():
@@ -382,35 +427,120 @@ def check_train_config(cfg: TrainConfig) -> None:
 
 @dataclass
 class Session:
-    """What a training loop holds: run dir, model, tokenizer, optimizer, data, reference."""
+    """What a training loop holds: run dir, model, tokenizer, optimizer, data, reference.
+
+    ``model`` is the model itself (sampling, evaluation, saving); ``wrapped`` is what a
+    forward pass with gradient calls (DDP-wrapped under several processes, else
+    ``model``). ``run`` is None except on the main process, the only one that writes."""
 
     cfg: Any
-    run: RunDir
+    acc: Accelerator
+    run: RunDir | None
+    start_step: int
     device: torch.device
     model: PreTrainedModel
+    wrapped: torch.nn.Module
     tok: PreTrainedTokenizerBase
     meta: dict
     ref: PreTrainedModel | None
     params: list[torch.Tensor]
     opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
     stream: QuestionStream
     dev_items: list[TaskItem]
     eval_kw: dict
+    sampler: Sampler = hf_sampler
+    lr_used: float = 0.0  # the learning rate of the latest optimizer step
 
-    def end_step(self, step: int, row: dict) -> None:
-        """Dev eval when due, the log line, and the checkpoint when due."""
+    @property
+    def main(self) -> bool:
+        """Whether this is the main process (the one that writes and evaluates)."""
+        return self.acc.is_main_process
+
+    def steps(self, desc: str):
+        """The steps still to run, with a progress bar on the main process."""
+        return trange(
+            self.start_step, self.cfg.steps, desc=desc, total=self.cfg.steps, disable=not self.main
+        )
+
+    def micro_batches(self, step: int) -> Iterator[Batch]:
+        """This process's questions of ``step`` in ``grad_accum`` micro-batches (process
+        ``r`` of ``W`` takes positions ``r B/W .. (r+1) B/W - 1``). The loop body of every
+        micro-batch but the last runs without DDP's gradient exchange."""
+        cfg, world = self.cfg, self.acc.num_processes
+        share = cfg.batch_size // world
+        size = share // cfg.grad_accum
+        first = self.acc.process_index * share
+        for i in range(cfg.grad_accum):
+            last = i == cfg.grad_accum - 1
+            sync = nullcontext() if last or world == 1 else self.acc.no_sync(self.wrapped)
+            with sync:
+                yield self.stream.batch(step, range(first + i * size, first + (i + 1) * size))
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate the gradient of one micro-batch's ``loss`` (a mean over it)."""
+        self.acc.backward(loss / self.cfg.grad_accum)
+
+    def step(self) -> float:
+        """Clip, optimizer and schedule step, zero the gradient; returns the gradient norm
+        before clipping (of the gradient averaged over processes)."""
+        norm = float(self.acc.clip_grad_norm_(self.params, self.cfg.grad_clip))
+        self.lr_used = self.opt.param_groups[0]["lr"]
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        return norm
+
+    def total(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (detached) summed over processes: the denominator of a mean over the whole
+        step that the loop cannot know from its own share (e.g. a token count)."""
+        x = x.detach().float()
+        return self.acc.reduce(x, "sum") if self.acc.num_processes > 1 else x
+
+    def end_step(self, step: int, rows: list[dict]) -> None:
+        """Average the micro-batches' log rows over micro-batches and processes, then (main
+        process) the dev eval when due, the log line, and the checkpoint when due."""
         cfg = self.cfg
-        if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
-            self.model.eval()
-            dev = summarize(run_eval(self.model, self.tok, self.dev_items, **self.eval_kw))
-            self.model.train()
-            row |= {f"dev_{k}": dev[k] for k in ("accuracy", "brier", "ece", "aurc", "mean_length")}
-        self.run.log(row)
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            self.run.save(step + 1, self.model, self.tok, self.opt, self.meta)
+        row = self._average(rows)
+        row["step"], row["lr"] = step, self.lr_used
+        if self.main:
+            if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
+                self.model.eval()
+                dev = summarize(run_eval(self.model, self.tok, self.dev_items, **self.eval_kw))
+                self.model.train()
+                keys = ("accuracy", "brier", "ece", "aurc", "mean_length")
+                row |= {f"dev_{k}": dev[k] for k in keys}
+            self.run.log(row)
+            if cfg.tracker != "none":
+                self.acc.log({k: v for k, v in row.items() if isinstance(v, float)}, step=step)
+            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                self.run.save(step + 1, self.model, self.tok, self.opt, self.meta)
+
+    def _average(self, rows: list[dict]) -> dict:
+        """Numbers averaged over ``rows`` and then over processes; others from ``rows[0]``."""
+        keys = [k for k, v in rows[0].items() if isinstance(v, (int, float)) and k != "step"]
+        keys = [k for k in keys if all(isinstance(r.get(k), (int, float)) for r in rows)]
+        out = dict(rows[0])
+        if keys:
+            where = self.acc.device if self.acc.num_processes > 1 else "cpu"  # NCCL: on GPU
+            means = torch.tensor([[r[k] for k in keys] for r in rows], dtype=torch.float64)
+            means = means.to(where).mean(0)
+            if self.acc.num_processes > 1:
+                means = self.acc.reduce(means, "mean")
+            out |= dict(zip(keys, means.tolist(), strict=True))
+        return out
 
     def finish(self) -> Path:
-        """Final dev/test eval dumps, temperature fitted on dev, and the ``final/`` checkpoint."""
+        """Final dev/test eval dumps, temperature fitted on dev, and the ``final/``
+        checkpoint (main process; the others wait for it)."""
+        cfg = self.cfg
+        if self.main:
+            self._final_eval()
+        self.acc.wait_for_everyone()
+        self.acc.end_training()
+        return cfg.out
+
+    def _final_eval(self) -> None:
         cfg, run = self.cfg, self.run
         self.model.eval()
         dev_rows = run_eval(self.model, self.tok, load_task_items(cfg.task, "dev"), **self.eval_kw)
@@ -430,34 +560,73 @@ class Session:
         if cfg.save_dtype != "float32":
             self.model.to(getattr(torch, cfg.save_dtype))
         save_checkpoint(run.path / "final", self.model, self.tok, meta)
-        return run.path
 
 
 def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Session:
     """Open (or resume) the run, load model (+ frozen reference), optimizer and data.
 
     Whatever dtype the checkpoint was saved in (bf16 for most hub models), the trained
-    weights, the AdamW state and the reference model are float32: a bf16 weight cannot
-    take an update much below 2^-8 of its size (at lr 2e-6 most would never move);
-    ``--bf16`` gives bf16 compute through autocast only.
+    weights, the AdamW state and the reference model are ``cfg.dtype`` (float32 by
+    default): a bf16 weight cannot take an update much below 2^-8 of its size (at lr 2e-6
+    most would never move); ``--bf16`` gives bf16 compute through autocast only.
 
     Settings are checked before the run directory is touched (``check_train_config``);
-    if loading then fails, the run directory is left as it was (``RunDir.abandon``)."""
+    only the main process opens it, and the others learn from it where to start (or why it
+    could not open). If loading then fails, the run directory is left as it was
+    (``RunDir.abandon``)."""
     check_train_config(cfg)
-    run = RunDir(cfg.out, cfg, cfg.resume, overwrite=cfg.overwrite)
+    acc = Accelerator(
+        cpu=cfg.device == "cpu",
+        log_with=None if cfg.tracker == "none" else cfg.tracker,
+        project_dir=cfg.out,
+    )
+    world = acc.num_processes
+    if cfg.batch_size % (world * cfg.grad_accum):
+        raise ValueError(
+            f"--batch-size {cfg.batch_size} must be a multiple of the {world} process(es) x "
+            f"--grad-accum {cfg.grad_accum}"
+        )
+    run, opened = None, [None, 0, None]  # error, start step, latest checkpoint
+    if acc.is_main_process:
+        try:
+            run = RunDir(cfg.out, cfg, cfg.resume, overwrite=cfg.overwrite)
+            opened = [None, run.start_step, None if run.latest is None else str(run.latest)]
+        except Exception as err:  # every process must take part in the broadcast below
+            opened[0] = err
+    if world > 1:
+        shared = [None if opened[0] is None else str(opened[0]), *opened[1:]]
+        broadcast_object_list(shared)
+        if shared[0] is not None and opened[0] is None:
+            raise RuntimeError(f"the main process could not open the run: {shared[0]}")
+        opened[1:] = shared[1:]
+    if opened[0] is not None:
+        raise opened[0]
     try:
-        session = _open(cfg, run, needs_ref, eval_mode)
+        session = _open(cfg, acc, run, opened[1], opened[2], needs_ref, eval_mode)
     except BaseException:
-        run.abandon()
+        if run is not None:
+            run.abandon()
         raise
-    run.commit()
+    if run is not None:
+        run.commit()
+        if cfg.tracker != "none":
+            acc.init_trackers(cfg.out.name, config=config_dict(cfg))
     return session
 
 
-def _open(cfg: TrainConfig, run: RunDir, needs_ref: bool, eval_mode: str) -> Session:
-    device = pick_device(cfg.device)
+def _open(
+    cfg: TrainConfig,
+    acc: Accelerator,
+    run: RunDir | None,
+    start_step: int,
+    latest: str | None,
+    needs_ref: bool,
+    eval_mode: str,
+) -> Session:
+    device = acc.device if acc.num_processes > 1 else pick_device(cfg.device)
+    dtype = getattr(torch, cfg.dtype)
     model, tok, meta = load_checkpoint(
-        run.latest or cfg.init, device, dtype=torch.float32, trainable=True, verify=cfg.verify
+        latest or cfg.init, device, dtype=dtype, trainable=True, verify=cfg.verify
     )
     if cfg.lora_r and not isinstance(model, PeftModel):
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear")
@@ -468,7 +637,7 @@ def _open(cfg: TrainConfig, run: RunDir, needs_ref: bool, eval_mode: str) -> Ses
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref = None
     if needs_ref:
-        ref = load_checkpoint(cfg.ref or cfg.init, device, torch.float32, verify=cfg.verify)[0]
+        ref = load_checkpoint(cfg.ref or cfg.init, device, dtype, verify=cfg.verify)[0]
         ref.requires_grad_(False)
     if cfg.bf16:
         for m in (model, ref):
@@ -477,8 +646,15 @@ def _open(cfg: TrainConfig, run: RunDir, needs_ref: bool, eval_mode: str) -> Ses
                 inner.forward = torch.autocast(device.type, dtype=torch.bfloat16)(inner.forward)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if run.latest is not None:
-        load_optimizer(run.latest, opt)
+    if latest is not None:
+        load_optimizer(Path(latest), opt)
+    schedule = "constant_with_warmup" if cfg.lr_schedule == "constant" else cfg.lr_schedule
+    sched = get_scheduler(schedule, opt, cfg.warmup_steps, cfg.steps)
+    with warnings.catch_warnings():  # replaying, not stepping early: torch's warning is moot
+        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+        for _ in range(start_step):  # the schedule is a function of the step: replay it
+            sched.step()
+    wrapped = acc.prepare_model(model) if acc.num_processes > 1 else model
     stream = QuestionStream(load_task_items(cfg.task, "train"), cfg.batch_size, cfg.seed)
     eval_kw = dict(
         mode=eval_mode,
@@ -490,13 +666,18 @@ def _open(cfg: TrainConfig, run: RunDir, needs_ref: bool, eval_mode: str) -> Ses
     meta = {**meta, "task": cfg.task, "method": cfg.method, "init": str(cfg.init)}
     dev_items = load_task_items(cfg.task, "dev")[: cfg.eval_items]
     model.train()
-    return Session(cfg, run, device, model, tok, meta, ref, params, opt, stream, dev_items, eval_kw)
+    return Session(
+        cfg, acc, run, start_step, device, model, wrapped, tok, meta, ref, params, opt, sched,
+        stream, dev_items, eval_kw, pick_sampler(cfg),
+    )  # fmt: skip
 
 
 def sample_batch(s: Session, batch: Batch, step: int):
     """On-policy rationales for a batch (no gradient): ``(rationales, option_ids (B, K))``
-    (each question over its own options, -1 pads); the draw is seeded by ``(seed, step)``."""
+    (each question over its own options, -1 pads); question ``j`` of the step is drawn with
+    seed ``mix_seed(step_seed(seed, step), j)``, wherever it is computed."""
     s.model.eval()  # no dropout while sampling, and the KV cache even with checkpointing
+    base = step_seed(s.cfg.seed, step)
     try:
         return sample_questions(
             s.model,
@@ -508,7 +689,8 @@ def sample_batch(s: Session, batch: Batch, step: int):
             marker=s.meta["marker"],
             sep=s.meta["sep"],
             temperature=s.cfg.temperature,
-            seed=step_seed(s.cfg.seed, step),
+            seed=[mix_seed(base, j) for j in batch.index],
+            sampler=s.sampler,
         )
     finally:
         s.model.train()
@@ -522,35 +704,36 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def sample_answers(u: torch.Tensor, seed: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one answer per readout row, ``a_i ~ u_i`` (over the options), seeded by
-    ``(seed, step)``. Returns ``a (N,)`` and ``log u_i[a_i] (N,)`` (with gradient): the
-    answer token's log-probability for the baselines that sample their answer."""
-    gen = torch.Generator().manual_seed(step_seed(seed, step, salt=1))
-    answer = torch.multinomial(u.detach().float().cpu(), 1, generator=gen).squeeze(-1).to(u.device)
+def sample_answers(
+    u: torch.Tensor, seed: int, step: int, batch: Batch, m: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one answer per readout row, ``a_i ~ u_i`` (over the options), by inverting the
+    CDF at a uniform drawn for the row's place in the whole step (question ``batch.index``,
+    rationale ``0..m-1``), seeded by ``(seed, step)``. ``u`` is ``(B m, K)``. Returns
+    ``a (B m,)`` and ``log u_i[a_i] (B m,)`` (with gradient): the answer token's
+    log-probability for the baselines that sample their answer."""
+    rng = np.random.default_rng([seed, step, 1])
+    width = max(batch.index) + 1
+    r = torch.from_numpy(rng.random((width, m))[batch.index].reshape(-1))
+    cdf = u.detach().double().cpu().cumsum(-1)
+    answer = (cdf < r[:, None] * cdf[:, -1:]).sum(-1).clamp(max=u.shape[-1] - 1).to(u.device)
     return answer, u.gather(-1, answer[:, None]).squeeze(-1).log()
 
 
 def token_kl(
     s: Session, rats, option_ids: torch.Tensor, tok_lp: torch.Tensor
 ) -> torch.Tensor | None:
-    """Mean per-token k3 estimate of ``KL(pi || pi_ref)`` over the sampled rationale tokens
-    (``tok_lp`` from ``score_rationales(..., per_token=True)``); None without a reference."""
+    """``KL(pi || pi_ref)`` estimated per rationale as the mean k3 over its sampled tokens,
+    then averaged over rationales (GRPO's per-sequence mean, Shao et al. 2024, eq. 3; a
+    rationale without tokens counts 0), from ``tok_lp`` of ``score_rationales(...,
+    per_token=True)``; None without a reference."""
     if s.ref is None:
         return None
     with torch.no_grad():
         _, _, ref_lp = score_rationales(s.ref, rats, option_ids, per_token=True)
     mask = rats.logp_mask
-    return k3_kl(tok_lp[mask], ref_lp[mask]).mean() if mask.any() else tok_lp.sum() * 0
-
-
-def update(s: Session, loss: torch.Tensor) -> float:
-    """One optimizer step on ``loss`` (zero grad, backward, clip); returns the grad norm."""
-    s.opt.zero_grad(set_to_none=True)
-    loss.backward()
-    norm = float(torch.nn.utils.clip_grad_norm_(s.params, s.cfg.grad_clip))
-    s.opt.step()
-    return norm
+    per_token = torch.where(mask, k3_kl(tok_lp, ref_lp), 0.0)
+    return (per_token.sum(-1) / mask.sum(-1).clamp_min(1)).mean()
 
 
 def read_log(run: str | Path) -> list[dict]:

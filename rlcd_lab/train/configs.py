@@ -13,7 +13,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tyro
 
@@ -51,14 +51,23 @@ class TrainConfig:
     """Synthetic task name or a task-item JSONL file (with .train/.dev/.test siblings)."""
     steps: int = 200
     batch_size: int = 8
-    """Questions per step."""
-    m: int = 4
-    """Rationales per question."""
+    """Questions per step, over all processes: each of ``W`` processes takes
+    ``batch_size / W`` of them (the question stream does not depend on ``W``)."""
+    m: Annotated[int, tyro.conf.arg(aliases=("--num-rationales",))] = 4
+    """Rationales per question (``--num-rationales`` is the same setting: use it under
+    ``torchrun`` and ``accelerate launch``, whose parsers take ``--m`` for one of theirs)."""
     max_new_tokens: int = 48
     temperature: float = 1.0
     """Sampling temperature of the rationales."""
     lr: float = 1e-4
     """AdamW learning rate (the paper uses 2e-6 for 1.7B models)."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate schedule after the warmup (``transformers.get_scheduler``)."""
+    warmup_steps: int = 0
+    """Steps of linear warmup from 0 to ``lr``."""
+    grad_accum: int = 1
+    """Gradient accumulation: each process takes its questions of a step in this many
+    micro-batches (less memory, the same update as one batch)."""
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     beta: float = 0.0
@@ -82,6 +91,17 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, about a third more time)."""
     device: str = "auto"
+    """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``; under ``accelerate launch`` or
+    ``torchrun`` each process takes its own device (``auto``) or the CPU (``cpu``)."""
+    dtype: Literal["float32", "float64"] = "float32"
+    """Dtype of the trained weights and of AdamW's state (float64 for exactness checks)."""
+    sampler: Literal["hf", "vllm"] = "hf"
+    """Who samples the rationales: the model's own ``generate`` (``hf``), or a vLLM engine
+    (CUDA only, ``pip install rlcd_lab[vllm]``); the readout and ``log pi(r)`` are always
+    recomputed by the trained model, so the estimator is exact either way."""
+    tracker: Literal["none", "tensorboard", "trackio"] = "none"
+    """Also send each log row to a tracker (``accelerate``'s trackers; the package must be
+    installed); ``log.jsonl`` is always written."""
     resume: bool = False
     """Continue the run in ``out`` from its latest checkpoint."""
     overwrite: bool = False

@@ -7,8 +7,9 @@ Per step, for B questions with outcomes Y and M rationales each (OpenJev-RLCD se
 2. reward ``R_i = 1[a_i = Y]``; advantage ``A_i = (R_i - mean_j R_j) / (std_j R_j + 1e-4)``
    within the group of M;
 3. loss ``-(1/(B M)) sum_i sg(A_i) log pi(r_i, a_i | x) / L`` with ``L = max_new_tokens + 1``
-   (a constant length normaliser, as in Dr. GRPO) plus ``beta`` x the mean per-token k3
-   estimate of ``KL(pi || pi_ref)`` over the rationale tokens.
+   (a constant length normaliser, as in Dr. GRPO) plus ``beta`` x the k3 estimate of
+   ``KL(pi || pi_ref)``: per rationale the mean over its tokens, then the mean over
+   rationales (``common.token_kl``).
 
 The readout is trained only through the sampled answer's log-probability, so its
 confidence is free to become extreme: the overconfidence that temperature scaling then
@@ -20,53 +21,48 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tqdm import trange
-
 from ..reader import score_rationales
-from .common import (
-    rationale_stats,
-    sample_answers,
-    sample_batch,
-    setup,
-    token_kl,
-    update,
-)
+from .common import rationale_stats, sample_answers, sample_batch, setup, token_kl
 from .configs import GRPOConfig  # the settings (no torch); re-exported here
 
 
 def train(cfg: GRPOConfig) -> Path:
     """Run (or resume) GRPO; returns the run directory."""
     s = setup(cfg, needs_ref=cfg.beta > 0)
-    b, m = cfg.batch_size, cfg.m
-    for step in (bar := trange(s.run.start_step, cfg.steps, desc="grpo", total=cfg.steps)):
-        t0 = time.perf_counter()
-        batch = s.stream.batch(step)
-        y = batch.y.to(s.device)
+    m = cfg.m
+    for step in (bar := s.steps("grpo")):
+        t0, rows = time.perf_counter(), []
+        for batch in s.micro_batches(step):
+            b, y = len(batch.items), batch.y.to(s.device)
 
-        # 1. rationales, then one forward with gradient; a sampled answer per rationale
-        rats, option_ids = sample_batch(s, batch, step)
-        t_sample = time.perf_counter()
-        u, _, tok_lp = score_rationales(s.model, rats, option_ids, per_token=True)
-        answer, logp_answer = sample_answers(u, cfg.seed, step)
-        logp = tok_lp.sum(-1) + logp_answer
+            # 1. rationales, then one forward with gradient; a sampled answer per rationale
+            rats, option_ids = sample_batch(s, batch, step)
+            t_sample = time.perf_counter()
+            u, _, tok_lp = score_rationales(s.wrapped, rats, option_ids, per_token=True)
+            answer, logp_answer = sample_answers(u, cfg.seed, step, batch, m)
+            logp = tok_lp.sum(-1) + logp_answer
 
-        # 2. correctness reward, group-normalized advantages
-        reward = (answer.view(b, m) == y[:, None]).float()
-        adv = (reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-4)
+            # 2. correctness reward, group-normalized advantages
+            reward = (answer.view(b, m) == y[:, None]).float()
+            adv = (reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-4)
 
-        # 3. policy-gradient loss + KL anchor on the rationale tokens
-        loss = -(adv.view(-1) * logp).mean() / (cfg.max_new_tokens + 1)
-        kl = token_kl(s, rats, option_ids, tok_lp)
-        if kl is not None:
-            loss = loss + cfg.beta * kl
-        grad = update(s, loss)
+            # 3. policy-gradient loss + KL anchor on the rationale tokens
+            loss = -(adv.view(-1) * logp).mean() / (cfg.max_new_tokens + 1)
+            kl = token_kl(s, rats, option_ids, tok_lp)
+            if kl is not None:
+                loss = loss + cfg.beta * kl
+            s.backward(loss)
 
-        row = {"step": step, "loss": loss.item(), "grad_norm": grad, "reward": float(reward.mean())}
-        row |= rationale_stats(
-            u.detach().view(b, m, -1), rats.lengths.view(b, m), rats.forced.view(b, m)
+            row = {"loss": loss.item(), "reward": float(reward.mean())}
+            row |= rationale_stats(
+                u.detach().view(b, m, -1), rats.lengths.view(b, m), rats.forced.view(b, m)
+            )
+            row |= {"kl": None if kl is None else kl.item(), "time_sample": t_sample - t0}
+            rows.append(row)
+        rows[0]["grad_norm"] = s.step()
+        rows[0]["time_step"] = time.perf_counter() - t0
+        s.end_step(step, rows)
+        bar.set_postfix(
+            loss=f"{rows[0]['loss']:.3f}", reward=f"{rows[0]['reward']:.2f}", refresh=False
         )
-        row |= {"kl": None if kl is None else kl.item(), "time_sample": t_sample - t0}
-        row["time_step"] = time.perf_counter() - t0
-        s.end_step(step, row)
-        bar.set_postfix(loss=f"{row['loss']:.3f}", reward=f"{row['reward']:.2f}", refresh=False)
     return s.finish()

@@ -10,7 +10,9 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
    ``outcome_reward=False`` drops ``R_i`` from the score-function term and keeps the
    pathwise term (the readout is still trained): the paper's "anchor only" control;
 4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight`` x the
-   leave-one-out score-function term (``rlcd_lab.estimators``); AdamW, clipping.
+   leave-one-out score-function term (``rlcd_lab.estimators``), a mean over questions;
+   AdamW, clipping. Each process takes its share of the B questions in ``grad_accum``
+   micro-batches (``Session.micro_batches``); their gradients add up to the batch's.
 
 The methods differ only in their settings (``METHODS``, defined with the configs in
 ``configs.py``):
@@ -29,11 +31,10 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm import trange
 
 from ..estimators import grad_norm, gradient_terms, surrogate_terms
 from ..reader import score_rationales
-from .common import rationale_stats, sample_batch, setup, update
+from .common import rationale_stats, sample_batch, setup
 from .configs import (
     DESCRIPTIONS,
     METHODS,
@@ -62,51 +63,51 @@ def train(cfg: RLCDConfig) -> Path:
     """Run (or resume) one RLCD-family training run; returns the run directory."""
     # the KL shaping reward only reaches the loss through the score-function term
     s = setup(cfg, needs_ref=(cfg.beta > 0 and cfg.sf_weight > 0) or cfg.reader == "ref")
-    b, m = cfg.batch_size, cfg.m
-    for step in (bar := trange(s.run.start_step, cfg.steps, desc=cfg.method, total=cfg.steps)):
-        t0 = time.perf_counter()
-        batch = s.stream.batch(step)
-        y = batch.y.to(s.device)
+    m = cfg.m
+    for step in (bar := s.steps(cfg.method)):
+        t0, rows = time.perf_counter(), []
+        for batch in s.micro_batches(step):
+            b, y = len(batch.items), batch.y.to(s.device)
 
-        # 1. on-policy rationales, no gradient
-        rats, option_ids = sample_batch(s, batch, step)
-        t_sample = time.perf_counter()
+            # 1. on-policy rationales, no gradient
+            rats, option_ids = sample_batch(s, batch, step)
+            t_sample = time.perf_counter()
 
-        # 2. one forward with gradient: readout u and log pi(r | x)
-        u, _, logp = score_rationales(s.model, rats, option_ids)
-        u, logp = u.view(b, m, -1), logp.view(b, m)
+            # 2. one forward with gradient: readout u and log pi(r | x)
+            u, _, logp = score_rationales(s.wrapped, rats, option_ids)
+            u, logp = u.view(b, m, -1), logp.view(b, m)
 
-        # 3. the reader and the KL anchor (the reference model never gets a gradient)
-        extra = kl = None
-        if s.ref is not None:
-            with torch.no_grad():
-                ref_u, _, ref_logp = score_rationales(s.ref, rats, option_ids)
-            log_ratio = logp.detach() - ref_logp.view(b, m)
-            kl = float(log_ratio.mean())
-            if cfg.beta > 0:
-                extra = -cfg.beta * log_ratio
-        u_read = ref_u.view(b, m, -1) if cfg.reader == "ref" else u
-        terms = surrogate_terms(u_read, logp, y, cfg.lam, extra, cfg.rule, cfg.outcome_reward)
+            # 3. the reader and the KL anchor (the reference model never gets a gradient)
+            extra = kl = None
+            if s.ref is not None:
+                with torch.no_grad():
+                    ref_u, _, ref_logp = score_rationales(s.ref, rats, option_ids)
+                log_ratio = logp.detach() - ref_logp.view(b, m)
+                kl = float(log_ratio.mean())
+                if cfg.beta > 0:
+                    extra = -cfg.beta * log_ratio
+            u_read = ref_u.view(b, m, -1) if cfg.reader == "ref" else u
+            terms = surrogate_terms(u_read, logp, y, cfg.lam, extra, cfg.rule, cfg.outcome_reward)
 
-        # 4. the loss (pathwise + c * score function), dilution diagnostics, the update
-        loss = terms.loss(cfg.sf_weight)
-        row = {"step": step, "loss": loss.item()}
-        if cfg.grad_terms_every and step % cfg.grad_terms_every == 0:
-            g = gradient_terms(terms, s.params)
-            row["grad_pathwise"] = grad_norm(g["pathwise"])
-            row["grad_score_function"] = grad_norm(g["score_function"])
-        row["grad_norm"] = update(s, loss)
+            # 4. the loss (pathwise + c * score function), dilution diagnostics, the gradient
+            loss = terms.loss(cfg.sf_weight)
+            row = {"loss": loss.item()}
+            if cfg.grad_terms_every and step % cfg.grad_terms_every == 0:
+                g = gradient_terms(terms, s.params)  # this micro-batch's, on this process
+                row["grad_pathwise"] = grad_norm(g["pathwise"])
+                row["grad_score_function"] = grad_norm(g["score_function"])
+            s.backward(loss)
 
-        row |= rationale_stats(u.detach(), rats.lengths.view(b, m), rats.forced.view(b, m))
-        row |= {
-            "reward": float(terms.rewards.mean()),
-            "accuracy_u": float((u.detach().argmax(-1) == y[:, None]).float().mean()),
-            "kl": kl,
-            "time_sample": t_sample - t0,
-            "time_step": time.perf_counter() - t0,
-        }
-        s.end_step(step, row)
-        bar.set_postfix(
-            loss=f"{row['loss']:.3f}", len=f"{row['rationale_length']:.1f}", refresh=False
-        )
+            row |= rationale_stats(u.detach(), rats.lengths.view(b, m), rats.forced.view(b, m))
+            row |= {
+                "reward": float(terms.rewards.mean()),
+                "accuracy_u": float((u.detach().argmax(-1) == y[:, None]).float().mean()),
+                "kl": kl,
+                "time_sample": t_sample - t0,
+            }
+            rows.append(row)
+        rows[0]["grad_norm"] = s.step()
+        rows[0]["time_step"] = time.perf_counter() - t0
+        s.end_step(step, rows)
+        bar.set_postfix(loss=f"{rows[0]['loss']:.3f}", refresh=False)
     return s.finish()

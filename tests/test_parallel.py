@@ -1,0 +1,257 @@
+"""Data parallelism, gradient accumulation, schedules and the sampler interface.
+
+The invariance tests launch real gloo process groups (``torchrun`` and ``accelerate
+launch``) on the CPU, in float64: W processes with ``batch_size / W`` questions each must
+end with the weights of one process with the whole batch (TRL's invariance tests are the
+model: same data, same seeds, a different split of the work).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlcd_lab.estimators import surrogate_terms
+from rlcd_lab.reader import (
+    Generated,
+    GumbelSampler,
+    hf_sampler,
+    sample_rationales,
+    score_rationales,
+)
+from rlcd_lab.train import train
+from rlcd_lab.train.common import read_log
+from rlcd_lab.train.configs import GRPOConfig, preset
+
+SMALL = [
+    "--task", "verify", "--steps", "3", "--batch-size", "4", "--num-rationales", "2",
+    "--max-new-tokens", "12", "--eval-every", "0", "--eval-items", "4", "--test-items", "0",
+    "--save-every", "3", "--dtype", "float64", "--device", "cpu",
+]  # fmt: skip
+METHODS = {
+    "calibrate": ["calibrate"],
+    "reinforce": ["reinforce", "--sf-weight", "0.3", "--beta", "0.04"],
+    "grpo": ["grpo"],
+}
+
+
+def launch(launcher: list[str], args: list[str], cwd: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd())}
+    cmd = [*launcher, "-m", "rlcd_lab.cli", "train", *args]
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def untimed(run: Path) -> list[dict]:
+    """The log rows without their wall-clock timings."""
+    return [{k: v for k, v in r.items() if not k.startswith("time")} for r in read_log(run)]
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "final" / "model.safetensors"))
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+ONE = [sys.executable]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_two_processes_give_the_weights_of_one(method, tmp_path, tiny_base):
+    """3 steps, batch 4: 2 gloo processes x 2 questions == 1 process x 4 questions; the
+    logged losses agree too (averaged over processes; the readout is float32)."""
+    args = [*METHODS[method], *SMALL, "--init", str(tiny_base)]
+    launch(ONE, [*args, "--out", "one"], tmp_path)
+    launch(TORCHRUN, [*args, "--out", "two"], tmp_path)
+    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    base = load_file(str(tiny_base / "model.safetensors"))
+    assert max_diff(one, {k: v.double() for k, v in base.items()}) > 1e-6  # it trained
+    assert max_diff(one, two) < 1e-12
+    log1, log2 = read_log(tmp_path / "one"), read_log(tmp_path / "two")
+    for a, b in zip(log1, log2, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-7)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-6)
+    # only the main process wrote: one log line per step, one final checkpoint
+    assert [r["step"] for r in log2] == [0, 1, 2]
+
+
+def test_accelerate_launch_runs_the_same_code_path(tmp_path, tiny_base):
+    """The GPU launcher (``accelerate launch --multi_gpu``) on CPU processes: gloo, the
+    same result as one process."""
+    args = [*METHODS["calibrate"], *SMALL, "--init", str(tiny_base)]
+    accelerate = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+        "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+    ]  # fmt: skip
+    launch(ONE, [*args, "--out", "one"], tmp_path)
+    launch(accelerate, [*args, "--out", "acc"], tmp_path)
+    assert max_diff(weights(tmp_path / "one"), weights(tmp_path / "acc")) < 1e-12
+
+
+def test_resume_with_two_processes_is_bit_identical(tmp_path, tiny_base):
+    """A 2-process run stopped after its step-2 checkpoint and resumed to step 4 (2
+    processes) ends bit-identical to an uninterrupted 2-process run of 4 steps."""
+    args = [*METHODS["grpo"], *SMALL, "--init", str(tiny_base), "--save-every", "2"]
+    launch(TORCHRUN, [*args, "--steps", "4", "--out", "whole"], tmp_path)
+    launch(TORCHRUN, [*args, "--steps", "2", "--out", "parts"], tmp_path)
+    shutil.rmtree(tmp_path / "parts" / "final")  # as if killed after the checkpoint
+    launch(TORCHRUN, [*args, "--steps", "4", "--out", "parts", "--resume"], tmp_path)
+    whole, parts = weights(tmp_path / "whole"), weights(tmp_path / "parts")
+    assert all(torch.equal(whole[k], parts[k]) for k in whole)
+    assert untimed(tmp_path / "whole") == untimed(tmp_path / "parts")
+
+
+def test_a_batch_that_does_not_split_is_refused(tmp_path, tiny_base):
+    args = [*METHODS["calibrate"], *SMALL, "--init", str(tiny_base), "--batch-size", "3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd())}
+    cmd = [*TORCHRUN, "-m", "rlcd_lab.cli", "train", *args, "--out", "bad"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "--batch-size 3 must be a multiple of the 2 process(es)" in done.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+# ----------------------------------------------------------- in one process (fast)
+def cfg_for(method: str, tiny_base: Path, out: Path, **kw):
+    common = dict(
+        init=tiny_base, out=out, task="verify", steps=3, batch_size=4, m=2, max_new_tokens=12,
+        eval_every=0, eval_items=4, test_items=0, save_every=3, dtype="float64", device="cpu",
+    )  # fmt: skip
+    if method == "reinforce":
+        common |= dict(sf_weight=0.3, beta=0.04)
+    common |= kw
+    return GRPOConfig(**common) if method == "grpo" else preset(method, **common)
+
+
+@pytest.mark.parametrize("method", ["calibrate", "reinforce", "grpo"])
+def test_gradient_accumulation_gives_the_large_batch(method, tmp_path, tiny_base):
+    big = train(cfg_for(method, tiny_base, tmp_path / "big"))
+    acc = train(cfg_for(method, tiny_base, tmp_path / "acc", grad_accum=2))
+    assert max_diff(weights(big), weights(acc)) < 1e-12
+
+
+def test_grad_accum_must_divide_the_batch(tmp_path, tiny_base):
+    with pytest.raises(ValueError, match="multiple of the 1 process.*--grad-accum 3"):
+        train(cfg_for("calibrate", tiny_base, tmp_path / "x", grad_accum=3))
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "constant"])
+def test_lr_schedule_with_warmup(schedule, tmp_path, tiny_base):
+    """The logged learning rate of each step against the formula, computed here."""
+    steps, warm, lr = 6, 2, 1e-3
+    cfg = cfg_for(
+        "calibrate", tiny_base, tmp_path / schedule, steps=steps, lr=lr,
+        lr_schedule=schedule, warmup_steps=warm, save_every=6,
+    )  # fmt: skip
+    train(cfg)
+    got = [r["lr"] for r in read_log(tmp_path / schedule)]
+
+    def expected(s: int) -> float:
+        if s < warm:
+            return lr * s / warm
+        progress = (s - warm) / (steps - warm)
+        return (
+            lr
+            * {
+                "linear": 1 - progress,
+                "cosine": 0.5 * (1 + math.cos(math.pi * progress)),
+                "constant": 1.0,
+            }[schedule]
+        )
+
+    assert got == pytest.approx([expected(s) for s in range(steps)], abs=1e-15)
+
+
+def test_schedule_resumes_where_it_stopped(tmp_path, tiny_base):
+    kw = dict(lr=1e-3, lr_schedule="cosine", warmup_steps=1, save_every=2)
+    train(cfg_for("calibrate", tiny_base, tmp_path / "whole", steps=4, **kw))
+    train(cfg_for("calibrate", tiny_base, tmp_path / "parts", steps=2, **kw))
+    shutil.rmtree(tmp_path / "parts" / "final")
+    train(cfg_for("calibrate", tiny_base, tmp_path / "parts", steps=4, resume=True, **kw))
+    assert untimed(tmp_path / "whole") == untimed(tmp_path / "parts")
+
+
+def test_missing_tracker_package_is_named(tmp_path, tiny_base):
+    with pytest.raises(ValueError, match="--tracker tensorboard needs the tensorboard package"):
+        train(cfg_for("calibrate", tiny_base, tmp_path / "t", tracker="tensorboard"))
+
+
+def test_vllm_sampler_needs_cuda(tmp_path, tiny_base):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match="--sampler vllm needs a CUDA device"):
+        train(cfg_for("calibrate", tiny_base, tmp_path / "v", sampler="vllm"))
+
+
+# ------------------------------------------------------------------ the sampler
+PROMPTS = ["12+30+5=47?\n", "40+41+7=88?\n", "1+2+3=6?\n"]
+
+
+def test_a_rationale_does_not_depend_on_its_batch(tokenizer, tiny_lm):
+    """Same prompt, same seed: the same rationale alone, in a batch of three, or in
+    another order (per-row noise)."""
+    seeds = [11, 22, 33]
+    together = sample_rationales(tiny_lm, tokenizer, PROMPTS, 2, 12, seed=seeds)
+    alone = sample_rationales(tiny_lm, tokenizer, PROMPTS[1:2], 2, 12, seed=seeds[1:2])
+    flipped = sample_rationales(tiny_lm, tokenizer, PROMPTS[::-1], 2, 12, seed=seeds[::-1])
+    assert alone.texts == together.texts[2:4]
+    assert flipped.texts[2:4] == together.texts[2:4]
+    assert flipped.texts[:2] == together.texts[4:]
+    other = sample_rationales(tiny_lm, tokenizer, PROMPTS, 2, 12, seed=[11, 23, 33])
+    assert other.texts[:2] == together.texts[:2] and other.texts[2:4] != together.texts[2:4]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_gumbel_max_draws_from_the_softmax(temperature):
+    """Frequencies of the argmax over 20000 seeded rows against softmax(z / T): each
+    within 5 binomial standard deviations."""
+    n, z = 20000, torch.tensor([[1.0, 0.0, -1.0, 2.0, -3.0]])
+    noisy = GumbelSampler(range(n), temperature, 1.0, "cpu")(None, z.expand(n, -1))
+    freq = torch.bincount(noisy.argmax(-1), minlength=5).double() / n
+    p = (z[0].double() / temperature).softmax(-1)
+    assert ((freq - p).abs() <= 5 * (p * (1 - p) / n).sqrt() + 1e-12).all()
+
+
+def test_the_loss_does_not_use_the_samplers_log_probs(tokenizer, tiny_lm):
+    """A sampler reporting garbage log-probs: the same tokens, and the same loss and
+    gradient, as the default sampler (the model recomputes ``log pi(r)``)."""
+
+    def liar(*args, **kw) -> Generated:
+        out = hf_sampler(*args, **kw)
+        return replace(out, token_lp=torch.full_like(out.token_lp, -123.0))
+
+    def loss_and_grad(sampler):
+        rats = sample_rationales(tiny_lm, tokenizer, PROMPTS, 2, 12, seed=5, sampler=sampler)
+        tiny_lm.zero_grad()
+        u, _, logp = score_rationales(tiny_lm, rats, [5, 6])
+        y = torch.tensor([0, 1, 0])
+        loss = surrogate_terms(u.view(3, 2, -1), logp.view(3, 2), y, 0.0).loss(0.3)
+        loss.backward()
+        grad = torch.cat([p.grad.flatten() for p in tiny_lm.parameters() if p.grad is not None])
+        return rats, loss.detach(), grad
+
+    honest, lying = loss_and_grad(hf_sampler), loss_and_grad(liar)
+    assert torch.equal(honest[0].input_ids, lying[0].input_ids)
+    assert not torch.allclose(honest[0].logp_r, lying[0].logp_r)
+    assert torch.equal(honest[1], lying[1]) and torch.equal(honest[2], lying[2])
+
+
+def test_config_records_the_new_settings(tmp_path, tiny_base):
+    run = train(cfg_for("calibrate", tiny_base, tmp_path / "r", steps=1, save_every=1))
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["grad_accum"] == 1 and cfg["lr_schedule"] == "constant" and cfg["sampler"] == "hf"
