@@ -44,7 +44,7 @@ class PretrainConfig:
 SHIPPED: dict[str, dict] = {
     "verify": dict(steps=4000, batch_size=32, p_empty=0.0),
     "facts": dict(steps=3000, batch_size=64, p_empty=0.02),
-    "aleatoric": dict(steps=3000, batch_size=64, p_empty=0.0),
+    "aleatoric": dict(steps=3000, batch_size=64, p_empty=0.1),
 }
 """Per-task defaults: the settings of the shipped ``assets/checkpoints/base-<task>``."""
 

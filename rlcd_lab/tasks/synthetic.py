@@ -15,8 +15,9 @@
 Each task also has a *teacher*: the behaviour the base model is pretrained to imitate
 (``rlcd_lab.pretrain``). It writes a rationale and then states a label with certainty;
 its rationales contain slips that depend on features visible in the rationale (a
-dropped carry in ``verify``, an unfamiliar or misremembered entity in ``facts``), so the
-base model is overconfident and calibrating after reasoning is learnable.
+dropped carry in ``verify``, an unfamiliar or misremembered entity in ``facts``; in
+``aleatoric`` an imagined draw from the urn), so the base model is overconfident and
+calibrating after reasoning is learnable.
 
 Splits are fixed by the world seed: ``test``, ``dev`` and ``train`` prompts are disjoint,
 and pretraining never sees a dev or test prompt.
@@ -231,10 +232,18 @@ _URN = re.compile(r"^urn (\d)a(\d)b(\d)c\?$")
 
 class Aleatoric(SyntheticTask):
     """``urn 3a1b2c?``: the colour of one ball drawn from the urn; ``q`` = counts / total.
-    The teacher names the majority colour and states it with certainty."""
+
+    The teacher imagines one draw ``c`` from the urn, too confidently (``c ~ q^2``,
+    normalised), writes ``maybe c`` and states ``c`` (with probability ``commit``; else a
+    fresh draw from ``q^2``). So after a rationale the base model's readout is peaked on the
+    imagined colour (rationales disagree: Proposition 1's diversity term), and directly or
+    after the empty rationale (``PretrainConfig.p_empty``) it is ``q^2`` normalised:
+    overconfident, with temperature 2 undoing it exactly, but never saturated, so the
+    proper score keeps a gradient."""
 
     name = "aleatoric"
     options = ("A", "B", "C")
+    commit = 0.8
 
     def draw(self, rng, uid):
         while True:
@@ -247,10 +256,12 @@ class Aleatoric(SyntheticTask):
         return TaskItem(uid, prompt, self.options, label, tuple(q.tolist()))
 
     def teach(self, item, rng, direct):
-        counts = [int(v) for v in _URN.match(item.prompt).groups()]
-        top = self.options[int(np.argmax(counts))]
-        rationale = "" if direct else f"most {top.lower()}"
-        return Example(item.prompt, rationale, top, direct)
+        counts = np.array([int(v) for v in _URN.match(item.prompt).groups()], dtype=float)
+        sharp = counts**2 / (counts**2).sum()
+        imagined = int(rng.choice(3, p=sharp))
+        stated = imagined if rng.random() < self.commit else int(rng.choice(3, p=sharp))
+        rationale = "" if direct else f"maybe {self.options[imagined].lower()}"
+        return Example(item.prompt, rationale, self.options[stated], direct)
 
     @cached_property
     def splits(self):
