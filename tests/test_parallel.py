@@ -48,7 +48,7 @@ METHODS = {
 def launch(launcher: list[str], args: list[str], cwd: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd())}
     cmd = [*launcher, "-m", "rlcd_lab.cli", "train", *args]
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -26,6 +26,7 @@ import math
 import os
 import re
 import shutil
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
@@ -489,6 +490,8 @@ class Session:
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
+        if hasattr(self.sampler, "sync"):  # an engine holding a copy of the weights
+            self.sampler.sync()
         return norm
 
     def total(self, x: torch.Tensor) -> torch.Tensor:
@@ -537,6 +540,13 @@ class Session:
         if self.main:
             self._final_eval()
         self.acc.wait_for_everyone()
+        if self.acc.num_processes > 1:
+            # Let DDP's reducer go while the process group lives, and give gloo's worker
+            # threads a moment to release the last collective: a process group destroyed
+            # while the GIL is held otherwise waits on a worker that waits on the GIL.
+            self.wrapped = self.model
+            self.acc.free_memory()
+            time.sleep(0.05)
         self.acc.end_training()
         return cfg.out
 
