@@ -255,3 +255,86 @@ def test_config_records_the_new_settings(tmp_path, tiny_base):
     run = train(cfg_for("calibrate", tiny_base, tmp_path / "r", steps=1, save_every=1))
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["grad_accum"] == 1 and cfg["lr_schedule"] == "constant" and cfg["sampler"] == "hf"
+
+
+# --------------------------------------------- the vLLM sampler's glue (a stand-in engine)
+class FakeEngine:
+    """Stands in for ``vllm.LLM``: writes ``script`` after any prompt, stopping as vLLM does
+    (on the stop string, decoded; or after ``max_tokens``), and records what it was given."""
+
+    def __init__(self, tokenizer, script: str):
+        self.tok, self.script = tokenizer, tokenizer(script, add_special_tokens=False)
+        self.loaded, self.requests = [], []
+
+    def apply_model(self, fn):
+        class Model:
+            def load_weights(inner, weights):
+                self.loaded.append(dict(weights))
+
+        return [fn(Model())]
+
+    def generate(self, prompts, sampling_params, use_tqdm):
+        outs = []
+        for prompt, params in zip(prompts, sampling_params, strict=True):
+            self.requests.append((prompt["prompt_token_ids"], params))
+            ids, reason, stop = [], "length", None
+            for t in self.script["input_ids"][: params["max_tokens"]]:
+                ids.append(t)
+                if params["stop"][0] in self.tok.decode(ids):
+                    reason, stop = "stop", params["stop"][0]
+                    break
+            done = type("C", (), dict(token_ids=ids, finish_reason=reason, stop_reason=stop))
+            outs.append(type("R", (), {"outputs": [done]}))
+        return outs
+
+
+def test_vllm_sampler_glue(tokenizer, tiny_lm, tiny_base, monkeypatch):
+    """Unpadded prompts, one seed per row, the marker stop mapped to ``Generated`` and cut
+    as with the HF sampler, and the weights copied before the first draw and after each
+    ``sync`` only."""
+    import types
+
+    from rlcd_lab.train import vllm as vllm_sampler
+
+    engine = FakeEngine(tokenizer, "so yes Answer: Y")
+    fake = types.SimpleNamespace(LLM=lambda **kw: engine, SamplingParams=lambda **kw: kw)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    sampler = vllm_sampler.VLLMSampler(cfg_for("calibrate", tiny_base, Path("unused")))
+    rats = sample_rationales(tiny_lm, tokenizer, PROMPTS, 2, 30, seed=[1, 2, 3], sampler=sampler)
+    assert rats.texts == ["so yes"] * 6 and not rats.forced.any()
+    assert [r[0] for r in engine.requests] == [
+        tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS for _ in range(2)
+    ]
+    seeds = [r[1]["seed"] for r in engine.requests]
+    assert len(set(seeds)) == 6 and engine.requests[0][1]["stop"] == ["Answer:"]
+    assert len(engine.loaded) == 1
+    assert engine.loaded[0].keys() == tiny_lm.state_dict().keys()
+    sample_rationales(tiny_lm, tokenizer, PROMPTS[:1], 1, 30, seed=[1], sampler=sampler)
+    assert len(engine.loaded) == 1  # no optimizer step in between: no copy
+    sampler.sync()
+    sample_rationales(tiny_lm, tokenizer, PROMPTS[:1], 1, 4, seed=[1], sampler=sampler)
+    assert len(engine.loaded) == 2
+    short = sample_rationales(tiny_lm, tokenizer, PROMPTS[:1], 1, 4, seed=[1], sampler=sampler)
+    assert short.forced.all() and short.lengths.tolist() == [4]  # ran out of tokens
+
+
+def test_lora_weights_reach_the_engine_merged(tiny_lm):
+    """``hf_weights`` of a PEFT model: the base model's names, with W + B A (checked
+    against peft's own merge_and_unload on a copy)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from rlcd_lab.train.vllm import hf_weights
+
+    names = tiny_lm.state_dict().keys()
+    peft = get_peft_model(copy.deepcopy(tiny_lm), LoraConfig(r=2, target_modules="all-linear"))
+    with torch.no_grad():
+        for n, p in peft.named_parameters():
+            if "lora_B" in n:
+                p.normal_()
+    got = dict(hf_weights(peft))
+    want = copy.deepcopy(peft).merge_and_unload().state_dict()
+    assert got.keys() == set(names)
+    assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in got)
+    assert any(not torch.allclose(got[k], tiny_lm.state_dict()[k]) for k in got)
