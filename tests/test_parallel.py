@@ -338,3 +338,20 @@ def test_lora_weights_reach_the_engine_merged(tiny_lm):
     assert got.keys() == set(names)
     assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in got)
     assert any(not torch.allclose(got[k], tiny_lm.state_dict()[k]) for k in got)
+
+
+def test_the_readme_multiprocess_example_runs_as_written(tmp_path):
+    """The README's 2-process CPU command, copied out of the README, run from a copy of
+    the repository's assets (``.venv/bin/`` mapped to this interpreter's folder)."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    block = text.split("<!-- multiprocess-example -->\n```bash\n", 1)[1].split("```", 1)[0]
+    cmd = block.replace("\\\n", " ").replace(".venv/bin/", str(Path(sys.executable).parent) + "/")
+    (tmp_path / "assets").symlink_to(Path(__file__).parents[1] / "assets")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
+    done = subprocess.run(
+        cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = tmp_path / "runs" / "calibrate-2proc"
+    assert [r["step"] for r in read_log(run)] == [0, 1, 2, 3]
+    assert len((run / "eval" / "test.jsonl").read_text().splitlines()) == 20
