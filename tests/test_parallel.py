@@ -29,7 +29,7 @@ from rlcd_lab.reader import (
     sample_rationales,
     score_rationales,
 )
-from rlcd_lab.train import train
+from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.common import read_log
 from rlcd_lab.train.configs import GRPOConfig, preset
 
@@ -345,7 +345,10 @@ def test_the_readme_multiprocess_example_runs_as_written(tmp_path):
     the repository's assets (``.venv/bin/`` mapped to this interpreter's folder)."""
     text = (Path(__file__).parents[1] / "README.md").read_text()
     block = text.split("<!-- multiprocess-example -->\n```bash\n", 1)[1].split("```", 1)[0]
-    cmd = block.replace("\\\n", " ").replace(".venv/bin/", str(Path(sys.executable).parent) + "/")
+    block = " ".join(block.replace("\\\n", " ").split())
+    args = block.split(" -m rlcd_lab.cli ", 1)[1].removesuffix(" --device cpu")
+    assert block == ".venv/bin/" + launch_command(args, 2, on="cpu")  # what notebooks print
+    cmd = block.replace(".venv/bin/", str(Path(sys.executable).parent) + "/")
     (tmp_path / "assets").symlink_to(Path(__file__).parents[1] / "assets")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
     done = subprocess.run(
@@ -355,3 +358,13 @@ def test_the_readme_multiprocess_example_runs_as_written(tmp_path):
     run = tmp_path / "runs" / "calibrate-2proc"
     assert [r["step"] for r in read_log(run)] == [0, 1, 2, 3]
     assert len((run / "eval" / "test.jsonl").read_text().splitlines()) == 20
+
+
+def test_launch_command_forms():
+    args = "train grpo --init DIR --num-rationales 4"
+    assert launch_command(args, 8) == (
+        "accelerate launch --multi_gpu --num_processes 8 -m rlcd_lab.cli " + args
+    )
+    assert launch_command(args, 1) == "accelerate launch --num_processes 1 -m rlcd_lab.cli " + args
+    with pytest.raises(ValueError, match="processes must be >= 1"):
+        launch_command(args, 0)

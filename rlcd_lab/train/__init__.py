@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
+from typing import Literal
 
 from .configs import DESCRIPTIONS, METHODS, GRPOConfig, RFTConfig, SFTConfig, TrainConfig
 
@@ -52,3 +53,17 @@ def train(cfg: TrainConfig) -> Path:
     if cfg.method not in TRAINERS:
         raise ValueError(f"unknown method {cfg.method!r}; choose one of {sorted(TRAINERS)}")
     return TRAINERS[cfg.method][1](cfg)
+
+
+def launch_command(args: str, processes: int, on: Literal["gpu", "cpu"] = "gpu") -> str:
+    """The shell command that runs ``rlcd-lab ARGS`` (e.g. ``"train calibrate --init
+    DIR"``) data-parallel on ``processes`` processes: ``accelerate launch`` on GPUs (one
+    process per GPU), ``torchrun`` with gloo on CPU processes (adds ``--device cpu``).
+    Use ``--num-rationales`` rather than ``--m`` in ``args``: both launchers take ``--m``
+    for a flag of their own."""
+    if processes < 1:
+        raise ValueError(f"processes must be >= 1, got {processes}")
+    if on == "cpu":
+        return f"torchrun --nproc-per-node {processes} -m rlcd_lab.cli {args} --device cpu"
+    multi = "--multi_gpu " if processes > 1 else ""
+    return f"accelerate launch {multi}--num_processes {processes} -m rlcd_lab.cli {args}"
