@@ -107,6 +107,23 @@ def _mixture_terms(u: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     return j_hat, f - b
 
 
+def ace_advantages(adv: Tensor, shift: Tensor, alpha: float) -> Tensor:
+    """ACE, the asymmetric confidence-aware error penalty, on leave-one-out advantages.
+
+    ``A_i' = A_i (1 + alpha max(c_i, 0))`` where ``A_i < 0``, else ``A_i``; ``c_i = log
+    pi_theta(r_i | x) - log pi_ref(r_i | x)`` is rollout i's confidence shift (``shift``,
+    detached). A rationale that scored worse than its group *and* that training made more
+    likely than the reference did (an overconfident error, ``c_i > 0``) is pushed down
+    harder; other advantages are unchanged, so ``alpha = 0`` is plain RLCD. Shapes: ``adv``,
+    ``shift`` ``(..., M)``. After the ACE paper (asymmetric confidence penalties for RL with
+    verifiable rewards), which scales negative GRPO advantages by a function of ``c_i``;
+    here the reward is RLCD's proper score and the function is ``1 + alpha max(c, 0)``."""
+    if alpha < 0:
+        raise ValueError(f"the ACE weight must be >= 0, got {alpha}")
+    shift = shift.detach()
+    return torch.where(adv < 0, adv * (1.0 + alpha * shift.clamp_min(0.0)), adv)
+
+
 def surrogate_terms(
     u: Tensor,
     logp_r: Tensor,
@@ -115,6 +132,8 @@ def surrogate_terms(
     extra: Tensor | None = None,
     rule: Rule = "brier",
     outcome_reward: bool = True,
+    ace: float = 0.0,
+    shift: Tensor | None = None,
 ) -> SurrogateTerms:
     """Pathwise and score-function losses of the lambda objective, per question.
 
@@ -127,6 +146,9 @@ def surrogate_terms(
     the advantages come from ``extra`` alone (zero without it), while the pathwise term,
     which trains the readout, is unchanged. This is the paper's "anchor only" control
     (OpenJev-RLCD sec. 5.2): RLCD-RL minus the outcome reward.
+
+    ``ace > 0``: the final advantages go through ``ace_advantages`` with the confidence
+    shift ``shift`` (``log pi_theta(r) - log pi_ref(r)``, required then).
     """
     if u.shape[:-1] != logp_r.shape:
         raise ValueError(f"u {tuple(u.shape)} and logp_r {tuple(logp_r.shape)} disagree")
@@ -152,6 +174,10 @@ def surrogate_terms(
             raise ValueError(f"extra {tuple(extra.shape)} must match logp_r {tuple(logp_r.shape)}")
         extra = extra.detach()
         adv = adv + extra - leave_one_out_mean(extra)
+    if ace:
+        if shift is None or shift.shape != logp_r.shape:
+            raise ValueError("ace > 0 needs the confidence shift, shaped like logp_r")
+        adv = ace_advantages(adv, shift, ace)
     return SurrogateTerms(
         pathwise=-objective,
         score_function=-(adv * logp_r).mean(-1),

@@ -52,6 +52,7 @@ LABELS = {
     "readout-only": "fork: readout-only",
     "anchor-only": "fork: anchor-only",
     "grpo-cont": "fork: GRPO continuation",
+    "reinforce-ace": "fork: RLCD-RL with ACE",
     "endtoend-c": "end to end, weight",
 }
 ORDER = tuple(LABELS)

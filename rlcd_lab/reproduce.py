@@ -99,6 +99,9 @@ class ReproduceConfig:
     """Test items per eval dump (default: the scale's)."""
     jobs: int = 2
     """Runs at a time (separate processes; one thread each on CPU)."""
+    ace: float = 0.0
+    """> 0: also run RLCD stage 2 with the ACE reward of this weight (``reinforce-ace``, a
+    Table 2 fork from the same stage-1 checkpoint; ``estimators.ace_advantages``)."""
     runs: tuple[str, ...] = ()
     """Only these runs (names as in the report: base, sft, rft, rft-kl, grpo, calibrate,
     reinforce, readout-only, anchor-only, grpo-cont, endtoend, mixture); empty: all."""
@@ -158,6 +161,8 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
             runs["readout-only"] = preset("calibrate", **dict(kw, init=stage1))
             runs["anchor-only"] = preset("reinforce", **dict(kw, init=stage1), outcome_reward=False)
             runs["grpo-cont"] = GRPOConfig(**dict(kw, init=stage1))
+            if cfg.ace:
+                runs["reinforce-ace"] = preset("reinforce", **dict(kw, init=stage1), ace=cfg.ace)
             for c in SWEEP:  # Table 4: end to end from the base, KL-anchored
                 runs[f"{SWEEP_PREFIX}{c:g}"] = preset("endtoend", **kw, sf_weight=c, beta=0.04)
         for name in [n for n in runs if n in BASELINES]:

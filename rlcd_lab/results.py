@@ -38,8 +38,9 @@ RLCD = "reinforce"
 STAGE1 = "calibrate"
 MATCHED = "-matched"
 """Suffix of a baseline trained at two-stage RLCD's budget (both stages' steps)."""
-FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont")
-"""Table 2: stage-2 continuations from the same stage-1 checkpoint."""
+FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont", "reinforce-ace")
+"""Table 2: stage-2 continuations from the same stage-1 checkpoint (``reinforce-ace``:
+RLCD-RL with the optional ACE reward, ``rlcd-lab reproduce --ace``)."""
 PER_ITEM = ("accuracy", "brier", "nll")
 """Metrics that are means of per-item values (paired over items averaged over seeds)."""
 CURVE = ("aurc", "cov_at_eps")

@@ -190,3 +190,25 @@ def test_shapes_batching_and_errors():
         surrogate_terms(u, logp, y, lam=0.5, rule="log")
     with pytest.raises(ValueError, match="lam"):
         lambda_surrogate(u, logp, y, lam=1.5)
+
+
+def test_ace_scales_only_negative_advantages_by_the_confidence_shift():
+    """Hand-computed: Brier J(u, y=0) = 2 u_0 - |u|^2 = (0.98, 0.28, 0.82); leave-one-out
+    advantages (0.43, -0.62, 0.19); with c = (0.5, 2.0, -1.0) and alpha = 0.5 only the
+    negative one changes: -0.62 (1 + 0.5 * 2) = -1.24. The score-function gradient with
+    respect to log pi(r_i) is -A_i' / M."""
+    from rlcd_lab.estimators import surrogate_terms
+
+    u = torch.tensor([[0.9, 0.1], [0.4, 0.6], [0.7, 0.3]], dtype=torch.float64)
+    logp = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    shift = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
+    plain = surrogate_terms(u, logp, 0)
+    torch.testing.assert_close(plain.advantages, torch.tensor([0.43, -0.62, 0.19]).double())
+    ace = surrogate_terms(u, logp, 0, ace=0.5, shift=shift)
+    torch.testing.assert_close(ace.advantages, torch.tensor([0.43, -1.24, 0.19]).double())
+    ace.score_function.backward()
+    torch.testing.assert_close(logp.grad, -ace.advantages / 3)
+    off = surrogate_terms(u, logp, 0, ace=0.0, shift=shift)
+    assert torch.equal(off.advantages, plain.advantages)
+    with pytest.raises(ValueError, match="needs the confidence shift"):
+        surrogate_terms(u, logp, 0, ace=0.5)

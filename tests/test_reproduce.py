@@ -28,10 +28,10 @@ def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
     matched = {f"{n}-matched" for n in baselines}
     sweep = {"endtoend-c0.1": 0.1, "endtoend-c0.3": 0.3, "endtoend-c1": 1.0}  # Table 4
     assert {n for n, _ in a} == {"base", "calibrate"} | baselines | matched | set(sweep)
-    assert {n for n, _ in b} == set(FORKS)
+    assert {n for n, _ in b} == set(FORKS) - {"reinforce-ace"}  # ACE only with --ace
     for seed in (3, 4):
         stage1 = tmp_path / "verify" / f"seed-{seed}" / "calibrate" / "final"
-        assert all(b[(f, seed)].train.init == stage1 for f in FORKS)
+        assert all(b[(f, seed)].train.init == stage1 for f in FORKS if f != "reinforce-ace")
         assert a[("calibrate", seed)].train.sf_weight == 0.0
         assert a[("rft", seed)].train.beta == 0.0 and a[("rft-kl", seed)].train.beta == 0.04
         for name, c in sweep.items():
@@ -58,6 +58,14 @@ def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
         for n in baselines:
             twin = a[(n, seed)].train
             assert replace(a[(f"{n}-matched", seed)].train, steps=7, out=twin.out) == twin
+
+
+def test_plan_with_ace_adds_a_stage2_fork_that_differs_only_in_ace(tmp_path):
+    first, second = plan(ReproduceConfig(seeds=(3,), out=tmp_path, steps=7, ace=0.5))
+    b = by_name(second)
+    rl, ace = b[("reinforce", 3)].train, b[("reinforce-ace", 3)].train
+    assert ace.ace == 0.5 and replace(ace, ace=0.0, out=rl.out) == rl
+    assert {n for n, _ in b} == set(FORKS)
 
 
 def test_plan_aleatoric_is_table3_and_paper_scale_needs_a_model(tmp_path):

@@ -396,6 +396,9 @@ def check_train_config(cfg: TrainConfig) -> None:
         if not math.isfinite(value) or value < 0 or (name in positive and value == 0):
             want = "> 0" if name in positive else ">= 0"
             raise ValueError(f"--{name.replace('_', '-')} must be finite and {want}, got {value}")
+    ace = getattr(cfg, "ace", 0.0)
+    if not math.isfinite(ace) or ace < 0:
+        raise ValueError(f"--ace must be finite and >= 0, got {ace}")
     if (problem := _device_problem(cfg.device)) is not None:
         raise ValueError(problem)
     if cfg.bf16 and cfg.dtype == "float64":

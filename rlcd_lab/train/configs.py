@@ -126,6 +126,9 @@ class RLCDConfig(TrainConfig):
     outcome_reward: bool = True
     """False: the score-function term gets the KL shaping reward only, the readout is still
     trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""
+    ace: float = 0.0
+    """ACE weight alpha: negative advantages of rationales the model made more likely than
+    the reference did are scaled by ``1 + alpha c`` (``estimators.ace_advantages``); 0: off."""
     grad_terms_every: int = 10
     """Log pathwise vs score-function gradient norms every this many steps (0: never)."""
 

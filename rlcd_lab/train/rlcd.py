@@ -9,6 +9,7 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
    rationale), plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
    ``outcome_reward=False`` drops ``R_i`` from the score-function term and keeps the
    pathwise term (the readout is still trained): the paper's "anchor only" control;
+   ``ace > 0`` penalises overconfident errors harder (``estimators.ace_advantages``);
 4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight`` x the
    leave-one-out score-function term (``rlcd_lab.estimators``), a mean over questions;
    AdamW, clipping. Each process takes its share of the B questions in ``grad_accum``
@@ -62,7 +63,8 @@ __all__ = [  # the settings live in configs.py (no torch); re-exported here
 def train(cfg: RLCDConfig) -> Path:
     """Run (or resume) one RLCD-family training run; returns the run directory."""
     # the KL shaping reward only reaches the loss through the score-function term
-    s = setup(cfg, needs_ref=(cfg.beta > 0 and cfg.sf_weight > 0) or cfg.reader == "ref")
+    needs_ref = (cfg.beta > 0 or cfg.ace > 0) and cfg.sf_weight > 0 or cfg.reader == "ref"
+    s = setup(cfg, needs_ref=needs_ref)
     m = cfg.m
     for step in (bar := s.steps(cfg.method)):
         t0, rows = time.perf_counter(), []
@@ -78,7 +80,7 @@ def train(cfg: RLCDConfig) -> Path:
             u, logp = u.view(b, m, -1), logp.view(b, m)
 
             # 3. the reader and the KL anchor (the reference model never gets a gradient)
-            extra = kl = None
+            extra = kl = log_ratio = None
             if s.ref is not None:
                 with torch.no_grad():
                     ref_u, _, ref_logp = score_rationales(s.ref, rats, option_ids)
@@ -87,7 +89,9 @@ def train(cfg: RLCDConfig) -> Path:
                 if cfg.beta > 0:
                     extra = -cfg.beta * log_ratio
             u_read = ref_u.view(b, m, -1) if cfg.reader == "ref" else u
-            terms = surrogate_terms(u_read, logp, y, cfg.lam, extra, cfg.rule, cfg.outcome_reward)
+            terms = surrogate_terms(
+                u_read, logp, y, cfg.lam, extra, cfg.rule, cfg.outcome_reward, cfg.ace, log_ratio
+            )
 
             # 4. the loss (pathwise + c * score function), dilution diagnostics, the gradient
             loss = terms.loss(cfg.sf_weight)
