@@ -20,7 +20,11 @@ Typed answers from ``p`` (all values are floats in [0, 1] unless said otherwise)
   less than mass on distant ones, as an ordinal score should.
 
 For routing (``auto`` mode) a noul's confidence is the same chance-corrected value with
-K = 2: ``|2 p_yes - 1|``.
+K = 2: ``|2 p_yes - 1|``. The confidences, the mixture and the escalation rule are
+:mod:`rlcd_lab.routing`'s (``DecideOptions.rule``, a :class:`rlcd_lab.routing.DecisionRule`
+on the chance-corrected confidence; default threshold
+:data:`rlcd_lab.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD` = 0.8, i.e. max p 0.9 for a
+noul), the same rule the dashboard applies when asked for the chance-corrected confidence.
 
 Modes (``DecideOptions.mode``):
 
@@ -79,6 +83,13 @@ from .models import DEFAULT_META, load_checkpoint
 from .reader import build_prompt, encode_prompts, left_pad, pad_id, sample_rationales
 from .readout import OptionTokens, option_logits, option_token_ids, position_ids
 from .readout import readout as readout_fn
+from .routing import (
+    DEFAULT_CHANCE_CORRECTED_THRESHOLD,
+    DecisionRule,
+    chance_corrected_confidence,
+    confidence,
+    score_confidence,
+)
 
 Mode = Literal["direct", "reason", "auto"]
 Aggregate = Literal["mixture", "single"]
@@ -114,53 +125,17 @@ class DecisionError(ValueError):
 
 
 # --------------------------------------------------------------------------- typed answers
-def chance_corrected_confidence(p: Sequence[float] | np.ndarray) -> float:
-    """``(K max_k p_k - 1) / (K - 1)`` for a ``(K,)`` distribution, K >= 2; higher is surer.
-
-    0 for the uniform distribution (the model knows nothing beyond chance), 1 for a one-hot
-    one; clipped to [0, 1] against float rounding. K = 1 (a single option, certain by
-    construction) gives 1.
-    """
-    p = np.asarray(p, dtype=np.float64)
-    k = p.shape[-1]
-    if k < 1:
-        raise ValueError(f"need K >= 1 options, got {k}")
-    if k == 1:
-        return 1.0
-    return float(np.clip((k * p.max() - 1.0) / (k - 1.0), 0.0, 1.0))
-
-
 def expected_level(p: Sequence[float] | np.ndarray) -> float:
     """The expected score ``sum_i i p_i`` of a ``(L,)`` distribution over levels 0..L-1."""
     p = np.asarray(p, dtype=np.float64)
     return float(np.arange(p.shape[-1]) @ p)
 
 
-def score_confidence(p: Sequence[float] | np.ndarray) -> float:
-    """``1 - Var(p) / Var_max`` for a ``(L,)`` distribution over levels 0..L-1, L >= 2.
-
-    ``Var(p) = sum_i p_i (i - mu)^2`` with ``mu = sum_i i p_i``; ``Var_max = (L - 1)^2 / 4``
-    is the largest variance on L levels (mass 1/2 on each end). 1 for a point mass, 0 for
-    the two-ended split; the uniform p scores ``1 - (L + 1) / (3 (L - 1))`` (0 for L = 2,
-    1/2 for L = 5). Higher is surer; clipped to [0, 1]. L = 1 (a point mass by construction)
-    gives 1.
-    """
-    p = np.asarray(p, dtype=np.float64)
-    n = p.shape[-1]
-    if n < 1:
-        raise ValueError(f"need L >= 1 levels, got {n}")
-    if n == 1:
-        return 1.0
-    levels = np.arange(n)
-    mu = levels @ p
-    var = ((levels - mu) ** 2) @ p
-    return float(np.clip(1.0 - var / ((n - 1) ** 2 / 4.0), 0.0, 1.0))
-
-
 def decision_confidence(kind: Kind, p: Sequence[float] | np.ndarray) -> float:
-    """The confidence used for routing: chance-corrected max for noul (``|2 p_yes - 1|``)
-    and choice, ``score_confidence`` for score."""
-    return score_confidence(p) if kind == "score" else chance_corrected_confidence(p)
+    """The confidence used for routing (:func:`rlcd_lab.routing.confidence`, measure
+    ``chance_corrected``): chance-corrected max for noul (``|2 p_yes - 1|``) and choice,
+    ``score_confidence`` for score."""
+    return confidence(p, "chance_corrected", kind)
 
 
 def noul_answer(p: Sequence[float] | np.ndarray) -> dict:
@@ -289,7 +264,7 @@ class DecideOptions:
     mode: Mode = "direct"
     m: int = 4
     aggregate: Aggregate = "mixture"
-    threshold: float = 0.8
+    threshold: float = DEFAULT_CHANCE_CORRECTED_THRESHOLD
     max_new_tokens: int | None = None
     sample_temperature: float = 1.0
     seed: int = 0
@@ -316,6 +291,14 @@ class DecideOptions:
         for name, ok, what in checks:
             if not ok:
                 raise DecisionError(f"{name} must be {what}", (name,))
+
+    @property
+    def rule(self) -> DecisionRule:
+        """The decision rule these options apply (:class:`rlcd_lab.routing.DecisionRule`):
+        the chance-corrected confidence (ordinal for scores) of ``aggregate`` at
+        ``threshold``. ``auto`` escalates a question whose direct readout it does not
+        automate; ``reason`` answers with ``rule.probs`` of the M readouts."""
+        return DecisionRule("chance_corrected", self.threshold, self.aggregate)
 
 
 @dataclass
@@ -687,8 +670,9 @@ class DecisionModel:
                 if job.options.mode == "direct":
                     it.detail["mode"] = "direct"
                 elif job.options.mode == "auto":
-                    conf = decision_confidence(it.question.kind, it.p)
-                    it.detail.update(direct_confidence=conf, escalated=conf < job.options.threshold)
+                    rule = job.options.rule
+                    conf = rule.confidence(it.p, it.question.kind)
+                    it.detail.update(direct_confidence=conf, escalated=not rule.automates(conf))
                     it.detail["mode"] = "reason" if it.detail["escalated"] else "direct"
                 else:
                     it.detail["mode"] = "reason"
@@ -798,7 +782,7 @@ class DecisionModel:
                     for it in its:
                         cols = [union.index(i) for i in it.opts.ids]
                         u = self._calibrated(logits[rows][:, cols])
-                        it.p = u.mean(0) if job.options.aggregate == "mixture" else u[0]
+                        it.p = job.options.rule.probs(u)
                         if job.options.details:
                             it.detail.update(
                                 rationales=rats.texts[rows],

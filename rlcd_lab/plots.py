@@ -44,6 +44,61 @@ def _color(i: int) -> str:
     return COLORS[i % len(COLORS)]
 
 
+Theme = Literal["auto", "light", "dark"]
+THEMES = ("auto", "light", "dark")
+TEMPLATES = {"auto": "plotly_white", "light": "plotly_white", "dark": "plotly_dark"}
+"""The plotly template of each theme (``auto``: white's layout, recoloured to be neutral)."""
+TRANSPARENT = "rgba(0, 0, 0, 0)"
+NEUTRAL_GRID = "rgba(128, 128, 128, 0.3)"
+"""Grid, zero and axis lines of the ``auto`` theme: grey, visible on white and on black."""
+FOREGROUND = {"auto": "#8c8c8c", "light": "black", "dark": "#e5e7eb"}
+"""What the figures' black lines and markers become: mid grey (``auto``), black, light grey."""
+
+
+def apply_theme(fig: go.Figure, theme: Theme = "auto") -> go.Figure:
+    """Make ``fig`` follow a light or dark page (in place; returns it).
+
+    Every theme makes the paper, plot and legend backgrounds transparent (the page shows
+    through) and sets the template of :data:`TEMPLATES`; black lines and markers become
+    :data:`FOREGROUND` (black vanishes on a dark page). ``light`` and ``dark`` fix the text
+    colour through the template; ``auto`` is for a page that may switch between both: grid
+    and axis lines are a translucent grey, and the text keeps plotly's default colour, which
+    the page's stylesheet recolours in dark mode (the dashboard does, see
+    :data:`rlcd_lab.dashboard.ui.CSS`). Figures are built without a theme; callers that
+    show them on a themed page apply one.
+    """
+    if theme not in THEMES:
+        raise ValueError(f"theme must be one of {list(THEMES)}, got {theme!r}")
+    fig.update_layout(
+        template=TEMPLATES[theme],
+        paper_bgcolor=TRANSPARENT,
+        plot_bgcolor=TRANSPARENT,
+        legend_bgcolor=TRANSPARENT,
+    )
+    if theme == "auto":
+        lines = {
+            "gridcolor": NEUTRAL_GRID,
+            "zerolinecolor": NEUTRAL_GRID,
+            "linecolor": NEUTRAL_GRID,
+        }
+        fig.update_xaxes(**lines)
+        fig.update_yaxes(**lines)
+    fg = FOREGROUND[theme]
+    for trace in fig.data:
+        for part in (getattr(trace, "marker", None), getattr(trace, "line", None)):
+            if part is None:
+                continue
+            if getattr(part, "color", None) == "black":
+                part.color = fg
+            edge = getattr(part, "line", None)
+            if edge is not None and getattr(edge, "color", None) == "black":
+                edge.color = fg
+    for ann in fig.layout.annotations or ():
+        if ann.bgcolor == "white":
+            ann.bgcolor = TRANSPARENT
+    return fig
+
+
 def reliability_diagram(
     probs: ArrayLike,
     labels: ArrayLike,

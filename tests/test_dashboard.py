@@ -18,17 +18,27 @@ from rlcd_lab.dashboard import (
     ask,
     ask_model,
     ask_tab,
+    batch_answers,
+    batch_tab,
     bayes_threshold,
     build_demo,
     checkpoint_info,
+    compare_checkpoints,
     compare_runs,
+    compare_tab,
     cost_curve,
+    decision,
     default_checkpoint,
     default_runs,
     example_fields,
+    help_markdown,
     load_run,
+    local_run_choices,
+    local_runs,
+    model_card,
     offline_theme,
     parse_options,
+    parse_question_file,
     proposition1_sliders,
     proposition1_table,
     reroute,
@@ -36,6 +46,8 @@ from rlcd_lab.dashboard import (
     routing_figures,
     routing_update,
     run_curves,
+    temperature_status,
+    trained_checkpoints,
     ui,
 )
 from rlcd_lab.dashboard.ask_tab import (
@@ -311,7 +323,9 @@ def test_ask_model_applies_the_fitted_temperature(marker_lm, tokenizer):
 
 
 def test_ask_callback_routes_and_flags(tiny_root):
-    verdict, html, fig, r = ask("checkpoints/tiny", "Q: 1?", "Y, N", 2, 1.0, 1, 0, 0.0, tiny_root)
+    verdict, html, fig, r = ask(
+        "checkpoints/tiny", "Q: 1?", "Y, N", 2, 1.0, 1, 0, 0.0, root=tiny_root
+    )
     assert r["decision"] == "automate" and "decide automatically" in verdict
     assert "T = 2.000" in verdict and "Length limit" in verdict and "marker forced" in html
     assert [t["name"] for t in fig.to_dict()["data"]] == ["r1", "r2", "mixture"]
@@ -351,7 +365,7 @@ def test_forced_rationales_say_why():
 )
 def test_ask_bad_input_is_a_readable_error(tiny_root, checkpoint, question, options, msg):
     with pytest.raises(gr.Error, match=msg):
-        ask(checkpoint, question, options, 2, 1.0, 8, 0, 0.5, tiny_root)
+        ask(checkpoint, question, options, 2, 1.0, 8, 0, 0.5, root=tiny_root)
 
 
 def test_question_length_is_capped_before_anything_is_loaded(tiny_root, monkeypatch):
@@ -362,15 +376,15 @@ def test_question_length_is_capped_before_anything_is_loaded(tiny_root, monkeypa
     monkeypatch.setattr(ask_tab, "positions_needed", no_loading)  # nor tokenised
     n = MAX_QUESTION_CHARS + 1
     with pytest.raises(gr.Error, match=rf"question is {n:,} characters long.*at most "):
-        ask("checkpoints/tiny", "x" * n, "Y, N", 2, 1.0, 8, 0, 0.5, tiny_root)
+        ask("checkpoints/tiny", "x" * n, "Y, N", 2, 1.0, 8, 0, 0.5, root=tiny_root)
     with pytest.raises(gr.Error, match=f"at most {MAX_QUESTION_CHARS:,}"):
-        ask("checkpoints/nowhere", "x" * 100_000, "Y, N", 2, 1.0, 8, 0, 0.5, tiny_root)
+        ask("checkpoints/nowhere", "x" * 100_000, "Y, N", 2, 1.0, 8, 0, 0.5, root=tiny_root)
     n = MAX_OPTIONS_CHARS + 1
     with pytest.raises(gr.Error, match=rf"options text is {n:,} characters.*{MAX_OPTIONS_CHARS:,}"):
-        ask("checkpoints/tiny", "Q: 1?", "Y" * n, 2, 1.0, 8, 0, 0.5, tiny_root)
+        ask("checkpoints/tiny", "Q: 1?", "Y" * n, 2, 1.0, 8, 0, 0.5, root=tiny_root)
     # at the cap the question passes this check and reaches the model (here: loading)
     with pytest.raises(AssertionError, match="was loaded"):
-        ask("checkpoints/tiny", "x" * MAX_QUESTION_CHARS, "Y, N", 2, 1.0, 8, 0, 0.5, tiny_root)
+        ask("checkpoints/tiny", "x" * MAX_QUESTION_CHARS, "Y, N", 2, 1.0, 8, 0, 0.5, root=tiny_root)
 
 
 def test_context_length_config_or_tokenizer(marker_lm, tokenizer):
@@ -396,8 +410,8 @@ def test_prompt_past_the_context_is_refused(marker_lm, tokenizer, tiny_root):
         ask_model(marker_lm, tokenizer, {}, "1" * 496, ["Y", "N"], m=1, max_new_tokens=8)
     # the callback says it as a gr.Error; fewer rationale tokens make the same question fit
     with pytest.raises(gr.Error, match=msg):
-        ask("checkpoints/tiny", "1" * 496, "Y, N", 1, 1.0, 8, 0, 0.5, tiny_root)
-    *_, r = ask("checkpoints/tiny", "1" * 496, "Y, N", 1, 1.0, 7, 0, 0.5, tiny_root)
+        ask("checkpoints/tiny", "1" * 496, "Y, N", 1, 1.0, 8, 0, 0.5, root=tiny_root)
+    *_, r = ask("checkpoints/tiny", "1" * 496, "Y, N", 1, 1.0, 7, 0, 0.5, root=tiny_root)
     assert r["max_new_tokens"] == 7
 
 
@@ -405,8 +419,15 @@ def test_queue_is_bounded_and_model_requests_share_one_slot(tiny_root):
     demo = build_demo(tiny_root)
     assert demo._queue.max_size == ui.QUEUE_MAX_SIZE > 0
     assert demo._queue.default_concurrency_limit == ui.DEFAULT_CONCURRENCY
-    asks = [f for f in demo.fns.values() if isinstance(f.fn, partial) and f.fn.func is ask_tab.ask]
-    assert len(asks) == 2  # the Ask button (and Enter) and the Ask after a page load
+    model_fns = (ask_tab.ask, compare_tab.compare_checkpoints, batch_tab.batch_answers)
+    asks = [f for f in demo.fns.values() if isinstance(f.fn, partial) and f.fn.func in model_fns]
+    # the Ask button (and Enter), the Ask after a page load, Compare and Batch
+    assert sorted(f.fn.func.__name__ for f in asks) == [
+        "ask",
+        "ask",
+        "batch_answers",
+        "compare_checkpoints",
+    ]
     assert {(f.concurrency_limit, f.concurrency_id) for f in asks} == {
         (ui.MODEL_CONCURRENCY, ui.MODEL_CONCURRENCY_ID)
     }
@@ -477,10 +498,12 @@ def test_checkpoint_from_env_and_local_smollm2(tiny_root, tmp_path, monkeypatch)
     assert local_checkpoints(smollm2) == [str(smollm2)]
     monkeypatch.setenv(CHECKPOINT_ENV, tiny)
     demo = build_demo(tiny_root)  # app.py, rlcd-lab app and make app all build this
-    (dropdown,) = [
+    dropdowns = [  # the Ask tab's and the Batch tab's
         b for b in demo.blocks.values() if isinstance(b, gr.Dropdown) and b.label == "Checkpoint"
     ]
-    assert dropdown.value == tiny and tiny in [value for _, value in dropdown.choices]
+    assert len(dropdowns) == 2
+    for dropdown in dropdowns:
+        assert dropdown.value == tiny and tiny in [value for _, value in dropdown.choices]
 
 
 # ---------------------------------------------------------------------------------------
@@ -688,3 +711,292 @@ def test_reliability_threshold_and_compare_curves():
     assert [a["text"] for a in d["layout"]["annotations"]] == ["a / b", "a"]
     d = plots.compare_curves({"r1": rows, "r2": rows[:1]}, "b").to_dict()["data"]
     assert [t["name"] for t in d] == ["r1", "r2"] and d[1]["y"] == [2.0]
+
+
+# ---------------------------------------------------------------------------------------
+# Model cards, local runs, the rule, Compare, Batch, Help, themes
+# ---------------------------------------------------------------------------------------
+
+
+def test_model_card_base_vs_trained(tiny_root, tmp_path):
+    from rlcd_lab.tasks import load_task_items
+
+    # a shipped base checkpoint: method pretrain, T never fitted although rlcd.json says 1.0
+    base = model_card("checkpoints/base-verify")
+    assert "**method** pretrain" in base and "**T** not fitted" in base
+    assert "fitted T" not in base
+    first_dev = load_task_items("verify", "dev")[0]  # the example: the task's first dev item
+    assert f"`{first_dev.prompt}`" in base
+    assert f"→ **{first_dev.options[first_dev.label]}**" in base
+    assert "`task`" in base and "`Y`, `N`" in base
+    assert "**T** not fitted" in checkpoint_info("checkpoints/base-verify", "", "")[0]
+    # a trained checkpoint: its fitted T (2.0 in tiny_root's rlcd.json)
+    trained = model_card("checkpoints/tiny", tiny_root)
+    assert "**fitted T** 2.000" in trained and "not fitted" not in trained
+    # what decides: the method, and whether rlcd.json records a temperature at all
+    for meta, fitted in (
+        ({"method": "pretrain", "temperature": 1.0}, False),
+        ({"method": "pretrained", "temperature": 1.0}, False),
+        ({"method": "calibrate"}, False),
+        ({"method": "calibrate", "temperature": 1.0}, True),
+    ):
+        (tmp_path / "rlcd.json").write_text(json.dumps(meta))
+        assert temperature_status(tmp_path, meta)[0] is fitted
+    # the Ask tab says so too, and reads a base checkpoint raw (T = 1)
+    verdict, *_, r = ask("checkpoints/base-verify", "33+60+20=113?", "Y, N", 1, 1.0, 8, 0)
+    assert r["T_fitted"] is False and r["T"] == 1.0 and "**not fitted**" in verdict
+    with pytest.raises(gr.Error, match="not found"):
+        model_card("checkpoints/nowhere", tiny_root)
+
+
+@pytest.fixture()
+def runs_dir(tmp_path, marker_lm, tokenizer):
+    """A runs/ folder: a trained run (final/ checkpoint, eval dumps, log), a nested run
+    with only a log, and a model directory that is not a run."""
+    runs = tmp_path / "runs"
+    run = runs / "verify-s0" / "reinforce"
+    cfg = {"method": "reinforce", "init": "base", "out": str(run), "steps": 3}
+    (run / "eval").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(cfg))
+    meta = {"temperature": 1.5, "method": "reinforce", "task": "verify", "options": ["Y", "N"]}
+    save_checkpoint(run / "final", marker_lm, tokenizer, meta)
+    for split, items in (("test", TEST), ("dev", DEV)):
+        text = "".join(json.dumps(r) + "\n" for r in _rows(items, split))
+        (run / "eval" / f"{split}.jsonl").write_text(text)
+    (run / "log.jsonl").write_text(json.dumps({"step": 0, "rationale_length": 4}) + "\n")
+    nested = runs / "deep" / "seed-1" / "sft"
+    nested.mkdir(parents=True)
+    (nested / "config.json").write_text(json.dumps({**cfg, "method": "sft"}))
+    (nested / "log.jsonl").write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n")
+    (runs / "notarun").mkdir()
+    (runs / "notarun" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return runs
+
+
+def test_runs_trained_under_runs_are_listed(runs_dir, tiny_root):
+    from rlcd_lab.routing import DEFAULT_EPS
+
+    run, nested = f"{runs_dir}/verify-s0/reinforce", f"{runs_dir}/deep/seed-1/sft"
+    assert [str(p) for p in local_runs(runs_dir)] == [nested, run]
+    assert trained_checkpoints(runs_dir) == [f"{run}/final"]
+    assert local_run_choices(runs_dir) == [run]  # the one with eval dumps
+    assert local_run_choices(runs_dir, "log.jsonl") == [nested, run]
+    assert local_runs(runs_dir / "missing") == []
+    demo = build_demo(tiny_root, runs_root=runs_dir)
+    dropdowns = {b.label: b for b in demo.blocks.values() if isinstance(b, gr.Dropdown)}
+    listed = lambda label: [v for _, v in dropdowns[label].choices]  # noqa: E731
+    assert f"{run}/final" in listed("Checkpoint") and "checkpoints/tiny" in listed("Checkpoint")
+    assert run in listed("Runs (cached eval dumps)") and nested in listed("Run")
+    (eps,) = [b for b in demo.blocks.values() if getattr(b, "label", "") == "error budget ε"]
+    assert eps.value == DEFAULT_EPS
+    # the trained checkpoint answers, with its fitted T; its run routes
+    verdict, *_, r = ask(f"{run}/final", "Q: 1?", "Y, N", 1, 1.0, 8, 0, root=tiny_root)
+    assert r["T"] == 1.5 and r["T_fitted"] is True and "T = 1.500" in verdict
+    *_, out = routing_update([run], 0.75, 0.05, 10.0, 1.0, calibrated=False, root=tiny_root)
+    assert out["runs"][run]["decided"] == 3  # the fabricated run: 3 of 6 at t = 0.75
+
+
+def test_nothing_decided_is_explained(fake_run):
+    logits, _ = _arrays(TEST)
+    conf = metrics.softmax(logits).max(1)  # raw: 0.95 .. 0.55, all < 0.99
+    # brute force: the largest candidate threshold that decides at least half of the items
+    t_half = max(t for t in conf if np.mean(conf >= t) >= 0.5)
+    msg, table, *_, out = routing_update([str(fake_run)], 0.99, 0.05, 10.0, 1.0, False)
+    r = out["runs"][str(fake_run)]
+    assert r["decided"] == 0 and table["data"][0][2] == "0.0% (0/6)"
+    assert r["threshold_for_half"] == pytest.approx(t_half) and t_half == pytest.approx(0.8)
+    assert r["max_confidence"] == pytest.approx(0.95)
+    assert "Nothing decided for 1 of 1 runs" in msg
+    assert f"highest confidence 0.950 < t = 0.990; t = {t_half:.3f} would decide 50.0% (3/6)" in msg
+    # at t_half the tab decides what the note promised
+    msg, table, *_ = routing_update([str(fake_run)], r["threshold_for_half"], 0.05, 10, 1, False)
+    assert table["data"][0][2] == "50.0% (3/6)" and "Nothing decided" not in msg
+
+
+def test_routing_rule_switches_measure_and_mixture(fake_run, tmp_path):
+    # chance-corrected with K = 2: 2 max p - 1, so t = 0.5 decides max p >= 0.75 (3 items)
+    msg, table, *_, out = routing_update(
+        [str(fake_run)], 0.5, 0.05, 10.0, 1.0, False, measure="chance_corrected"
+    )
+    assert out["runs"][str(fake_run)]["decided"] == 3 and "chance-corrected" in msg
+    assert "max p ≥ 0.750" in msg  # the rule in words, with its max-p equivalent
+    # a mixture dump of M = 3 readouts per item: the mixture view averages the readouts,
+    # each temperature-scaled with the T fitted on dev
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(len(TEST), 3, 2)) * 2
+    rows = _rows(TEST, "test")
+    for row, zi in zip(rows, z, strict=True):
+        row["readouts"] = metrics.softmax(zi).tolist()
+    (fake_run / "eval" / "test-m3.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    T = metrics.fit_temperature(*_arrays(DEV))
+    data = load_run(str(fake_run))
+    assert data.mixture_m() == 3
+    want = np.stack([metrics.softmax(zi / T).mean(0) for zi in z])
+    assert data.probs(True, "mixture") == pytest.approx(want, abs=1e-9)
+    *_, out = routing_update([str(fake_run)], 0.7, 0.05, 1.0, 1.0, True, "max_p", "mixture")
+    r = out["runs"][str(fake_run)]
+    assert r["m"] == 3 and r["decided"] == (want.max(1) >= 0.7).sum()
+    assert r["accuracy"] == pytest.approx((want.argmax(1) == _arrays(TEST)[1]).mean())
+    with pytest.raises(gr.Error, match="measure"):
+        routing_update([str(fake_run)], 0.7, 0.05, 1.0, 1.0, True, "entropy")
+
+
+def test_ask_rule_controls_and_reroute(tiny_root):
+    *_, r = ask(
+        "checkpoints/tiny", "Q: 1?", "Y, N", 3, 1.0, 8, 0, 0.2, "chance_corrected", "mixture",
+        root=tiny_root,
+    )  # fmt: skip
+    mix = np.mean([x["u"] for x in r["rationales"]], axis=0)
+    assert r["routing"]["confidence"] == pytest.approx(2 * mix.max() - 1)
+    assert r["decision"] == ("automate" if 2 * mix.max() - 1 >= 0.2 else "escalate")
+    verdict, r2 = reroute(r, 0.5, "max_p", "single")
+    assert r2["routing"]["confidence"] == pytest.approx(max(r["rationales"][0]["u"]))
+    assert "max p of the first rationale's readout is ≥ 0.500" in verdict
+    assert decision(r2, 0.5) == r2["decision"]
+    with pytest.raises(gr.Error, match="aggregate"):
+        reroute(r, 0.5, "max_p", "vote")
+
+
+def test_compare_returns_both(tiny_root, tmp_path, marker_lm, tokenizer):
+    other = tmp_path / "base"  # the same weights, never calibrated: T = 1 instead of 2
+    save_checkpoint(other, marker_lm, tokenizer, {"method": "pretrain", "options": ["Y", "N"]})
+    summary, md_a, fig_a, md_b, fig_b, out = compare_checkpoints(
+        "checkpoints/tiny", str(other), "Q: 1?", "Y, N", 2, 1.0, 8, 0, 0.0, root=tiny_root
+    )
+    a, b = out["a"], out["b"]
+    assert a["T"] == 2.0 and b["T"] == 1.0 and b["T_fitted"] is False
+    assert len(a["rationales"]) == len(b["rationales"]) == 2
+    # same draw (same seed, same weights): b's logits are a's; a's readouts are softened
+    za = np.array([x["logits"] for x in a["rationales"]])
+    zb = np.array([x["logits"] for x in b["rationales"]])
+    assert za == pytest.approx(zb)
+    ua = np.array([x["u"] for x in a["rationales"]])
+    assert ua == pytest.approx(metrics.softmax(za / 2))
+    assert "agree" in summary and "checkpoints/tiny" in md_a and str(other) in md_b
+    assert [t["name"] for t in fig_b.to_dict()["data"]] == ["r1", "r2", "mixture"]
+    # a side that cannot answer says why; the other is still shown
+    summary, _, _, md_b, _, out = compare_checkpoints(
+        "checkpoints/tiny", "checkpoints/broken", "Q: 1?", "Y, N", 1, 1.0, 8, 0, root=tiny_root
+    )
+    assert "Cannot answer" in md_b and "error" in out["b"] and "rationales" in out["a"]
+    with pytest.raises(gr.Error, match="neither checkpoint"):
+        compare_checkpoints(
+            "checkpoints/nowhere", "checkpoints/broken", "Q: 1?", "Y, N", root=tiny_root
+        )
+
+
+def test_batch_file_parsing(tmp_path):
+    good = tmp_path / "q.jsonl"
+    good.write_text(
+        json.dumps({"question": "Q: 1?", "options": ["Y", "N"], "label": "Y"})
+        + "\n"
+        + json.dumps({"prompt": "Q: 22?", "options": "Y, N", "label": 1})
+        + "\n\n"
+        + json.dumps({"question": "x?", "options": "A | B | C"})
+        + "\n"
+    )
+    qs = parse_question_file(good)
+    assert [(q.row, q.question, q.options, q.label) for q in qs] == [
+        (1, "Q: 1?", ("Y", "N"), "Y"),
+        (2, "Q: 22?", ("Y", "N"), "N"),
+        (4, "x?", ("A", "B", "C"), None),
+    ]
+    csv_file = tmp_path / "q.csv"
+    csv_file.write_text('Question,Options,label\n"Q: 1?","Y, N",Y\nQ: 22?,Y N,\n')
+    qs = parse_question_file(csv_file)
+    assert [(q.question, q.options, q.label) for q in qs] == [
+        ("Q: 1?", ("Y", "N"), "Y"),
+        ("Q: 22?", ("Y", "N"), None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "msg"),
+    [
+        ("q.txt", "question,options\n", "upload a .jsonl or .csv file"),
+        ("q.jsonl", '{"question": "a", "options": ["Y", "N"]}\n{oops\n', "line 2: not valid JSON"),
+        ("q.jsonl", '["a"]\n', "line 1: expected a JSON object"),
+        ("q.jsonl", '{"question": "a"}\n', "line 1: no 'options'"),
+        ("q.jsonl", '{"question": " ", "options": ["Y", "N"]}\n', "line 1: no question"),
+        ("q.jsonl", '{"question": "a", "options": ["Y"]}\n', "line 1: need at least 2"),
+        ("q.jsonl", '{"question": "a", "options": "Y, Y"}\n', "line 1: duplicate options"),
+        ("q.jsonl", '{"question": "a", "options": "Y, N", "label": 5}\n', "label index 5"),
+        ("q.csv", 'text,choices\na,"Y, N"\n', "'question' and 'options' columns; found: text"),
+        ("q.csv", 'question,options,label\na,"Y, N",Z\n', "row 1: label 'Z' is not one of"),
+        ("q.jsonl", "\n\n", "holds no questions"),
+        ("q.jsonl", '{"question": "a", "options": "Y N"}\n' * 101, "more than 100 questions"),
+        ("q.csv", b"question,options\n\xff\xfe,Y N\n", "not UTF-8"),
+    ],
+)
+def test_batch_file_errors(tmp_path, tiny_root, name, content, msg):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ValueError, match=msg):
+        parse_question_file(path)
+    with pytest.raises(gr.Error, match="cannot use this file"):  # the callback says it too
+        batch_answers("checkpoints/tiny", str(path), root=tiny_root)
+
+
+def test_batch_answers_and_csv(tiny_root, tmp_path):
+    import csv
+
+    path = tmp_path / "questions.csv"
+    path.write_text('question,options,label\nQ: 1?,"Y, N",Y\nQ: 22?,"Y, N",N\nQ: 1?,"yes, no",\n')
+    summary, table, out = batch_answers(
+        "checkpoints/tiny", str(path), 2, 1.0, 8, 0, 0.6, "max_p", "single", root=tiny_root
+    )
+    rows = [dict(zip(table["headers"], r, strict=True)) for r in table["data"]]
+    assert [r["row"] for r in rows] == [1, 2, 3]
+    assert "single token" in rows[2]["error"] and rows[2]["answer"] == ""
+    for r in rows[:2]:
+        probs = json.loads(r["probabilities"])
+        assert r["confidence"] == pytest.approx(max(probs.values()), abs=1e-4)
+        assert r["answer"] == max(probs, key=probs.get)
+        assert r["decision"] == ("automate" if r["confidence"] >= 0.6 else "escalate")
+        assert r["correct"] == (r["answer"] == r["label"])
+    # each question is the Ask tab's reading (seed + row): the first rationale's readout
+    *_, first = ask("checkpoints/tiny", "Q: 1?", "Y, N", 2, 1.0, 8, 1, 0.6, root=tiny_root)
+    assert json.loads(rows[0]["probabilities"])["Y"] == pytest.approx(
+        first["rationales"][0]["u"][0], abs=1e-4
+    )
+    with open(out, newline="") as f:
+        written = list(csv.DictReader(f))
+    assert [w["answer"] for w in written] == [r["answer"] for r in rows]
+    assert [w["decision"] for w in written] == [r["decision"] for r in rows]
+    assert "3 questions" in summary and "1 could not be read" in summary
+    assert "max p of the first rationale's readout is ≥ 0.600" in summary
+
+
+def test_help_lists_the_glossary_and_every_notebook():
+    from pathlib import Path
+
+    text = help_markdown()
+    for term in ("AURC", "Cov@ε", "ECE", "T (temperature)", "chance-corrected confidence"):
+        assert f"**{term}**" in text
+    folder = Path(__file__).resolve().parent.parent / "notebooks"
+    found = sorted(folder.glob("[0-9][0-9]_*.py"))
+    assert found and all(f"`notebooks/{p.name}`" in text for p in found)
+    assert "http" not in text  # no links out of the repository
+
+
+def test_figures_follow_the_theme(fake_run, monkeypatch):
+    from rlcd_lab import plots
+
+    _, _, _, fig, _ = routing_update([str(fake_run)], 0.75, 0.05, 10.0, 1.0)
+    layout = fig.to_dict()["layout"]
+    assert layout["paper_bgcolor"] == layout["plot_bgcolor"] == plots.TRANSPARENT
+    assert layout["xaxis"]["gridcolor"] == plots.NEUTRAL_GRID
+    # black marks would vanish on a dark page: they take the theme's foreground
+    bars = plots.rationale_bars([[0.9, 0.1]], ["Y", "N"], mixture=[0.9, 0.1])
+    assert bars.data[-1].marker.color == "black"
+    dark = plots.apply_theme(bars, "dark")
+    assert dark.data[-1].marker.color == plots.FOREGROUND["dark"]
+    assert dark.layout.template.layout.paper_bgcolor == "rgb(17,17,17)"  # plotly_dark
+    assert dark.layout.paper_bgcolor == plots.TRANSPARENT
+    with pytest.raises(ValueError, match="theme"):
+        plots.apply_theme(bars, "sepia")
+    # the app launches with the stylesheet that recolours figure text in dark mode
+    seen = {}
+    monkeypatch.setattr(gr.Blocks, "launch", lambda self, *a, **kw: seen.update(kw))
+    ui.Dashboard().launch()
+    assert seen["css"] == ui.CSS and ".dark .js-plotly-plot" in ui.CSS

@@ -326,3 +326,21 @@ def test_many_options_use_the_labels_as_tokens(chat):
     with pytest.raises(DecisionError, match="not a single token") as err:
         chat.decide("x", {"c": {"type": "choice", "criteria": words}})
     assert err.value.loc == ("questions", "c")
+
+
+def test_the_decision_rule_is_routings():
+    """decide.py applies rlcd_lab.routing's rule (no copy of it): the same confidence
+    functions, and DecideOptions' rule is a routing.DecisionRule on the chance-corrected
+    confidence; the server's default threshold is unchanged (0.8, i.e. max p 0.9 at K = 2)."""
+    from rlcd_lab import decide, routing
+
+    assert decide.chance_corrected_confidence is routing.chance_corrected_confidence
+    assert decide.score_confidence is routing.score_confidence
+    opts = DecideOptions(threshold=0.3, aggregate="single")
+    assert opts.rule == routing.DecisionRule("chance_corrected", 0.3, "single")
+    assert DecideOptions().rule == routing.DecisionRule("chance_corrected", 0.8, "mixture")
+    u = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])
+    assert opts.rule.probs(u) == pytest.approx(u[0])
+    assert DecideOptions().rule.probs(u) == pytest.approx([0.4, 0.25, 0.35])
+    # the score measure: 1 - Var/Var_max on levels, through the rule as the server uses it
+    assert opts.rule.confidence([0.1, 0.2, 0.7], "score") == pytest.approx(0.56)

@@ -4,10 +4,15 @@ For a question and its option labels the model writes ``M`` rationales that end 
 marker and one forward pass reads each rationale's option logits, through
 :func:`rlcd_lab.reader.read` (as training and :func:`rlcd_lab.evaluate.run_eval` do).
 The checkpoint's fitted temperature T (``rlcd.json`` ``"temperature"``) is applied to those logits:
-``u_i = softmax(logits_i / T)``. The single-query answer is the first rationale's
-readout (what the eval dumps and the Routing tab use); the mixture is ``p = mean_i u_i``.
-The routing decision compares the single-query confidence ``max_k u_1k`` with the
-threshold.
+``u_i = softmax(logits_i / T)``; a checkpoint whose T was never fitted (a ``pretrain`` base
+model, a converted pretrained model) is read raw and said to be "not fitted"
+(:func:`temperature_status`). The single-query answer is the first rationale's readout
+(what the eval dumps and the Routing tab use); the mixture is ``p = mean_i u_i``.
+The routing decision is a :class:`rlcd_lab.routing.DecisionRule`: by default max p of the
+single query against the threshold; the tab can switch to the mixture and to the
+chance-corrected confidence (the server's measure), and says which rule it applied.
+:func:`model_card` describes a checkpoint: its prompt format, options, an example question
+it understands (one dev item of its task), whether T was fitted, its stored test metrics.
 
 Size limits keep one request from holding the model for minutes while every other user
 waits (the app runs one model request at a time, see :mod:`.ui`): a question longer than
@@ -35,10 +40,11 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from .. import metrics, plots
 from ..assets import ASSETS
-from ..models import load_checkpoint, read_meta
+from ..models import META_FILE, load_checkpoint, read_meta
 from ..reader import build_prompt, encode_prompts, item_options, read
+from ..routing import DEFAULT_THRESHOLD, DecisionRule
 from ..tasks import TaskItem, load_task_items
-from .common import resolve_dir
+from .common import checkpoint_dir, compact_layout
 
 MAX_QUESTION_CHARS = 2000
 """Longest question the Ask tab takes, in characters (about a page of text; with a BPE
@@ -83,15 +89,15 @@ def load_model(
     """``(model, tokenizer, meta)`` of a shipped checkpoint name or a checkpoint path, from
     a small LRU cache (reloaded when the directory changes). Raises ``gr.Error`` with the
     loader's message for a missing or unreadable checkpoint."""
-    path = _checkpoint_dir(checkpoint, root, "config.json")
+    path = _checkpoint_dir(checkpoint, root)
     try:
         return _load(str(path.resolve()), path.stat().st_mtime_ns)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise gr.Error(f"could not load checkpoint {checkpoint!r}: {err}") from None
 
 
-def _checkpoint_dir(checkpoint: str, root: str | Path, required: str) -> Path:
-    return resolve_dir(checkpoint, root, required, "checkpoint")
+def _checkpoint_dir(checkpoint: str, root: str | Path) -> Path:
+    return checkpoint_dir(checkpoint, root)
 
 
 def _meta(path: Path) -> dict:
@@ -270,33 +276,81 @@ def ask_model(
     }
 
 
-def decision(result: dict, threshold: float) -> str:
-    """``"automate"`` when the single-query confidence is ``>= threshold``, else
-    ``"escalate"``."""
-    return "automate" if result["confidence"] >= threshold else "escalate"
+def make_rule(
+    threshold: float = DEFAULT_THRESHOLD, measure: str = "max_p", aggregate: str = "single"
+) -> DecisionRule:
+    """The :class:`rlcd_lab.routing.DecisionRule` of the tab's controls; bad values raise
+    ``gr.Error`` with routing's message."""
+    try:
+        return DecisionRule(measure, threshold, aggregate)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise gr.Error(str(err)) from None
 
 
-def verdict_markdown(result: dict | None, threshold: float) -> str:
-    """The answer, its confidence and the routing decision at ``threshold``, in words."""
+def _as_rule(rule: DecisionRule | float) -> DecisionRule:
+    return rule if isinstance(rule, DecisionRule) else make_rule(float(rule))
+
+
+def route_result(result: dict, rule: DecisionRule | float) -> dict:
+    """The rule applied to a result's readouts ``u`` (:meth:`DecisionRule.apply`):
+    ``{"rule", "description", "answer", "confidence", "probs", "decision"}``."""
+    rule = _as_rule(rule)
+    routed = rule.apply(np.array([r["u"] for r in result["rationales"]], dtype=np.float64))
+    return {
+        "rule": {"measure": rule.measure, "threshold": rule.threshold, "aggregate": rule.aggregate},
+        "description": rule.describe(len(result["options"])),
+        "answer": result["options"][routed.answer],
+        "confidence": routed.confidence,
+        "probs": routed.probs.tolist(),
+        "decision": routed.decision,
+    }
+
+
+def decision(result: dict, rule: DecisionRule | float) -> str:
+    """``"automate"`` or ``"escalate"``: the rule (a threshold alone: max p of the single
+    query) on the result's readouts. The Routing tab and the server decide alike
+    (:mod:`rlcd_lab.routing`)."""
+    return route_result(result, rule)["decision"]
+
+
+def verdict_markdown(result: dict | None, rule: DecisionRule | float) -> str:
+    """The decision, the rule that made it, both answers (single query and mixture) and
+    the temperature, in words."""
     if not result or "confidence" not in result:
         return ""
+    rule = _as_rule(rule)
+    routed = route_result(result, rule)
     labels, p = result["options"], np.array(result["mixture"])
-    conf = result["confidence"]
-    if decision(result, threshold) == "automate":
-        route = f"**decide automatically** (confidence {conf:.3f} ≥ threshold {threshold:.3f})"
+    conf, t = routed["confidence"], rule.threshold
+    which = "single query (r1)" if rule.aggregate == "single" else f"mixture of M = {result['m']}"
+    if routed["decision"] == "automate":
+        route = f"**decide automatically** (confidence {conf:.3f} ≥ threshold {t:.3f})"
     else:
-        route = f"**escalate** to a human (confidence {conf:.3f} < threshold {threshold:.3f})"
+        route = f"**escalate** to a human (confidence {conf:.3f} < threshold {t:.3f})"
     n_limit = sum(_hit_limit(result, r) for r in result["rationales"])
     n_stopped = sum(r["forced"] for r in result["rationales"]) - n_limit
+    single = result["rationales"][0]["u"]
     lines = [
-        f"### Single query (r1): **{result['answer']}**, confidence {conf:.3f} → {route}",
-        f"Mixture of M = {result['m']}: **{labels[int(p.argmax())]}** ("
+        f"### {which.capitalize()}: **{routed['answer']}** → {route}",
+        f"**Rule:** {routed['description']}.",
+        f"Single query (r1): **{result['answer']}** ("
+        + ", ".join(f"{lab} {v:.3f}" for lab, v in zip(labels, single, strict=True))
+        + f"). Mixture of M = {result['m']}: **{labels[int(p.argmax())]}** ("
         + ", ".join(f"{lab} {v:.3f}" for lab, v in zip(labels, p, strict=True))
         + f"; diversity {result['diversity']:.4f}).",
-        f"Readouts use the checkpoint's fitted temperature **T = {result['T']:.3f}** "
-        '(`rlcd.json` "temperature"): u = softmax(logits / T)'
-        + (" (T = 1: no scaling)." if result["T"] == 1.0 else "."),
     ]
+    if result.get("T_fitted", True):
+        lines.append(
+            f"Readouts use the checkpoint's fitted temperature **T = {result['T']:.3f}** "
+            '(`rlcd.json` "temperature"): u = softmax(logits / T)'
+            + (" (T = 1: no scaling)." if result["T"] == 1.0 else ".")
+        )
+    else:
+        lines.append(
+            f"T **not fitted** for this checkpoint ({result.get('T_note', 'never calibrated')}): "
+            f"raw readouts u = softmax(logits), T = {result['T']:.3f}; their confidences are "
+            "not calibrated, so read the routing decision with care."
+        )
     if n_limit:
         lines.append(
             f"**Length limit:** {n_limit} of {result['m']} rationales hit it; the marker was "
@@ -310,7 +364,7 @@ def verdict_markdown(result: dict | None, threshold: float) -> str:
     item = result.get("item")
     if item:
         truth = item["label"]
-        mark = "✓" if truth == result["answer"] else "✗"
+        mark = "✓" if truth == routed["answer"] else "✗"
         lines.append(f"Task item `{item['uid']}`: true label **{truth}** {mark}.")
     return "\n\n".join(lines)
 
@@ -358,13 +412,14 @@ def rationales_html(result: dict | None) -> str:
 
 
 def _figure(result: dict) -> go.Figure:
-    return plots.rationale_bars(
+    fig = plots.rationale_bars(
         [r["u"] for r in result["rationales"]],
         result["options"],
         mixture=result["mixture"],
         texts=[r["text"] for r in result["rationales"]],
         title=f"Readouts u (T = {result['T']:.3f}) and their mixture",
     )
+    return plots.apply_theme(compact_layout(fig, 0.25))
 
 
 def ask(
@@ -375,28 +430,33 @@ def ask(
     temperature: float = 1.0,
     max_new_tokens: float = 64,
     seed: float | None = 0,
-    threshold: float = 0.9,
+    threshold: float = DEFAULT_THRESHOLD,
+    measure: str = "max_p",
+    aggregate: str = "single",
     root: str | Path = ASSETS,
 ) -> tuple[str, str, go.Figure, dict]:
     """The Ask tab's callback: ``(verdict markdown, rationales html, bar chart, result)``.
 
-    ``result`` is :func:`ask_model`'s dict plus ``checkpoint``, ``threshold``,
-    ``decision`` and, when the question is one of the checkpoint's examples (a test item of
-    its task, or a generic example) with the same options, ``item`` (``uid``, true
-    ``label``). Bad input raises ``gr.Error``: labels that are not single tokens, a question
-    or options text over the size limits (checked first, before anything is loaded or
-    tokenised), a prompt past the model's context.
+    ``result`` is :func:`ask_model`'s dict plus ``checkpoint``, ``T_fitted`` (and
+    ``T_note``, :func:`temperature_status`), ``threshold``, ``routing`` (the rule
+    ``DecisionRule(measure, threshold, aggregate)`` applied: :func:`route_result`),
+    ``decision`` and, when the question is one of the checkpoint's examples (a test item
+    of its task, or a generic example) with the same options, ``item`` (``uid``, true
+    ``label``). Bad input raises ``gr.Error``: labels that are not single tokens, a
+    question or options text over the size limits (checked first, before anything is
+    loaded or tokenised), a prompt past the model's context, an unknown rule.
     """
     check_sizes(question, options)
     if not (question or "").strip():
         raise gr.Error("type a question, or pick a task example")
     labels = parse_options(options)
+    rule = make_rule(threshold, measure, aggregate)
     if not 1 <= int(m) <= 64:
         raise gr.Error("M must be between 1 and 64")
     if not temperature or temperature <= 0:
         raise gr.Error("the sampling temperature must be positive")
     model, tokenizer, meta = load_model(checkpoint, root)
-    path = _checkpoint_dir(checkpoint, root, "config.json")
+    path = _checkpoint_dir(checkpoint, root)
     try:
         result = ask_model(
             model, tokenizer, meta, question.strip(), labels, m, temperature, max_new_tokens, seed
@@ -404,22 +464,38 @@ def ask(
     except ValueError as err:
         raise gr.Error(str(err)) from None
     result["checkpoint"] = checkpoint
-    result["threshold"] = float(threshold)
-    result["decision"] = decision(result, threshold)
+    result["T_fitted"], result["T_note"] = temperature_status(path, meta)
     for item in example_items(path, meta):
         if item.prompt == result["question"] and list(item.options) == labels:
             label = None if item.label is None else labels[item.label]
             result["item"] = {"uid": item.uid, "label": label, "q": item.q}
             break
-    return verdict_markdown(result, threshold), rationales_html(result), _figure(result), result
+    result = _routed(result, rule)
+    return verdict_markdown(result, rule), rationales_html(result), _figure(result), result
 
 
-def reroute(result: dict | None, threshold: float) -> tuple[str, dict | None]:
-    """Re-decide a previous answer at a new threshold (no new sampling)."""
+def _routed(result: dict, rule: DecisionRule) -> dict:
+    routed = route_result(result, rule)
+    return {
+        **result,
+        "threshold": rule.threshold,
+        "routing": routed,
+        "decision": routed["decision"],
+    }
+
+
+def reroute(
+    result: dict | None,
+    threshold: float,
+    measure: str = "max_p",
+    aggregate: str = "single",
+) -> tuple[str, dict | None]:
+    """Re-decide a previous answer under a new rule (no new sampling)."""
     if not result or "confidence" not in result:
         return "", result
-    result = {**result, "threshold": float(threshold), "decision": decision(result, threshold)}
-    return verdict_markdown(result, threshold), result
+    rule = make_rule(threshold, measure, aggregate)
+    result = _routed(result, rule)
+    return verdict_markdown(result, rule), result
 
 
 def _example_label(item: TaskItem) -> str:
@@ -427,17 +503,131 @@ def _example_label(item: TaskItem) -> str:
     return f"{item.uid} · {item.prompt}{truth}"
 
 
+PRETRAINED_METHODS = ("pretrain", "pretrained")
+"""``rlcd.json`` methods of checkpoints whose temperature was never fitted: a base model
+from ``rlcd-lab pretrain``, a converted pretrained model (``rlcd-lab smollm2``)."""
+
+
+def temperature_status(path: Path, meta: dict) -> tuple[bool, str]:
+    """``(fitted, note)``: whether the checkpoint's T was fitted (its own ``rlcd.json``
+    records ``"temperature"`` and its method is not a pretraining one; a base checkpoint's
+    T = 1 is a default, not a fit), and a note saying why not (else ``""``)."""
+    try:
+        raw = json.loads((path / META_FILE).read_text())
+    except (OSError, ValueError):
+        raw = {}
+    raw = raw if isinstance(raw, dict) else {}
+    method = raw.get("method", meta.get("method"))
+    if method in PRETRAINED_METHODS:
+        return False, f"method {method}: a base model, never calibrated"
+    if "temperature" not in raw:
+        return False, "no temperature in rlcd.json"
+    return True, ""
+
+
+def prompt_format(path: Path, meta: dict) -> str:
+    """How the Ask tab and the server prompt this checkpoint: ``task`` (its rlcd.json lists
+    its own ``options``: a character-level model that only knows its task's format),
+    ``chat`` (its tokenizer has a chat template) or ``plain`` (see
+    :class:`rlcd_lab.decide.DecisionModel`)."""
+    if has_chat_template(path):
+        return "chat"
+    return "task" if len(meta.get("options") or ()) >= 2 else "plain"
+
+
+FORMATS = {
+    "task": "the question is the task's own string (as in the example), answered with the "
+    "checkpoint's options; its vocabulary knows nothing else",
+    "chat": "the question and its option lines become a user message of its chat template",
+    "plain": "plain text: the question, then the options",
+}
+MAX_CARD_EXAMPLE = 160
+"""Characters of the example question shown on a model card."""
+
+
+@lru_cache(maxsize=8)
+def _dev_item(task: str) -> TaskItem | None:
+    items = load_task_items(task, "dev")
+    return items[0] if items else None
+
+
+def example_question(path: Path, meta: dict) -> TaskItem | None:
+    """A question the checkpoint understands: the first dev item of its task
+    (``rlcd.json`` ``"task"``, via :func:`rlcd_lab.tasks.load_task_items`); for a chat
+    checkpoint without a task the first generic example; else None."""
+    task = meta.get("task")
+    if task:
+        try:
+            return _dev_item(str(task))
+        except (OSError, ValueError):
+            return None
+    return GENERIC_EXAMPLES[0] if has_chat_template(path) else None
+
+
+def _card_lines(rows: list[tuple[str, str]]) -> str:
+    return "\n".join(f"- **{k}** {v}" for k, v in rows)
+
+
+def model_card(checkpoint: str, root: str | Path = ASSETS) -> str:
+    """A per-checkpoint card (markdown): model, method, task, training step, prompt format,
+    options, an example question it understands with its true answer
+    (:func:`example_question`), the temperature (``fitted T 1.234``, or ``not fitted``
+    for a base checkpoint, :func:`temperature_status`) and the stored test metrics after
+    temperature scaling. Raises ``gr.Error`` for a missing checkpoint or a broken
+    ``rlcd.json``."""
+    path = _checkpoint_dir(checkpoint, root)
+    meta = _meta(path)
+    fitted, note = temperature_status(path, meta)
+    fmt = prompt_format(path, meta)
+    rows = [("checkpoint", f"`{checkpoint}`")]
+    for key in ("model", "method", "task", "step"):
+        if meta.get(key) is not None:
+            rows.append((key, f"{meta[key]}"))
+    rows.append(("prompt format", f"`{fmt}`: {FORMATS[fmt]}"))
+    opts = meta.get("options")
+    rows.append(
+        (
+            "options",
+            ", ".join(f"`{o}`" for o in opts)
+            if opts
+            else "any single-token labels (yes/no, letters, digits)",
+        )
+    )
+    item = example_question(path, meta)
+    if item is not None:
+        prompt = " · ".join(line.strip() for line in item.prompt.splitlines() if line.strip())
+        prompt = prompt.replace("`", "'")
+        if len(prompt) > MAX_CARD_EXAMPLE:
+            prompt = prompt[: MAX_CARD_EXAMPLE - 1] + "…"
+        answer = "" if item.label is None else f" → **{item.options[item.label]}**"
+        rows.append(("example", f"`{prompt}` (options {', '.join(item.options)}){answer}"))
+    if fitted:
+        rows.append(("fitted T", f"{float(meta['temperature']):.3f} (fitted on dev)"))
+    else:
+        rows.append(("T", f"not fitted ({note}): readouts are used raw"))
+    test = (meta.get("metrics") or {}).get("test") or {}
+    shown = [
+        f"{k.removeprefix('ts_')} {test[k]:.3f}"
+        for k in ("ts_accuracy", "ts_ece", "ts_aurc", "ts_cov_at_eps")
+        if isinstance(test.get(k), (int, float))
+    ]
+    if shown:
+        rows.append(("test metrics", ", ".join(shown) + " (stored, after T)"))
+    return _card_lines(rows)
+
+
 def checkpoint_info(
     checkpoint: str, question: str, options: str, root: str | Path = ASSETS
 ) -> tuple[str, gr.Dropdown, str, str]:
-    """What the Ask tab shows when a checkpoint is chosen: ``(description, examples
+    """What the Ask tab shows when a checkpoint is chosen: ``(model card, examples
     dropdown, question, options)``. The question and options are replaced by the task's
     first example only when the current options do not fit the checkpoint's task; for a
     chat checkpoint without a task (SmolLM2) by the first generic example only when the
     question is empty."""
     try:
-        path = _checkpoint_dir(checkpoint, root, "config.json")
+        path = _checkpoint_dir(checkpoint, root)
         meta = _meta(path)
+        info = model_card(checkpoint, root)
     except gr.Error as err:
         return (
             f"**Checkpoint not usable:** {err}",
@@ -446,12 +636,6 @@ def checkpoint_info(
             options,
         )
     items = example_items(path, meta)
-    keys = ("model", "method", "task", "step")
-    parts = [f"**{k}** {meta[k]}" for k in keys if meta.get(k) is not None]
-    if meta.get("options"):
-        parts.append("**options** " + ", ".join(meta["options"]))
-    parts.append(f"**fitted T** {float(meta.get('temperature') or 1.0):.3f}")
-    info = " · ".join(parts)
     if meta.get("task") and not items:
         info += f"\n\nTask {meta['task']!r} could not be loaded; type your own question."
     choices = [(_example_label(it), it.uid) for it in items[:N_EXAMPLES]]
@@ -474,7 +658,7 @@ def example_fields(checkpoint: str, uid: str | None, root: str | Path = ASSETS) 
     task, or a generic example; no change when ``uid`` is empty)."""
     if not uid:
         return gr.skip(), gr.skip()
-    path = _checkpoint_dir(checkpoint, root, "config.json")
+    path = _checkpoint_dir(checkpoint, root)
     for item in example_items(path, _meta(path)):
         if item.uid == uid:
             return item.prompt, ", ".join(item.options)

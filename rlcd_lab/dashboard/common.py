@@ -1,4 +1,12 @@
-"""Helpers shared by the dashboard's tabs: finding runs and checkpoints, naming them."""
+"""Helpers shared by the dashboard's tabs: finding runs and checkpoints, naming them.
+
+Besides the shipped artefacts under ``assets/`` the dashboard lists what was trained
+locally: every run directory under :data:`RUNS_DIR` (``runs/`` of the working directory,
+where ``rlcd-lab train`` writes by default; a directory whose ``config.json`` is a training
+config, :func:`rlcd_lab.train.common.is_run_dir`). Its ``final/`` checkpoint is offered in
+the Ask, Compare and Batch tabs, its eval dumps in the Routing tab and its ``log.jsonl`` in
+the Runs tab, under the run's path (e.g. ``runs/verify-s0/reinforce``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import gradio as gr
+import plotly.graph_objects as go
 
 from ..assets import ASSETS, shipped_checkpoints, shipped_runs
 from ..pretrained import SMOLLM2_DEFAULT_DIR
@@ -15,8 +24,26 @@ CHECKPOINT_ENV = "RLCD_CHECKPOINT"
 """Environment variable naming the checkpoint directory the Ask tab opens with (instead of
 ``rlcd_lab.assets.default_checkpoint``)."""
 
+RUNS_DIR = Path("runs")
+"""Where locally trained runs are looked for (relative to the working directory)."""
+MAX_LOCAL_RUNS = 200
+"""At most this many local run directories are listed (the first in sorted order)."""
+_NOT_RUNS = frozenset({"final", "checkpoints", "eval"})
+CHECKPOINT_FILES = ("config.json", "adapter_config.json")
+"""A checkpoint directory holds a model (``config.json``) or a PEFT adapter."""
+
 RUN_KINDS = ("reinforce", "grpo", "rft", "sft")
 """The default comparison, in this order: two-stage RLCD against its baselines."""
+
+
+def compact_layout(fig: go.Figure, offset: float = 0.22) -> go.Figure:
+    """A horizontal legend under the plot (``offset`` of the plot height below it) and
+    narrow side margins, so a figure keeps most of its width on a phone; returns ``fig``."""
+    fig.update_layout(
+        legend={"orientation": "h", "yanchor": "top", "y": -offset, "x": 0},
+        margin={"l": 50, "r": 20},
+    )
+    return fig
 
 
 def run_choices(root: str | Path = ASSETS) -> list[str]:
@@ -27,6 +54,55 @@ def run_choices(root: str | Path = ASSETS) -> list[str]:
 def checkpoint_choices(root: str | Path = ASSETS) -> list[str]:
     """Names of the shipped checkpoints under ``root``."""
     return list(shipped_checkpoints(root))
+
+
+def local_runs(runs_root: str | Path = RUNS_DIR) -> list[Path]:
+    """Run directories under ``runs_root`` (:func:`rlcd_lab.train.common.is_run_dir`), in
+    sorted order, nested ones too (``runs/real/<task>/seed-17/reinforce``); none when it does
+    not exist. A run's own subdirectories (checkpoints, eval dumps) are not searched."""
+    from ..train.common import is_run_dir  # imported here: it pulls in accelerate and peft
+
+    root = Path(runs_root).expanduser()
+    if not root.is_dir():
+        return []
+    found: list[Path] = []
+    for top, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _NOT_RUNS and not d.startswith("."))
+        if "config.json" in files and is_run_dir(top):
+            found.append(Path(top))
+            dirs.clear()  # a run's subdirectories are its own
+            if len(found) >= MAX_LOCAL_RUNS:
+                break
+    return found
+
+
+def _run_name(run: Path, runs_root: str | Path) -> str:
+    """A local run's dashboard name: its path as ``runs_root`` was given (``runs/x/y``)."""
+    return (Path(runs_root) / run.relative_to(Path(runs_root).expanduser())).as_posix()
+
+
+def local_run_choices(
+    runs_root: str | Path = RUNS_DIR, required: str = "eval/test.jsonl"
+) -> list[str]:
+    """Names (paths) of the local runs that hold ``required`` (``eval/test.jsonl`` for
+    the Routing tab, ``log.jsonl`` for the Runs tab)."""
+    return [_run_name(r, runs_root) for r in local_runs(runs_root) if (r / required).exists()]
+
+
+def trained_checkpoints(runs_root: str | Path = RUNS_DIR) -> list[str]:
+    """The ``final/`` checkpoints of the local runs (a ``final/`` with ``rlcd.json``), as
+    paths ``<run>/final``."""
+    return [
+        _run_name(r, runs_root) + "/final"
+        for r in local_runs(runs_root)
+        if (r / "final" / "rlcd.json").is_file()
+    ]
+
+
+def checkpoint_dir(name: str, root: str | Path) -> Path:
+    """The checkpoint directory a dashboard name refers to (see :func:`resolve_dir`): one
+    holding ``config.json`` or an adapter's ``adapter_config.json``."""
+    return resolve_dir(name, root, CHECKPOINT_FILES, "checkpoint")
 
 
 def env_checkpoint() -> str | None:
@@ -84,16 +160,19 @@ def short_labels(names: Sequence[str]) -> dict[str, str]:
     return {n: (s if counts[s] == 1 else n) for n, s in short.items()}
 
 
-def resolve_dir(name: str, root: str | Path, required: str, what: str) -> Path:
+def resolve_dir(name: str, root: str | Path, required: str | Sequence[str], what: str) -> Path:
     """The directory a dashboard name refers to: ``root/name`` (a shipped artefact) or the
-    path ``name`` itself; it must hold ``required``. Raises ``gr.Error`` naming both."""
+    path ``name`` itself; it must hold ``required`` (one of them, when several). Raises
+    ``gr.Error`` naming both places."""
     name = (name or "").strip()
     if not name:
         raise gr.Error(f"choose a {what}")
+    files = [required] if isinstance(required, str) else list(required)
     candidates = [Path(root) / name, Path(name).expanduser()]
     for path in candidates:
-        if (path / required).exists():
+        if any((path / f).exists() for f in files):
             return path
+    wanted = " or ".join(files)
     raise gr.Error(
-        f"{what} {name!r} not found: no {required} in {candidates[0]} nor in {candidates[1]}"
+        f"{what} {name!r} not found: no {wanted} in {candidates[0]} nor in {candidates[1]}"
     )

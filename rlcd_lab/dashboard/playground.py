@@ -15,6 +15,7 @@ import torch
 
 from .. import plots
 from ..decomposition import sampled_answer_decomposition, variance_decomposition
+from .common import compact_layout
 
 MAX_M = 4
 LABELS = ("A", "B", "C")
@@ -92,7 +93,11 @@ def proposition1_sliders(
             marker={"symbol": "line-ew-open", "size": 28, "color": "#d62728", "line": {"width": 3}},
         )
     )
-    return check, pd.DataFrame(rows, columns=["term", "value"]), fig
+    return (
+        check,
+        pd.DataFrame(rows, columns=["term", "value"]),
+        plots.apply_theme(compact_layout(fig, 0.25)),
+    )
 
 
 def playground_visibility(k: int, m: int) -> list:

@@ -1,26 +1,37 @@
 """Routing tab: decide automatically or escalate, on the cached eval dumps of finished runs.
 
-The rule: decide automatically when the single-query confidence ``max_k p_k`` is
-``>= t``, escalate otherwise. Per run the dumps (``eval/test.jsonl`` and
-``eval/dev.jsonl``) are read once through :func:`rlcd_lab.results.load_run` and cached
-by :func:`load_run`: the temperature T fitted on dev (none without a dev dump: the
-"temperature-scaled" view of such a run is its raw readout, shown as "not fitted"), the
-raw and temperature-scaled test probabilities, and their confidences and correctness
-sorted by confidence. A threshold change then only costs O(N) numpy work
-per run (:func:`rlcd_lab.routing.selective_risk`) and one figure.
+The rule is a :class:`rlcd_lab.routing.DecisionRule`, the same the Ask tab and the server
+apply: decide automatically when the confidence (``max_p``: ``max_k p_k``, by default; or
+``chance_corrected``: ``(K max p - 1) / (K - 1)``) of the readout (``single``: the first
+rationale's, the paper's single query, by default; or ``mixture``: the mean of the M
+readouts of the run's largest ``eval/test-m<M>.jsonl`` dump, M = 1 for runs that have
+none) is ``>= t``, escalate otherwise. The summary names the rule applied.
+
+Per run the dumps (``eval/test.jsonl`` and ``eval/dev.jsonl``) are read once through
+:func:`rlcd_lab.results.load_run` and cached by :func:`load_run`: the temperature T fitted
+on dev (none without a dev dump: the "temperature-scaled" view of such a run is its raw
+readout, shown as "not fitted"). Each view (raw or scaled, single or mixture, measure) is
+ranked once and cached, so a threshold change only costs O(N) numpy work per run
+(:func:`rlcd_lab.routing.selective_risk`) and one figure.
+
+When a threshold decides nothing for a run (the tiny runs' calibrated confidences rarely
+reach 0.9) the summary says so, with the run's highest confidence and the threshold that
+would decide half of its items (:func:`rlcd_lab.routing.threshold_for_coverage`,
+:func:`nothing_decided_note`).
 
 Expected cost per item of the rule, with ``c_w`` the cost of a wrong automated decision
 and ``c_e`` the cost of escalating (a correct automated decision costs 0):
 ``(c_w * #wrong automated + c_e * #escalated) / N``. With calibrated confidences the
-cost-optimal threshold is ``1 - c_e / c_w`` (automate when the expected cost of a
-mistake ``(1 - conf) c_w`` is at most ``c_e``; Chow 1970).
+cost-optimal max-p threshold is ``1 - c_e / c_w`` (automate when the expected cost of a
+mistake ``(1 - max p) c_w`` is at most ``c_e``; Chow 1970;
+:func:`rlcd_lab.routing.bayes_threshold`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,15 +39,26 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import metrics, plots
-from ..assets import ASSETS
+from .. import metrics, plots, routing
+from ..assets import ASSETS, read_jsonl
 from ..results import RunResult
 from ..results import load_run as load_result
-from ..routing import selective_risk, threshold_for_risk
+from ..routing import (
+    DEFAULT_THRESHOLD,
+    DecisionRule,
+    confidences,
+    selective_risk,
+    threshold_for_coverage,
+    threshold_for_risk,
+)
 from .common import resolve_dir, short_labels
 
-DEFAULT_THRESHOLD = 0.9
-DEFAULT_EPS = 0.05
+MEASURE_CHOICES = [("max p", "max_p"), ("chance-corrected", "chance_corrected")]
+AGGREGATE_CHOICES = [("first rationale (single query)", "single"), ("mixture of M", "mixture")]
+BAYES_LINE = {"max_p": "1 − c_e/c_w", "chance_corrected": "cost-optimal t (chance-corrected)"}
+"""Legend of the cost-optimal threshold's line in the cost figure, per measure."""
+HALF = 0.5
+"""The share of items the nothing-decided note quotes a threshold for."""
 DEFAULT_COST_WRONG = 10.0
 DEFAULT_COST_ESCALATE = 1.0
 NOT_FITTED = "not fitted"
@@ -58,17 +80,21 @@ ROUTING_COLUMNS = [
     "test decided @ dev t",
     "test error @ dev t",
 ]
+COLUMN_WIDTHS = ["190px", "80px", "130px", "150px", "90px", "90px", "90px", "130px", "130px"]
+"""Widths of the routing table's columns (fixed: on a phone the table scrolls sideways)."""
 METRIC_COLUMNS = ["run", "accuracy", "Brier", "NLL", "ECE", "AURC", "Cov@ε", "pred. Cov@ε"]
 METRIC_COLUMNS += ["T", "mean length"]
 
 
 @dataclass(frozen=True)
 class Scores:
-    """One reading of a run's items (raw, or temperature-scaled), in confidence order.
+    """One reading of a run's items (raw or temperature-scaled, single query or mixture),
+    in the order of the rule's confidence.
 
     ``probs (N, K)``, ``labels (N,)``, ``confidence (N,)`` descending (stable on ties,
     :func:`rlcd_lab.metrics.confidence_order`), ``correct (N,)`` bool; the same for dev
-    (``None`` when the run has no dev dump).
+    (``None`` when the run has no dev dump). ``measure`` is the confidence
+    (:func:`rlcd_lab.routing.confidences`).
     """
 
     probs: np.ndarray
@@ -77,58 +103,150 @@ class Scores:
     correct: np.ndarray
     dev_confidence: np.ndarray | None
     dev_correct: np.ndarray | None
+    measure: str = "max_p"
+
+
+def _ranked(
+    probs: np.ndarray, labels: np.ndarray, measure: str, n_options: np.ndarray | None
+) -> tuple[np.ndarray, ...]:
+    conf = confidences(probs, measure, n_options)  # type: ignore[arg-type]
+    correct = probs.argmax(1) == labels
+    order = metrics.confidence_order(conf)
+    return probs[order], labels[order], conf[order], correct[order]
+
+
+def make_scores(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    measure: str = "max_p",
+    n_options: np.ndarray | None = None,
+    dev: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None,
+) -> Scores:
+    """:class:`Scores` of ``probs (N, K)`` with ``labels (N,)``, ranked by the rule's
+    confidence ``measure`` (``n_options (N,)``: real options per padded row); ``dev`` is
+    ``(probs, labels, n_options)`` of the dev split or None."""
+    probs, labels, conf, correct = _ranked(probs, labels, measure, n_options)
+    dev_conf = dev_correct = None
+    if dev is not None:
+        _, _, dev_conf, dev_correct = _ranked(dev[0], dev[1], measure, dev[2])
+    return Scores(probs, labels, conf, correct, dev_conf, dev_correct, measure)
+
+
+def _n_options(logits: np.ndarray) -> np.ndarray:
+    return np.isfinite(logits).sum(1)
+
+
+def _mixture_readouts(path: Path | None, labels: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """``(M, log u (N, M, K))`` of the run's test dump with the most rationales per item
+    (``eval/test-m<M>.jsonl``, else ``eval/test.jsonl``), padded options at ``-inf``; None
+    when there is no dump or its items are not the test dump's, in the same order."""
+    if path is None:
+        return None
+    ev = Path(path) / "eval"
+    dumps = sorted(ev.glob("test-m*.jsonl"), key=lambda f: int(f.stem[len("test-m") :] or 0))
+    file = dumps[-1] if dumps else ev / "test.jsonl"
+    try:
+        rows = read_jsonl(file)
+    except (OSError, ValueError):
+        return None
+    if len(rows) != len(labels) or any(
+        r.get("label") != y for r, y in zip(rows, labels, strict=True)
+    ):
+        return None
+    m = min(len(r["readouts"]) for r in rows)
+    k = max(len(r["readouts"][0]) for r in rows)
+    logu = np.full((len(rows), m, k), -np.inf)
+    for i, r in enumerate(rows):
+        u = np.asarray(r["readouts"][:m], dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            logu[i, :, : u.shape[1]] = np.log(u)
+    return m, logu
 
 
 @dataclass(frozen=True)
 class RunData:
     """A run's eval dumps, read once: ``summary`` is :attr:`rlcd_lab.results.RunResult.row`
     (keys ``accuracy``... and, when T was fitted on dev, ``T`` and ``ts_*``); ``T`` is 1
-    and ``fitted`` False without a dev dump."""
+    and ``fitted`` False without a dev dump. :meth:`scores` reads the items under a view
+    (raw or scaled, single query or mixture, a confidence measure), cached."""
 
     name: str
     T: float
     fitted: bool
     summary: dict
-    raw: Scores
-    scaled: Scores
+    result: RunResult
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def scores(self, calibrated: bool) -> Scores:
-        """Temperature-scaled scores when ``calibrated``, else the raw readout."""
-        return self.scaled if calibrated else self.raw
+    @property
+    def raw(self) -> Scores:
+        """Raw single-query readouts, max p."""
+        return self.scores(False)
+
+    @property
+    def scaled(self) -> Scores:
+        """Temperature-scaled single-query readouts, max p."""
+        return self.scores(True)
+
+    def mixture_m(self) -> int:
+        """Rationales per item of the mixture view (1: the dumps hold only single queries)."""
+        mix = self._mixture()
+        return 1 if mix is None else mix[0]
+
+    def _mixture(self) -> tuple[int, np.ndarray] | None:
+        if "mixture" not in self._cache:
+            self._cache["mixture"] = _mixture_readouts(self.result.path, self.result.labels)
+        return self._cache["mixture"]
+
+    def probs(self, calibrated: bool = True, aggregate: str = "single") -> np.ndarray:
+        """Test probabilities ``(N, K)`` of the view: the single query's ``softmax(z / T)``
+        or the mixture ``mean_i softmax(log u_i / T)`` of the dump's M readouts (``T = 1``
+        raw; ``softmax(log u / T) = softmax(z / T)``, so scaling a readout is scaling its
+        logits). A run without per-rationale readouts shows its single query."""
+        T = self.T if calibrated else 1.0
+        mix = self._mixture() if aggregate == "mixture" else None
+        if mix is None or mix[0] == 1:  # one rationale per item: the single query itself
+            return self.result.probs(calibrated)
+        _, logu = mix
+        n, m, k = logu.shape
+        return metrics.apply_temperature(logu.reshape(n * m, k), T).reshape(n, m, k).mean(1)
+
+    def scores(self, calibrated: bool, measure: str = "max_p", aggregate: str = "single") -> Scores:
+        """The items ranked under a view (cached): dev is always the single query."""
+        key = (bool(calibrated), measure, aggregate)
+        if key not in self._cache:
+            r = self.result
+            dev = None
+            if r.dev_logits is not None:
+                dev = (r.dev_probs(calibrated), r.dev_labels, _n_options(r.dev_logits))
+            self._cache[key] = make_scores(
+                self.probs(calibrated, aggregate), r.labels, measure, _n_options(r.logits), dev
+            )
+        return self._cache[key]
 
     def metric(self, key: str, calibrated: bool) -> float:
         """A summary metric, after temperature scaling when ``calibrated`` (and fitted)."""
         ts = f"ts_{key}"
         return float(self.summary[ts if calibrated and ts in self.summary else key])
 
-
-def _ranked(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, ...]:
-    conf, correct = metrics.confidence_and_correct(probs, labels)
-    order = metrics.confidence_order(conf)
-    return probs[order], labels[order], conf[order], correct[order]
-
-
-def _scores(result: RunResult, calibrated: bool) -> Scores:
-    probs, labels, conf, correct = _ranked(result.probs(calibrated), result.labels)
-    dev_conf = dev_correct = None
-    dev = result.dev_probs(calibrated)
-    if dev is not None:
-        _, _, dev_conf, dev_correct = _ranked(dev, result.dev_labels)
-    return Scores(probs, labels, conf, correct, dev_conf, dev_correct)
+    def table_metrics(self, calibrated: bool, aggregate: str, eps: float) -> dict[str, float]:
+        """Table 1 metrics of the view's readout (:func:`rlcd_lab.metrics.evaluate`, max p):
+        accuracy, brier, nll, ece, aurc, cov_at_eps, pred_cov_at_eps."""
+        key = ("metrics", bool(calibrated), aggregate, float(eps))
+        if key not in self._cache:
+            row = metrics.evaluate(self.probs(calibrated, aggregate), self.result.labels, eps=eps)
+            self._cache[key] = {k: float(v) for k, v in row.items()}
+        return self._cache[key]
 
 
 def run_data(name: str, result: RunResult) -> RunData:
-    """Precompute everything the Routing tab needs from a run's
-    :class:`rlcd_lab.results.RunResult` (T fitted on dev, or 1 and not fitted without a
-    dev dump); single-query readouts (``logits``) are what gets routed, as in the
-    paper's Table 1."""
-    return RunData(
-        name, result.T, result.fitted, result.row, _scores(result, False), _scores(result, True)
-    )
+    """Everything the Routing tab needs from a run's :class:`rlcd_lab.results.RunResult`
+    (T fitted on dev, or 1 and not fitted without a dev dump); single-query readouts
+    (``logits``) are routed by default, as in the paper's Table 1."""
+    return RunData(name, result.T, result.fitted, result.row, result)
 
 
 @lru_cache(maxsize=RUN_CACHE)
-def _load(path: str, stamp: tuple[int, int], name: str) -> RunData:
+def _load(path: str, stamp: tuple[int, ...], name: str) -> RunData:
     return run_data(name, load_result(path))
 
 
@@ -136,11 +254,8 @@ def load_run(name: str, root: str | Path = ASSETS) -> RunData:
     """The cached :class:`RunData` of a shipped run name or a run directory path (re-read
     when its dumps change on disk). Raises ``gr.Error`` for a missing or unreadable run."""
     path = resolve_dir(name, root, "eval/test.jsonl", "run")
-    dev = path / "eval" / "dev.jsonl"
-    stamp = (
-        (path / "eval/test.jsonl").stat().st_mtime_ns,
-        dev.stat().st_mtime_ns if dev.exists() else 0,
-    )
+    files = [path / "eval/test.jsonl", path / "eval/dev.jsonl", *(path / "eval").glob("test-m*")]
+    stamp = tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files)
     try:
         return _load(str(path.resolve()), stamp, name)
     except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
@@ -178,20 +293,47 @@ def cost_curve(scores: Scores, cost_wrong: float, cost_escalate: float) -> tuple
     return t[::-1], cost[::-1]
 
 
-def bayes_threshold(cost_wrong: float, cost_escalate: float) -> float:
-    """``1 - c_e / c_w`` clipped to ``[0, 1]``: the cost-optimal threshold for calibrated
-    confidences (automate when ``(1 - conf) c_w <= c_e``)."""
-    _check_costs(cost_wrong, cost_escalate)
-    if cost_wrong <= 0:
-        return 0.0
-    return float(min(1.0, max(0.0, 1.0 - cost_escalate / cost_wrong)))
+def bayes_threshold(
+    cost_wrong: float, cost_escalate: float, measure: str = "max_p", k: int = 2
+) -> float:
+    """The cost-optimal threshold for calibrated confidences
+    (:func:`rlcd_lab.routing.bayes_threshold`; max p: ``1 - c_e / c_w`` clipped to
+    ``[0, 1]``); routing's ``ValueError`` for bad costs comes back as ``gr.Error``."""
+    try:
+        return routing.bayes_threshold(cost_wrong, cost_escalate, measure, k)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise gr.Error(str(err)) from None
 
 
 def _check_costs(cost_wrong: float | None, cost_escalate: float | None) -> None:
-    if cost_wrong is None or cost_escalate is None:
-        raise gr.Error("enter both costs (a wrong automated decision, an escalation)")
-    if cost_wrong < 0 or cost_escalate < 0:
-        raise gr.Error("costs must be non-negative")
+    try:
+        routing.check_costs(cost_wrong, cost_escalate)
+    except ValueError as err:
+        raise gr.Error(str(err)) from None
+
+
+def make_rule(threshold: float, measure: str = "max_p", aggregate: str = "single") -> DecisionRule:
+    """The tab's :class:`rlcd_lab.routing.DecisionRule`; bad values raise ``gr.Error``."""
+    try:
+        return DecisionRule(measure, threshold, aggregate)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise gr.Error(str(err)) from None
+
+
+def nothing_decided_note(label: str, scores: Scores, threshold: float, share: float = HALF) -> str:
+    """Why a threshold decides none of a run's items, in words ("" when it decides some):
+    the run's highest confidence, and the highest threshold that decides ``share`` of the
+    items (:func:`rlcd_lab.routing.threshold_for_coverage`) with its coverage and error."""
+    c = scores.confidence
+    if c.size == 0 or c.max() >= threshold:
+        return ""
+    t = threshold_for_coverage(c, share)
+    at = selective_risk(c, scores.correct, t)
+    return (
+        f"**{label}**: highest confidence {c.max():.3f} < t = {threshold:.3f}; "
+        f"t = {t:.3f} would decide {_pct(at['coverage'])} ({int(at['decided'])}/{c.size}) "
+        f"at error {_pct(at['risk'])}"
+    )
 
 
 def _pct(x: float) -> str:
@@ -202,6 +344,25 @@ def _thr(t: float) -> str:
     return "none" if math.isinf(t) else f"{t:.3f}"
 
 
+def _k(data: RunData) -> int:
+    """Options per item of a run (the most, when they vary)."""
+    return int(data.result.logits.shape[1])
+
+
+def bayes_for_runs(
+    cost_wrong: float,
+    cost_escalate: float,
+    measure: str = "max_p",
+    runs: Sequence[str] | None = None,
+    root: str | Path = ASSETS,
+) -> float:
+    """The "set t" button: :func:`bayes_threshold` on ``measure``, with the option count K
+    of the first selected run (2 without one; only the chance-corrected value depends on K)."""
+    runs = list(runs or [])
+    k = _k(load_run(runs[0], root)) if runs and measure == "chance_corrected" else 2
+    return bayes_threshold(cost_wrong, cost_escalate, measure, k)
+
+
 def routing_update(
     runs: Sequence[str] | None,
     threshold: float,
@@ -209,20 +370,26 @@ def routing_update(
     cost_wrong: float,
     cost_escalate: float,
     calibrated: bool = True,
+    measure: str = "max_p",
+    aggregate: str = "single",
     root: str | Path = ASSETS,
 ) -> tuple[str, dict, dict, go.Figure, dict]:
     """The live routing view: ``(summary markdown, routing table, metrics table,
     risk-coverage figure with each run's operating point at the threshold, exact numbers)``;
     tables are ``{"headers": [...], "data": [[...], ...]}`` (formatted strings).
 
-    Per run: coverage, error when decided, escalations and expected cost at
-    ``threshold``; Cov@eps (oracle) and label-free Cov@eps at ``eps``; the lowest
-    threshold whose *dev* error is ``<= eps`` (:func:`rlcd_lab.routing.threshold_for_risk`)
-    and what it gives on test. Only O(N) work per run once the runs are cached. ``T`` in
-    the exact numbers is the fitted temperature (1 in the raw view; None, shown as "not
-    fitted", for a run without a dev dump in the temperature-scaled view).
+    The rule is ``DecisionRule(measure, threshold, aggregate)`` (see the module
+    docstring); the summary names it. Per run: coverage, error when decided, escalations
+    and expected cost at ``threshold``; Cov@eps (oracle, on the rule's confidence) and
+    label-free Cov@eps at ``eps``; the lowest threshold whose *dev* error is ``<= eps``
+    (:func:`rlcd_lab.routing.threshold_for_risk`, dev read as a single query) and what it
+    gives on test; when nothing is decided, why (:func:`nothing_decided_note`). Only O(N)
+    work per run once a view is cached. ``T`` in the exact numbers is the fitted
+    temperature (1 in the raw view; None, shown as "not fitted", for a run without a dev
+    dump in the temperature-scaled view); ``m`` the rationales per item of the readout.
     """
     _check_costs(cost_wrong, cost_escalate)
+    rule = make_rule(threshold, measure, aggregate)
     runs = list(runs or [])
     if not runs:
         empty = {"headers": ROUTING_COLUMNS, "data": []}
@@ -230,18 +397,20 @@ def routing_update(
             "Select one or more runs.",
             empty,
             {"headers": METRIC_COLUMNS, "data": []},
-            go.Figure(),
+            plots.apply_theme(go.Figure()),
             {},
         )
     if not 0 < eps < 1:
         raise gr.Error("the error budget eps must be in (0, 1)")
     labels = short_labels(runs)
     kind = "temperature-scaled" if calibrated else "raw"
-    curves, marks, numbers, route_rows, metric_rows = {}, {}, {}, [], []
+    curves, marks, numbers, route_rows, metric_rows, notes = {}, {}, {}, [], [], []
+    ks = []
     for name in runs:
         data = load_run(name, root)
-        s = data.scores(calibrated)
-        r = route(s, threshold, cost_wrong, cost_escalate)
+        ks.append(_k(data))
+        s = data.scores(calibrated, rule.measure, rule.aggregate)
+        r = route(s, rule.threshold, cost_wrong, cost_escalate)
         t_dev = (
             threshold_for_risk(s.dev_confidence, s.dev_correct, eps)
             if s.dev_confidence is not None
@@ -249,25 +418,32 @@ def routing_update(
         )
         at_dev = selective_risk(s.confidence, s.correct, t_dev)
         cov_eps = metrics.coverage_at_risk(s.confidence, s.correct, eps)
-        pred_cov = metrics.predicted_coverage_at_risk(s.confidence, eps)
+        table = data.table_metrics(calibrated, rule.aggregate, eps)
         T = (data.T if data.fitted else None) if calibrated else 1.0  # None: not fitted
         t_cell = NOT_FITTED if T is None else f"{T:.3f}"
         label = labels[name]
         curves[label] = (s.confidence, s.correct)
         marks[label] = (r["coverage"], r["risk"])
         n = s.confidence.size
+        m = data.mixture_m() if rule.aggregate == "mixture" else 1
         numbers[name] = {
             "n": n,
+            "m": m,
             "T": T,
             "fitted": data.fitted,
             **r,
             "cov_at_eps": cov_eps,
-            "pred_cov_at_eps": pred_cov,
+            "pred_cov_at_eps": table["pred_cov_at_eps"],
             "dev_threshold": None if math.isinf(t_dev) else t_dev,
             "test_coverage_at_dev_threshold": at_dev["coverage"],
             "test_risk_at_dev_threshold": at_dev["risk"],
-            **{k: data.metric(k, calibrated) for k in ("accuracy", "brier", "nll", "ece", "aurc")},
+            "threshold_for_half": threshold_for_coverage(s.confidence, HALF),
+            "max_confidence": float(s.confidence.max()),
+            **{k: table[k] for k in ("accuracy", "brier", "nll", "ece", "aurc")},
         }
+        note = nothing_decided_note(label, s, rule.threshold)
+        if note:
+            notes.append(note)
         route_rows.append(
             [
                 label,
@@ -281,33 +457,42 @@ def routing_update(
                 _pct(at_dev["risk"]),
             ]
         )
-        m = numbers[name]
+        x = numbers[name]
         metric_rows.append(
             [label]
-            + [f"{m[k]:.4f}" for k in ("accuracy", "brier", "nll", "ece", "aurc")]
-            + [f"{cov_eps:.3f}", f"{pred_cov:.3f}", t_cell]
+            + [f"{x[k]:.4f}" for k in ("accuracy", "brier", "nll", "ece", "aurc")]
+            + [f"{cov_eps:.3f}", f"{x['pred_cov_at_eps']:.3f}", t_cell]
             + [f"{data.summary['mean_length']:.1f}"]
         )
     fig = plots.risk_coverage_figure(
         curves,
         eps=eps,
         oracle="none",
-        title=f"Risk-coverage, {kind} (◆ at t, ▲ Cov@ε)",
+        title=f"Risk-coverage, {kind}<br><sub>◆ at t, ▲ Cov@ε</sub>",
         max_points=MAX_POINTS,
         marks=marks,
-        mark_label=f"at t = {threshold:.3f}",
+        mark_label=f"at t = {rule.threshold:.3f}",
         cov_style="markers",
     )
     fig.update_layout(legend=LEGEND_BELOW, margin=MARGIN)
+    plots.apply_theme(fig)
     best = min(numbers, key=lambda k: numbers[k]["cost"])
+    bayes = bayes_threshold(cost_wrong, cost_escalate, rule.measure, max(ks))
+    mixed = sorted({numbers[n]["m"] for n in runs})
+    readout = (
+        "single query (first rationale)"
+        if rule.aggregate == "single"
+        else f"mixture of M = {'/'.join(map(str, mixed))} rationales per item"
+        + (" (M = 1: the run's dumps hold one rationale per item)" if 1 in mixed else "")
+    )
     summary = (
-        f"Decide automatically when the {kind} "
-        f"single-query confidence is **≥ t = {threshold:.3f}**, escalate otherwise. "
+        f"**Rule:** {rule.describe(max(ks) if len(set(ks)) == 1 else None)} "
+        f"({kind} readouts, {readout}; the Ask tab and the server decide with the same "
+        f"`rlcd_lab.routing` rule). "
         f"Expected cost per item = ({cost_wrong:g} × wrong automated decisions + "
         f"{cost_escalate:g} × escalations) / N; lowest here: **{labels[best]}** "
         f"({numbers[best]['cost']:.3f}). For calibrated confidences the cost-optimal "
-        f"threshold is 1 − {cost_escalate:g}/{cost_wrong:g} = "
-        f"**{bayes_threshold(cost_wrong, cost_escalate):.3f}**. "
+        f"threshold is **{bayes:.3f}** (max p ≥ 1 − {cost_escalate:g}/{cost_wrong:g}). "
         f"Error budget ε = {eps:g}: Cov@ε is the largest share decidable at observed error "
         f"≤ ε (oracle); the dev threshold is the lowest t with dev error ≤ ε, applied to test."
     )
@@ -317,8 +502,19 @@ def routing_update(
             f" T {NOT_FITTED} (no dev dump) for {', '.join(unfitted)}: shown unscaled, "
             "without a dev threshold."
         )
+    if notes:
+        summary += (
+            f"\n\n**Nothing decided for {len(notes)} of {len(runs)} runs.** A threshold above "
+            "every confidence of a run escalates all of its items: that is the rule working, "
+            "not a failure. After temperature scaling the tiny models' confidences are "
+            "honest, and they are rarely this high. Lower t (or pick a cost) to decide some:\n"
+            + "\n".join(f"- {note}" for note in notes)
+        )
     result = {
-        "threshold": threshold,
+        "threshold": rule.threshold,
+        "measure": rule.measure,
+        "aggregate": rule.aggregate,
+        "rule": rule.describe(),
         "eps": eps,
         "cost_wrong": cost_wrong,
         "cost_escalate": cost_escalate,
@@ -339,26 +535,33 @@ def routing_figures(
     cost_wrong: float,
     cost_escalate: float,
     calibrated: bool = True,
+    measure: str = "max_p",
+    aggregate: str = "single",
     root: str | Path = ASSETS,
 ) -> tuple[go.Figure, go.Figure]:
     """The figures that do not move with the threshold: reliability curves of the runs
-    and their expected cost per item against the threshold."""
+    (max p of the view's readout) and their expected cost per item against the threshold
+    on the rule's confidence."""
     _check_costs(cost_wrong, cost_escalate)
+    make_rule(DEFAULT_THRESHOLD, measure, aggregate)
     runs = list(runs or [])
     if not runs:
-        return go.Figure(), go.Figure()
+        return plots.apply_theme(go.Figure()), plots.apply_theme(go.Figure())
     labels = short_labels(runs)
-    data = {labels[n]: load_run(n, root).scores(calibrated) for n in runs}
+    loaded = {labels[n]: load_run(n, root) for n in runs}
+    data = {k: d.scores(calibrated, measure, aggregate) for k, d in loaded.items()}
     kind = "temperature-scaled" if calibrated else "raw"
     reliability = plots.reliability_curves(
-        {k: (s.probs, s.labels) for k, s in data.items()}, title=f"Reliability on test ({kind})"
+        {k: (d.probs(calibrated, aggregate), d.result.labels) for k, d in loaded.items()},
+        title=f"Reliability on test ({kind})",
     )
+    k = max(_k(d) for d in loaded.values())
     costs = plots.threshold_curves(
         {k: cost_curve(s, cost_wrong, cost_escalate) for k, s in data.items()},
-        vlines={"1 − c_e/c_w": bayes_threshold(cost_wrong, cost_escalate)},
-        title=f"Expected cost per item vs t, {kind} (○ lowest)",
+        vlines={BAYES_LINE[measure]: bayes_threshold(cost_wrong, cost_escalate, measure, k)},
+        title=f"Expected cost per item vs t<br><sub>{kind}; ○ lowest</sub>",
         max_points=4 * MAX_POINTS,
     )
     costs.update_layout(legend=LEGEND_BELOW, margin=MARGIN)
-    reliability.update_layout(margin=MARGIN)
-    return reliability, costs
+    reliability.update_layout(legend=LEGEND_BELOW, margin=MARGIN, height=560)
+    return plots.apply_theme(reliability), plots.apply_theme(costs)

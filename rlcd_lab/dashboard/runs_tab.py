@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from .. import plots
 from ..assets import ASSETS, read_jsonl
 from ..models import read_meta
-from .common import resolve_dir, short_labels
+from .common import compact_layout, resolve_dir, short_labels
 
 PANELS: dict[str, tuple[str, ...]] = {
     "rationale length": ("rationale_length",),
@@ -102,19 +102,24 @@ def run_curves(
     groups = [g for g in groups if g]
     summary = run_summary(path, rows)
     if not groups:
-        return go.Figure(), summary + "\n\nNone of the chosen panels is in this log."
+        return plots.apply_theme(
+            go.Figure()
+        ), summary + "\n\nNone of the chosen panels is in this log."
     fig = plots.training_curves(rows, groups, separate=True, title=f"Training curves: {run}")
-    fig.update_layout(height=max(320, PANEL_HEIGHT * len(groups)))
-    return fig, summary
+    height = max(320, PANEL_HEIGHT * len(groups))
+    fig = compact_layout(fig, 70 / height)
+    fig.update_layout(height=height, margin={"b": 110})
+    return plots.apply_theme(fig), summary
 
 
 def compare_runs(runs: Sequence[str] | None, column: str, root: str | Path = ASSETS) -> go.Figure:
     """One logged ``column`` of several runs on one axis."""
     runs = list(runs or [])
     if not runs:
-        return go.Figure()
+        return plots.apply_theme(go.Figure())
     if not column:
         raise gr.Error("choose a column to compare")
     labels = short_labels(runs)
     logs = {labels[r]: _log(r, root)[1] for r in runs}
-    return plots.compare_curves(logs, column, title=f"{column} by run")
+    fig = plots.compare_curves(logs, column, title=f"{column} by run")
+    return plots.apply_theme(compact_layout(fig))

@@ -1,16 +1,25 @@
-"""The dashboard's layout: four tabs wired to the pure callbacks of the sibling modules.
+"""The dashboard's layout: seven tabs wired to the pure callbacks of the sibling modules.
 
 Every event has an explicit ``api_name`` (``gradio_client`` calls them as
 ``client.predict(..., api_name="/routing")``); the callbacks take the assets root as a
 keyword bound here, so a test can point the whole app at fabricated runs.
 
+The decision rule (confidence measure, single query or mixture, threshold) is set in the
+Ask, Compare, Batch and Routing tabs; a user's change in one tab moves the others, so every
+tab applies the same :class:`rlcd_lab.routing.DecisionRule` and names it.
+
 The queue is bounded (:data:`QUEUE_MAX_SIZE`: past it a request is turned away at once
-with gradio's "Queue is full" message instead of waiting without end). The two events that
-run a model (Ask, and the Ask that follows a page load) share one concurrency group of
-:data:`MODEL_CONCURRENCY`; the other callbacks are light and pure and run
-:data:`DEFAULT_CONCURRENCY` at a time each, beside a running model request. Together with
-the Ask tab's size limits (``ask_tab.MAX_QUESTION_CHARS``, the model's context) this bounds
-how long one user's request can make the others wait.
+with gradio's "Queue is full" message instead of waiting without end). The events that
+run a model (Ask, the Ask that follows a page load, Compare and Batch) share one
+concurrency group of :data:`MODEL_CONCURRENCY`; the other callbacks are light and pure and
+run :data:`DEFAULT_CONCURRENCY` at a time each, beside a running model request. Together
+with the Ask tab's size limits (``ask_tab.MAX_QUESTION_CHARS``, the model's context) and the
+Batch tab's (``batch_tab.MAX_BATCH_ROWS``) this bounds how long one user's request can
+make the others wait.
+
+Figures follow the page's light or dark theme: they are drawn on a transparent background
+with neutral grid lines (:func:`rlcd_lab.plots.apply_theme`, ``auto``) and :data:`CSS`
+recolours their text in dark mode.
 """
 
 from __future__ import annotations
@@ -21,23 +30,41 @@ from pathlib import Path
 import gradio as gr
 
 from ..assets import ASSETS, default_checkpoint, read_jsonl
-from . import ask_tab, playground, routing_tab, runs_tab
+from ..routing import DEFAULT_EPS, DEFAULT_THRESHOLD
+from . import ask_tab, batch_tab, compare_tab, help_tab, playground, routing_tab, runs_tab
 from .common import (
+    RUNS_DIR,
     checkpoint_choices,
     default_runs,
     env_checkpoint,
     local_checkpoints,
+    local_run_choices,
     run_choices,
+    trained_checkpoints,
 )
 
 INTRO = """# rlcd_lab: calibrated decisions from reasoning models
 A model writes a rationale that ends in `Answer:`; we **read** its next-token distribution
 over the option tokens (the readout *u*), score it with a proper scoring rule, and
 decide automatically only when the calibrated confidence is high enough.
-**Ask** a checkpoint a question · compare **Routing** of RLCD against GRPO/SFT/RFT
-on cached eval dumps · inspect training **Runs** · play with **Proposition 1**.
-Everything here runs on the CPU, offline: the shipped tiny checkpoints, SmolLM2-135M-Instruct
-once converted (`rlcd-lab smollm2`), or the checkpoint named by `$RLCD_CHECKPOINT`."""
+**Ask** a checkpoint a question · **Compare** two checkpoints on one question · answer a
+**Batch** file · compare **Routing** of RLCD against GRPO/SFT/RFT on cached eval dumps ·
+inspect training **Runs** · play with **Proposition 1** · look terms up in **Help**.
+Everything here runs on the CPU, offline: the shipped tiny checkpoints, runs you trained
+under `runs/`, SmolLM2-135M-Instruct once converted (`rlcd-lab smollm2`), or the checkpoint
+named by `$RLCD_CHECKPOINT`."""
+
+CSS = """
+.dark .js-plotly-plot .main-svg .infolayer text,
+.dark .js-plotly-plot .main-svg g[class$="tick"] text,
+.dark .js-plotly-plot .main-svg .annotation text,
+.dark .js-plotly-plot .main-svg .legendtext {
+  fill: var(--body-text-color) !important;
+}
+.dark .js-plotly-plot .modebar-btn path { fill: var(--body-text-color-subdued) !important; }
+"""
+"""Dark mode for the plotly figures: their text takes the theme's text colour (the figures
+themselves are transparent, :func:`rlcd_lab.plots.apply_theme`)."""
 
 QUEUE_MAX_SIZE = 64
 """Events that may wait in the queue at once (all events and users together; a page load
@@ -45,9 +72,9 @@ queues about seven). Past it gradio answers "Queue is full" at once."""
 DEFAULT_CONCURRENCY = 2
 """How many calls of one light callback (Routing, Runs, Proposition 1, examples) run at once."""
 MODEL_CONCURRENCY = 1
-"""How many model requests (Ask) run at once, across users. One: the reader seeds torch's
-global generator for a reproducible draw, which two concurrent draws would interleave, and
-the model already uses every CPU core."""
+"""How many model requests (Ask, Compare, Batch) run at once, across users. One: the reader
+seeds torch's global generator for a reproducible draw, which two concurrent draws would
+interleave, and the model already uses every CPU core."""
 MODEL_CONCURRENCY_ID = "model"
 """The concurrency group of the events that run a model."""
 
@@ -70,24 +97,77 @@ class Dashboard(gr.Blocks):
 
     def launch(self, *args, **kwargs):  # noqa: D102 (gradio's docstring applies)
         kwargs.setdefault("theme", offline_theme())
+        kwargs.setdefault("css", CSS)
         return super().launch(*args, **kwargs)
 
 
-def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
+def _checkpoints(root: Path, runs_root: Path) -> tuple[list[str], str | None]:
+    """Checkpoint choices (shipped, local, trained under ``runs_root``) and the first one."""
     names = checkpoint_choices(root)
     first = env_checkpoint() or default_checkpoint(names)
-    names += [n for n in local_checkpoints() if n not in names]
+    names += [n for n in local_checkpoints() + trained_checkpoints(runs_root) if n not in names]
+    return names, first
+
+
+CHECKPOINT_INFO = (
+    "a shipped checkpoint, a run trained under runs/ (its final/), a local one "
+    "($RLCD_CHECKPOINT, SmolLM2 once converted with `rlcd-lab smollm2`), or type a directory"
+)
+
+
+def _rule_controls() -> tuple[gr.Radio, gr.Radio, gr.Slider]:
+    """The decision-rule controls: confidence measure, readout, threshold."""
+    with gr.Group():
+        with gr.Row():
+            measure = gr.Radio(
+                routing_tab.MEASURE_CHOICES,
+                value="max_p",
+                label="confidence",
+                info="max p, or (K max p − 1)/(K − 1) as the server uses",
+                min_width=160,
+            )
+            aggregate = gr.Radio(
+                routing_tab.AGGREGATE_CHOICES,
+                value="single",
+                label="decide on",
+                info="the first rationale's readout, or the mixture of all M",
+                min_width=160,
+            )
+        threshold = gr.Slider(
+            0.0,
+            1.0,
+            value=DEFAULT_THRESHOLD,
+            step=0.001,
+            label="threshold t: decide automatically when confidence ≥ t",
+        )
+    return measure, aggregate, threshold
+
+
+def _sampling_controls() -> tuple[gr.Slider, gr.Slider, gr.Slider, gr.Number]:
     with gr.Row():
-        with gr.Column(scale=2, min_width=340):
+        m = gr.Slider(1, 8, value=4, step=1, label="M rationales", min_width=140)
+        temperature = gr.Slider(
+            0.05, 2.0, value=1.0, step=0.05, label="sampling temp.", min_width=140
+        )
+    with gr.Row():
+        max_new = gr.Slider(4, 128, value=64, step=1, label="max rationale tokens", min_width=140)
+        seed = gr.Number(0, precision=0, label="seed", min_width=100)
+    return m, temperature, max_new, seed
+
+
+def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
+    names, first = _checkpoints(root, runs_root)
+    with gr.Row():
+        with gr.Column(scale=2, min_width=320):
             checkpoint = gr.Dropdown(
                 names,
                 value=first,
                 allow_custom_value=True,
                 label="Checkpoint",
-                info="a shipped checkpoint, a local one ($RLCD_CHECKPOINT, SmolLM2 once "
-                "converted with `rlcd-lab smollm2`), or type a checkpoint directory",
+                info=CHECKPOINT_INFO,
             )
-            info = gr.Markdown()
+            with gr.Accordion("Model card", open=True):
+                info = gr.Markdown()
             example = gr.Dropdown(
                 [], label="Task example (test split)", info="fills the question and options"
             )
@@ -100,21 +180,10 @@ def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
             options = gr.Textbox(
                 label="Options", info="comma-separated labels, each a single token (e.g. Y, N)"
             )
-            with gr.Row():
-                m = gr.Slider(1, 8, value=4, step=1, label="M rationales")
-                temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="sampling temp.")
-            with gr.Row():
-                max_new = gr.Slider(4, 128, value=64, step=1, label="max rationale tokens")
-                seed = gr.Number(0, precision=0, label="seed")
-            threshold = gr.Slider(
-                0.0,
-                1.0,
-                value=routing_tab.DEFAULT_THRESHOLD,
-                step=0.001,
-                label="routing threshold t (decide automatically when confidence ≥ t)",
-            )
+            m, temperature, max_new, seed = _sampling_controls()
+            measure, aggregate, threshold = _rule_controls()
             button = gr.Button("Ask", variant="primary")
-        with gr.Column(scale=3, min_width=420):
+        with gr.Column(scale=3, min_width=320):
             verdict = gr.Markdown()
             texts = gr.HTML(label="Rationales")
             bars = gr.Plot(label="Readouts", show_label=False)
@@ -122,6 +191,8 @@ def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
                 result = gr.JSON(label="result")
 
     fields = [checkpoint, question, options]
+    inputs = [checkpoint, question, options, m, temperature, max_new, seed, threshold]
+    inputs += [measure, aggregate]
     gr.on(
         [checkpoint.change, demo.load],
         partial(ask_tab.checkpoint_info, root=root),
@@ -130,7 +201,7 @@ def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
         api_name="checkpoint_info",
     ).then(
         partial(ask_tab.ask, root=root),
-        [checkpoint, question, options, m, temperature, max_new, seed, threshold],
+        inputs,
         [verdict, texts, bars, result],
         api_visibility="private",
         concurrency_limit=MODEL_CONCURRENCY,
@@ -145,67 +216,168 @@ def _ask_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
     gr.on(
         [button.click, question.submit, options.submit],
         partial(ask_tab.ask, root=root),
-        [checkpoint, question, options, m, temperature, max_new, seed, threshold],
+        inputs,
         [verdict, texts, bars, result],
         api_name="ask",
         concurrency_limit=MODEL_CONCURRENCY,
         concurrency_id=MODEL_CONCURRENCY_ID,
     )
-    threshold.change(
-        ask_tab.reroute, [result, threshold], [verdict, result], api_name="ask_reroute"
+    gr.on(
+        [threshold.change, measure.change, aggregate.change],
+        ask_tab.reroute,
+        [result, threshold, measure, aggregate],
+        [verdict, result],
+        api_name="ask_reroute",
     )
-    return threshold
+    return (measure, aggregate, threshold), (checkpoint, question, options)
 
 
-def _routing_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
-    names = run_choices(root)
+def _compare_tab(root: Path, runs_root: Path, ask_fields: tuple) -> tuple:
+    names, first = _checkpoints(root, runs_root)
+    trained = [n for n in names if "reinforce" in n and "verify" in n]
+    base = "checkpoints/base-verify" if "checkpoints/base-verify" in names else first
+    gr.Markdown(
+        "Two checkpoints read the same question with the same sampling settings and are "
+        "decided by the same rule: e.g. a base model against the RLCD model trained from it."
+    )
     with gr.Row():
-        runs = gr.Dropdown(
+        a = gr.Dropdown(
+            names, value=base, allow_custom_value=True, label="Checkpoint A", min_width=260
+        )
+        b = gr.Dropdown(
             names,
-            value=default_runs(names),
-            multiselect=True,
+            value=trained[0] if trained else first,
             allow_custom_value=True,
-            label="Runs (cached eval dumps)",
-            info="shipped runs; or type a run directory that holds eval/test.jsonl",
-            scale=4,
-        )
-        calibrated = gr.Checkbox(True, label="temperature-scale (T fitted on dev)", scale=1)
-    with gr.Row():
-        threshold = gr.Slider(
-            0.0,
-            1.0,
-            value=routing_tab.DEFAULT_THRESHOLD,
-            step=0.001,
-            label="confidence threshold t: decide automatically when confidence ≥ t",
-            scale=3,
-        )
-        eps = gr.Slider(
-            0.005, 0.5, value=routing_tab.DEFAULT_EPS, step=0.005, label="error budget ε"
+            label="Checkpoint B",
+            min_width=260,
         )
     with gr.Row():
-        cost_wrong = gr.Number(
-            routing_tab.DEFAULT_COST_WRONG, minimum=0, label="cost of a wrong automated decision"
-        )
-        cost_escalate = gr.Number(
-            routing_tab.DEFAULT_COST_ESCALATE, minimum=0, label="cost of escalating an item"
-        )
-        bayes = gr.Button("set t = 1 − c_escalate / c_wrong")
+        with gr.Column(scale=2, min_width=320):
+            question = gr.Textbox("33+60+20=113?", label="Question", lines=2)
+            options = gr.Textbox("Y, N", label="Options", info="comma-separated labels")
+            copy = gr.Button("Use the Ask tab's question", size="sm")
+            m, temperature, max_new, seed = _sampling_controls()
+            measure, aggregate, threshold = _rule_controls()
+            button = gr.Button("Compare", variant="primary")
+        with gr.Column(scale=3, min_width=320):
+            summary = gr.Markdown("Press **Compare** to read the question with both checkpoints.")
+            with gr.Row():
+                with gr.Column(min_width=260):
+                    md_a = gr.Markdown()
+                    fig_a = gr.Plot(show_label=False)
+                with gr.Column(min_width=260):
+                    md_b = gr.Markdown()
+                    fig_b = gr.Plot(show_label=False)
+            with gr.Accordion("Exact numbers (JSON)", open=False):
+                result = gr.JSON(label="both results")
+    copy.click(
+        lambda q, o: (q, o), list(ask_fields[1:]), [question, options], api_visibility="private"
+    )
+    button.click(
+        partial(compare_tab.compare_checkpoints, root=root),
+        [a, b, question, options, m, temperature, max_new, seed, threshold, measure, aggregate],
+        [summary, md_a, fig_a, md_b, fig_b, result],
+        api_name="compare",
+        concurrency_limit=MODEL_CONCURRENCY,
+        concurrency_id=MODEL_CONCURRENCY_ID,
+    )
+    return measure, aggregate, threshold
+
+
+def _batch_tab(root: Path, runs_root: Path) -> tuple:
+    names, first = _checkpoints(root, runs_root)
+    gr.Markdown(
+        "Upload a **JSONL** or **CSV** file with a `question` and an `options` column "
+        "(options as a list or as `Y, N`; optional `label`: the true option). Every question "
+        f"is answered as in the Ask tab (at most {batch_tab.MAX_BATCH_ROWS} per file) and "
+        "decided by the rule below; download the answers as CSV."
+    )
+    with gr.Row():
+        with gr.Column(scale=2, min_width=320):
+            checkpoint = gr.Dropdown(
+                names,
+                value=first,
+                allow_custom_value=True,
+                label="Checkpoint",
+                info=CHECKPOINT_INFO,
+            )
+            upload = gr.File(
+                label="Questions (.jsonl or .csv)",
+                file_types=list(batch_tab.SUFFIXES),
+                type="filepath",
+            )
+            m, temperature, max_new, seed = _sampling_controls()
+            measure, aggregate, threshold = _rule_controls()
+            button = gr.Button("Answer all", variant="primary")
+        with gr.Column(scale=3, min_width=320):
+            summary = gr.Markdown()
+            table = gr.Dataframe(
+                value={"headers": batch_tab.RESULT_COLUMNS, "data": []},
+                label="Answers",
+                interactive=False,
+                wrap=True,
+                column_widths=batch_tab.COLUMN_WIDTHS,
+            )
+            download = gr.File(label="answers.csv", interactive=False)
+    button.click(
+        partial(batch_tab.batch_answers, root=root),
+        [checkpoint, upload, m, temperature, max_new, seed, threshold, measure, aggregate],
+        [summary, table, download],
+        api_name="batch",
+        concurrency_limit=MODEL_CONCURRENCY,
+        concurrency_id=MODEL_CONCURRENCY_ID,
+    )
+    return measure, aggregate, threshold
+
+
+def _routing_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
+    names = run_choices(root)
+    names += [n for n in local_run_choices(runs_root) if n not in names]
+    runs = gr.Dropdown(
+        names,
+        value=default_runs(run_choices(root)),
+        multiselect=True,
+        allow_custom_value=True,
+        label="Runs (cached eval dumps)",
+        info="shipped runs and runs trained under runs/; or type a run directory that "
+        "holds eval/test.jsonl",
+    )
+    with gr.Row():
+        with gr.Column(scale=3, min_width=300):
+            measure, aggregate, threshold = _rule_controls()
+        with gr.Column(scale=2, min_width=260):
+            calibrated = gr.Checkbox(True, label="temperature-scale (T fitted on dev)")
+            eps = gr.Slider(0.005, 0.5, value=DEFAULT_EPS, step=0.005, label="error budget ε")
+            with gr.Row():
+                cost_wrong = gr.Number(
+                    routing_tab.DEFAULT_COST_WRONG,
+                    minimum=0,
+                    label="cost of a wrong automated decision",
+                    min_width=120,
+                )
+                cost_escalate = gr.Number(
+                    routing_tab.DEFAULT_COST_ESCALATE,
+                    minimum=0,
+                    label="cost of escalating an item",
+                    min_width=120,
+                )
+            bayes = gr.Button("set t to the cost-optimal threshold", size="sm")
     summary = gr.Markdown()
     table = gr.Dataframe(
         label="Routing at threshold t (test split)",
         interactive=False,
         wrap=True,
-        column_widths=["18%", "7%", "13%", "14%", "8%", "8%", "8%", "12%", "12%"],
+        column_widths=routing_tab.COLUMN_WIDTHS,
     )
     with gr.Row():
-        rc_plot = gr.Plot(show_label=False)
-        cost_plot = gr.Plot(show_label=False)
+        rc_plot = gr.Plot(show_label=False, min_width=300)
+        cost_plot = gr.Plot(show_label=False, min_width=300)
     metrics_table = gr.Dataframe(label="Per-run metrics (test split)", interactive=False)
     reliability = gr.Plot(show_label=False)
     with gr.Accordion("Exact numbers (JSON)", open=False):
         numbers = gr.JSON(label="routing")
 
-    inputs = [runs, threshold, eps, cost_wrong, cost_escalate, calibrated]
+    inputs = [runs, threshold, eps, cost_wrong, cost_escalate, calibrated, measure, aggregate]
     gr.on(
         [c.change for c in inputs] + [demo.load],
         partial(routing_tab.routing_update, root=root),
@@ -215,27 +387,34 @@ def _routing_tab(root: Path, demo: gr.Blocks) -> gr.Slider:
         trigger_mode="always_last",
         show_progress="hidden",
     )
+    slow = [runs, cost_wrong, cost_escalate, calibrated, measure, aggregate]
     gr.on(
-        [c.change for c in (runs, cost_wrong, cost_escalate, calibrated)] + [demo.load],
+        [c.change for c in slow] + [demo.load],
         partial(routing_tab.routing_figures, root=root),
-        [runs, cost_wrong, cost_escalate, calibrated],
+        slow,
         [reliability, cost_plot],
         api_name="routing_figures",
         trigger_mode="always_last",
     )
     bayes.click(
-        routing_tab.bayes_threshold, [cost_wrong, cost_escalate], threshold, api_name="bayes"
+        partial(routing_tab.bayes_for_runs, root=root),
+        [cost_wrong, cost_escalate, measure, runs],
+        threshold,
+        api_name="bayes",
     )
-    return threshold
+    return measure, aggregate, threshold
 
 
-def _runs_tab(root: Path, demo: gr.Blocks) -> None:
+def _runs_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> None:
     names = run_choices(root)
     defaults = default_runs(names)
+    names += [n for n in local_run_choices(runs_root, "log.jsonl") if n not in names]
     columns: dict[str, None] = {}
     for name in names:
-        if (root / name / "log.jsonl").exists():
-            rows = read_jsonl(root / name / "log.jsonl")
+        log = root / name / "log.jsonl"
+        log = log if log.exists() else Path(name) / "log.jsonl"
+        if log.exists():
+            rows = read_jsonl(log)
             columns.update(dict.fromkeys(runs_tab.numeric_columns(rows)))
     with gr.Row():
         run = gr.Dropdown(
@@ -243,7 +422,9 @@ def _runs_tab(root: Path, demo: gr.Blocks) -> None:
             value=defaults[0] if defaults else None,
             allow_custom_value=True,
             label="Run",
-            info="a shipped run, or type a run directory that holds log.jsonl",
+            info="a shipped run, a run trained under runs/, or type a run directory that "
+            "holds log.jsonl",
+            min_width=300,
         )
         panels = gr.CheckboxGroup(
             list(runs_tab.PANELS), value=runs_tab.DEFAULT_PANELS, label="Panels"
@@ -252,15 +433,17 @@ def _runs_tab(root: Path, demo: gr.Blocks) -> None:
     curves = gr.Plot(show_label=False)
     gr.Markdown("### Compare runs on one logged column")
     with gr.Row():
-        compare = gr.Dropdown(
-            names, value=defaults, multiselect=True, allow_custom_value=True, label="Runs", scale=3
-        )
-        column = gr.Dropdown(
-            list(columns),
-            value="rationale_length" if "rationale_length" in columns else None,
-            allow_custom_value=True,
-            label="Column",
-        )
+        with gr.Column(scale=3, min_width=300):
+            compare = gr.Dropdown(
+                names, value=defaults, multiselect=True, allow_custom_value=True, label="Runs"
+            )
+        with gr.Column(scale=1, min_width=200):
+            column = gr.Dropdown(
+                list(columns),
+                value="rationale_length" if "rationale_length" in columns else None,
+                allow_custom_value=True,
+                label="Column",
+            )
     compared = gr.Plot(show_label=False)
     gr.on(
         [run.change, panels.change, demo.load],
@@ -355,26 +538,45 @@ def _playground_tab(demo: gr.Blocks) -> None:
     )
 
 
-def build_demo(root: str | Path = ASSETS) -> gr.Blocks:
+def _copies(n: int):
+    """A callback that returns its input ``n`` times (once when ``n == 1``)."""
+    return (lambda v: v) if n == 1 else (lambda v: [v] * n)
+
+
+def _sync(groups: list[tuple]) -> None:
+    """Keep the rule controls of every tab equal: a user's change of one moves the same
+    control in the other tabs (``.input``: programmatic updates do not echo back)."""
+    for i in range(len(groups[0])):
+        same = [g[i] for g in groups]
+        for c in same:
+            others = [o for o in same if o is not c]
+            c.input(_copies(len(others)), c, others, api_visibility="private")
+
+
+def build_demo(root: str | Path = ASSETS, runs_root: str | Path = RUNS_DIR) -> gr.Blocks:
     """Build the dashboard (not launched) on the checkpoints and runs under ``root``
-    (default: the shipped ``assets/``), its queue bounded (see the module docstring).
-    ``launch()`` uses :func:`offline_theme`."""
-    root = Path(root)
+    (default: the shipped ``assets/``) and the runs trained under ``runs_root`` (default
+    ``runs/``), its queue bounded (see the module docstring). ``launch()`` uses
+    :func:`offline_theme` and :data:`CSS`."""
+    root, runs_root = Path(root), Path(runs_root)
     with Dashboard(title="rlcd_lab dashboard", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
         with gr.Tabs():
             with gr.Tab("Ask", id="ask"):
-                ask_threshold = _ask_tab(root, demo)
+                ask_rule, ask_fields = _ask_tab(root, runs_root, demo)
+            with gr.Tab("Compare", id="compare"):
+                compare_rule = _compare_tab(root, runs_root, ask_fields)
+            with gr.Tab("Batch", id="batch"):
+                batch_rule = _batch_tab(root, runs_root)
             with gr.Tab("Routing", id="routing"):
-                routing_threshold = _routing_tab(root, demo)
+                routing_rule = _routing_tab(root, runs_root, demo)
             with gr.Tab("Runs", id="runs"):
-                _runs_tab(root, demo)
+                _runs_tab(root, runs_root, demo)
             with gr.Tab("Proposition 1", id="proposition1"):
                 _playground_tab(demo)
-        # one threshold for both tabs: a user's move on either slider moves the other
-        ask_threshold.input(lambda t: t, ask_threshold, routing_threshold, api_visibility="private")
-        routing_threshold.input(
-            lambda t: t, routing_threshold, ask_threshold, api_visibility="private"
-        )
+            with gr.Tab("Help", id="help"):
+                gr.Markdown(help_tab.help_markdown())
+        # one rule for every tab: a user's change in one tab moves the others
+        _sync([ask_rule, compare_rule, batch_rule, routing_rule])
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=DEFAULT_CONCURRENCY)
     return demo
