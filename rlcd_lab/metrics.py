@@ -38,6 +38,10 @@ EPS = 1e-12
 0 for its label costs ``-log(1e-12) ~ 27.6`` nats instead of ``inf``."""
 
 T_MIN, T_MAX = 0.05, 50.0
+DEFAULT_EPS = 0.05
+"""The error budget eps of Cov@eps (the largest share decided at error <= eps) and of the
+routing rules (``rlcd_lab.routing``): the paper's 5% on GSM8K-Verify. Every default eps in
+the package and its notebooks is this constant."""
 """Search range of :func:`fit_temperature`."""
 
 ArrayLike = Any  # numpy array, torch tensor, or nested sequence
@@ -339,7 +343,7 @@ def _largest_prefix(risks: np.ndarray, eps: float, tol: float) -> float:
 
 
 def coverage_at_risk(
-    confidence: ArrayLike, correct: ArrayLike, eps: float = 0.05, tol: float = 1e-12
+    confidence: ArrayLike, correct: ArrayLike, eps: float = DEFAULT_EPS, tol: float = 1e-12
 ) -> float:
     """Cov@eps: the largest ``k/N`` whose top-k *observed* error rate is ``<= eps``.
 
@@ -355,7 +359,9 @@ def coverage_at_risk(
     return _largest_prefix(risks, eps, tol)
 
 
-def predicted_coverage_at_risk(probs: ArrayLike, eps: float = 0.05, tol: float = 1e-12) -> float:
+def predicted_coverage_at_risk(
+    probs: ArrayLike, eps: float = DEFAULT_EPS, tol: float = 1e-12
+) -> float:
     """Label-free Cov@eps: largest ``k/N`` whose top-k *predicted* error is ``<= eps``.
 
     The predicted error of the prefix is ``(1/k) sum_{j<=k} (1 - max_l p_jl)`` with items
@@ -511,7 +517,7 @@ def evaluate(
     probs_or_logits: ArrayLike,
     labels: ArrayLike,
     dev: tuple[ArrayLike, ArrayLike] | None = None,
-    eps: float = 0.05,
+    eps: float = DEFAULT_EPS,
     is_logits: bool = False,
     q: ArrayLike | None = None,
     n_bins: int = 15,

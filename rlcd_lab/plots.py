@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 
 from . import metrics
 from .io import read_jsonl
-from .metrics import ArrayLike, to_numpy
+from .metrics import DEFAULT_EPS, ArrayLike, to_numpy
 
 COLORS = (
     "#636efa",
@@ -218,7 +218,7 @@ def _pick(a: np.ndarray, idx: np.ndarray | None) -> list[float]:
 
 def risk_coverage_figure(
     models: Mapping[str, tuple[ArrayLike, ArrayLike]],
-    eps: float = 0.05,
+    eps: float = DEFAULT_EPS,
     oracle: Literal["first", "each", "none"] = "first",
     title: str = "Risk-coverage",
     max_points: int | None = None,

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .assets import ASSETS
 from .io import atomic_write_jsonl, atomic_write_text, read_jsonl
+from .metrics import DEFAULT_EPS
 
 if TYPE_CHECKING:
     from .train.configs import TrainConfig
@@ -295,7 +296,9 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     out = cfg.out / Path(cfg.task).stem
     from .report import write_report
 
-    write_report(out, cfg.seeds, eps=EPS.get(cfg.task, 0.05), title=f"{cfg.task} ({cfg.scale})")
+    write_report(
+        out, cfg.seeds, eps=EPS.get(cfg.task, DEFAULT_EPS), title=f"{cfg.task} ({cfg.scale})"
+    )
     total = {"wall_s": time.perf_counter() - start, "jobs": cfg.jobs, "runs": timing}
     atomic_write_text(out / "timing.json", json.dumps(total, indent=2))
     return out

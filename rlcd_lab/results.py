@@ -32,6 +32,7 @@ import numpy as np
 from . import metrics, stats
 from .evaluate import summarize
 from .io import read_jsonl
+from .metrics import DEFAULT_EPS
 
 RLCD = "reinforce"
 """The run every other run is compared with: two-stage RLCD."""
@@ -156,7 +157,7 @@ def from_rows(
     test: Sequence[dict],
     dev: Sequence[dict] | None = None,
     path: str | Path = "",
-    eps: float = 0.05,
+    eps: float = DEFAULT_EPS,
     mixture: tuple[int, Sequence[dict]] | None = None,
 ) -> RunResult:
     """A :class:`RunResult` from eval dump rows already in memory (the format of
@@ -191,7 +192,7 @@ def from_rows(
     )
 
 
-def load_run(run: str | Path, eps: float = 0.05) -> RunResult:
+def load_run(run: str | Path, eps: float = DEFAULT_EPS) -> RunResult:
     """Read ``run/eval``: ``test.jsonl`` (required), ``dev.jsonl`` (T is fitted on it) and
     the largest ``test-m<M>.jsonl`` mixture dump, if any (:func:`from_rows`). ``eps``:
     Cov@eps's error budget. Raises FileNotFoundError (naming the file) when the test dump
@@ -232,7 +233,7 @@ def paired_items(
 def paired(
     a: Sequence[RunResult],
     b: Sequence[RunResult],
-    eps: float = 0.05,
+    eps: float = DEFAULT_EPS,
     n: int = N_BOOT,
     seed: int = 0,
 ) -> dict[str, dict[str, float]]:
@@ -322,7 +323,7 @@ def _steps(run: Path) -> int | None:
 
 
 def summarize_runs(
-    root: str | Path, seeds: Sequence[int], eps: float = 0.05, n: int = N_BOOT
+    root: str | Path, seeds: Sequence[int], eps: float = DEFAULT_EPS, n: int = N_BOOT
 ) -> tuple[dict, dict[str, list[RunResult]]]:
     """Every number of a reproduction in ``root/seed-<s>/<run>/eval`` (runs missing for
     a seed are left out) and the loaded runs.

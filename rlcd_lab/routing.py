@@ -45,20 +45,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-DEFAULT_EPS = 0.05
-"""The error budget eps: Cov@eps (the largest share decided at error <= eps) and the dev
-threshold of the Routing tab; the paper's 5% on GSM8K-Verify. Every default eps in the
-package and its notebooks is this constant."""
+from . import metrics
+from .metrics import DEFAULT_EPS as DEFAULT_EPS  # the error budget, defined with Cov@eps
+
 DEFAULT_THRESHOLD = 0.9
 """The dashboard's default threshold on max p (Ask, Compare, Batch and Routing tabs)."""
 DEFAULT_CHANCE_CORRECTED_THRESHOLD = 0.8
 """The decision server's default threshold on the chance-corrected confidence (``auto``
 mode escalates below it). With K = 2 options it is the max-p rule at 0.9
 (:func:`equivalent_threshold`: ``c = 2 max p - 1``)."""
-
-# The constants above come before this import, and metrics is used as ``metrics.x`` at
-# call time: rlcd_lab.metrics may import DEFAULT_EPS from here without an import cycle.
-from . import metrics  # noqa: E402
 
 if TYPE_CHECKING:
     from .metrics import ArrayLike
