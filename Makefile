@@ -5,8 +5,9 @@ PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
 HOST    ?= 127.0.0.1
 PORT    ?= 7860
+STUDENT_OUT ?= student
 
-.PHONY: app test lint fmt serve clean
+.PHONY: app test lint fmt serve clean student notebooks
 
 $(PY):
 	python3 -m venv .venv
@@ -31,6 +32,16 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q
+
+# Classroom mode (docs/instructors.md): the tutorials without their solution cells, as
+# .ipynb in $(STUDENT_OUT) (student/ is git-ignored).
+student: $(STAMP)
+	$(PY) -m rlcd_lab.classroom student --src notebooks --out $(STUDENT_OUT)
+
+# notebooks/*.ipynb paired with the .py sources (created or synced; git-ignored), and the
+# venv's JupyterLab set to open the .py tutorials as notebooks on a double click.
+notebooks: $(STAMP)
+	$(PY) -m rlcd_lab.classroom notebooks --src notebooks
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

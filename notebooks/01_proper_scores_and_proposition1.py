@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -468,6 +468,21 @@ else:
 #    still non-negative? Is it still equal to `E_r ||u(r) - p||^2`?
 # 3. For `q_1 = 0.7`, for which `lambda` does the optimum of section 4 stop being a
 #    certainty (`p_1 < 1`)? Derive it from the closed form and check it on the slider.
+#
+# Put your answers in the next cell (replace each `None`) and run it: the `classroom`
+# checks compute the right answers themselves and say whether yours match.
+
+# %%
+from rlcd_lab import classroom
+
+best_p = None  # 1: the report p = u_1 that maximises E[2 u_Y] when q_1 = 0.7
+is_proper = None  # 1: True or False
+log_gap_nonnegative = None  # 2: True or False
+log_gap_is_diversity = None  # 2: True or False: equal to E_r ||u(r) - p||^2?
+lambda_threshold = None  # 3: the optimum is p_1 < 1 for every lambda above this value
+print("1:", classroom.check_twice_linear_score(best_p, is_proper))
+print("2:", classroom.check_log_score_gap(log_gap_nonnegative, log_gap_is_diversity))
+print("3:", classroom.check_certainty_threshold(lambda_threshold, q1=0.7))
 
 # %% tags=["solution"] jupyter={"source_hidden": true}
 # Solution 1: 2 u_y is the linear score times 2: E = 2 u.q, maximised at a vertex.
@@ -486,3 +501,11 @@ print(f"exercise 2: min log gap {min(gaps):.4f} (>= 0), max |log gap - diversity
 
 # Solution 3: 1/2 + (2 q1 - 1)/(2 lambda) < 1  <=>  lambda > 2 q1 - 1 = 0.4
 print(f"exercise 3: lambda > 2 q1 - 1 = {2 * 0.7 - 1:.1f}")
+
+# The checks of the answer cell agree with these solutions:
+feedback = [
+    classroom.check_twice_linear_score(tutorial.best_report(0.7, "linear"), False),
+    classroom.check_log_score_gap(min(gaps) >= 0, worst < 1e-9),
+    classroom.check_certainty_threshold(2 * 0.7 - 1, q1=0.7),
+]
+assert all(f.ok for f in feedback), feedback

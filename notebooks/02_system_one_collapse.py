@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -352,6 +352,24 @@ if "KL 0.04" in logs:
 #    question at `beta = 0.04`? Compare with the Brier gain of answering directly
 #    (base-facts on dev: direct vs reason Brier, printed at the top). Which wins at the
 #    optimum of the anchored objective, and what does the anchor buy you then?
+#
+# Put your answers in the next cell (replace each `None`) and run it: the `classroom`
+# checks compute the right answers themselves (from the runs above and the base model's
+# `rlcd.json`) and say whether yours match. Exercise 1 needs the `lr=1e-3` run (default
+# scale); exercise 2 is checked on the no-KL run trained above.
+
+# %%
+from rlcd_lab import classroom
+
+lr_run = None  # 1: the run directory of your no-KL run at lr=1e-3
+length_last_10pct = None  # 1: its mean rationale length over the last 10% of steps
+mean_top_p = None  # 2: mean top probability of the final no-KL model's readouts on dev
+kl_price = None  # 3: the KL price per question at beta = 0.04 when p = 0.01
+brier_gain = None  # 3: base-facts dev Brier after reasoning minus answering directly
+winner = None  # 3: "direct" or "reason": which does the anchored objective prefer?
+print("1:", classroom.check_lr_run(lr_run, length_last_10pct))
+print("2:", classroom.check_mean_top_probability(runs.get("no KL"), mean_top_p))
+print("3:", classroom.check_kl_price(kl_price, brier_gain, winner, base=BASE))
 
 # %% tags=["solution"] jupyter={"source_hidden": true}
 # Solution 1 (runs only at default scale: about 2 minutes):
@@ -387,3 +405,17 @@ if gain > 0.04 * np.log(100):
     )
 else:
     print("  the KL price is larger: at its optimum the anchored objective keeps reasoning.")
+
+# The checks of the answer cell agree with these solutions:
+price = 0.04 * np.log(100)
+feedback = [
+    classroom.check_kl_price(price, gain, "direct" if gain > price else "reason", base=BASE)
+]
+if "no KL" in runs:
+    dev_rows = assets.read_jsonl(Path(runs["no KL"]) / "eval/dev.jsonl")
+    top = np.mean([max(r["probs"]) for r in dev_rows])
+    feedback.append(classroom.check_mean_top_probability(runs["no KL"], top))
+if SCALE == "default":
+    length = window(read_log(OUT / "no-KL-lr1e-3"), "rationale_length", 0.1)
+    feedback.append(classroom.check_lr_run(OUT / "no-KL-lr1e-3", length))
+assert all(f.ok for f in feedback), feedback

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -343,7 +343,26 @@ for c, path in sweep.items():
 #    the answer to notebook 2 (what does reasoning do on `facts`?).
 # 3. The toy of section 1 adds isotropic noise. The real score-function gradient is
 #    concentrated on the parameters that shape the rationales. Which coordinates of the
-#    readout signal are diluted then, and which are not?
+#    readout signal are diluted then, and which are not? To check it with numbers: in the
+#    toy at `rho = 10`, what is Adam's relative progress on coordinates the noise does not
+#    reach (parameters only the readout uses), and on coordinates it does reach (shared
+#    ones)?
+#
+# Put your answers in the next cell (replace each `None`) and run it: the `classroom`
+# checks compute the right answers themselves (from the shipped runs, your sweep and the
+# toy of section 1) and say whether yours match.
+
+# %%
+from rlcd_lab import classroom
+
+c_stage1 = None  # 1: the score-function weight c the shipped verify calibrate run trains with
+sf_norm_is_zero = None  # 1: True or False: is the score-function norm in its log.jsonl 0?
+ordering = None  # 2: the c values of the sweep above, lowest 'Brier (TS)' first
+readout_only = None  # 3: progress at rho = 10 on the coordinates the noise does not reach
+shared = None  # 3: progress at rho = 10 on the coordinates it reaches
+print("1:", classroom.check_stage1_weight(c_stage1, sf_norm_is_zero))
+print("2:", classroom.check_sweep_ordering(sweep, ordering))
+print("3:", classroom.check_per_coordinate_dilution(readout_only, shared, rho=10.0))
 
 # %% tags=["solution"] jupyter={"source_hidden": true}
 # Solution 1: stage 1 uses c = 0, so the score-function term never enters the loss; the
@@ -359,5 +378,26 @@ for c, path in sweep.items():
 # uses (e.g. the unembedding rows of the option tokens) see little score-function noise
 # and keep their step size; shared parameters (embeddings, attention, MLPs), which both
 # terms move, are diluted. The dilution is strongest exactly where the readout has to
-# learn *from the rationale's content*.
+# learn *from the rationale's content*. Per coordinate, the toy gives 1 where there is no
+# noise and about 1 / sqrt(1 + rho^2) = 0.0995 where there is.
 print("see the comments in this cell")
+
+# The checks of the answer cell agree with these solutions:
+stage1 = min(
+    (
+        i
+        for i in shipped
+        if i["task"] == "verify" and i["method"] == "calibrate" and i["parent"] is None
+        if i["name"] in dil
+    ),
+    key=lambda i: i["name"],
+)
+sf = dil[stage1["name"]][1]["score_function"]
+feedback = [
+    classroom.check_stage1_weight(stage1["sf_weight"], bool((sf == 0).all()), stage1["path"]),
+    classroom.check_per_coordinate_dilution(1.0, 1 / np.sqrt(1 + 10**2), rho=10.0),
+]
+if len(res):
+    best_first = list(res["Brier (TS)"].sort_values(kind="stable").index)
+    feedback.append(classroom.check_sweep_ordering(sweep, best_first))
+assert all(f.ok for f in feedback), feedback

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -470,9 +470,26 @@ assert RLCD in by_label, "a two-stage RLCD run (method reinforce) must be shippe
 #    classifier's confidences. Verify it: compute the AURC of the GRPO run before and
 #    after scaling.
 # 2. Which single number in Table 1 would you show a product manager who wants to
-#    automate verification at a 5% error budget? Compute it for a 2% budget instead.
+#    automate verification at a 5% error budget? Compute it for a 2% budget instead
+#    (for the RLCD run).
 # 3. The budgets differ: RLCD ran stage 1 *and* stage 2. Using the short runs trained
-#    above, design a fair comparison (same total steps) and say what you would run.
+#    above, design a fair comparison (same total steps) and say what you would run: how
+#    many steps does a baseline get?
+#
+# Put your answers in the next cell (replace each `None`) and run it: the `classroom`
+# checks compute the right answers themselves (from the runs above) and say whether
+# yours match.
+
+# %%
+from rlcd_lab import classroom
+
+aurc_raw = None  # 1: AURC of the GRPO run (first[GRPO]) on its raw probabilities
+aurc_ts = None  # 1: the same after temperature scaling
+cov_2pct = None  # 2: Cov@2% of the RLCD run (first[RLCD]) after scaling, as a fraction
+baseline_steps = None  # 3: the steps of a baseline matched to the two stages trained above
+print("1:", classroom.check_aurc_before_after(first.get(GRPO), aurc_raw, aurc_ts))
+print("2:", classroom.check_coverage_at_risk(first.get(RLCD), cov_2pct, eps=0.02))
+print("3:", classroom.check_fair_budget(OUT / "calibrate", OUT / "reinforce", baseline_steps))
 
 # %% tags=["solution"] jupyter={"source_hidden": true}
 if GRPO in first:
@@ -485,3 +502,16 @@ for lab, r in first.items():
         f"exercise 2: {lab}: Cov@2% = {metrics.coverage_at_risk(r.confidence, r.correct, 0.02):.0%}"
     )
 print("exercise 3: e.g. baselines for stage-1 + stage-2 steps, or RLCD stages of half length")
+
+# The checks of the answer cell agree with these solutions:
+feedback = []
+if GRPO in first:
+    feedback.append(classroom.check_aurc_before_after(first[GRPO], a_raw, a_ts))
+if RLCD in first:
+    r = first[RLCD]
+    cov = metrics.coverage_at_risk(r.confidence, r.correct, 0.02)
+    feedback.append(classroom.check_coverage_at_risk(r, cov, eps=0.02))
+if SCALE != "paper":
+    steps = sum(cfg.steps for name, cfg in plan if name in ("calibrate", "reinforce"))
+    feedback.append(classroom.check_fair_budget(OUT / "calibrate", OUT / "reinforce", steps))
+assert all(f.ok for f in feedback), feedback

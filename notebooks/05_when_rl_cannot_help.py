@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -422,10 +422,27 @@ else:
 # 1. Run the `lambda` objective in between: `rlcd-lab train mixture --lam 0.5`. Where do
 #    its single-query and mixture JSD land?
 # 2. Proposition 1 says the mixture objective pays `E_r ||u(r) - p||^2`. Compute that
-#    diversity term on the mixture run's test readouts (`mrows` above) and compare it
-#    with the per-rationale run's.
+#    diversity term, averaged over test items, on the readouts `mrows` above (the
+#    per-rationale run's: the last run evaluated there) and compare it with the mixture
+#    run's.
 # 3. Why can't reasoning help on `urn 3a1b2c?` even in principle? What would a task look
-#    like where a spread `q` *can* be narrowed by reasoning?
+#    like where a spread `q` *can* be narrowed by reasoning? (To check the first part:
+#    what is the best forecast for `urn 3a1b2c?`, and what did you need to compute it?)
+#
+# Put your answers in the next cell (replace each `None`) and run it: the `classroom`
+# checks compute the right answers themselves (from your runs, `mrows` and the task's
+# items) and say whether yours match.
+
+# %%
+from rlcd_lab import classroom
+
+lam_run = None  # 1: the run directory of your `--lam 0.5` run (default scale)
+lam_jsd_single = None  # 1: its single-query test JSD to q, in bits, before scaling
+diversity = None  # 2: the mean over test items of E_r ||u(r) - p||^2 on `mrows`
+urn_forecast = None  # 3: the best forecast for `urn 3a1b2c?`, [P(A), P(B), P(C)]
+print("1:", classroom.check_lambda_run(lam_run, lam_jsd_single, lam=0.5))
+print("2:", classroom.check_diversity_term(mrows if runs else None, diversity))
+print("3:", classroom.check_urn_forecast(urn_forecast, "urn 3a1b2c?"))
 
 # %% tags=["solution"] jupyter={"source_hidden": true}
 # Solution 1 (default scale only, about 1.5 minutes):
@@ -441,3 +458,12 @@ print(
 # Solution 3: Y is drawn from the urn independently of anything the model can compute:
 # q(x) is already known from the prompt. Reasoning helps when q(x) is spread only from the
 # model's point of view (epistemic), e.g. verify before computing the sum.
+
+# The checks of the answer cell agree with these solutions:
+feedback = [classroom.check_urn_forecast([3 / 6, 1 / 6, 2 / 6], "urn 3a1b2c?")]
+if runs:
+    var_u = quality.loc["per-rationale", "var u across rationales"]
+    feedback.append(classroom.check_diversity_term(mrows, var_u))
+if SCALE == "default":
+    feedback.append(classroom.check_lambda_run(OUT / "lam0.5", s["jsd"], lam=0.5))
+assert all(f.ok for f in feedback), feedback

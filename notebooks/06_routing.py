@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -408,6 +408,20 @@ else:
 #    base model's direct readout on `facts` has T close to 1.3; on `verify` it is constant
 #    (its fitted T sits at the fitting bound).
 #    Which task's cascade changes more, and why?
+#
+# Put your answers in the next cell (replace each `None`) and run it: the `classroom`
+# checks compute the right answers themselves (with `rlcd_lab.routing`, on this
+# notebook's `cascades`) and say whether yours match.
+
+# %%
+from rlcd_lab import classroom
+
+band = None  # 1: (low, high), the p_Y where the policy escalates at c_FA = 1; () if never
+t_label_free = None  # 2: {task: threshold} for the tasks of section 3
+changes_more = None  # 3: the task whose cascade accuracy changes more with raw probabilities
+print("1:", classroom.check_escalation_band(band, c_fa=1, escalate=ESCALATE))
+print("2:", classroom.check_label_free_thresholds(cascades, t_label_free, eps=EPS))
+print("3:", classroom.check_raw_cascade(cascades, thresholds, changes_more))
 
 # %% tags=["solution"] jupyter={"source_hidden": true}
 # Solution 1: costs: accept p_N, reject p_Y, escalate 0.5; accept when p_N < 0.5 and
@@ -419,18 +433,28 @@ acts = routing.bayes_actions(np.stack([grid, 1 - grid], 1), cost)
 print("exercise 1: actions for p_Y = 0, 0.1, ..., 1:", acts.tolist(), "(0 Y, 1 N, 2 escalate)")
 
 # Solution 2: the label-free threshold, applied to the direct readout on dev.
+t_free = {}
 for task, out in cascades.items():
     conf_dev = out["direct_dev"].max(1)
-    t_free = routing.threshold_for_risk(conf_dev, None, 0.05)
-    probs, routed = routing.cascade(out["direct"], out["reason"], t_free)
+    t_free[task] = routing.threshold_for_risk(conf_dev, None, EPS)
+    probs, routed = routing.cascade(out["direct"], out["reason"], t_free[task])
     print(
-        f"exercise 2: {task}: label-free t = {t_free:.3f}, reasons on {routed.mean():.0%}, "
-        f"accuracy {metrics.accuracy(probs, out['y']):.3f}"
+        f"exercise 2: {task}: label-free t = {t_free[task]:.3f}, reasons on "
+        f"{routed.mean():.0%}, accuracy {metrics.accuracy(probs, out['y']):.3f}"
     )
 
 # Solution 3: the raw (unscaled) direct probabilities in the cascade.
+gaps = {}
 for task, out in cascades.items():
     raw = out["direct_raw"]
     c_raw = routing.cascade_curve(raw, out["reason"], out["y"], out["tokens_reason"], thresholds)
-    gap = np.abs(c_raw["accuracy"] - out["curve"]["accuracy"]).max()
-    print(f"exercise 3: {task}: largest accuracy change over thresholds {gap:.3f}")
+    gaps[task] = np.abs(c_raw["accuracy"] - out["curve"]["accuracy"]).max()
+    print(f"exercise 3: {task}: largest accuracy change over thresholds {gaps[task]:.3f}")
+
+# The checks of the answer cell agree with these solutions:
+feedback = [
+    classroom.check_escalation_band((), c_fa=1, escalate=ESCALATE),
+    classroom.check_label_free_thresholds(cascades, t_free, eps=EPS),
+    classroom.check_raw_cascade(cascades, thresholds, max(gaps, key=gaps.get)),
+]
+assert all(f.ok for f in feedback), feedback

@@ -234,7 +234,9 @@ DESCRIPTION = "rlcd_lab: reinforcement learning for calibrated decisions."
 
 def run_eval_command(cfg: Eval) -> dict:
     """Evaluate as ``cfg`` says; returns the summary. Settings, the task split and the
-    checkpoint are checked before the model runs (``ValueError`` / ``FileNotFoundError``)."""
+    checkpoint are checked before the model runs (``ValueError`` / ``FileNotFoundError``).
+    Progress: a tqdm bar over the items on stderr (``TQDM_DISABLE=1`` in the environment
+    hides it)."""
     for name, low in (("m", 1), ("max_new_tokens", 1), ("limit", 0)):
         value = getattr(cfg, name)
         if value is not None and value < low:
@@ -256,7 +258,7 @@ def run_eval_command(cfg: Eval) -> dict:
         marker=meta["marker"],
         sep=meta["sep"],
     )
-    rows = run_eval(model, tok, items, **kw)
+    rows = run_eval(model, tok, items, progress=True, **kw)  # a tqdm bar on stderr
     if cfg.out is not None:
         atomic_write_jsonl(cfg.out, rows)
     return summarize(rows)

@@ -7,19 +7,53 @@ reproduce and the dashboard):
 ``probs`` and ``logits`` (the single-query readout: the first rationale's). In
 ``direct`` mode there is one empty rationale: the prompt ends with the bare marker.
 ``summarize`` turns rows into the paper's Table 1 row via ``metrics.evaluate``.
+``run_eval(..., progress=True)`` (``rlcd-lab eval``) shows a tqdm bar over the items read,
+on stderr.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
+from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from . import metrics
 from .reader import Mode, read
 from .readout import MARKER, SEP
 from .tasks import TaskItem
+
+
+class _Progress(Sequence[str]):
+    """The questions as :func:`rlcd_lab.reader.read` gets them, counting the items read on a
+    tqdm ``bar``: ``read`` takes them one batch-sized slice at a time, in order, so each
+    new slice means the previous one is done; :meth:`finish` counts the last one. Only the
+    bar depends on that access pattern: ``read`` sees the same strings either way, so the
+    rows (and their seeds) are the same with or without a bar."""
+
+    def __init__(self, questions: list[str], bar: tqdm) -> None:
+        self.questions, self.bar, self.pending = questions, bar, 0
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, int):
+            return self.questions[index]
+        self.bar.update(self.pending)
+        batch = self.questions[index]
+        self.pending = len(batch)
+        return batch
+
+    def finish(self) -> None:
+        self.bar.update(self.pending)
+        self.pending = 0
 
 
 def run_eval(
@@ -35,14 +69,30 @@ def run_eval(
     seed: int = 0,
     marker: str = MARKER,
     sep: str = SEP,
+    progress: bool = False,
 ) -> list[dict]:
     """Eval-dump rows for ``items`` (see the module docstring), read by
-    :func:`rlcd_lab.reader.read` (batched, seeded); each item over its own options."""
-    readings = read(
-        model, tokenizer, [it.prompt for it in items], [it.options for it in items],
-        mode=mode, m=m, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-        marker=marker, sep=sep, batch_size=batch_size,
-    )  # fmt: skip
+    :func:`rlcd_lab.reader.read` (batched, seeded); each item over its own options.
+
+    ``progress``: a tqdm bar on stderr over the items read, advancing one batch of
+    ``batch_size`` at a time (``TQDM_DISABLE=1`` in the environment hides it). The rows do
+    not depend on it.
+    """
+    questions: Sequence[str] = [it.prompt for it in items]
+    bar = tqdm(total=len(items), desc=f"eval {mode}", unit="item") if progress else None
+    if bar is not None:
+        questions = _Progress(list(questions), bar)
+    try:
+        readings = read(
+            model, tokenizer, questions, [it.options for it in items],
+            mode=mode, m=m, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+            marker=marker, sep=sep, batch_size=batch_size,
+        )  # fmt: skip
+        if isinstance(questions, _Progress):
+            questions.finish()
+    finally:
+        if bar is not None:
+            bar.close()
     return [
         {
             "uid": it.uid,

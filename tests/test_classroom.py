@@ -1,0 +1,531 @@
+"""Classroom mode (rlcd_lab.classroom): every exercise check accepts a right answer, rejects
+a wrong one and says "not answered yet" for None, with the right answers derived here
+independently (closed forms, plain numpy on the files); the notebooks' answer cells call
+them; ``write_student`` drops every solution cell and its notebooks run at ci scale;
+``make notebooks``' pairing and JupyterLab setting."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+import numpy as np
+import pytest
+
+from rlcd_lab import classroom
+from rlcd_lab.assets import ASSETS
+from rlcd_lab.classroom import Feedback
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+VERIFY = ASSETS / "results" / "verify" / "seed-17"
+
+
+def right(f: Feedback) -> None:
+    assert f.ok is True and str(f).startswith("correct: "), f
+
+
+def wrong(f: Feedback) -> None:
+    assert f.ok is False and str(f).startswith("not yet: "), f
+
+
+def unanswered(f: Feedback) -> None:
+    assert f.ok is None and "not answered yet" in str(f), f
+
+
+def nothing(f: Feedback) -> None:
+    assert f.ok is None and str(f).startswith("nothing to check"), f
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_run(path: Path, config: dict, log: list[dict] | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    if log is not None:
+        write_jsonl(path / "log.jsonl", log)
+    return path
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+# ------------------------------------------------------------------------- the answers
+def aurc(conf: np.ndarray, correct: np.ndarray) -> float:
+    """Mean over k of the error rate of the k most confident items (stable order)."""
+    order = np.argsort(-conf, kind="stable")
+    err = 1.0 - correct[order]
+    return float(np.mean(np.cumsum(err) / np.arange(1, len(err) + 1)))
+
+
+def cov_at_risk(conf: np.ndarray, correct: np.ndarray, eps: float) -> float:
+    order = np.argsort(-conf, kind="stable")
+    risk = np.cumsum(1.0 - correct[order]) / np.arange(1, len(conf) + 1)
+    ok = np.flatnonzero(risk <= eps + 1e-12)
+    return (ok[-1] + 1) / len(conf) if ok.size else 0.0
+
+
+def label_free_threshold(conf: np.ndarray, eps: float) -> float:
+    c = np.sort(conf)[::-1]
+    risk = np.cumsum(1.0 - c) / np.arange(1, len(c) + 1)
+    ok = np.flatnonzero(risk <= eps + 1e-12)
+    return float(c[ok[-1]]) if ok.size else math.inf
+
+
+# ------------------------------------------------------------------------- notebook 1
+def test_twice_linear_score():
+    for q1 in (0.7, 0.3):
+        best = float(q1 > 0.5)  # 2 u.q is linear in p: the vertex on q's side
+        right(classroom.check_twice_linear_score(best, False, q1=q1))
+        wrong(classroom.check_twice_linear_score(q1, True, q1=q1))  # the proper answer
+        wrong(classroom.check_twice_linear_score(best, True, q1=q1))  # p right, proper wrong
+    wrong(classroom.check_twice_linear_score("one", False))
+    unanswered(classroom.check_twice_linear_score(None, False))
+
+
+def test_log_score_gap():
+    rng = np.random.default_rng(1)
+    gaps, diffs = [], []
+    for _ in range(200):
+        u, q = rng.dirichlet(np.ones(3), 4), rng.dirichlet(np.ones(3))
+        gap = q @ np.log(u.mean(0)) - np.mean(np.log(u) @ q)
+        gaps.append(gap)
+        diffs.append(abs(gap - np.mean(((u - u.mean(0)) ** 2).sum(1))))
+    nonneg, equal = min(gaps) >= 0, max(diffs) < 1e-9
+    right(classroom.check_log_score_gap(nonneg, equal))  # numpy bools
+    right(classroom.check_log_score_gap(bool(nonneg), bool(equal)))
+    wrong(classroom.check_log_score_gap(not nonneg, equal))
+    wrong(classroom.check_log_score_gap(nonneg, not equal))
+    unanswered(classroom.check_log_score_gap(None, None))
+
+
+@pytest.mark.parametrize("q1", [0.7, 0.9])
+def test_certainty_threshold(q1):
+    lam = 2 * q1 - 1  # 1/2 + (2 q1 - 1) / (2 lam) = 1
+    right(classroom.check_certainty_threshold(lam, q1=q1))
+    right(classroom.check_certainty_threshold(round(lam, 2), q1=q1))
+    wrong(classroom.check_certainty_threshold(1.0, q1=q1))
+    wrong(classroom.check_certainty_threshold(q1, q1=q1))
+    unanswered(classroom.check_certainty_threshold(None))
+
+
+# ------------------------------------------------------------------------- notebook 2
+def test_lr_run(tmp_path):
+    lengths = [20.0 - i for i in range(20)]  # 20 steps: the last 10% are 2 steps
+    log = [{"step": i, "rationale_length": v} for i, v in enumerate(lengths)]
+    run = write_run(tmp_path / "lr", {"lr": 1e-3, "beta": 0.0}, log)
+    expected = np.mean(lengths[-2:])
+    right(classroom.check_lr_run(run, expected))
+    wrong(classroom.check_lr_run(run, np.mean(lengths[:2])))
+    unanswered(classroom.check_lr_run(run, None))
+    other = write_run(tmp_path / "other", {"lr": 3e-4, "beta": 0.0}, log)
+    f = classroom.check_lr_run(other, expected)
+    wrong(f)
+    assert "lr=0.0003" in str(f)
+    anchored = write_run(tmp_path / "kl", {"lr": 1e-3, "beta": 0.04}, log)
+    wrong(classroom.check_lr_run(anchored, expected))
+    nothing(classroom.check_lr_run(None, expected))
+
+
+def test_mean_top_probability(tmp_path):
+    probs = [[0.9, 0.1], [0.4, 0.6], [0.5, 0.5]]
+    run = tmp_path / "run"
+    write_jsonl(run / "eval" / "dev.jsonl", [{"probs": p} for p in probs])
+    expected = np.mean([max(p) for p in probs])
+    right(classroom.check_mean_top_probability(run, expected))
+    right(classroom.check_mean_top_probability(run / "eval" / "dev.jsonl", expected))
+    wrong(classroom.check_mean_top_probability(run, np.mean([min(p) for p in probs])))
+    unanswered(classroom.check_mean_top_probability(run, None))
+    nothing(classroom.check_mean_top_probability(None, expected))
+
+
+def test_kl_price():
+    base = ASSETS / "checkpoints" / "base-facts"
+    dev = json.loads((base / "rlcd.json").read_text())["metrics"]["dev"]
+    gain = dev["reason"]["brier"] - dev["direct"]["brier"]
+    price = 0.04 * math.log(100)
+    winner = "direct" if gain > price else "reason"
+    loser = {"direct": "reason", "reason": "direct"}[winner]
+    right(classroom.check_kl_price(price, gain, winner))
+    right(classroom.check_kl_price(round(price, 3), round(gain, 3), winner.upper()))
+    wrong(classroom.check_kl_price(price, gain, loser))
+    wrong(classroom.check_kl_price(0.04 * math.log(50), gain, winner))  # the p = 0.02 price
+    wrong(classroom.check_kl_price(price, -gain, winner))
+    unanswered(classroom.check_kl_price(price, gain, None))
+
+
+# ------------------------------------------------------------------------- notebook 3
+def test_stage1_weight(tmp_path):
+    log = [{"step": 0, "grad_pathwise": 0.1, "grad_score_function": 3.0}, {"step": 1}]
+    run = write_run(tmp_path / "calibrate", {"sf_weight": 0.0}, log)
+    right(classroom.check_stage1_weight(0, False, run))
+    wrong(classroom.check_stage1_weight(1.0, False, run))
+    wrong(classroom.check_stage1_weight(0, True, run))
+    zero = write_run(tmp_path / "zero", {"sf_weight": 0.0}, [{**log[0], "grad_score_function": 0}])
+    right(classroom.check_stage1_weight(0, True, zero))
+    unanswered(classroom.check_stage1_weight(None, False, run))
+    # the default: the shipped verify stage-1 run, which logs a nonzero norm at c = 0
+    shipped = json.loads((VERIFY / "calibrate" / "config.json").read_text())["sf_weight"]
+    right(classroom.check_stage1_weight(shipped, False))
+
+
+def test_sweep_ordering():
+    sweep = {0.0: VERIFY / "calibrate", 0.3: VERIFY / "reinforce", 1.0: VERIFY / "grpo"}
+    brier = {}
+    for c, run in sweep.items():
+        stored = json.loads((run / "final" / "rlcd.json").read_text())["metrics"]
+        brier[c] = (stored.get("test") or stored["dev"])["ts_brier"]
+    best_first = sorted(brier, key=brier.get)
+    right(classroom.check_sweep_ordering(sweep, best_first))
+    wrong(classroom.check_sweep_ordering(sweep, best_first[::-1]))
+    wrong(classroom.check_sweep_ordering(sweep, best_first[:2]))
+    wrong(classroom.check_sweep_ordering(sweep, "0.3, 0, 1"))
+    unanswered(classroom.check_sweep_ordering(sweep, None))
+    nothing(classroom.check_sweep_ordering({}, best_first))
+
+
+def test_per_coordinate_dilution():
+    right(classroom.check_per_coordinate_dilution(1.0, 1 / math.sqrt(1 + 10**2)))
+    right(classroom.check_per_coordinate_dilution(1.0, 1 / math.sqrt(1 + 5**2), rho=5.0))
+    wrong(classroom.check_per_coordinate_dilution(1 / math.sqrt(101), 1 / math.sqrt(101)))
+    wrong(classroom.check_per_coordinate_dilution(1.0, 1.0))
+    unanswered(classroom.check_per_coordinate_dilution(None, 0.1))
+
+
+# ------------------------------------------------------------------------- notebook 4
+@pytest.fixture(scope="module")
+def grpo():
+    from rlcd_lab import results
+
+    return results.load_run(VERIFY / "grpo")
+
+
+def test_aurc_before_after(grpo):
+    raw = grpo.probs(False)
+    a_raw = aurc(raw.max(1), (raw.argmax(1) == grpo.labels).astype(float))
+    ts = grpo.scaled
+    a_ts = aurc(ts.max(1), (ts.argmax(1) == grpo.labels).astype(float))
+    right(classroom.check_aurc_before_after(grpo, a_raw, a_ts))
+    wrong(classroom.check_aurc_before_after(grpo, a_raw + 0.05, a_ts))
+    wrong(classroom.check_aurc_before_after(grpo, a_raw, a_ts - 0.05))
+    unanswered(classroom.check_aurc_before_after(grpo, None, a_ts))
+    nothing(classroom.check_aurc_before_after(None, a_raw, a_ts))
+
+
+def test_coverage_at_risk(grpo):
+    ts = grpo.scaled
+    conf, correct = ts.max(1), (ts.argmax(1) == grpo.labels).astype(float)
+    for eps in (0.02, 0.05):
+        cov = cov_at_risk(conf, correct, eps)
+        right(classroom.check_coverage_at_risk(grpo, cov, eps=eps))
+        wrong(classroom.check_coverage_at_risk(grpo, cov + 0.1, eps=eps))
+    cov = cov_at_risk(conf, correct, 0.05)
+    if cov > 0:
+        f = classroom.check_coverage_at_risk(grpo, 100 * cov, eps=0.05)
+        wrong(f)
+        assert "fraction" in str(f)
+    unanswered(classroom.check_coverage_at_risk(grpo, None))
+
+
+def test_fair_budget(tmp_path):
+    s1 = write_run(tmp_path / "calibrate", {"steps": 3})
+    s2 = write_run(tmp_path / "reinforce", {"steps": 5})
+    right(classroom.check_fair_budget(s1, s2, 8))
+    wrong(classroom.check_fair_budget(s1, s2, 5))
+    unanswered(classroom.check_fair_budget(s1, s2, None))
+    nothing(classroom.check_fair_budget(s1, tmp_path / "not-trained", 8))
+
+
+# ------------------------------------------------------------------------- notebook 5
+def test_lambda_run():
+    run = ASSETS / "results" / "aleatoric" / "seed-17" / "mixture"
+    lam = json.loads((run / "config.json").read_text())["lam"]
+    rows = [json.loads(line) for line in (run / "eval" / "test.jsonl").read_text().splitlines()]
+    p, q = softmax(np.array([r["logits"] for r in rows])), np.array([r["q"] for r in rows])
+    m = (p + q) / 2
+
+    def kl(a):  # KL(a || m) in bits, 0 log 0 = 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(a > 0, a * np.log2(a / m), 0.0).sum(1)
+
+    jsd = float(np.mean(0.5 * kl(p) + 0.5 * kl(q)))
+    right(classroom.check_lambda_run(run, jsd, lam=lam))
+    wrong(classroom.check_lambda_run(run, jsd + 0.05, lam=lam))
+    f = classroom.check_lambda_run(run, jsd, lam=0.5 if lam != 0.5 else 0.25)
+    wrong(f)
+    assert "lam=" in str(f)
+    unanswered(classroom.check_lambda_run(run, None, lam=lam))
+    nothing(classroom.check_lambda_run(None, jsd))
+
+
+def test_diversity_term():
+    rng = np.random.default_rng(0)
+    rows = [{"readouts": rng.dirichlet(np.ones(3), 4).tolist()} for _ in range(5)]
+    u = np.array([r["readouts"] for r in rows])
+    expected = float(np.mean(((u - u.mean(1, keepdims=True)) ** 2).sum(-1).mean(-1)))
+    right(classroom.check_diversity_term(rows, expected))
+    wrong(classroom.check_diversity_term(rows, 2 * expected))
+    unanswered(classroom.check_diversity_term(rows, None))
+    nothing(classroom.check_diversity_term(None, expected))
+
+
+def test_urn_forecast():
+    for prompt in ("urn 3a1b2c?", "urn 1a0b1c?"):
+        counts = np.array([int(c) for c in re.findall(r"(\d)[abc]", prompt)], float)
+        q = (counts / counts.sum()).tolist()
+        f = classroom.check_urn_forecast(q, prompt)
+        if f.ok is None:  # that urn is not among the task's items
+            nothing(f)
+            continue
+        right(f)
+        wrong(classroom.check_urn_forecast([1 / 3] * 3, prompt))
+        wrong(classroom.check_urn_forecast(q[:2], prompt))
+    unanswered(classroom.check_urn_forecast(None))
+
+
+# ------------------------------------------------------------------------- notebook 6
+def test_escalation_band():
+    # accept costs c_FA p_N, reject p_Y, escalate 0.5: escalate iff 0.5 < p_Y < 1 - 0.5/c_FA
+    right(classroom.check_escalation_band((), c_fa=1))
+    right(classroom.check_escalation_band("never", c_fa=1))
+    wrong(classroom.check_escalation_band((0.4, 0.6), c_fa=1))
+    for c_fa in (5.0, 10.0):
+        band = (0.5, 1 - 0.5 / c_fa)
+        right(classroom.check_escalation_band(band, c_fa=c_fa))
+        wrong(classroom.check_escalation_band((), c_fa=c_fa))
+        wrong(classroom.check_escalation_band((0.5, 0.99), c_fa=c_fa))
+    unanswered(classroom.check_escalation_band(None))
+
+
+def fake_cascades(rng: np.random.Generator) -> dict:
+    out = {}
+    for task, n in (("a", 40), ("b", 60)):
+        direct = rng.dirichlet(np.ones(2), n)
+        out[task] = {
+            "direct": direct,
+            "direct_dev": rng.dirichlet(np.ones(2) * 0.3, n),
+            "reason": rng.dirichlet(np.ones(2), n),
+            "y": rng.integers(0, 2, n),
+            "tokens_reason": rng.integers(5, 20, n).astype(float),
+        }
+    # task a: the raw readout is the scaled one (T = 1); task b: a flattened one (T = 4)
+    out["a"]["direct_raw"] = out["a"]["direct"]
+    out["b"]["direct_raw"] = softmax(np.log(out["b"]["direct"]) / 4)
+    return out
+
+
+def test_label_free_thresholds():
+    cascades = fake_cascades(np.random.default_rng(0))
+    answers = {t: label_free_threshold(c["direct_dev"].max(1), 0.05) for t, c in cascades.items()}
+    right(classroom.check_label_free_thresholds(cascades, answers))
+    wrong(classroom.check_label_free_thresholds(cascades, {**answers, "a": answers["a"] - 0.1}))
+    wrong(classroom.check_label_free_thresholds(cascades, {"a": answers["a"]}))
+    unanswered(classroom.check_label_free_thresholds(cascades, None))
+    nothing(classroom.check_label_free_thresholds({}, answers))
+
+
+def test_raw_cascade():
+    cascades = fake_cascades(np.random.default_rng(0))
+    thresholds = np.linspace(0.5, 1.0, 26)
+
+    def accuracy(direct, out):
+        return np.array(
+            [
+                np.mean(
+                    np.where(direct.max(1) < t, out["reason"].argmax(1), direct.argmax(1))
+                    == out["y"]
+                )
+                for t in thresholds
+            ]
+        )
+
+    change = {
+        t: np.abs(accuracy(c["direct_raw"], c) - accuracy(c["direct"], c)).max()
+        for t, c in cascades.items()
+    }
+    assert change["a"] == 0 and change["b"] > 0  # the fixture differs where it should
+    right(classroom.check_raw_cascade(cascades, thresholds, "b"))
+    wrong(classroom.check_raw_cascade(cascades, thresholds, "a"))
+    wrong(classroom.check_raw_cascade(cascades, thresholds, "c"))
+    unanswered(classroom.check_raw_cascade(cascades, thresholds, None))
+
+
+# --------------------------------------------------------------- notebooks and checks
+def test_feedback_prints_its_message():
+    f = Feedback(True, "correct: yes")
+    assert str(f) == repr(f) == "correct: yes"
+
+
+@pytest.mark.parametrize("name", sorted(classroom.CHECKS))
+def test_answer_cells_call_their_checks(name):
+    """Each notebook has one answer cell, between the exercises and the first solution,
+    with every answer None and a call to each of its three checks."""
+    nb = jupytext.read(NOTEBOOKS / f"{name}.py")
+    text = [c.source for c in nb.cells]
+    start = next(i for i, s in enumerate(text) if "## Exercises" in s)
+    first_solution = next(i for i, c in enumerate(nb.cells) if classroom.is_solution(c))
+    (cell,) = [c for c in nb.cells[start + 1 : first_solution] if c.cell_type == "code"]
+    for check in classroom.CHECKS[name]:
+        assert callable(getattr(classroom, check))
+        assert f"classroom.{check}(" in cell.source, check
+    assigned = re.findall(r"^(\w+) = (.+?)(?:  #.*)?$", cell.source, re.M)
+    assert assigned and all(value == "None" for _, value in assigned), assigned
+
+
+def test_every_check_is_listed():
+    listed = {c for checks in classroom.CHECKS.values() for c in checks}
+    defined = {n for n in dir(classroom) if n.startswith("check_")}
+    assert listed == defined
+    assert all(len(checks) == 3 for checks in classroom.CHECKS.values())
+    assert sorted(classroom.CHECKS) == sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+
+
+# --------------------------------------------------------------------- student copies
+def test_write_student_drops_every_solution(tmp_path):
+    out = tmp_path / "student"
+    paths = classroom.write_student(NOTEBOOKS, out, formats=("ipynb", "py:percent"))
+    sources = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    assert [p.name for p in paths] == sorted(
+        f"{s.stem}{ext}" for s in sources for ext in (".ipynb", ".py")
+    )
+    for src in sources:
+        full = jupytext.read(src)
+        solutions = [c for c in full.cells if "solution" in c.metadata.get("tags", [])]
+        assert solutions  # there was something to remove
+        for ext in (".ipynb", ".py"):
+            nb = jupytext.read(out / f"{src.stem}{ext}")
+            assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
+            kept = [c.source for c in full.cells if "solution" not in c.metadata.get("tags", [])]
+            assert [c.source for c in nb.cells] == kept
+        raw = json.loads((out / f"{src.stem}.ipynb").read_text())
+        assert "jupytext" not in raw["metadata"]  # not paired: saving writes no .py
+        assert raw["metadata"]["kernelspec"]["name"] == "python3"
+    with pytest.raises(ValueError, match="overwrite"):
+        classroom.write_student(NOTEBOOKS, NOTEBOOKS)
+    with pytest.raises(FileNotFoundError):
+        classroom.write_student(tmp_path / "empty", out)
+
+
+def test_command_line_and_makefile(tmp_path, capsys):
+    out = tmp_path / "copies"
+    assert classroom.main(["student", "--src", str(NOTEBOOKS), "--out", str(out)]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed == [str(p) for p in sorted(out.glob("*.ipynb"))] and len(listed) == 6
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    dry = subprocess.run(
+        ["make", "-n", "-W", ".venv/.installed", "student", "notebooks", "STUDENT_OUT=elsewhere"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert "-m rlcd_lab.classroom student --src notebooks --out elsewhere" in dry.stdout
+    assert "-m rlcd_lab.classroom notebooks --src notebooks" in dry.stdout
+    assert "/student/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.parametrize("name", sorted(classroom.CHECKS))
+def test_solutions_come_last(name):
+    """No cell a student keeps comes after a solution cell, so a student copy runs the
+    full notebook's cells up to its solutions, in the same order: tests/test_notebooks.py
+    (every full notebook at ci scale) covers every student copy's cells; the test below
+    runs one student copy for real."""
+    cells = jupytext.read(NOTEBOOKS / f"{name}.py").cells
+    tagged = ["solution" in c.metadata.get("tags", []) for c in cells]
+    first = tagged.index(True)
+    assert all(tagged[first:]), f"a non-solution cell follows the first solution of {name}"
+
+
+@pytest.mark.slow
+def test_student_notebook_runs_at_ci_scale(tmp_path, monkeypatch):
+    """Run All on a student copy (notebook 1, the quickest: about 15 s) works: no cell
+    raises, and the answer cell reports each exercise as not answered yet."""
+    from nbclient import NotebookClient
+
+    name = "01_proper_scores_and_proposition1"
+    (path,) = [
+        p for p in classroom.write_student(NOTEBOOKS, tmp_path / "student") if p.stem == name
+    ]
+    nb = jupytext.read(path)
+    assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
+    monkeypatch.setenv("RLCD_SCALE", "ci")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "classroom.check_" in c.source]
+    text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    lines = text.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["1", "2", "3"], text
+    for line in lines:
+        assert "not answered yet" in line, line
+
+
+# ------------------------------------------------------------------- make notebooks
+def test_pair_notebooks_writes_only_the_ipynb(tmp_path):
+    for src in NOTEBOOKS.glob("0[16]_*.py"):
+        shutil.copy2(src, tmp_path / src.name)
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.py")}
+    written = classroom.pair_notebooks(tmp_path)
+    assert sorted(p.name for p in written) == sorted(n.replace(".py", ".ipynb") for n in before)
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.py")} == before
+    for p in written:
+        nb, src = jupytext.read(p), jupytext.read(p.with_suffix(".py"))
+        assert [c.source for c in nb.cells] == [c.source for c in src.cells]
+        assert nb.metadata["jupytext"]["formats"] == classroom.PAIRED_FORMATS
+    assert classroom.pair_notebooks(tmp_path) == []  # up to date: nothing rewritten
+    # an .ipynb with outputs, older than an edited .py: new cells in, old outputs kept
+    twin = written[0]
+    nb = jupytext.read(twin)
+    code = next(c for c in nb.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
+    jupytext.write(nb, twin)
+    py = twin.with_suffix(".py")
+    py.write_text(py.read_text() + "\n# %%\nprint('new cell')\n")
+    old = twin.stat().st_mtime - 10
+    os.utime(twin, (old, old))
+    assert classroom.pair_notebooks(tmp_path) == [twin]
+    nb = jupytext.read(twin)
+    assert nb.cells[-1].source == "print('new cell')"
+    assert any(o.get("text") == "kept\n" for c in nb.cells for o in c.get("outputs", []))
+
+
+def test_every_tutorial_is_paired_with_ipynb():
+    for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
+        formats = jupytext.read(src).metadata["jupytext"]["formats"]
+        assert formats == classroom.PAIRED_FORMATS, src.name
+
+
+def test_lab_opens_python_files_as_notebooks(tmp_path, monkeypatch):
+    from jupyter_server.services.config.manager import ConfigManager
+
+    settings = tmp_path / "labconfig" / "default_setting_overrides.json"
+    settings.parent.mkdir(parents=True)
+    other = {"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}}
+    other["@jupyterlab/docmanager-extension:plugin"] = {"defaultViewers": {"markdown": "X"}}
+    settings.write_text(json.dumps(other))
+    assert classroom.set_default_viewer(tmp_path) == settings
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(tmp_path))  # as JupyterLab reads it
+    overrides = ConfigManager(config_dir_name="labconfig").get("default_setting_overrides")
+    viewers = overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    assert viewers == {"markdown": "X", "python": classroom.JUPYTEXT_VIEWER}
+    assert overrides["@jupyterlab/apputils-extension:themes"] == {"theme": "JupyterLab Dark"}
+    labext = Path(sys.prefix) / "share" / "jupyter" / "labextensions"
+    lab_js = list(labext.glob("*jupytext*/**/*.js"))
+    if lab_js:  # the installed jupytext extension registers that viewer name
+        assert any(classroom.JUPYTEXT_VIEWER in p.read_text(errors="ignore") for p in lab_js)
