@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Literal
 
 from .assets import ASSETS
 from .io import atomic_write_jsonl, atomic_write_text, read_jsonl
-from .metrics import DEFAULT_EPS
 
 if TYPE_CHECKING:
     from .train.configs import TrainConfig
@@ -294,6 +293,7 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
             else:
                 os.environ[k] = v
     out = cfg.out / Path(cfg.task).stem
+    from .metrics import DEFAULT_EPS
     from .report import write_report
 
     write_report(
