@@ -65,7 +65,7 @@ SIZES = {  # dev / test items for the cascade (section 3), and its tasks
     "default": dict(dev=200, test=400, tasks=("verify", "facts")),
     "paper": dict(dev=100, test=150, tasks=("verify", "facts")),
 }[SCALE]
-EPS = 0.05  # the error budget of Cov@eps (the paper uses 5% on GSM8K-Verify)
+EPS = routing.DEFAULT_EPS  # the error budget of Cov@eps (the paper uses 5% on GSM8K-Verify)
 print(f"SCALE = {SCALE}: {SIZES}")
 
 # %% [markdown]
