@@ -66,7 +66,7 @@ from plotly.subplots import make_subplots
 
 from rlcd_lab import assets, plots, tutorial
 from rlcd_lab.models import read_meta
-from rlcd_lab.train import train
+from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.common import read_log
 from rlcd_lab.train.rlcd import preset
 
@@ -74,6 +74,7 @@ pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offli
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()
+GPUS = 8  # the paper-scale commands below: one process per GPU (accelerate launch)
 SIZES = {
     "ci": dict(steps=8, eval_every=4, eval_items=20, test_items=0),
     "default": dict(steps=250, eval_every=25, eval_items=100, test_items=0),
@@ -142,9 +143,12 @@ if SCALE == "paper":
     print("rlcd-lab data split data/mmlu-pro.jsonl --dev 500 --test 2000")
     for beta in (0.0, 0.04):
         print(
-            "accelerate launch -m rlcd_lab.cli train endtoend --init PATH/TO/Qwen3-1.7B "
-            f"--task data/mmlu-pro.jsonl --lr 2e-6 --steps 400 --max-new-tokens 1024 "
-            f"--beta {beta} --out runs/mmlu-endtoend-beta{beta}"
+            launch_command(
+                "train endtoend --init PATH/TO/Qwen3-1.7B --task data/mmlu-pro.jsonl --lr 2e-6 "
+                f"--steps 400 --max-new-tokens 1024 --beta {beta} "
+                f"--out runs/mmlu-endtoend-beta{beta}",
+                processes=GPUS,
+            )
         )
     print("(the tiny runs below were not trained at paper scale: nothing to plot)")
 else:

@@ -61,7 +61,7 @@ from IPython.display import display
 
 from rlcd_lab import assets, plots, results, tutorial
 from rlcd_lab.models import read_meta
-from rlcd_lab.train import train
+from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.common import read_log
 from rlcd_lab.train.rlcd import preset
 
@@ -69,6 +69,7 @@ pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offli
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()
+GPUS = 8  # the paper-scale commands below: one process per GPU (accelerate launch)
 SIZES = {
     "ci": dict(steps=3, eval_every=3, eval_items=10, grad_terms_every=1, test_items=0),
     "default": dict(steps=100, eval_every=25, eval_items=100, grad_terms_every=5, test_items=200),
@@ -249,9 +250,11 @@ if SCALE == "paper":
     print("rlcd-lab data split data/mmlu-pro.jsonl --dev 500 --test 2000")
     for c in (0.0, 0.1, 0.3, 1.0):
         print(
-            "accelerate launch -m rlcd_lab.cli train endtoend --init PATH/TO/Qwen3-1.7B "
-            f"--task data/mmlu-pro.jsonl --lr 2e-6 --steps 400 --beta 0.04 --sf-weight {c} "
-            f"--out runs/mmlu-sf{c}"
+            launch_command(
+                "train endtoend --init PATH/TO/Qwen3-1.7B --task data/mmlu-pro.jsonl --lr 2e-6 "
+                f"--steps 400 --beta 0.04 --sf-weight {c} --out runs/mmlu-sf{c}",
+                processes=GPUS,
+            )
         )
 
 # %%

@@ -69,7 +69,7 @@ from IPython.display import display
 
 from rlcd_lab import assets, metrics, plots, report, results, tutorial
 from rlcd_lab.models import read_meta
-from rlcd_lab.train import train
+from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.grpo import GRPOConfig
 from rlcd_lab.train.rlcd import preset
 
@@ -77,6 +77,7 @@ pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offli
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()
+GPUS = 8  # the paper-scale commands below: one process per GPU (accelerate launch)
 SIZES = {  # the runs trained in the last section (the shipped runs are read as they are)
     "ci": dict(steps=3, eval_every=3, eval_items=10, test_items=40, grpo=False),
     "default": dict(steps=60, eval_every=30, eval_items=100, test_items=200, grpo=True),
@@ -444,7 +445,7 @@ if SCALE == "paper":
             f"train rft --init {q} --out {o}/rft-kl {d} --beta 0.04 --seed {seed}",
             f"train grpo --init {q} --out {o}/grpo {d} --seed {seed}",
         ):
-            print("accelerate launch -m rlcd_lab.cli " + line)
+            print(launch_command(line, processes=GPUS))
 else:
     print("(set RLCD_SCALE=paper to print the commands for a real model)")
 

@@ -73,13 +73,14 @@ from rlcd_lab.decomposition import variance_decomposition
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.models import load_checkpoint, read_meta
 from rlcd_lab.tasks import load_task_items
-from rlcd_lab.train import TRAINERS, train
+from rlcd_lab.train import TRAINERS, launch_command, train
 from rlcd_lab.train.common import read_log
 
 pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offline
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()
+GPUS = 8  # the paper-scale commands below: one process per GPU (accelerate launch)
 SIZES = {
     "ci": dict(steps=6, eval_every=3, eval_items=10, test_items=30, m_eval=4),
     "default": dict(steps=200, eval_every=25, eval_items=100, test_items=200, m_eval=8),
@@ -135,8 +136,11 @@ if SCALE == "paper":
     print("rlcd-lab data split data/chaosnli.jsonl --dev 200 --test 500")
     for method, flags in (("mixture", ""), ("endtoend", ""), ("sft", "")):
         print(
-            f"accelerate launch -m rlcd_lab.cli train {method} --init PATH/TO/Qwen3-1.7B "
-            f"--task data/chaosnli.jsonl --lr 2e-6 --steps 400 {flags}".rstrip()
+            launch_command(
+                f"train {method} --init PATH/TO/Qwen3-1.7B --task data/chaosnli.jsonl "
+                f"--lr 2e-6 --steps 400 {flags}".rstrip(),
+                processes=GPUS,
+            )
         )
 
 # %% [markdown]
