@@ -556,12 +556,14 @@ class Session:
     def _final_eval(self) -> None:
         cfg, run = self.cfg, self.run
         self.model.eval()
-        dev_rows = run_eval(self.model, self.tok, load_task_items(cfg.task, "dev"), **self.eval_kw)
+        dev_rows = run_eval(
+            self.model, self.tok, load_task_items(cfg.task, "dev"), progress=True, **self.eval_kw
+        )
         run.write_eval("dev", dev_rows)
         result = {"dev": summarize(dev_rows, dev_rows=dev_rows)}
         if cfg.test_items:
             test_items = load_task_items(cfg.task, "test")[: cfg.test_items]
-            test_rows = run_eval(self.model, self.tok, test_items, **self.eval_kw)
+            test_rows = run_eval(self.model, self.tok, test_items, progress=True, **self.eval_kw)
             run.write_eval("test", test_rows)
             result["test"] = summarize(test_rows, dev_rows=dev_rows)
         meta = {
