@@ -102,14 +102,31 @@ def test_accelerate_launch_runs_the_same_code_path(tmp_path, tiny_base):
     assert max_diff(weights(tmp_path / "one"), weights(tmp_path / "acc")) < 1e-12
 
 
-def test_resume_with_two_processes_is_bit_identical(tmp_path, tiny_base):
-    """A 2-process run stopped after its step-2 checkpoint and resumed to step 4 (2
-    processes) ends bit-identical to an uninterrupted 2-process run of 4 steps."""
-    args = [*METHODS["grpo"], *SMALL, "--init", str(tiny_base), "--save-every", "2"]
-    launch(TORCHRUN, [*args, "--steps", "4", "--out", "whole"], tmp_path)
-    launch(TORCHRUN, [*args, "--steps", "2", "--out", "parts"], tmp_path)
-    shutil.rmtree(tmp_path / "parts" / "final")  # as if killed after the checkpoint
-    launch(TORCHRUN, [*args, "--steps", "4", "--out", "parts", "--resume"], tmp_path)
+def test_kill_one_process_then_resume_is_bit_identical(tmp_path, tiny_base):
+    """SIGKILL process 1 of a 2-process run once its step-2 checkpoint exists (torchrun
+    then stops process 0), resume with 2 processes: the weights and the log end
+    bit-identical to an uninterrupted 2-process run."""
+    import signal
+    import time
+
+    import psutil
+
+    steps = ["--steps", "12", "--save-every", "2"]
+    args = [*METHODS["grpo"], *SMALL, "--init", str(tiny_base), *steps]
+    launch(TORCHRUN, [*args, "--out", "whole"], tmp_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd())}
+    cmd = [*TORCHRUN, "-m", "rlcd_lab.cli", "train", *args, "--out", "parts"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not (tmp_path / "parts/checkpoints/step-2/trainer_state.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    ranks = [c for c in psutil.Process(proc.pid).children(recursive=True) if "train" in c.cmdline()]
+    victim = next(c for c in ranks if c.environ().get("RANK") == "1")
+    victim.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=120) != 0
+    assert not (tmp_path / "parts" / "final").exists()  # it died mid-run
+    launch(TORCHRUN, [*args, "--out", "parts", "--resume"], tmp_path)
     whole, parts = weights(tmp_path / "whole"), weights(tmp_path / "parts")
     assert all(torch.equal(whole[k], parts[k]) for k in whole)
     assert untimed(tmp_path / "whole") == untimed(tmp_path / "parts")
