@@ -217,9 +217,8 @@ def paired_table(summary: Mapping) -> str:
     keys = ("accuracy", "brier", "aurc", "cov_at_eps")
     rows = ["| RLCD minus | " + " | ".join(f"Δ {METRICS[k][0]}" for k in keys) + " |"]
     rows.append("|---" * (len(keys) + 1) + "|")
-    for pair in sorted(
-        summary["paired"], key=lambda p: _ordered(summary["runs"]).index(p.split(" - ")[1])
-    ):
+    mine = [p for p in summary["paired"] if p.startswith(f"{RLCD} - ")]  # not Table 3's pairs
+    for pair in sorted(mine, key=lambda p: _ordered(summary["runs"]).index(p.split(" - ")[1])):
         res = summary["paired"][pair]
         rows.append(
             f"| {label(pair.split(' - ')[1])} | "
@@ -246,20 +245,23 @@ def forks_table(summary: Mapping) -> str:
 def jsd_table(summary: Mapping) -> str:
     """Markdown: Table 3, JSD to ``q`` in bits (lower is better): the single query after
     temperature scaling, and the paper's readout (the mixture of M rationales, or the
-    single query for runs that answer directly), with RLCD minus each run on the latter."""
+    single query for runs that answer directly), with RLCD minus each run on the latter,
+    and the share of the mixture's rationales that are empty (reasoning switched off)."""
     runs = [r for r in _ordered(summary["runs"]) if "jsd" in summary["runs"][r]]
     m = max((summary["runs"][r].get("m_mixture", 0) for r in runs), default=0)
     rows = [
         f"| run | steps | JSD single | JSD mixture of {m} (direct: single) "
-        "| RLCD minus run | length |"
+        f"| RLCD minus run | length | empty rationales (of {m}) |"
     ]
-    rows.append("|---" * 6 + "|")
+    rows.append("|---" * 7 + "|")
     for r in runs:
         e = summary["runs"][r]
         test = summary["paired"].get(f"{RLCD} - {r}", {}).get("jsd_table3")
         diff = fmt_diff(test) if test else "-"
         t3 = fmt_cell(e["jsd_table3"])
+        empty = fmt_cell(e["empty_share"]) if "empty_share" in e else "- (direct)"
         cells = [label(r), str(e["steps"]), fmt_cell(e["jsd"]), t3, diff, fmt_cell(e["length"])]
+        cells.append(empty)
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 

@@ -71,7 +71,9 @@ class RunResult:
     ``labels (N,)``; ``T`` fitted on dev (``fitted``), else 1; ``row`` is
     :func:`rlcd_lab.evaluate.summarize` of test with dev (raw metrics and, when fitted,
     ``T`` and ``ts_*``); ``q (N, K)`` outcome distributions and ``mixture (N, K)`` the
-    mixture of ``m_mixture`` rationales when the task is aleatoric and the dump exists.
+    mixture of ``m_mixture`` rationales when the task is aleatoric and the dump exists;
+    ``empty_share`` the share of those rationales that are empty (the model switched
+    reasoning off).
     """
 
     path: Path
@@ -85,6 +87,7 @@ class RunResult:
     q: np.ndarray | None = None
     mixture: np.ndarray | None = None
     m_mixture: int = 0
+    empty_share: float | None = None
 
     def probs(self, calibrated: bool = True) -> np.ndarray:
         """``(N, K)`` test probabilities, temperature-scaled when ``calibrated``."""
@@ -170,13 +173,14 @@ def from_rows(
     dev = list(dev) if dev else None
     row = summarize(test, dev_rows=dev, eps=eps)
     fitted = "T" in row
-    q = mix = None
+    q = mix = empty = None
     m_mixture = 0
     if test[0].get("q") is not None:
         q = metrics.pad_ragged([r["q"] for r in test], 0.0)
         if mixture is not None:
             m_mixture, rows = mixture
             mix = metrics.pad_ragged([r["mixture"] for r in rows], 0.0)
+            empty = float(np.mean([t == "" for r in rows for t in r["rationales"]]))
     return RunResult(
         path=Path(path),
         row=row,
@@ -189,6 +193,7 @@ def from_rows(
         q=q,
         mixture=mix,
         m_mixture=m_mixture,
+        empty_share=empty,
     )
 
 
@@ -375,6 +380,7 @@ def summarize_runs(
                 entry[key] = mean_sd([float(getattr(g, key).mean()) for g in group])
         if group[0].m_mixture:
             entry["m_mixture"] = group[0].m_mixture
+            entry["empty_share"] = mean_sd([g.empty_share for g in group])
         logs = [g.path / "log.jsonl" for g in group]
         if all(p.exists() for p in logs):
             ratios = [gradient_dilution(read_jsonl(p))["rms_ratio"] for p in logs]

@@ -183,3 +183,15 @@ def test_shipped_adapter_loads_on_the_smollm2_base(smollm2_dir):
     with torch.no_grad():
         assert not torch.allclose(model(ids).logits, base(ids).logits)
     assert meta["method"] == "calibrate" and meta["task"].endswith("elementary_mathematics.jsonl")
+
+
+def test_paired_table_lists_only_rlcd_minus_each_run():
+    """The aleatoric summary also holds Table 3's own pairs (mixture - endtoend, ...): the
+    "RLCD minus" table shows RLCD's pairs only, one row per run, each once."""
+    from rlcd_lab.report import label, paired_table
+
+    summary = json.loads((ASSETS / "results" / "aleatoric" / "summary.json").read_text())
+    assert any(not p.startswith("reinforce - ") for p in summary["paired"])
+    rows = paired_table(summary).splitlines()[2:]
+    mine = [p.split(" - ")[1] for p in summary["paired"] if p.startswith("reinforce - ")]
+    assert sorted(r.split(" | ")[0].removeprefix("| ") for r in rows) == sorted(map(label, mine))

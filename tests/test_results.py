@@ -130,13 +130,15 @@ def test_aleatoric_jsd_in_bits_and_the_largest_mixture_dump(tmp_path):
     q = [[0.0, 1.0], [0.5, 0.5]]
     run = tmp_path / "mixture"
     _write(run, "test", _rows(logits, [1, 0], q=q))
+    texts = {4: [["a", "", "b", "c"]] * 2, 16: [["", "x"] * 8, [""] * 4 + ["y"] * 12]}
     for m, mix in ((4, [[1.0, 0.0], [0.5, 0.5]]), (16, [[0.0, 1.0], [0.5, 0.5]])):
-        rows = [{"uid": f"item-{i}", "mixture": mix[i]} for i in range(2)]
+        rows = [{"uid": f"item-{i}", "mixture": mix[i], "rationales": texts[m][i]} for i in (0, 1)]
         _write(run, f"test-m{m}", rows)
     r = results.load_run(run)
     np.testing.assert_allclose(r.jsd, [1.0, 0.0], atol=1e-9)
     assert r.m_mixture == 16  # the largest M, not the last in name order (m4 > m16)
     np.testing.assert_allclose(r.mixture_jsd, [0.0, 0.0], atol=1e-12)
+    assert r.empty_share == (8 + 4) / 32  # empty rationales of the 16-rationale dump
 
 
 # ---------------------------------------------------------------------------------------
