@@ -6,8 +6,9 @@ reads a model through this module (OpenJev-RLCD sec. 2 and Algorithm 1):
 1. :func:`build_prompt` turns a question into the text the model continues: a rationale
    (reason mode) or, in direct mode, straight the answer after the marker;
 2. :func:`sample_rationales` draws ``m`` rationales per prompt through a sampler (default
-   :func:`hf_sampler`: the model's KV-cached ``generate``, each row with its own seeded
-   noise) and stops each row once its *decoded text* contains the marker, so a
+   ``decoding.kv_sampler``, a compact KV-cached loop giving the tokens of
+   :func:`hf_sampler`, the model's ``generate``; each row with its own seeded noise) and
+   stops each row once its *decoded text* contains the marker, so a
    tokenizer that merges the marker with what follows (``"Answer:**"`` as one token) is
    handled: the rationale is cut before the merged token and the rest of the marker is
    appended. A row that reaches ``max_new_tokens`` or emits EOS first gets the marker
@@ -310,11 +311,17 @@ class GumbelSampler(LogitsProcessor):
         self.top_p = TopPLogitsWarper(top_p) if top_p < 1.0 else None
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        return self.perturb(scores, self.gens)
+
+    def perturb(self, scores: Tensor, gens: Sequence[torch.Generator]) -> Tensor:
+        """``scores / temperature`` (top-p filtered) plus Gumbel noise, row ``i`` of
+        ``scores`` drawing one ``torch.rand(V)`` from ``gens[i]`` (a subset of ``self.gens``
+        when a decoding loop drops finished rows: ``decoding.kv_sampler``)."""
         scores = scores.float() / self.temperature
         if self.top_p is not None:
-            scores = self.top_p(input_ids, scores)
+            scores = self.top_p(None, scores)
         u = torch.stack(
-            [torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in self.gens]
+            [torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in gens]
         )
         return scores - torch.log(-torch.log(u))
 
@@ -349,12 +356,13 @@ def hf_sampler(
     temperature: float = 1.0,
     top_p: float = 1.0,
 ) -> Generated:
-    """The default sampler: the model's own KV-cached ``generate`` on left-padded rows
+    """The reference sampler: the model's own KV-cached ``generate`` on left-padded rows
     ``ids, mask (N, T)``, one seeded noise generator per row (``GumbelSampler``), each row
     stopped once its decoded text contains ``marker`` or it emitted a token of ``eos``.
 
     Any function with this signature can replace it (``sample_rationales(sampler=...)``,
-    ``--sampler`` in training): a faster decoding loop, or an inference engine."""
+    ``--sampler`` in training): a faster decoding loop (``decoding.kv_sampler``, the
+    default), or an inference engine."""
     stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(ids), eos)
     noise = GumbelSampler(row_seeds, temperature, top_p, ids.device)
     out = model.generate(
@@ -382,6 +390,16 @@ Sampler = Callable[..., Generated]
 """The signature of ``hf_sampler``."""
 
 
+def default_sampler(model: PreTrainedModel) -> Sampler:
+    """The sampler used when none is given: ``decoding.kv_sampler`` (``hf_sampler``'s
+    tokens from a faster decoding loop) for a transformers model, PEFT-wrapped or not;
+    :func:`hf_sampler` for any other object offering ``generate``."""
+    from .decoding import kv_sampler
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return kv_sampler if isinstance(base, PreTrainedModel) else hf_sampler
+
+
 @torch.no_grad()
 def sample_rationales(
     model: PreTrainedModel,
@@ -395,7 +413,7 @@ def sample_rationales(
     temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int | Sequence[int] | None = None,
-    sampler: Sampler = hf_sampler,
+    sampler: Sampler | None = None,
 ) -> Rationales:
     """Sample ``m`` rationales for each prompt, batched and KV-cached, stopping at the marker.
 
@@ -403,8 +421,8 @@ def sample_rationales(
     (one shared, or one per prompt; appended after the marker so the readout sits at the
     last column). ``temperature`` and ``top_p`` shape the sampling only; ``logp_r`` is
     always the model's own log-probability at temperature 1. See the module docstring for
-    how the marker is matched and how EOS counts. ``sampler`` draws the tokens
-    (``hf_sampler``); everything after it is shared.
+    how the marker is matched and how EOS counts. ``sampler`` draws the tokens (None:
+    :func:`default_sampler`); everything after it is shared.
 
     ``seed``: one per prompt, or an int (prompt ``i`` then gets ``mix_seed(seed, i)``), or
     None (drawn from torch's global generator). Rationale ``j`` of a prompt with seed ``s``
@@ -415,6 +433,7 @@ def sample_rationales(
         raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
     device = model.device
     pad = pad_id(tokenizer)
+    sampler = default_sampler(model) if sampler is None else sampler
     prompt_rows = encode_prompts(tokenizer, prompts)
     bridges = _per_prompt(bridge, len(prompts))
     if seed is None:
@@ -557,7 +576,7 @@ def sample_questions(
     sep: str = SEP,
     temperature: float = 1.0,
     seed: int | Sequence[int] | None = None,
-    sampler: Sampler = hf_sampler,
+    sampler: Sampler | None = None,
 ) -> tuple[Rationales, Tensor]:
     """Rationales for questions with their own option lists: ``(rationales, option_ids
     (B, K_max))`` (-1 pads), ready for :func:`score_rationales`. The prompt names each

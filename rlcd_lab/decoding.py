@@ -1,0 +1,335 @@
+"""A compact KV-cached decoding loop: ``reader.hf_sampler``'s tokens, faster.
+
+:func:`kv_sampler` has the signature and the output of ``reader.hf_sampler`` and draws the
+same tokens under the same seeds. Both sample by greedy decoding of ``logits / T`` (top-p
+filtered) plus Gumbel noise, the noise of row ``i`` drawn as one ``torch.rand(V)`` per
+generated token from a generator seeded by ``row_seeds[i]`` (``reader.GumbelSampler``,
+reused here), so a row's tokens depend only on its seed and its logits. What differs is
+the work around the model:
+
+* each distinct prompt is encoded once and its keys, values and next-token logits are
+  copied to its rows (``ids`` repeats every prompt ``m`` times);
+* a row leaves the batch once it stops. ``generate`` keeps computing finished rows and
+  its logits processor keeps drawing their noise, which is never used; here a finished
+  row draws nothing more, and every live row's noise stream is unchanged;
+* a step is one forward pass, one noise draw per live row, an argmax and the stop check
+  (decoded windows are remembered within a call); tokens are collected in Python lists;
+* for a plain ``LlamaForCausalLM`` (the tiny models, SmolLM2) with SDPA attention, the
+  decoding steps after the first run :class:`_LlamaSteps`: transformers' own operations in
+  the same order on the model's weights, without the module machinery around them, keys
+  and values in preallocated buffers. It is used only once its first step's logits equal
+  the model's own forward pass bit for bit (else the model's forward runs every step).
+
+The stop check is ``reader._MarkerStop``'s: a row stops once the decoded text of its last
+``len(marker) + 1`` tokens contains the marker, or its last token is in ``eos``.
+
+Identical tokens, not always identical bits: encoding a prompt once and dropping finished
+rows change the shapes of the matrix products, and a BLAS may then round the last bit of
+a logit differently (SmolLM2 on the CPU: log-probs within 2e-5 of ``hf_sampler``'s; the
+tiny models: equal bit for bit). ``generate`` itself can round a row's logits differently
+when the rest of its batch changes. A token changes only if such a difference reverses
+the order of the two best noisy scores, which ``tests/test_decoding.py`` and
+``benchmarks/sampler.py`` never saw.
+
+Like ``hf_sampler`` (``generate`` with ``do_sample=False`` and one logits processor), no
+other logits processing applies: a generation config's repetition penalty,
+``min_new_tokens`` or suppressed tokens would change ``generate``'s tokens and are not
+applied here (the checkpoints of this repository set none). ``generate`` also stops a row
+at the model's ``generation_config.eos_token_id``; here ``eos`` alone decides
+(``reader.sample_rationales`` passes the former as the latter).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import DynamicCache, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from .reader import Generated, GumbelSampler, pad_id
+from .readout import position_ids
+
+
+def prompt_groups(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``(first, group)``: ``first (N,)`` bool marks each row that differs from the row
+    before it (a new prompt); ``group (N,)`` long is the index, among those rows, of the
+    prompt of each row. Rows repeating the same prompt consecutively share a group."""
+    first = torch.ones(len(ids), dtype=torch.bool, device=ids.device)
+    if len(ids) > 1:
+        first[1:] = (ids[1:] != ids[:-1]).any(1) | (mask[1:] != mask[:-1]).any(1)
+    return first, first.long().cumsum(0) - 1
+
+
+@torch.no_grad()
+def kv_sampler(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    ids: Tensor,
+    mask: Tensor,
+    *,
+    row_seeds: Sequence[int],
+    max_new_tokens: int,
+    marker: str,
+    eos: Sequence[int],
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> Generated:
+    """``reader.hf_sampler``'s tokens from a compact decoding loop (see the module
+    docstring): left-padded rows ``ids, mask (N, T)``, one seeded noise generator per row,
+    each row stopped once its decoded text contains ``marker`` or it emitted a token of
+    ``eos``. Returns a ``reader.Generated`` (CPU tensors): ``tokens`` and ``token_lp``
+    ``(N, S)``, ``S`` the steps taken (the longest row's), pad ids after a row's stop;
+    ``token_lp`` is the log-softmax of the temperature-1 logits at the sampled token."""
+    n, width = ids.shape
+    if len(row_seeds) != n:
+        raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    noise = GumbelSampler(row_seeds, temperature, top_p, ids.device)
+    stop = _StopCheck(tokenizer, marker, eos)
+    steps = _Steps(model, ids, mask, width + max_new_tokens)
+    logits = steps.prefill()
+    live = list(range(n))  # the original index of each row still in the batch
+    seqs: list[list[int]] = [[] for _ in range(n)]
+    lps: list[tuple[Tensor, Tensor]] = []  # (rows, log-probs) of each step
+    end = torch.full((n,), -1, dtype=torch.long)
+    hit_marker = torch.zeros(n, dtype=torch.bool)
+    rows = torch.arange(n, device=ids.device)
+    for t in range(1, max_new_tokens + 1):
+        nxt = noise.perturb(logits, [noise.gens[i] for i in live]).argmax(-1)
+        lps.append((rows, logits.log_softmax(-1).gather(-1, nxt[:, None])[:, 0]))
+        for i, token in zip(live, nxt.tolist(), strict=True):
+            seqs[i].append(token)
+        keep = []
+        for j, (i, found) in enumerate(zip(live, stop.check([seqs[i] for i in live]), strict=True)):
+            if found is None:
+                keep.append(j)
+            else:
+                end[i], hit_marker[i] = t, found
+        if len(keep) < len(live):
+            if not keep:
+                break
+            live = [live[j] for j in keep]
+            sel = torch.tensor(keep, device=ids.device)
+            rows, nxt = rows[sel], nxt[sel]
+            steps.select(sel)
+        if t == max_new_tokens:
+            break
+        logits = steps(nxt)
+    tokens = torch.full((n, t), pad_id(tokenizer), dtype=torch.long)
+    for i, seq in enumerate(seqs):
+        tokens[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    token_lp = torch.zeros((n, t))
+    for s, (r, lp) in enumerate(lps):
+        token_lp[r.cpu(), s] = lp.float().cpu()
+    return Generated(tokens, end, hit_marker, token_lp)
+
+
+class _StopCheck:
+    """``reader._MarkerStop``'s rule on token lists: a row stops once the decoded text of
+    its last ``len(marker) + 1`` tokens contains the marker (every token decodes to at
+    least one character), or its last token is in ``eos``. Decoded windows are
+    remembered, so a window that recurs (rows of one prompt often write the same text)
+    is decoded once."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, marker: str, eos: Sequence[int]):
+        self.tokenizer, self.marker = tokenizer, marker
+        self.window = len(marker) + 1
+        self.eos = {int(e) for e in eos}
+        self.seen: dict[tuple[int, ...], bool] = {}
+
+    def check(self, seqs: list[list[int]]) -> list[bool | None]:
+        """Per sequence: None (go on), True (it wrote the marker) or False (EOS)."""
+        keys = [tuple(s[-self.window :]) for s in seqs]
+        new = list({k for k in keys if k not in self.seen})
+        if new:
+            texts = self.tokenizer.batch_decode([list(k) for k in new])
+            self.seen.update((k, self.marker in text) for k, text in zip(new, texts, strict=True))
+        out: list[bool | None] = []
+        for k in keys:
+            found = self.seen[k]
+            out.append(True if found else False if k[-1] in self.eos else None)
+        return out
+
+
+class _Steps:
+    """Next-token logits of the live rows, one call per generated token: the model's
+    forward pass on a ``DynamicCache`` (position ids from the attention mask, as
+    ``generate``), or :class:`_LlamaSteps` once its first step matched it bit for bit."""
+
+    def __init__(self, model: PreTrainedModel, ids: Tensor, mask: Tensor, length: int):
+        self.model, self.ids, self.mask = model, ids, mask
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        params = inspect.signature(base.forward).parameters
+        self.cache_key = "cache" if "cache" in params else "past_key_values"  # < 5.24: the latter
+        self.keep_one = "logits_to_keep" in params
+        self.cache = DynamicCache(config=model.config)
+        # generate passes no mask at all when nothing is padded; so do these steps
+        self.padded = not bool(mask.all())
+        self.full_mask = torch.ones((len(ids), length), dtype=mask.dtype, device=ids.device)
+        self.full_mask[:, : ids.shape[1]] = mask
+        self.pos = position_ids(mask)[:, -1:]
+        self.width = ids.shape[1]  # keys and values held per row
+        self.fast: _LlamaSteps | None = None
+        self.try_fast = _LlamaSteps.supports(model)
+        self.length = length
+
+    def prefill(self) -> Tensor:
+        """Logits ``(N, V)`` float32 after each row's prompt; distinct prompts are encoded
+        once and their keys and values copied to their rows."""
+        first, group = prompt_groups(self.ids, self.mask)
+        out = self.model(
+            input_ids=self.ids[first],
+            attention_mask=self.mask[first] if self.padded else None,
+            position_ids=position_ids(self.mask[first]),
+            use_cache=True,
+            **{self.cache_key: self.cache},
+            **({"logits_to_keep": 1} if self.keep_one else {}),
+        )
+        logits = out.logits[:, -1].float()
+        if len(logits) < len(self.ids):
+            self.cache.batch_select_indices(group)
+            logits = logits[group]
+        return logits
+
+    def select(self, rows: Tensor) -> None:
+        """Keep only ``rows`` (indices into the live rows)."""
+        self.full_mask, self.pos = self.full_mask[rows], self.pos[rows]
+        if self.fast is not None:
+            self.fast.select(rows)
+        else:
+            self.cache.batch_select_indices(rows)
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """Logits ``(live, V)`` float32 after appending ``tokens (live,)``."""
+        self.pos = self.pos + 1
+        self.width += 1
+        mask = self.full_mask if self.padded else None
+        if self.fast is not None:
+            return self.fast(tokens[:, None], self.pos, mask).float()
+        check = None
+        if self.try_fast:  # the first step: run both, keep the fast one if bit-identical
+            self.try_fast = False
+            fast = _LlamaSteps(self.model, self.cache, self.length)
+            check = fast(tokens[:, None], self.pos, mask)
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=None if mask is None else mask[:, : self.width],
+            position_ids=self.pos,
+            use_cache=True,
+            **{self.cache_key: self.cache},
+        )
+        logits = out.logits[:, -1]
+        if check is not None and torch.equal(check, logits):
+            self.fast, self.cache = fast, None
+        return logits.float()
+
+
+# ------------------------------------------------------------ LlamaForCausalLM fast path
+def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """transformers' ``LlamaRMSNorm``, operation for operation."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _LlamaSteps:
+    """Decoding steps of a plain ``LlamaForCausalLM`` with SDPA attention: transformers'
+    operations in their order (``LlamaModel.forward`` with ``sdpa_attention_forward``,
+    grouped-query heads packed as it packs them for one query) on the model's weights,
+    without the module machinery, keys and values in preallocated buffers. Exact only as
+    long as transformers computes the same way: ``_Steps`` checks the first step against
+    the model's own forward pass and keeps to the latter unless the logits are equal."""
+
+    @staticmethod
+    def supports(model: PreTrainedModel) -> bool:
+        cfg = model.config
+        rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default")
+        return (
+            type(model) is LlamaForCausalLM
+            and getattr(cfg, "_attn_implementation", None) == "sdpa"
+            and cfg.hidden_act == "silu"
+            and not cfg.attention_bias
+            and not cfg.mlp_bias
+            and rope == "default"
+            and getattr(cfg, "pretraining_tp", 1) == 1
+            and not model.training
+            and not any(  # hooks (accelerate's offloading, ...) would be bypassed
+                m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook")
+                for m in model.modules()
+            )
+        )
+
+    def __init__(self, model: LlamaForCausalLM, cache: DynamicCache, length: int):
+        inner = model.model
+        self.embed = inner.embed_tokens.weight
+        self.rotary = inner.rotary_emb
+        self.norm = (inner.norm.weight, inner.norm.variance_epsilon)
+        self.head = model.lm_head.weight
+        self.layers, self.keys, self.values = [], [], []
+        for layer, cached in zip(inner.layers, cache.layers, strict=True):
+            a, mlp = layer.self_attn, layer.mlp
+            n1, n2 = layer.input_layernorm, layer.post_attention_layernorm
+            self.layers.append(
+                (
+                    (n1.weight, n1.variance_epsilon),
+                    a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight,
+                    a.head_dim, a.scaling, a.num_key_value_groups,
+                    (n2.weight, n2.variance_epsilon),
+                    mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
+                )
+            )  # fmt: skip
+            b, h, t, d = cached.keys.shape
+            keys = cached.keys.new_empty((b, h, length, d))
+            values = cached.values.new_empty((b, h, length, d))
+            keys[:, :, :t], values[:, :, :t] = cached.keys, cached.values
+            self.keys.append(keys)
+            self.values.append(values)
+        self.t = t  # columns filled
+
+    def select(self, rows: Tensor) -> None:
+        self.keys = [k[rows] for k in self.keys]
+        self.values = [v[rows] for v in self.values]
+
+    def __call__(self, tokens: Tensor, pos: Tensor, mask: Tensor | None) -> Tensor:
+        """Logits ``(B, V)`` after ``tokens (B, 1)`` at positions ``pos (B, 1)``; ``mask``
+        ``(B, >= t + 1)``: the 2D attention mask (None: no padding)."""
+        x = F.embedding(tokens, self.embed)
+        b, t = x.shape[0], self.t
+        am = None if mask is None else mask[:, None, None, : t + 1].bool()
+        cos, sin = self.rotary(x, pos)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        for i, (n1, wq, wk, wv, wo, hd, scale, groups, n2, wg, wu, wd) in enumerate(self.layers):
+            h = _rms(x, *n1)
+            q = F.linear(h, wq).view(b, 1, -1, hd).transpose(1, 2)
+            k = F.linear(h, wk).view(b, 1, -1, hd).transpose(1, 2)
+            v = F.linear(h, wv).view(b, 1, -1, hd).transpose(1, 2)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            self.keys[i][:, :, t : t + 1] = k
+            self.values[i][:, :, t : t + 1] = v
+            extra = {}
+            if groups > 1:
+                if am is None:
+                    extra["enable_gqa"] = True
+                else:  # one query: its heads side by side on their key/value head
+                    q = q.reshape(b, -1, groups, hd)
+            o = F.scaled_dot_product_attention(
+                q, self.keys[i][:, :, : t + 1], self.values[i][:, :, : t + 1],
+                attn_mask=am, scale=scale, **extra,
+            )  # fmt: skip
+            o = o.reshape(b, -1, 1, hd).transpose(1, 2).contiguous().reshape(b, 1, -1)
+            x = x + F.linear(o.contiguous(), wo)
+            h = _rms(x, *n2)
+            x = x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
+        self.t = t + 1
+        return F.linear(_rms(x, *self.norm), self.head)[:, -1]
