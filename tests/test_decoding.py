@@ -98,9 +98,19 @@ def test_unpadded_batch_and_unrepeated_prompts(tokenizer, marker_lm):
     assert_same(ref, out)
 
 
-def test_fast_steps_are_used_and_bit_identical(tokenizer, marker_lm, monkeypatch):
+@pytest.fixture()
+def one_thread():
+    """Bit-for-bit claims hold for one CPU thread (with more, the math library may split a
+    product differently for different shapes); ``make test`` leaves torch's default."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_fast_steps_are_used_and_bit_identical(tokenizer, marker_lm, monkeypatch, one_thread):
     """A plain LlamaForCausalLM decodes through ``_LlamaSteps`` after the first step, and
-    its log-probs equal generate's bit for bit (tiny models on the CPU)."""
+    its log-probs equal generate's bit for bit (tiny models on the CPU, one thread)."""
     calls = []
     real = decoding._LlamaSteps.__call__
 
@@ -114,7 +124,7 @@ def test_fast_steps_are_used_and_bit_identical(tokenizer, marker_lm, monkeypatch
     assert len(calls) == ref.tokens.shape[1] - 1  # every step after the prefill
 
 
-def test_fast_steps_not_kept_when_they_differ(tokenizer, marker_lm, monkeypatch):
+def test_fast_steps_not_kept_when_they_differ(tokenizer, marker_lm, monkeypatch, one_thread):
     """When the fast steps' first logits differ from the model's forward pass in the last
     bit, the model's forward runs every step: still generate's tokens."""
     calls = []

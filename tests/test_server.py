@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 import h11
 import httpx
 import pytest
+
+from rlcd_lab.models import read_meta
 from fastapi.testclient import TestClient
 
 from rlcd_lab.decide import DecideOptions, Decision, DecisionError, DecisionModel
@@ -277,7 +279,9 @@ def test_extensions_are_opt_in(client, decider):
     }
     rlcd = {"mode": "auto", "threshold": 0.5, "m": 2, "rationales": True, "seed": 3}
     ext = client.post("/v1/systemone", json=body(rlcd=rlcd)).json()
-    assert ext["rlcd"]["options"]["mode"] == "auto" and ext["rlcd"]["temperature"] > 1
+    assert ext["rlcd"]["options"]["mode"] == "auto"
+    fitted = read_meta(default_checkpoint())["temperature"]  # the checkpoint's fitted T
+    assert fitted != 1.0 and ext["rlcd"]["temperature"] == pytest.approx(fitted)
     for name, det in ext["rlcd"]["answers"].items():
         direct = decider.decide(STATES[0], QUESTIONS).details[name]["confidence"]
         assert det["escalated"] == (direct < 0.5)  # the direct verify readout is near chance
