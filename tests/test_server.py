@@ -20,11 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 import h11
 import httpx
 import pytest
-
-from rlcd_lab.models import read_meta
 from fastapi.testclient import TestClient
 
 from rlcd_lab.decide import DecideOptions, Decision, DecisionError, DecisionModel
+from rlcd_lab.models import read_meta
 from rlcd_lab.server import (
     REQUEST_ID_HEADER,
     ServerLimits,
