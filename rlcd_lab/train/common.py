@@ -46,7 +46,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 from ..evaluate import run_eval, summarize
 from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..models import CheckpointError, check_checkpoint, load_checkpoint, save_checkpoint
-from ..reader import Sampler, hf_sampler, mix_seed, sample_questions, score_rationales
+from ..reader import Sampler, mix_seed, sample_questions, score_rationales
 from ..tasks import TaskItem, load_task_items
 from .configs import RUN_OPTIONS, TrainConfig, config_dict, config_diff
 
@@ -457,7 +457,7 @@ class Session:
     stream: QuestionStream
     dev_items: list[TaskItem]
     eval_kw: dict
-    sampler: Sampler = hf_sampler
+    sampler: Sampler  # pick_sampler(cfg)
     lr_used: float = 0.0  # the learning rate of the latest optimizer step
 
     @property
