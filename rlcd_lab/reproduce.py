@@ -37,7 +37,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -59,7 +59,9 @@ MIXTURE_M = 16
 EPS = {"facts": 0.2}  # error budget of Cov@eps: 5% unless listed (the paper: 20% on MMLU-Pro)
 
 SCALES: dict[str, dict] = {
-    "tiny": dict(steps=200, lr=1e-4, max_new_tokens=48, test_items=400, device="cpu"),
+    "tiny": dict(
+        steps=200, lr=1e-4, max_new_tokens=48, eval_items=200, test_items=400, device="cpu"
+    ),
     "small": dict(
         steps=12,
         lr=2e-4,
@@ -231,7 +233,7 @@ def run_job(job: Job) -> str:
     test = load_task_items(task, "test")[: job.settings["test_items"]]
     evals = {}
     if job.train is None:
-        evals["dev"] = load_task_items(task, "dev")
+        evals["dev"] = load_task_items(task, "dev")[: job.settings.get("eval_items", 100)]
         evals["test"] = test
     if test[0].q is not None and not direct:
         evals[f"test-m{MIXTURE_M}"] = test
@@ -265,6 +267,30 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+def _run_pool(pool: ProcessPoolExecutor, first: list[Job], second: list[Job]):
+    """Yield ``timed_job`` rows as jobs finish. The pool is never idle while a job can run:
+    stage 1 (``calibrate``) of each seed goes first, the rest of the first wave longest
+    first (most steps), and a seed's second-wave jobs are queued as soon as its stage 1
+    is done. A job's results do not depend on the order."""
+
+    def cost(job: Job) -> tuple[bool, int]:
+        return (job.name != "calibrate", -(job.train.steps if job.train else 0))
+
+    pending = {pool.submit(timed_job, job): job for job in sorted(first, key=cost)}
+    try:
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                job = pending.pop(future)
+                yield future.result()
+                if job.name == "calibrate":  # plan() puts each seed's stage 1 in the first wave
+                    ready = [j for j in second if j.seed == job.seed]
+                    pending |= {pool.submit(timed_job, j): j for j in ready}
+    finally:  # a failed job stops the reproduction: drop what has not started
+        for future in pending:
+            future.cancel()
+
+
 def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None) -> Path:
     """Run every job of ``plan(cfg)`` (``cfg.jobs`` processes at a time), then write the
     report; returns the report directory ``OUT/<task>``."""
@@ -281,11 +307,10 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
             mp_context=get_context("spawn"),
             initializer=_one_thread if one_thread else None,
         ) as pool:
-            for wave in waves:
-                for row in pool.map(timed_job, wave):
-                    timing.append(row)
-                    if progress is not None:
-                        progress(f"{row['run']} seed {row['seed']}: {row['wall_s']:.0f} s")
+            for row in _run_pool(pool, *waves):
+                timing.append(row)
+                if progress is not None:
+                    progress(f"{row['run']} seed {row['seed']}: {row['wall_s']:.0f} s")
     finally:
         for k, v in saved.items():
             if v is None:

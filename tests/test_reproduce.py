@@ -91,6 +91,24 @@ def test_plan_aleatoric_is_table3_and_paper_scale_needs_a_model(tmp_path):
         )
 
 
+def test_pool_runs_stage1_first_longest_next_and_forks_after_their_stage1(tmp_path, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlcd_lab import reproduce
+
+    first, second = plan(ReproduceConfig(seeds=(3, 4), out=tmp_path, steps=7))
+    ran = []
+    monkeypatch.setattr(reproduce, "timed_job", lambda job: ran.append(job) or job.name)
+    with ThreadPoolExecutor(1) as pool:  # one worker: the order of the queue is the order run
+        rows = list(reproduce._run_pool(pool, first, second))
+    assert sorted(map(id, ran)) == sorted(map(id, first + second)) and len(rows) == len(ran)
+    names = [(j.name, j.seed) for j in ran]
+    assert names[:2] == [("calibrate", 3), ("calibrate", 4)]
+    steps = [j.train.steps if j.train else 0 for j in ran[2 : len(first)]]
+    assert steps == sorted(steps, reverse=True) and steps[0] == 14  # matched baselines first
+    assert {j.name for j in ran[len(first) :]} == {j.name for j in second}
+
+
 def test_jobs_reuse_finished_runs_resume_partial_ones_and_refuse_other_configs(tmp_path, tiny_base):
     cfg = ReproduceConfig(seeds=(2,), out=tmp_path, init=tiny_base, steps=2, test_items=6)
     first, _ = plan(cfg)

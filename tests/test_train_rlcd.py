@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlcd_lab.metrics import fit_temperature
 from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks.synthetic import get_task
 from rlcd_lab.train.common import QuestionStream, RunDir, config_diff, read_log
@@ -53,6 +54,12 @@ def test_calibrate_logs_saves_and_evaluates(tmp_path, tiny_base):
     model, _, meta = load_checkpoint(run / "final")
     assert meta["method"] == "calibrate" and meta["step"] == 4
     assert meta["temperature"] == meta["metrics"]["dev"]["T"]
+    # the final evaluation honours --eval-items: T is fitted on the first 4 dev items only
+    dev_rows = [json.loads(line) for line in (run / "eval" / "dev.jsonl").read_text().splitlines()]
+    dev_items = get_task("aleatoric").split("dev")[: TINY["eval_items"]]
+    assert [r["uid"] for r in dev_rows] == [it.uid for it in dev_items]
+    refit = fit_temperature([r["logits"] for r in dev_rows], [r["label"] for r in dev_rows])
+    assert meta["temperature"] == refit
     test_rows = [
         json.loads(line) for line in (run / "eval" / "test.jsonl").read_text().splitlines()
     ]

@@ -384,7 +384,7 @@ def check_train_config(cfg: TrainConfig) -> None:
         "max_new_tokens": 1,
         "save_every": 1,
         "eval_every": 0,
-        "eval_items": 0,
+        "eval_items": 1,
         "test_items": 0,
         "lora_r": 0,
         "grad_accum": 1,
@@ -560,9 +560,7 @@ class Session:
     def _final_eval(self) -> None:
         cfg, run = self.cfg, self.run
         self.model.eval()
-        dev_rows = run_eval(
-            self.model, self.tok, load_task_items(cfg.task, "dev"), progress=True, **self.eval_kw
-        )
+        dev_rows = run_eval(self.model, self.tok, self.dev_items, progress=True, **self.eval_kw)
         run.write_eval("dev", dev_rows)
         result = {"dev": summarize(dev_rows, dev_rows=dev_rows)}
         if cfg.test_items:

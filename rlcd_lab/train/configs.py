@@ -76,7 +76,8 @@ class TrainConfig:
     """Reference (anchor) model; default: ``init``."""
     eval_every: int = 50
     eval_items: int = 100
-    """Dev items evaluated every ``eval_every`` steps (single query)."""
+    """The first this many dev items: evaluated every ``eval_every`` steps (single query)
+    and in the final evaluation, where they fit the temperature T."""
     test_items: int = 400
     """Test items in the final eval dump (0 skips it)."""
     save_every: int = 50
