@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/serve.py [--checkpoint DIR] [--clients 16]
         [--direct-requests 192] [--reason-requests 48] [--m 4] [--max-wait-ms 5]
+    .venv/bin/python benchmarks/serve.py --under-load [--threads 1 2]
 
 For each mode (``direct``: one forward pass; ``reason``: M sampled rationales per question,
 mixture readout) the server runs twice, with dynamic batching and without (every request
@@ -13,6 +14,11 @@ test item. A first pair of runs (mode ``none``) answers without the model: the c
 of the HTTP layer (parsing, validation, JSON) on this machine. Prints throughput
 (requests/s), p50 and p99 latency (ms) and the mean batch size (from ``/health``), then
 the batched/unbatched ratios side by side.
+
+``--under-load``: reason mode with batching only, quiet and then with one busy process
+per core (a Python loop each, started before the clients and stopped after them), for
+each ``--threads`` setting of the server (``rlcd-lab serve --threads``; 0: torch's
+default); prints both throughputs and the quiet/loaded ratio.
 """
 
 from __future__ import annotations
@@ -20,12 +26,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import socket
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
+import torch
 import uvicorn
 
 from rlcd_lab.decide import DecideOptions, Decision, DecisionModel, question_from_wire
@@ -80,9 +88,20 @@ def stub_answers(requests: list, cancelled=None) -> list[Decision]:
     return out
 
 
-def serve_child(checkpoint: str, mode: str, m: int, batching: bool, wait: float, port: int):
+def busy() -> None:
+    """Keep one core busy until terminated."""
+    n = 0
+    while True:
+        n = (n * 7 + 1) % 1_000_003
+
+
+def serve_child(
+    checkpoint: str, mode: str, m: int, batching: bool, wait: float, port: int, threads: int
+):
     """The server process: load the checkpoint, serve until terminated (mode ``none``:
     answer without the model)."""
+    if threads:
+        torch.set_num_threads(threads)
     decider = DecisionModel.from_checkpoint(checkpoint)
     if mode == "none":
         decider.decide_batch = stub_answers
@@ -96,13 +115,25 @@ def serve_child(checkpoint: str, mode: str, m: int, batching: bool, wait: float,
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
 
 
-def run(checkpoint: str, mode: str, batching: bool, states: list[str], args) -> dict[str, float]:
+def run(
+    checkpoint: str,
+    mode: str,
+    batching: bool,
+    states: list[str],
+    args,
+    threads: int = 0,
+    loaded: bool = False,
+) -> dict[str, float]:
     port = free_port()
     proc = mp.get_context("fork").Process(
         target=serve_child,
-        args=(checkpoint, mode, args.m, batching, args.max_wait_ms, port),
+        args=(checkpoint, mode, args.m, batching, args.max_wait_ms, port, threads),
         daemon=True,
     )
+    hogs = [
+        mp.get_context("fork").Process(target=busy, daemon=True)
+        for _ in range(os.cpu_count() if loaded else 0)
+    ]
     proc.start()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -115,11 +146,15 @@ def run(checkpoint: str, mode: str, batching: bool, states: list[str], args) -> 
                 if time.time() > deadline or not proc.is_alive():
                     raise RuntimeError("the server did not start") from None
                 time.sleep(0.1)
+        for hog in hogs:
+            hog.start()
         wall, lat = asyncio.run(load(url, states, args.clients))
         after = httpx.get(f"{url}/health").json()
     finally:
-        proc.terminate()
-        proc.join(30)
+        for p in [proc, *hogs]:
+            if p.pid is not None:
+                p.terminate()
+                p.join(30)
     lat_ms = np.array(lat) * 1000
     batches = after["batches"] - health["batches"] - 2  # without the warm-up requests
     return {
@@ -138,6 +173,8 @@ def main() -> None:
     ap.add_argument("--reason-requests", type=int, default=48)
     ap.add_argument("--m", type=int, default=4)
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
+    ap.add_argument("--under-load", action="store_true")
+    ap.add_argument("--threads", type=int, nargs="+", default=[0, 1])
     args = ap.parse_args()
     if not 1 <= args.clients <= 64:
         ap.error("--clients must be in 1..64")
@@ -147,6 +184,8 @@ def main() -> None:
         f"checkpoint {checkpoint}, {args.clients} clients, "
         f"3 questions per request, m = {args.m} in reason mode"
     )
+    if args.under_load:
+        return under_load(checkpoint, [items[i % len(items)] for i in range(48)], args)
     print(f"{'mode':<7} {'batching':<9} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} {'batch':>6}")
     rows = {}
     runs = [("none", args.direct_requests), ("direct", args.direct_requests)]
@@ -164,6 +203,20 @@ def main() -> None:
         print(
             f"{mode:<7} {on['rps'] / off['rps']:>6.2f}x {on['p50'] / off['p50']:>9.2f}x "
             f"{on['p99'] / off['p99']:>9.2f}x"
+        )
+
+
+def under_load(checkpoint: str, states: list[str], args) -> None:
+    print(f"reason mode, batching on, {len(states)} requests; busy: one spinning process per core")
+    head = ("threads", "quiet req/s", "busy req/s", "quiet/busy", "busy p99 ms")
+    print("{:<9} {:>12} {:>11} {:>11} {:>12}".format(*head))
+    for threads in args.threads:
+        quiet = run(checkpoint, "reason", True, states, args, threads=threads)
+        loaded = run(checkpoint, "reason", True, states, args, threads=threads, loaded=True)
+        name = str(threads) if threads else f"default ({torch.get_num_threads()})"
+        print(
+            f"{name:<9} {quiet['rps']:>12.1f} {loaded['rps']:>11.1f} "
+            f"{quiet['rps'] / loaded['rps']:>10.2f}x {loaded['p99']:>12.0f}"
         )
 
 

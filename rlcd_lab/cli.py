@@ -75,6 +75,9 @@ class Serve:
     max_wait_ms: float = 5.0
     """Batching window: how long a request waits for others to join its batch (0..1000)."""
     device: str = "cpu"
+    threads: int | None = None
+    """torch CPU threads for the forward passes; default: torch's (one per core). Use 1 on
+    a machine where other processes keep the cores busy."""
 
 
 @dataclass(frozen=True)
@@ -383,6 +386,7 @@ def _run(cfg) -> None:
             batching=cfg.batching,
             max_wait_ms=cfg.max_wait_ms,
             device=cfg.device,
+            threads=cfg.threads,
         )
     elif _is(cfg, "pretrain_config", "PretrainConfig"):
         from .models import read_meta

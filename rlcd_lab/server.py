@@ -1135,6 +1135,7 @@ def serve(
     timeout_keep_alive: float = 5.0,
     timeout_request: float = 15.0,
     timeout_graceful_shutdown: float = 10.0,
+    threads: int | None = None,
     **kwargs: Any,
 ) -> None:
     """Load ``checkpoint`` (default: ``default_checkpoint()``) and serve it with uvicorn
@@ -1144,7 +1145,9 @@ def serve(
     variable is the way to pass it, a command-line key is visible in ``ps``). Host headers
     accepted: the loopback names, ``host`` and ``allowed_hosts``. Binding a non-loopback
     address without a key logs a warning. Every argument is checked (``ValueError``, one
-    line) before the checkpoint is loaded. Other ``kwargs`` go to :func:`create_app`.
+    line) before the checkpoint is loaded. ``threads``: torch's CPU threads for the
+    forward passes (None: torch's default, one per core); 1 holds up best on a machine
+    whose cores other processes keep busy. Other ``kwargs`` go to :func:`create_app`.
     """
     if not isinstance(host, str) or not host.strip() or " " in host:
         raise ValueError(f"host must be an address or host name, got {host!r}")
@@ -1155,6 +1158,8 @@ def serve(
     ]:
         _check_number(name, value, 0, 3600, open_lo=True)
     _check_number("port", port, 0, 65535, integer=True)
+    if threads is not None:
+        _check_number("threads", threads, 1, 1024, integer=True)
     if api_key is None:
         api_key = os.environ.get(API_KEY_ENV, "").strip() or None
     if (
@@ -1171,6 +1176,10 @@ def serve(
             host,
             API_KEY_ENV,
         )
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     app = create_app(
         checkpoint,
         api_key=api_key,

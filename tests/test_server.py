@@ -16,10 +16,12 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import h11
 import httpx
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from rlcd_lab.decide import DecideOptions, Decision, DecisionError, DecisionModel
@@ -881,6 +883,8 @@ def test_serve_checks_its_arguments_before_loading(monkeypatch, caplog):
         ({"host": ""}, "host"),
         ({"name": ""}, "model names"),
         ({"limits": ServerLimits(max_depth=0)}, "max_depth"),
+        ({"threads": 0}, "threads"),
+        ({"threads": 1.5}, "threads"),
     ]
     for kwargs, msg in bad:
         with pytest.raises(ValueError, match=msg) as err:
@@ -926,6 +930,16 @@ def test_serve_accepts_loopback_names_and_the_bound_host(monkeypatch):
         server_mod.serve(host="::1", allowed_hosts=["lab.example"])
     assert seen["allowed_hosts"] == ["localhost", "127.0.0.1", "[::1]", "[::1]", "lab.example"]
     assert seen["limit_concurrency"] == 256
+    before = torch.get_num_threads()
+    try:  # --threads is applied before the model is loaded
+        monkeypatch.setattr(
+            server_mod, "create_app", lambda *a, **k: seen.update(n=torch.get_num_threads())
+        )
+        monkeypatch.setattr(server_mod, "build_server", lambda *a, **k: SimpleNamespace(run=int))
+        server_mod.serve(threads=before + 1)
+        assert seen["n"] == before + 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_cost_budget_is_a_clear_422(decider):
