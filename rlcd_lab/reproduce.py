@@ -210,6 +210,7 @@ def run_job(job: Job) -> str:
     from .models import load_checkpoint
     from .tasks import load_task_items
     from .train import train
+    from .train.configs import TrainConfig
 
     if _finished(job):
         return str(job.out)
@@ -233,7 +234,8 @@ def run_job(job: Job) -> str:
     test = load_task_items(task, "test")[: job.settings["test_items"]]
     evals = {}
     if job.train is None:
-        evals["dev"] = load_task_items(task, "dev")[: job.settings.get("eval_items", 100)]
+        n_dev = job.settings.get("eval_items", TrainConfig.eval_items)  # as a trained run's
+        evals["dev"] = load_task_items(task, "dev")[:n_dev]
         evals["test"] = test
     if test[0].q is not None and not direct:
         evals[f"test-m{MIXTURE_M}"] = test
