@@ -185,7 +185,9 @@ def main() -> None:
         f"3 questions per request, m = {args.m} in reason mode"
     )
     if args.under_load:
-        return under_load(checkpoint, [items[i % len(items)] for i in range(48)], args)
+        return under_load(
+            checkpoint, [items[i % len(items)] for i in range(args.reason_requests)], args
+        )
     print(f"{'mode':<7} {'batching':<9} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} {'batch':>6}")
     rows = {}
     runs = [("none", args.direct_requests), ("direct", args.direct_requests)]

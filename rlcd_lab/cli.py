@@ -75,9 +75,10 @@ class Serve:
     max_wait_ms: float = 5.0
     """Batching window: how long a request waits for others to join its batch (0..1000)."""
     device: str = "cpu"
-    threads: int | None = None
-    """torch CPU threads for the forward passes; default: torch's (one per core). Use 1 on
-    a machine where other processes keep the cores busy."""
+    threads: int | None = 1
+    """torch CPU threads for the forward passes (None: torch's default, one per core). One
+    holds up when other processes load the cores; a larger model on many idle cores wants
+    more."""
 
 
 @dataclass(frozen=True)

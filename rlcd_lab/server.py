@@ -1135,7 +1135,7 @@ def serve(
     timeout_keep_alive: float = 5.0,
     timeout_request: float = 15.0,
     timeout_graceful_shutdown: float = 10.0,
-    threads: int | None = None,
+    threads: int | None = 1,
     **kwargs: Any,
 ) -> None:
     """Load ``checkpoint`` (default: ``default_checkpoint()``) and serve it with uvicorn
@@ -1146,8 +1146,10 @@ def serve(
     accepted: the loopback names, ``host`` and ``allowed_hosts``. Binding a non-loopback
     address without a key logs a warning. Every argument is checked (``ValueError``, one
     line) before the checkpoint is loaded. ``threads``: torch's CPU threads for the
-    forward passes (None: torch's default, one per core); 1 holds up best on a machine
-    whose cores other processes keep busy. Other ``kwargs`` go to :func:`create_app`.
+    forward passes (None: torch's default, one per core). One thread keeps the server's
+    throughput when other processes load the cores (torch's default lost 3-8x of it on
+    2 busy cores, one thread 1.7-2x; ``benchmarks/serve.py --under-load``); a larger
+    model on many idle cores wants more. Other ``kwargs`` go to :func:`create_app`.
     """
     if not isinstance(host, str) or not host.strip() or " " in host:
         raise ValueError(f"host must be an address or host name, got {host!r}")

@@ -127,6 +127,16 @@ def sdk(base_url: str, key: str = KEY) -> TypeSafeClient:
 
 
 # --------------------------------------------------------------------------- the SDK
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """``serve`` sets torch's thread count: give the other tests theirs back."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 def test_official_sdk_end_to_end(live, decider):
     with sdk(live) as c:
         names = [m.name for m in c.models.list().models]
@@ -930,16 +940,14 @@ def test_serve_accepts_loopback_names_and_the_bound_host(monkeypatch):
         server_mod.serve(host="::1", allowed_hosts=["lab.example"])
     assert seen["allowed_hosts"] == ["localhost", "127.0.0.1", "[::1]", "[::1]", "lab.example"]
     assert seen["limit_concurrency"] == 256
-    before = torch.get_num_threads()
-    try:  # --threads is applied before the model is loaded
-        monkeypatch.setattr(
-            server_mod, "create_app", lambda *a, **k: seen.update(n=torch.get_num_threads())
-        )
-        monkeypatch.setattr(server_mod, "build_server", lambda *a, **k: SimpleNamespace(run=int))
-        server_mod.serve(threads=before + 1)
-        assert seen["n"] == before + 1
-    finally:
-        torch.set_num_threads(before)
+    # --threads is applied before the model is loaded (default 1)
+    monkeypatch.setattr(
+        server_mod, "create_app", lambda *a, **k: seen.update(n=torch.get_num_threads())
+    )
+    monkeypatch.setattr(server_mod, "build_server", lambda *a, **k: SimpleNamespace(run=int))
+    for threads, expected in ((3, 3), (None, 3), (1, 1)):
+        server_mod.serve(threads=threads)
+        assert seen["n"] == expected
 
 
 def test_cost_budget_is_a_clear_422(decider):
