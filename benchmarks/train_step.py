@@ -119,6 +119,10 @@ SETTINGS = {
 }
 
 
+TARGET = 0.6
+"""The step ratio to beat: an RLCD step at most this fraction of TRL's GRPO step."""
+
+
 def available(s: Setting) -> bool:
     return (s.init / "config.json").is_file() and (s.init / "model.safetensors").is_file()
 
@@ -181,13 +185,13 @@ class CPUStepClock:
         batch, end_step = self.saved
         clock = self
 
-        def timed_batch(stream, step):
+        def timed_batch(stream, step, *args):
             clock.t0 = time.process_time()
-            return batch(stream, step)
+            return batch(stream, step, *args)
 
-        def timed_end_step(sess, step, row):
+        def timed_end_step(sess, step, *args):
             clock.times.append(time.process_time() - clock.t0)
-            return end_step(sess, step, row)
+            return end_step(sess, step, *args)
 
         QuestionStream.batch, Session.end_step = timed_batch, timed_end_step
         return self.times
@@ -493,9 +497,9 @@ def main() -> None:
             )
     for name, res in results.items():
         rs = {m: ratio(res[m]["step"], res["trl"]["step"]) for m in ("calibrate", "reinforce")}
-        holds = all(r is not None and r <= 1.0 for r in rs.values())
+        holds = all(r is not None and r <= TARGET for r in rs.values())
         print(
-            f"target {name}: RLCD step / TRL step <= 1.0 (wall): "
+            f"target {name}: RLCD step / TRL step <= {TARGET} (wall): "
             + ", ".join(f"{m} {fmt(r, '.2f')}" for m, r in rs.items())
             + (" -> holds" if holds else " -> does not hold")
         )
