@@ -85,8 +85,7 @@ print(f"SCALE = {SCALE}: {SIZES}")
 BASE = assets.shipped_checkpoints()["checkpoints/base-facts"]
 OUT = Path(tempfile.mkdtemp(prefix="rlcd-nb02-"))
 EMPTY_TOKENS = 8  # " Answer:" in the character tokenizer: an empty rationale
-# at ci scale a copy of facts with a 30-item dev split (each run ends with a dev eval)
-TASK = "facts" if SCALE == "default" else str(tutorial.subset_task("facts", OUT, {"dev": 30}))
+TASK = "facts"
 COMMON = dict(
     init=BASE,
     task=TASK,

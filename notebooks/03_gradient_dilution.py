@@ -217,15 +217,13 @@ for _, r in table.iterrows():
 # %%
 OUT = Path(tempfile.mkdtemp(prefix="rlcd-nb03-"))
 BASE = assets.shipped_checkpoints()[f"checkpoints/base-{TASK}"]
-# at ci scale a copy of the task with a 30-item dev split (each run ends with a dev eval)
-task = TASK if SCALE == "default" else str(tutorial.subset_task(TASK, OUT, {"dev": 30}))
 sweep = {}
 for c in SF_WEIGHTS:
     cfg = preset(
         "endtoend",
         init=BASE,
         out=OUT / f"sf{c:g}",
-        task=task,
+        task=TASK,
         sf_weight=c,
         beta=0.04,
         lr=1e-4,
@@ -235,7 +233,7 @@ for c in SF_WEIGHTS:
         **SIZES,
     )
     print(
-        f"rlcd-lab train endtoend --init {BASE} --out {cfg.out} --task {task} "
+        f"rlcd-lab train endtoend --init {BASE} --out {cfg.out} --task {TASK} "
         f"--sf-weight {c:g} --beta 0.04 --steps {cfg.steps} --grad-terms-every "
         f"{cfg.grad_terms_every}"
     )

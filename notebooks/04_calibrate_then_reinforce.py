@@ -397,7 +397,7 @@ print(f"Training budgets in steps (stage 1 included for two-stage RLCD): {steps}
 OUT = Path(tempfile.mkdtemp(prefix="rlcd-nb04-"))
 BASE = assets.shipped_checkpoints()["checkpoints/base-verify"]
 grpo = SIZES.pop("grpo")
-TASK = "verify" if SCALE == "default" else str(tutorial.subset_task("verify", OUT, {"dev": 30}))
+TASK = "verify"
 common = dict(task=TASK, seed=0, save_every=10_000, **SIZES)
 plan = [
     ("calibrate", preset("calibrate", init=BASE, out=OUT / "calibrate", **common)),

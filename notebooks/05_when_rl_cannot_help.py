@@ -92,12 +92,7 @@ m_eval = SIZES.pop("m_eval")
 
 OUT = Path(tempfile.mkdtemp(prefix="rlcd-nb05-"))
 BASE = assets.shipped_checkpoints()["checkpoints/base-aleatoric"]
-# at ci scale a copy of the task with small dev/test splits (each run ends with an eval)
-TASK = (
-    "aleatoric"
-    if SCALE == "default"
-    else str(tutorial.subset_task("aleatoric", OUT, {"dev": 30, "test": 30}))
-)
+TASK = "aleatoric"
 COMMON = dict(init=BASE, task=TASK, lr=3e-4, max_new_tokens=24, seed=0, save_every=10_000, **SIZES)
 MARKER_TOKENS = 7  # a bare-marker rationale ("Answer:")
 base_dev = read_meta(BASE)["metrics"]["dev"]

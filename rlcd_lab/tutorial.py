@@ -3,7 +3,7 @@
 The notebooks only import from ``rlcd_lab``; the computations they need that are not a
 loss, a metric or a training loop live here: the ``SCALE`` switch, a non-proper score as
 a counterexample, expected-score curves for the binary case, the gradient-dilution ratio
-from a run's log, finding shipped runs and what their configs say, small task subsets,
+from a run's log, finding shipped runs and what their configs say,
 and a plotly slider figure. Pure functions (file readers aside); no printing. Scoring a
 run's eval dumps (temperature scaling, per-item values, paired tests over seeds) is
 :mod:`rlcd_lab.results`; display names of runs are :func:`rlcd_lab.report.label`.
@@ -26,8 +26,6 @@ import torch
 from torch import Tensor
 
 from .scoring import expected_score
-from .tasks import load_task_items, write_items
-from .tasks.synthetic import TASKS
 
 # ------------------------------------------------------------------------------ scale
 SCALES: tuple[str, ...] = ("ci", "default", "paper")
@@ -199,28 +197,6 @@ def discover_runs(runs: Mapping[str, str | Path], task: str | None = None) -> li
             if other is not info and len(init.parts) >= 3 and init.parts[-3:-1] == tail:
                 info["parent"] = other["name"]
     return infos
-
-
-def subset_task(task: str, out: str | Path, sizes: Mapping[str, int | None]) -> Path:
-    """Write the first ``sizes[split]`` items of each split of ``task`` (a synthetic task
-    name or a task-item JSONL file; ``None`` keeps a whole split) as task-item JSONL
-    files ``<out>/<name>-small.<split>.jsonl`` (and the train split again as
-    ``<name>-small.jsonl``), and return that last path: pass it as ``task`` to a training
-    config or :func:`rlcd_lab.tasks.load_task_items`, which then reads the smaller splits.
-
-    Used by the notebooks at ``ci`` scale: a training run ends with an evaluation of the
-    whole dev split, which a small dev split makes cheap. Splits not in ``sizes`` are
-    copied whole.
-    """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = Path(task).stem if task not in TASKS else task
-    for split in ("train", "dev", "test"):
-        items = load_task_items(task, split)[: sizes.get(split)]
-        write_items(out / f"{name}-small.{split}.jsonl", items)
-    path = out / f"{name}-small.jsonl"
-    write_items(path, load_task_items(task, "train")[: sizes.get("train")])
-    return path
 
 
 def largest_group(infos: Sequence[Mapping[str, Any]]) -> str | None:

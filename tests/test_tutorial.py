@@ -142,17 +142,6 @@ def test_discover_runs_finds_stage2_parents(tmp_path):
     assert infos["runs/v-s1/reinforce"]["seed"] == 1
 
 
-def test_subset_task_writes_smaller_splits(tmp_path):
-    from rlcd_lab.tasks import load_task_items
-
-    path = tutorial.subset_task("verify", tmp_path, {"dev": 5, "test": 3})
-    assert path.name == "verify-small.jsonl"
-    dev = load_task_items(str(path), "dev")
-    assert [it.uid for it in dev] == [it.uid for it in load_task_items("verify", "dev")[:5]]
-    assert len(load_task_items(str(path), "test")) == 3
-    assert len(load_task_items(str(path), "train")) == len(load_task_items("verify", "train"))
-
-
 def test_largest_group_prefers_most_runs_then_name():
     infos = [{"group": g} for g in ("s2", "s1", "s2", "s1", "s0")]
     assert tutorial.largest_group(infos) == "s1"  # s1 and s2 tie at 2: first by name
