@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from .metrics import DEFAULT_EPS
+
 SOLUTION_TAG = "solution"
 """Cell tag of the solution cells that :func:`write_student` removes."""
 NOTEBOOK_GLOB = "[0-9][0-9]_*.py"
@@ -825,7 +827,7 @@ def check_escalation_band(band: Any, c_fa: float = 1.0, escalate: float = 0.5) -
 
 
 def check_label_free_thresholds(
-    cascades: Mapping[str, Mapping[str, Any]], answers: Any, eps: float = 0.05
+    cascades: Mapping[str, Mapping[str, Any]], answers: Any, eps: float = DEFAULT_EPS
 ) -> Feedback:
     """Notebook 6, exercise 2: the label-free cascade threshold per task.
 

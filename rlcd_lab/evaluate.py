@@ -14,7 +14,6 @@ on stderr.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import overload
 
 import numpy as np
 from tqdm import tqdm
@@ -24,36 +23,6 @@ from . import metrics
 from .reader import Mode, read
 from .readout import MARKER, SEP
 from .tasks import TaskItem
-
-
-class _Progress(Sequence[str]):
-    """The questions as :func:`rlcd_lab.reader.read` gets them, counting the items read on a
-    tqdm ``bar``: ``read`` takes them one batch-sized slice at a time, in order, so each
-    new slice means the previous one is done; :meth:`finish` counts the last one. Only the
-    bar depends on that access pattern: ``read`` sees the same strings either way, so the
-    rows (and their seeds) are the same with or without a bar."""
-
-    def __init__(self, questions: list[str], bar: tqdm) -> None:
-        self.questions, self.bar, self.pending = questions, bar, 0
-
-    def __len__(self) -> int:
-        return len(self.questions)
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-    def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, int):
-            return self.questions[index]
-        self.bar.update(self.pending)
-        batch = self.questions[index]
-        self.pending = len(batch)
-        return batch
-
-    def finish(self) -> None:
-        self.bar.update(self.pending)
-        self.pending = 0
 
 
 def run_eval(
@@ -78,18 +47,14 @@ def run_eval(
     ``batch_size`` at a time (``TQDM_DISABLE=1`` in the environment hides it). The rows do
     not depend on it.
     """
-    questions: Sequence[str] = [it.prompt for it in items]
     bar = tqdm(total=len(items), desc=f"eval {mode}", unit="item") if progress else None
-    if bar is not None:
-        questions = _Progress(list(questions), bar)
     try:
         readings = read(
-            model, tokenizer, questions, [it.options for it in items],
+            model, tokenizer, [it.prompt for it in items], [it.options for it in items],
             mode=mode, m=m, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
             marker=marker, sep=sep, batch_size=batch_size,
+            on_batch=None if bar is None else bar.update,
         )  # fmt: skip
-        if isinstance(questions, _Progress):
-            questions.finish()
     finally:
         if bar is not None:
             bar.close()
@@ -112,7 +77,7 @@ def run_eval(
 
 
 def summarize(
-    rows: Sequence[dict], dev_rows: Sequence[dict] | None = None, eps: float = 0.05
+    rows: Sequence[dict], dev_rows: Sequence[dict] | None = None, eps: float = metrics.DEFAULT_EPS
 ) -> dict:
     """Table 1 row for single-query readouts (``metrics.evaluate``), plus rationale stats.
 

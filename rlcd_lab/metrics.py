@@ -38,11 +38,12 @@ EPS = 1e-12
 0 for its label costs ``-log(1e-12) ~ 27.6`` nats instead of ``inf``."""
 
 T_MIN, T_MAX = 0.05, 50.0
+"""Search range of :func:`fit_temperature`."""
+
 DEFAULT_EPS = 0.05
 """The error budget eps of Cov@eps (the largest share decided at error <= eps) and of the
 routing rules (``rlcd_lab.routing``): the paper's 5% on GSM8K-Verify. Every default eps in
 the package and its notebooks is this constant."""
-"""Search range of :func:`fit_temperature`."""
 
 ArrayLike = Any  # numpy array, torch tensor, or nested sequence
 

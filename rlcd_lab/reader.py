@@ -617,13 +617,15 @@ def read(
     marker: str = MARKER,
     sep: str = SEP,
     batch_size: int = 64,
+    on_batch: Callable[[int], object] | None = None,
 ) -> list[Reading]:
     """Read ``questions`` (each with its own option labels) in batches of ``batch_size``.
 
     ``reason``: ``m`` rationales per question, question ``i`` sampled with seed
     ``mix_seed(seed, i)`` (``None``: unseeded), so the readings do not depend on
     ``batch_size``; ``direct``: one empty
-    rationale (the prompt ends with the marker).
+    rationale (the prompt ends with the marker). ``on_batch(n)`` is called after each
+    batch with its number of questions (a progress bar's ``update``).
     Returns one :class:`Reading` per question, in order.
     """
     if mode not in ("direct", "reason"):
@@ -673,4 +675,6 @@ def read(
                     logits[i, :, :k],
                 )  # fmt: skip
             )
+        if on_batch is not None:
+            on_batch(len(qs))
     return out
