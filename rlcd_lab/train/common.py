@@ -46,7 +46,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 from ..evaluate import run_eval, summarize
 from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..models import CheckpointError, check_checkpoint, load_checkpoint, save_checkpoint
-from ..reader import Sampler, mix_seed, sample_questions, score_rationales
+from ..reader import Sampler, default_sampler, mix_seed, sample_questions, score_rationales
 from ..tasks import TaskItem, load_task_items
 from .configs import RUN_OPTIONS, TrainConfig, config_dict, config_diff
 
@@ -354,14 +354,12 @@ def check_vllm(cfg: TrainConfig) -> None:
         raise ValueError("--sampler vllm needs the vllm package: pip install 'rlcd_lab[vllm]'")
 
 
-def pick_sampler(cfg: TrainConfig) -> Sampler:
-    """The sampler of ``cfg.sampler``: ``hf``, the in-process transformers model through
-    ``decoding.kv_sampler`` (the tokens of ``reader.hf_sampler``, faster); ``vllm``, a
-    vLLM engine."""
+def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
+    """The sampler of ``cfg.sampler``: ``hf``, the in-process model's default
+    (``reader.default_sampler``: ``decoding.kv_sampler``, the tokens of
+    ``reader.hf_sampler``, faster); ``vllm``, a vLLM engine."""
     if cfg.sampler == "hf":
-        from ..decoding import kv_sampler
-
-        return kv_sampler
+        return default_sampler(model)
     from .vllm import VLLMSampler
 
     return VLLMSampler(cfg)
@@ -457,7 +455,7 @@ class Session:
     stream: QuestionStream
     dev_items: list[TaskItem]
     eval_kw: dict
-    sampler: Sampler  # pick_sampler(cfg)
+    sampler: Sampler  # pick_sampler(cfg, model)
     lr_used: float = 0.0  # the learning rate of the latest optimizer step
 
     @property
@@ -685,7 +683,7 @@ def _open(
     model.train()
     return Session(
         cfg, acc, run, start_step, device, model, wrapped, tok, meta, ref, params, opt, sched,
-        stream, dev_items, eval_kw, pick_sampler(cfg),
+        stream, dev_items, eval_kw, pick_sampler(cfg, model),
     )  # fmt: skip
 
 
