@@ -47,6 +47,7 @@ import numpy as np
 
 from . import metrics
 from .metrics import DEFAULT_EPS as DEFAULT_EPS  # the error budget, defined with Cov@eps
+from .metrics import to_numpy
 
 DEFAULT_THRESHOLD = 0.9
 """The dashboard's default threshold on max p (Ask, Compare, Batch and Routing tabs)."""
@@ -65,10 +66,6 @@ MEASURES: tuple[str, ...] = ("max_p", "chance_corrected")
 AGGREGATES: tuple[str, ...] = ("single", "mixture")
 MEASURE_NAMES = {"max_p": "max p", "chance_corrected": "chance-corrected confidence"}
 AGGREGATE_NAMES = {"single": "the first rationale's readout", "mixture": "the mixture"}
-
-
-def _to_numpy(x: ArrayLike, dtype: Any = None) -> np.ndarray:
-    return metrics.to_numpy(x, dtype)
 
 
 # ------------------------------------------------------------------------- decision rule
@@ -160,7 +157,7 @@ def aggregate_readouts(readouts: ArrayLike, how: Aggregate = "single") -> np.nda
     counts as M = 1): ``single`` the first row (the paper's single query), ``mixture``
     the mean ``p = (1/M) sum_i u_i``. Raises ``ValueError`` for an unknown ``how`` or an
     empty or mis-shaped array."""
-    u = _to_numpy(readouts, np.float64)
+    u = to_numpy(readouts, np.float64)
     if u.ndim == 1:
         u = u[None]
     if u.ndim != 2 or u.shape[0] == 0 or u.shape[1] == 0:
@@ -182,8 +179,8 @@ def route_items(
 
 
 def _conf_correct(confidence: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    c = _to_numpy(confidence, np.float64).reshape(-1)
-    r = _to_numpy(correct).astype(bool).reshape(-1)
+    c = to_numpy(confidence, np.float64).reshape(-1)
+    r = to_numpy(correct).astype(bool).reshape(-1)
     if c.shape != r.shape or c.size == 0:
         raise ValueError(f"need equal, non-empty confidence {c.shape} and correct {r.shape}")
     return c, r
@@ -207,7 +204,7 @@ def threshold_for_risk(
     decided); ``inf`` when no prefix qualifies (decide nothing). Fit it on dev, apply it
     on test with :func:`selective_risk`.
     """
-    c = _to_numpy(confidence, np.float64).reshape(-1)
+    c = to_numpy(confidence, np.float64).reshape(-1)
     if c.size == 0:
         raise ValueError("need at least one item")
     order = metrics.confidence_order(c)
@@ -249,7 +246,7 @@ def threshold_for_coverage(confidence: ArrayLike, coverage: float = 0.5) -> floa
     ``coverage`` in (0, 1]; raises ``ValueError`` otherwise or for no items. The Routing
     tab quotes it when a threshold decides nothing.
     """
-    c = _to_numpy(confidence, np.float64).reshape(-1)
+    c = to_numpy(confidence, np.float64).reshape(-1)
     if c.size == 0:
         raise ValueError("need at least one item")
     if not 0.0 < coverage <= 1.0:
@@ -262,8 +259,8 @@ def threshold_for_coverage(confidence: ArrayLike, coverage: float = 0.5) -> floa
 def expected_costs(probs: ArrayLike, cost: ArrayLike) -> np.ndarray:
     """Expected cost of every action for every item, ``(N, K), (A, K) -> (N, A)``:
     ``E_{Y~p_i} cost[a, Y] = sum_y p_iy cost[a, y]``. Lower is better."""
-    p = _to_numpy(probs, np.float64)
-    c = _to_numpy(cost, np.float64)
+    p = to_numpy(probs, np.float64)
+    c = to_numpy(cost, np.float64)
     if p.ndim != 2 or c.ndim != 2 or p.shape[1] != c.shape[1]:
         raise ValueError(f"probs {p.shape} and cost {c.shape} must be (N, K) and (A, K)")
     return p @ c.T
@@ -279,9 +276,9 @@ def bayes_actions(probs: ArrayLike, cost: ArrayLike) -> np.ndarray:
 def realized_costs(actions: ArrayLike, labels: ArrayLike, cost: ArrayLike) -> np.ndarray:
     """The cost each item actually incurs, ``cost[a_i, y_i]``, shape ``(N,)`` (lower is
     better; average it for the realised cost per decision)."""
-    a = _to_numpy(actions).astype(np.int64).reshape(-1)
-    y = _to_numpy(labels).astype(np.int64).reshape(-1)
-    c = _to_numpy(cost, np.float64)
+    a = to_numpy(actions).astype(np.int64).reshape(-1)
+    y = to_numpy(labels).astype(np.int64).reshape(-1)
+    c = to_numpy(cost, np.float64)
     if a.shape != y.shape:
         raise ValueError(f"{a.size} actions for {y.size} labels")
     return c[a, y]
@@ -296,7 +293,7 @@ def decision_cost_matrix(
     ``escalate`` is given, one "escalate" action (row K) with that cost whatever the
     outcome. ``error_costs (K, K)`` gives ``cost[a, y]`` of answering ``a`` when the truth
     is ``y`` (default: 0-1 loss); its diagonal should be 0. Returns ``(K (+1), K)``."""
-    base = 1.0 - np.eye(k) if error_costs is None else _to_numpy(error_costs, np.float64).copy()
+    base = 1.0 - np.eye(k) if error_costs is None else to_numpy(error_costs, np.float64).copy()
     if base.shape != (k, k):
         raise ValueError(f"error_costs must be ({k}, {k}), got {base.shape}")
     if escalate is None:
@@ -350,8 +347,8 @@ def cascade(
     marks the items sent to reasoning. ``threshold = 0`` never reasons, ``threshold >
     1`` always reasons.
     """
-    d = _to_numpy(direct_probs, np.float64)
-    r = _to_numpy(reason_probs, np.float64)
+    d = to_numpy(direct_probs, np.float64)
+    r = to_numpy(reason_probs, np.float64)
     if d.shape != r.shape or d.ndim != 2:
         raise ValueError(f"direct {d.shape} and reason {r.shape} probs must both be (N, K)")
     routed = d.max(1) < threshold
@@ -377,11 +374,11 @@ def cascade_curve(
     ``(1 - f) * acc_direct(kept) + f * acc_reason(routed)``, the mix of the two modes on
     the items each one answers.
     """
-    d = _to_numpy(direct_probs, np.float64)
-    r = _to_numpy(reason_probs, np.float64)
-    y = _to_numpy(labels).astype(np.int64).reshape(-1)
-    tok_r = _to_numpy(reason_tokens, np.float64).reshape(-1)
-    tok_d = np.broadcast_to(_to_numpy(direct_tokens, np.float64), tok_r.shape)
+    d = to_numpy(direct_probs, np.float64)
+    r = to_numpy(reason_probs, np.float64)
+    y = to_numpy(labels).astype(np.int64).reshape(-1)
+    tok_r = to_numpy(reason_tokens, np.float64).reshape(-1)
+    tok_d = np.broadcast_to(to_numpy(direct_tokens, np.float64), tok_r.shape)
     onehot = np.zeros_like(d)
     onehot[np.arange(len(y)), y] = 1.0
     out: dict[str, list[float]] = {
@@ -401,7 +398,7 @@ def cascade_curve(
 def max_p_confidence(p: ArrayLike) -> float:
     """``max_k p_k`` of a ``(K,)`` distribution: the probability that its argmax is right,
     when calibrated. In ``[1/K, 1]``."""
-    q = _to_numpy(p, np.float64).reshape(-1)
+    q = to_numpy(p, np.float64).reshape(-1)
     if q.size == 0:
         raise ValueError("need K >= 1 options")
     return float(q.max())
@@ -453,7 +450,7 @@ def confidence(p: ArrayLike, measure: Measure = "max_p", kind: Kind = "choice") 
     if measure == "max_p":
         return max_p_confidence(p)
     if measure == "chance_corrected":
-        q = _to_numpy(p, np.float64).reshape(-1)
+        q = to_numpy(p, np.float64).reshape(-1)
         return score_confidence(q) if kind == "score" else chance_corrected_confidence(q)
     raise ValueError(f"measure must be one of {list(MEASURES)}, got {measure!r}")
 
@@ -468,7 +465,7 @@ def confidences(
     chance-corrected value is ``(K_i max p_i - 1) / (K_i - 1)``, 1 where ``K_i = 1``,
     clipped to [0, 1].
     """
-    p = _to_numpy(probs, np.float64)
+    p = to_numpy(probs, np.float64)
     if p.ndim != 2 or p.shape[1] == 0:
         raise ValueError(f"probs must be (N, K) with K >= 1, got shape {p.shape}")
     top = p.max(1) if p.shape[0] else np.zeros(0)
@@ -478,7 +475,7 @@ def confidences(
         raise ValueError(f"measure must be one of {list(MEASURES)}, got {measure!r}")
     k = np.full(p.shape[0], p.shape[1], np.float64)
     if n_options is not None:
-        k = _to_numpy(n_options, np.float64).reshape(-1)
+        k = to_numpy(n_options, np.float64).reshape(-1)
         if k.shape != top.shape or (k < 1).any():
             raise ValueError(f"n_options must be (N,) = {top.shape} with every count >= 1")
     with np.errstate(divide="ignore", invalid="ignore"):
