@@ -169,15 +169,6 @@ def aggregate_readouts(readouts: ArrayLike, how: Aggregate = "single") -> np.nda
     raise ValueError(f"aggregate must be one of {list(AGGREGATES)}, got {how!r}")
 
 
-def route_items(
-    probs: ArrayLike, rule: DecisionRule, n_options: ArrayLike | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The rule on ``N`` already aggregated readouts ``probs (N, K)``: ``(confidence (N,),
-    automate (N,) bool)`` (:func:`confidences`; ``n_options`` as there)."""
-    c = confidences(probs, rule.measure, n_options)
-    return c, c >= rule.threshold
-
-
 def _conf_correct(confidence: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     c = to_numpy(confidence, np.float64).reshape(-1)
     r = to_numpy(correct).astype(bool).reshape(-1)
