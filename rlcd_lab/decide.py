@@ -64,7 +64,6 @@ prompt: its content never selects which questions, options or fields are read.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import string
@@ -80,7 +79,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .metrics import apply_temperature
 from .models import DEFAULT_META, load_checkpoint
-from .reader import build_prompt, encode_prompts, left_pad, pad_id, sample_rationales
+from .reader import (
+    build_prompt,
+    encode_prompts,
+    forward_args,
+    left_pad,
+    pad_id,
+    sample_rationales,
+)
 from .readout import OptionTokens, option_logits, option_token_ids, position_ids
 from .readout import readout as readout_fn
 from .routing import (
@@ -387,17 +393,10 @@ def shared_prefix_readout(
         position_ids=position_ids(mask)[:, p_ids.shape[1] :],
         use_cache=False,
         logits_to_keep=1,
-        **{_cache_argument(model): cache},
+        **{forward_args(model)[0]: cache},
     )
     logits = option_logits(out.logits[:, -1], torch.as_tensor(option_ids, dtype=torch.long))
     return logits.softmax(-1), logits
-
-
-def _cache_argument(model: PreTrainedModel) -> str:
-    """The forward argument that takes a KV cache: ``cache`` (transformers >= 5.2x) or
-    ``past_key_values`` (earlier versions); a PEFT model is asked about its base."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def _union(rows: Sequence[Sequence[int]]) -> tuple[list[list[int]], Tensor]:

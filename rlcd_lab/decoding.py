@@ -41,7 +41,6 @@ at the model's ``generation_config.eos_token_id``; here ``eos`` alone decides
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 
 import torch
@@ -49,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from .reader import Generated, GumbelSampler, pad_id
+from .reader import Generated, GumbelSampler, forward_args, pad_id
 from .readout import position_ids
 
 
@@ -162,10 +161,7 @@ class _Steps:
 
     def __init__(self, model: PreTrainedModel, ids: Tensor, mask: Tensor, length: int):
         self.model, self.ids, self.mask = model, ids, mask
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        params = inspect.signature(base.forward).parameters
-        self.cache_key = "cache" if "cache" in params else "past_key_values"  # < 5.24: the latter
-        self.keep_one = "logits_to_keep" in params
+        self.cache_key, self.keep_one = forward_args(model)
         self.cache = DynamicCache(config=model.config)
         # generate passes no mask at all when nothing is padded; so do these steps
         self.padded = not bool(mask.all())

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rlcd_lab.reader import (
+    SHARE_MIN_PROMPT,
     _MarkerStop,
     cut_at_marker,
     direct_readout,
@@ -223,3 +224,105 @@ class ScriptedLM(torch.nn.Module):
             if all(stop(ids, None).all() for stop in stopping_criteria):
                 break
         return type("Out", (), {"sequences": ids, "logits": tuple(logits)})()
+
+
+# ------------------------------------------------- each prompt encoded once in scoring
+def _scored(model, rats, share, per_token=False):
+    """Outputs and parameter gradients of one scoring pass (a fixed mix of all outputs)."""
+    model.zero_grad()
+    u, logits, lp = score_rationales(model, rats, [5, 6, 7], per_token, share_prompts=share)
+    w = torch.linspace(-1, 1, u.numel()).view(u.shape)
+    tw = torch.linspace(0.5, 1.5, lp.shape[-1])
+    ((u * w).sum() + logits[:, 0].sum() + (lp * tw).sum()).backward()
+    return u.detach(), logits.detach(), lp.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _assert_same_pass(model, rats):
+    for per_token in (False, True):
+        shared = _scored(model, rats, True, per_token)
+        plain = _scored(model, rats, False, per_token)
+        for a, b in zip(shared[:3], plain[:3], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        for a, b in zip(shared[3], plain[3], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(plain[2].sum(-1), rats.logp_r, atol=1e-4, rtol=1e-5)
+
+
+def test_prompt_len_marks_each_rows_prompt(tokenizer, tiny_lm):
+    prompts = ["Q: 1?\n", "Q: 22?\n", "Q: 333?\n"]
+    r = sample_rationales(tiny_lm, tokenizer, prompts, m=2, max_new_tokens=6, seed=0)
+    for i, row in enumerate(r.input_ids):
+        real = row[r.attention_mask[i].bool()].tolist()
+        assert real[: int(r.prompt_len[i])] == tokenizer(prompts[i // 2])["input_ids"]
+
+
+def test_encoding_each_prompt_once_gives_the_plain_pass(tokenizer, tiny_lm, marker_lm):
+    """Outputs (sum and per-token log-probs, readout) and gradients of the shared-prompt
+    pass equal the plain pass's: prompts of different lengths, rows stopped at the
+    marker (marker_lm), forced at the limit and ended by EOS (tiny_lm), options per row."""
+    prompts = ["Q: 1?\n", "Q: 22?\n", "Q: 333?\n", "Q: 4?\n"]
+    for model, kw in (
+        (marker_lm, dict(m=3, max_new_tokens=12)),
+        (tiny_lm, dict(m=8, max_new_tokens=40)),
+    ):
+        model.train()  # as in training (no dropout in these models)
+        r = sample_rationales(model, tokenizer, prompts, seed=0, **kw)
+        if model is tiny_lm:
+            assert (r.eos_col >= 0).any() and r.forced.all()
+        else:
+            assert (~r.forced).any()
+        _assert_same_pass(model, r)
+        model.eval().zero_grad()
+
+
+def _forward_calls(model, rats, share=None):
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        score_rationales(model, rats, [5, 6], share_prompts=share)
+    finally:
+        hook.remove()
+    return len(calls)
+
+
+def test_prompts_are_shared_from_32_tokens_on(tokenizer, tiny_lm):
+    long_prompt = ["Q: " + "1234567890" * 4 + "?\n", "Q: " + "2" * 35 + "?\n"]
+    short = sample_rationales(tiny_lm, tokenizer, PROMPTS, m=4, max_new_tokens=30, seed=0)
+    long = sample_rationales(tiny_lm, tokenizer, long_prompt, m=4, max_new_tokens=4, seed=0)
+    assert SHARE_MIN_PROMPT == 32
+    assert int(short.prompt_len.max()) < 32 and _forward_calls(tiny_lm, short) == 1
+    assert int(long.prompt_len.min()) >= 32 and _forward_calls(tiny_lm, long) == 2
+    assert _forward_calls(tiny_lm, long, share=False) == 1
+    assert _forward_calls(tiny_lm, short, share=True) == 2
+    one = sample_rationales(tiny_lm, tokenizer, long_prompt, m=1, max_new_tokens=4, seed=0)
+    assert _forward_calls(tiny_lm, one, share=True) == 1  # nothing to share
+    # gradient checkpointing drops the cache when gradients flow: the plain pass
+    tiny_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    tiny_lm.train()
+    assert _forward_calls(tiny_lm, long, share=True) == 1
+    with torch.no_grad():
+        assert _forward_calls(tiny_lm, long, share=True) == 2
+
+
+def test_shared_prompt_pass_under_ddp(tokenizer, tiny_lm, tmp_path):
+    """Two forward calls, one backward through DistributedDataParallel (a gloo group of
+    one process): the gradients of the plain pass."""
+    import torch.distributed as dist
+
+    r = sample_rationales(tiny_lm, tokenizer, PROMPTS, m=3, max_new_tokens=10, seed=1)
+    plain = _scored(tiny_lm, r, False)[3]
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(tiny_lm)
+        ddp.zero_grad()
+        u, _, lp = score_rationales(ddp, r, [5, 6, 7], share_prompts=True)
+        (u[:, 0].sum() + lp.sum()).backward()
+        shared = [p.grad.clone() for p in tiny_lm.parameters()]
+        tiny_lm.zero_grad()
+        u, _, lp = score_rationales(tiny_lm, r, [5, 6, 7], share_prompts=False)
+        (u[:, 0].sum() + lp.sum()).backward()
+        for a, p in zip(shared, tiny_lm.parameters(), strict=True):
+            torch.testing.assert_close(a, p.grad, atol=1e-5, rtol=1e-4)
+    finally:
+        dist.destroy_process_group()
+    assert plain  # the fixture model has gradients at all
