@@ -82,12 +82,12 @@ from .models import DEFAULT_META, load_checkpoint
 from .reader import (
     build_prompt,
     encode_prompts,
-    forward_args,
     left_pad,
     pad_id,
+    prefix_then_suffix,
     sample_rationales,
 )
-from .readout import OptionTokens, option_logits, option_token_ids, position_ids
+from .readout import OptionTokens, option_logits, option_token_ids
 from .readout import readout as readout_fn
 from .routing import (
     DEFAULT_CHANCE_CORRECTED_THRESHOLD,
@@ -374,28 +374,10 @@ def shared_prefix_readout(
             owner.extend([len(prefixes) - 1] * len(part))
     device = model.device
     p_ids, p_mask = left_pad(prefixes, pad_id, device)
-    out = model(
-        input_ids=p_ids,
-        attention_mask=p_mask,
-        position_ids=position_ids(p_mask),
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    cache = getattr(out, "cache", None)
-    cache = out.past_key_values if cache is None else cache
-    idx = torch.tensor(owner, device=device)
-    cache.reorder_cache(idx)  # one copy of its prefix's keys and values per prompt
     s_ids, s_mask = left_pad(suffixes, pad_id, device)
-    mask = torch.cat([p_mask[idx], s_mask], dim=1)
-    out = model(
-        input_ids=s_ids,
-        attention_mask=mask,
-        position_ids=position_ids(mask)[:, p_ids.shape[1] :],
-        use_cache=False,
-        logits_to_keep=1,
-        **{forward_args(model)[0]: cache},
-    )
-    logits = option_logits(out.logits[:, -1], torch.as_tensor(option_ids, dtype=torch.long))
+    rows = torch.tensor(owner, device=device)
+    _, last = prefix_then_suffix(model, p_ids, p_mask, rows, s_ids, s_mask, last_only=True)
+    logits = option_logits(last[:, -1], torch.as_tensor(option_ids, dtype=torch.long))
     return logits.softmax(-1), logits
 
 

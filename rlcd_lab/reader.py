@@ -15,8 +15,10 @@ reads a model through this module (OpenJev-RLCD sec. 2 and Algorithm 1):
    appended and is flagged ``forced``; an EOS it sampled still counts in ``log pi(r)``
    (the probability of the rationale includes that of stopping there);
 3. :func:`score_rationales` runs one forward pass over ``prompt + rationale (+ marker) +
-   bridge`` (left-padded) and returns the readout ``u = softmax(logits[options])`` at the
-   last column and ``log pi(r | x)`` with gradients (sample without gradient, score with it);
+   bridge`` (left-padded; for prompts of :data:`SHARE_MIN_PROMPT` tokens or more, each
+   prompt once and its rationales on its cached keys and values) and returns the readout
+   ``u = softmax(logits[options])`` at the last column and ``log pi(r | x)`` with
+   gradients (sample without gradient, score with it);
 4. :func:`direct_readout` reads texts that already end with the marker (direct mode);
 5. :func:`read` does all of it for a list of questions with per-question option lists
    (2..K options each) and returns one :class:`Reading` per question.
@@ -596,6 +598,48 @@ def _share(model: torch.nn.Module, rats: Rationales, share: bool | None) -> bool
     return share or int(rats.prompt_len.max()) >= SHARE_MIN_PROMPT
 
 
+def prefix_then_suffix(
+    model: torch.nn.Module,
+    prefix_ids: Tensor,
+    prefix_mask: Tensor,
+    rows: Tensor,
+    suffix_ids: Tensor,
+    suffix_mask: Tensor,
+    last_only: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """What one forward pass over ``cat(prefix[rows], suffix)`` computes, in two calls:
+    the ``P`` left-padded prefixes ``(P, Tp)`` once, their keys and values copied to the
+    ``R`` rows (``rows (R,)``: the prefix of each row), then the left-padded suffixes ``(R,
+    Ts)`` on top (the suffix pads inside the sequence are masked; positions skip them).
+
+    Returns the logits after each prefix ``(P, V)`` (they predict each suffix's first
+    token) and the suffix logits ``(R, Ts, V)``, ``(R, 1, V)`` with ``last_only``. Equal to
+    the one pass up to float rounding; differentiable (the gradient reaches the prefix
+    pass through the copied keys and values)."""
+    cache_arg, keep = forward_args(model)
+    cache = DynamicCache(config=base_model(model).config)
+    out = model(
+        input_ids=prefix_ids,
+        attention_mask=prefix_mask,
+        position_ids=position_ids(prefix_mask),
+        use_cache=True,
+        **{cache_arg: cache},
+        **({"logits_to_keep": 1} if keep else {}),
+    )
+    after_prefix = out.logits[:, -1]
+    cache.reorder_cache(rows)  # one copy of its prefix's keys and values per row
+    mask = torch.cat([prefix_mask[rows], suffix_mask], dim=1)
+    out = model(
+        input_ids=suffix_ids,
+        attention_mask=mask,
+        position_ids=position_ids(mask)[:, prefix_ids.shape[1] :],
+        use_cache=False,
+        **{cache_arg: cache},
+        **({"logits_to_keep": 1} if keep and last_only else {}),
+    )
+    return after_prefix, out.logits[:, -1:] if last_only else out.logits
+
+
 def _shared_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tuple[Tensor, Tensor]:
     """``score_rationales``'s two-call pass: ``(last (N, V), predicting (S, V))``, the
     logits at each row's last column and, in ``mask``'s row-major order, those predicting
@@ -606,33 +650,17 @@ def _shared_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tupl
     device = ids.device
     cont = width - rats.attention_mask.sum(1) + rats.prompt_len  # first column after the prompt
     c = width - int(cont.min())  # columns of the longest continuation
-    cache_arg, keep = forward_args(model)
-    cache = DynamicCache(config=base_model(model).config)
-    # 1. each prompt once (the first row of its group), left-padded to the longest
+    # the prompts (the first row of each group), left-padded to the longest; each row's
+    # continuation is its last c columns, the prompt's columns among them masked
     heads = torch.arange(0, n, m, device=device)
     p = int(rats.prompt_len.max())
     cols = torch.arange(p, device=device)
     prompt_mask = (cols >= p - rats.prompt_len[heads, None]).long()
     prompt_ids = ids[heads].gather(1, (cont[heads, None] - p + cols).clamp_min(0))
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=position_ids(prompt_mask),
-        use_cache=True,
-        **{cache_arg: cache},
-        **({"logits_to_keep": 1} if keep else {}),
-    )
-    after_prompt = out.logits[:, -1]  # (B, V): predicts each rationale's first token
-    cache.batch_repeat_interleave(m)
-    # 2. every row's continuation (its last c columns) on its prompt's keys and values
     cont_mask = (torch.arange(width - c, width, device=device) >= cont[:, None]).long()
-    logits = model(
-        input_ids=ids[:, width - c :],
-        attention_mask=torch.cat([prompt_mask.repeat_interleave(m, 0), cont_mask], 1),
-        position_ids=(rats.prompt_len[:, None] + cont_mask.cumsum(1) - 1).clamp_min(0),
-        use_cache=True,
-        **{cache_arg: cache},
-    ).logits  # (N, c, V)
+    after_prompt, logits = prefix_then_suffix(
+        model, prompt_ids, prompt_mask, rats.prompt_index, ids[:, width - c :], cont_mask
+    )
     # continuation column k predicts column k + 1; the prompt's last column predicts the
     # first; mask's column width - c - 1 + k predicts continuation column k
     rows, k = mask[:, width - c - 1 :].nonzero(as_tuple=True)

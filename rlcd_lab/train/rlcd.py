@@ -3,7 +3,7 @@
 Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
 
 1. sample M rationales per question on-policy, without gradient;
-2. one forward pass with gradient gives each rationale's readout ``u`` and ``log pi(r|x)``;
+2. the scoring pass with gradient gives each rationale's readout ``u`` and ``log pi(r|x)``;
 3. the reward of rationale i is the proper score ``R_i = J(u_i, Y)`` of the *reader*'s
    readout (``self``: the model being trained; ``ref``: the frozen anchor model reads the
    rationale), plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
@@ -75,7 +75,7 @@ def train(cfg: RLCDConfig) -> Path:
             rats, option_ids = sample_batch(s, batch, step)
             t_sample = time.perf_counter()
 
-            # 2. one forward with gradient: readout u and log pi(r | x)
+            # 2. the scoring pass with gradient: readout u and log pi(r | x)
             u, _, logp = score_rationales(s.wrapped, rats, option_ids)
             u, logp = u.view(b, m, -1), logp.view(b, m)
 
