@@ -514,10 +514,10 @@ SHARE_MIN_PROMPT = 32
 """``score_rationales`` encodes each prompt once (when it has ``m >= 2`` rationales) if the
 longest prompt of the batch has at least this many tokens. The rule looks at the prompts
 only, so what a model writes never switches the pass (the two passes agree up to float
-rounding; a rerun takes the same one). Measured (``OMP_NUM_THREADS=1``, forward and
-backward): SmolLM2-135M, 2 prompts of 103 tokens x 4 rationales of ~34 tokens: 2.35x
-faster; the tiny verify model, 8 prompts of 14 tokens x 4 rationales of ~45: no clear
-gain (the second forward call costs about what the shorter one saves)."""
+rounding; a rerun takes the same one). Measured by ``benchmarks/scoring.py`` on one CPU
+thread: SmolLM2-135M, 2 prompts of 103 tokens x 4 rationales: 2.30x faster with gradient
+(LoRA), 2.34x without; the tiny verify model, 8 prompts of 14 tokens x 4 rationales of
+~45: 0.99-1.15x (the second forward call costs about what the shorter one saves)."""
 
 
 def base_model(model: torch.nn.Module) -> torch.nn.Module:
