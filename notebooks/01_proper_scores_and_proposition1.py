@@ -484,7 +484,7 @@ print("1:", classroom.check_twice_linear_score(best_p, is_proper))
 print("2:", classroom.check_log_score_gap(log_gap_nonnegative, log_gap_is_diversity))
 print("3:", classroom.check_certainty_threshold(lambda_threshold, q1=0.7))
 
-# %% tags=["solution"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1: 2 u_y is the linear score times 2: E = 2 u.q, maximised at a vertex.
 print("exercise 1:", tutorial.best_report(0.7, "linear"), "(a vertex: not proper)")
 

@@ -374,7 +374,7 @@ print("1:", classroom.check_lr_run(lr_run, length_last_10pct))
 print("2:", classroom.check_mean_top_probability(runs.get("no KL"), mean_top_p))
 print("3:", classroom.check_kl_price(kl_price, brier_gain, winner, base=BASE))
 
-# %% tags=["solution"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1 (runs only at default scale: about 2 minutes):
 if SCALE == "default":
     cfg = preset("endtoend", out=OUT / "no-KL-lr1e-3", beta=0.0, **{**COMMON, "lr": 1e-3})

@@ -365,7 +365,7 @@ print("1:", classroom.check_stage1_weight(c_stage1, sf_norm_is_zero))
 print("2:", classroom.check_sweep_ordering(sweep, ordering))
 print("3:", classroom.check_per_coordinate_dilution(readout_only, shared, rho=10.0))
 
-# %% tags=["solution"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1: stage 1 uses c = 0, so the score-function term never enters the loss; the
 # loop still computes its gradient every grad_terms_every steps to measure how large it
 # *would* be, which is the diagnostic that motivates separating the stages.

@@ -492,7 +492,7 @@ print("1:", classroom.check_aurc_before_after(first.get(GRPO), aurc_raw, aurc_ts
 print("2:", classroom.check_coverage_at_risk(first.get(RLCD), cov_2pct, eps=0.02))
 print("3:", classroom.check_fair_budget(OUT / "calibrate", OUT / "reinforce", baseline_steps))
 
-# %% tags=["solution"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["solution"]
 if GRPO in first:
     r = first[GRPO]
     a_raw = metrics.aurc(*metrics.confidence_and_correct(r.probs(False), r.labels))

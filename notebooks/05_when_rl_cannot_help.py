@@ -443,7 +443,7 @@ print("1:", classroom.check_lambda_run(lam_run, lam_jsd_single, lam=0.5))
 print("2:", classroom.check_diversity_term(mrows if runs else None, diversity))
 print("3:", classroom.check_urn_forecast(urn_forecast, "urn 3a1b2c?"))
 
-# %% tags=["solution"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1 (default scale only, about 1.5 minutes):
 if SCALE == "default":
     cfg = replace(TRAINERS["mixture"][0], **COMMON, lam=0.5, out=OUT / "lam0.5")

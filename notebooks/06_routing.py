@@ -423,7 +423,7 @@ print("1:", classroom.check_escalation_band(band, c_fa=1, escalate=ESCALATE))
 print("2:", classroom.check_label_free_thresholds(cascades, t_label_free, eps=EPS))
 print("3:", classroom.check_raw_cascade(cascades, thresholds, changes_more))
 
-# %% tags=["solution"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1: costs: accept p_N, reject p_Y, escalate 0.5; accept when p_N < 0.5 and
 # p_N < p_Y, i.e. p_Y > 0.5, and reject when p_Y < 0.5: escalation never wins, since
 # min(p_Y, p_N) <= 0.5 always (it ties at p_Y = 0.5).

@@ -210,6 +210,10 @@ def _number(x: Any) -> float | None:
 
 
 def _close(x: float, expected: float, tol: float) -> bool:
+    """Whether ``x`` is within ``tol`` (plus 1e-9 relative) of ``expected``; an infinite
+    ``expected`` (e.g. "no threshold meets the budget") matches only itself."""
+    if not math.isfinite(expected):
+        return x == expected
     return abs(x - expected) <= tol + 1e-9 * abs(expected)
 
 
@@ -853,7 +857,7 @@ def check_label_free_thresholds(
             value = float(answers[task])
         except (TypeError, ValueError):
             value = float("nan")
-        if not (value == t or _close(value, t, 1e-3)):  # inf: no threshold meets the budget
+        if not _close(value, t, 1e-3):  # t = inf: no threshold meets the budget
             return _wrong(
                 f"{task}: not the lowest t whose directly answered dev items have predicted "
                 f"error mean(1 - confidence) <= {eps:.0%}. Hint: "

@@ -547,8 +547,8 @@ def score_rationales(
     """The scoring pass over sampled rationales: ``(u, logits, logp_r)``.
 
     ``option_ids``: ``(K,)`` shared, or ``(B, K)`` per prompt (-1 = absent option).
-    Returns ``u, logits (N, K)`` float32 at the last column and ``logp_r (N,)`` float32,
-    the sum of the sampled tokens' log-probs (a sampled EOS included), all differentiable
+    Returns ``u, logits (N, K)`` at the last column and ``logp_r (N,)`` (float32, or
+    float64 for a float64 model), the sum of the sampled tokens' log-probs (a sampled EOS included), all differentiable
     w.r.t. the model. With ``per_token`` the third value is instead ``(N, T - 1)``: at
     column ``t`` the log-prob of what was sampled after position ``t`` where
     ``rats.logp_mask`` is set, 0 elsewhere.
@@ -579,12 +579,13 @@ def score_rationales(
         ).logits
         last, predicting = logits_all[:, -1], logits_all[:, :-1][mask]
     logits = option_logits(last, option_ids)
-    token_lp = -F.cross_entropy(predicting.float(), targets[mask], reduction="none")
+    wide = torch.promote_types(predicting.dtype, torch.float32)  # bf16 up, float64 kept
+    token_lp = -F.cross_entropy(predicting.to(wide), targets[mask], reduction="none")
     if per_token:
         out = torch.zeros(mask.shape, device=token_lp.device, dtype=token_lp.dtype)
         return logits.softmax(-1), logits, out.masked_scatter(mask, token_lp)
     rows = mask.nonzero()[:, 0]
-    logp_r = torch.zeros(len(rats.texts), device=token_lp.device).index_add(0, rows, token_lp)
+    logp_r = token_lp.new_zeros(len(rats.texts)).index_add(0, rows, token_lp)
     return logits.softmax(-1), logits, logp_r
 
 

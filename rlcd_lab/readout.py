@@ -111,13 +111,15 @@ def position_ids(attention_mask: Tensor) -> Tensor:
 
 
 def option_logits(logits: Tensor, option_ids: Tensor) -> Tensor:
-    """Logits of the options, ``(B, V), (K,) or (B, K) -> (B, K)`` in float32.
+    """Logits of the options, ``(B, V), (K,) or (B, K) -> (B, K)`` in float32 (float64
+    logits stay float64).
 
     Entries of ``option_ids`` equal to -1 mark absent options (mixed K in one batch):
     their logit is ``-inf`` so ``softmax`` gives them probability 0.
     """
     option_ids = option_ids.to(logits.device).expand(logits.shape[0], -1)
-    out = logits.float().gather(-1, option_ids.clamp_min(0))
+    out = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    out = out.gather(-1, option_ids.clamp_min(0))
     return out.masked_fill(option_ids < 0, float("-inf"))
 
 

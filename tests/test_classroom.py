@@ -338,6 +338,20 @@ def test_label_free_thresholds():
     nothing(classroom.check_label_free_thresholds({}, answers))
 
 
+def test_label_free_thresholds_when_none_meets_the_budget():
+    """Confidence never above 0.9: predicted error >= 10% at every threshold, so at eps
+    5% the expected threshold is inf for both tasks. Only inf is right; any finite number
+    (0.9, the largest confidence, -3) is wrong."""
+    cascades = fake_cascades(np.random.default_rng(0))
+    for out in cascades.values():
+        out["direct_dev"] = np.clip(out["direct_dev"], 0.1, 0.9)
+        assert label_free_threshold(out["direct_dev"].max(1), 0.05) == math.inf
+    right(classroom.check_label_free_thresholds(cascades, {"a": math.inf, "b": float("inf")}))
+    for finite in (0.9, 1.0, -3, 1e300):
+        wrong(classroom.check_label_free_thresholds(cascades, {"a": finite, "b": finite}))
+    wrong(classroom.check_label_free_thresholds(cascades, {"a": math.inf, "b": 0.9}))
+
+
 def test_raw_cascade():
     cascades = fake_cascades(np.random.default_rng(0))
     thresholds = np.linspace(0.5, 1.0, 26)
@@ -503,6 +517,28 @@ def test_pair_notebooks_writes_only_the_ipynb(tmp_path):
     nb = jupytext.read(twin)
     assert nb.cells[-1].source == "print('new cell')"
     assert any(o.get("text") == "kept\n" for c in nb.cells for o in c.get("outputs", []))
+
+
+def test_jupyterlab_opens_what_make_notebooks_writes(tmp_path):
+    """Every tutorial and its .ipynb twin open through jupytext's contents manager (what
+    JupyterLab runs) even when the .ipynb is the newer file: it refuses a pair whose
+    .ipynb is newer unless the .py is exactly the text jupytext would write from it
+    (cell metadata in its order included)."""
+    from jupyter_server.services.contents.largefilemanager import LargeFileManager
+    from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
+
+    for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
+        shutil.copy2(src, tmp_path / src.name)
+    written = classroom.pair_notebooks(tmp_path)
+    assert len(written) == len(list(NOTEBOOKS.glob("[0-9][0-9]_*.py")))
+    for twin in written:  # saved later than its .py, past jupytext's 1 s margin
+        newer = twin.with_suffix(".py").stat().st_mtime + 10
+        os.utime(twin, (newer, newer))
+    lab = build_sync_jupytext_contents_manager_class(LargeFileManager)(root_dir=str(tmp_path))
+    for twin in written:
+        for name in (twin.name, twin.with_suffix(".py").name):
+            model = lab.get(name)
+            assert model["type"] == "notebook" and model["content"]["cells"], name
 
 
 def test_every_tutorial_is_paired_with_ipynb():

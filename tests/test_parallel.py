@@ -73,10 +73,14 @@ ONE = [sys.executable]
 @pytest.mark.parametrize("method", list(METHODS))
 def test_two_processes_give_the_weights_of_one(method, tmp_path, tiny_base):
     """3 steps, batch 4: 2 gloo processes x 2 questions == 1 process x 4 questions; the
-    logged losses agree too (averaged over processes; the readout is float32)."""
+    logged losses agree too (averaged over processes; the readout is float32). Without
+    CUDA the 2-process launch leaves ``--device`` at auto: it must join one gloo group,
+    not train twice into one folder."""
     args = [*METHODS[method], *SMALL, "--init", str(tiny_base)]
     launch(ONE, [*args, "--out", "one"], tmp_path)
-    launch(TORCHRUN, [*args, "--out", "two"], tmp_path)
+    assert SMALL[-2:] == ["--device", "cpu"]
+    auto = [*METHODS[method], *SMALL[:-2], "--init", str(tiny_base)]
+    launch(TORCHRUN, [*(args if torch.cuda.is_available() else auto), "--out", "two"], tmp_path)
     one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
     base = load_file(str(tiny_base / "model.safetensors"))
     assert max_diff(one, {k: v.double() for k, v in base.items()}) > 1e-6  # it trained

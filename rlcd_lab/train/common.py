@@ -590,12 +590,21 @@ def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Sessi
     could not open). If loading then fails, the run directory is left as it was
     (``RunDir.abandon``)."""
     check_train_config(cfg)
+    # accelerate sets up a process group only for CUDA (or when told cpu=True): with
+    # "auto" on a machine without CUDA every launched process would train alone
+    cpu = cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available())
     acc = Accelerator(
-        cpu=cfg.device == "cpu",
+        cpu=cpu,
         log_with=None if cfg.tracker == "none" else cfg.tracker,
         project_dir=cfg.out,
     )
     world = acc.num_processes
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != world:  # each process would write the run folder on its own
+        raise RuntimeError(
+            f"launched as {launched} processes, but --device {cfg.device} joins "
+            f"{world}; use --device auto or cpu (gloo) or one CUDA device per process"
+        )
     if cfg.batch_size % (world * cfg.grad_accum):
         raise ValueError(
             f"--batch-size {cfg.batch_size} must be a multiple of the {world} process(es) x "

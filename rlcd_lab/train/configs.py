@@ -93,7 +93,8 @@ class TrainConfig:
     """Recompute activations in the backward pass (less memory, about a third more time)."""
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``; under ``accelerate launch`` or
-    ``torchrun`` each process takes its own device (``auto``) or the CPU (``cpu``)."""
+    ``torchrun`` each process takes its own CUDA device (``auto`` with CUDA) or the CPU
+    (``cpu``, or ``auto`` on a machine without CUDA: a gloo group)."""
     dtype: Literal["float32", "float64"] = "float32"
     """Dtype of the trained weights and of AdamW's state (float64 for exactness checks)."""
     sampler: Literal["hf", "vllm"] = "hf"
