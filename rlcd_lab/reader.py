@@ -548,10 +548,10 @@ def score_rationales(
 
     ``option_ids``: ``(K,)`` shared, or ``(B, K)`` per prompt (-1 = absent option).
     Returns ``u, logits (N, K)`` at the last column and ``logp_r (N,)`` (float32, or
-    float64 for a float64 model), the sum of the sampled tokens' log-probs (a sampled EOS included), all differentiable
-    w.r.t. the model. With ``per_token`` the third value is instead ``(N, T - 1)``: at
-    column ``t`` the log-prob of what was sampled after position ``t`` where
-    ``rats.logp_mask`` is set, 0 elsewhere.
+    float64 for a float64 model), the sum of the sampled tokens' log-probs (a sampled EOS
+    included), all differentiable w.r.t. the model. With ``per_token`` the third value is
+    instead ``(N, T - 1)``: at column ``t`` the log-prob of what was sampled after
+    position ``t`` where ``rats.logp_mask`` is set, 0 elsewhere.
 
     One forward pass over the left-padded rows, or (``share_prompts``; None: when a
     prompt has at least :data:`SHARE_MIN_PROMPT` tokens) two: the ``B`` prompts once,
