@@ -12,16 +12,13 @@
   the score-function to the pathwise gradient over training (gradient dilution);
 * Figure 2: risk-coverage curves; Figure 3: Brier and AURC differences with 95% CIs.
 
-``findings_table(summary)`` sets each claim of the paper beside ours (difference, 95% CI,
-p) with a plain verdict; ``runs_table(summary)`` lists the runs. The README's result
-blocks are these functions' output for the shipped summaries, never typed by hand:
-``python -m rlcd_lab.report SUMMARY`` prints them and a test compares.
-
-Verdicts for a directional claim ("RLCD has lower AURC than GRPO"): *reproduces* when
-the CI excludes 0 on the paper's side, *does not reproduce* when it excludes 0 on the
-other side, *not measurable at this scale* when it contains 0. A claim of no difference
-is *consistent* when the CI contains 0. Claims on the fitted temperature compare per-run
-means over seeds (T has no per-item values to resample); a tie is *not measurable*.
+``findings_table(summary)`` sets each of the paper's findings for the summary's kind of
+task (:mod:`rlcd_lab.paper`) beside ours (difference, 95% CI, p) with its verdict
+(:func:`verdict`: reproduces, smaller than the paper's, not measurable, opposite
+direction; a finding of no difference is consistent or differs); ``what_reproduces``
+sets every task's verdicts side by side; ``runs_table(summary)`` lists the runs. The
+README's result blocks are these functions' output for the shipped summaries, never
+typed by hand: ``python -m rlcd_lab.report SUMMARY`` prints them and a test compares.
 """
 
 from __future__ import annotations
@@ -36,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from . import paper
 from .io import atomic_write_text, read_jsonl
-from .results import FORKS, MATCHED, METRICS, RLCD, STAGE1, RunResult, summarize_runs
+from .results import FORKS, MATCHED, METRICS, RLCD, STAGE1, SWEEP_PREFIX, RunResult, summarize_runs
 
 LABELS = {
     "base": "base",
@@ -53,7 +51,7 @@ LABELS = {
     "anchor-only": "fork: anchor-only",
     "grpo-cont": "fork: GRPO continuation",
     "reinforce-ace": "fork: RLCD-RL with ACE",
-    "endtoend-c": "end to end, weight",
+    SWEEP_PREFIX: "end to end, weight",
 }
 ORDER = tuple(LABELS)
 
@@ -62,8 +60,8 @@ def label(run: str) -> str:
     """Display name of a run (``grpo-matched`` -> ``GRPO+TS (matched budget)``)."""
     if run.endswith(MATCHED):
         return f"{label(run[: -len(MATCHED)])} (matched budget)"
-    if run.startswith("endtoend-c"):
-        return f"{LABELS['endtoend-c']} {run[len('endtoend-c') :]}"
+    if run.startswith(SWEEP_PREFIX):
+        return f"{LABELS[SWEEP_PREFIX]} {run[len(SWEEP_PREFIX) :]}"
     return LABELS.get(run, run)
 
 
@@ -77,49 +75,67 @@ def _ordered(runs: Mapping) -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Claim:
-    """One claim: the paired difference ``pair`` (a key of ``summary["paired"]``, e.g.
-    ``"reinforce - grpo"``, or ``"fork:<name>"`` for a fork against its stage-1
-    checkpoint) on ``metric`` has sign ``direction`` (+1, -1, 0: no difference).
-    ``pair`` names the 200-step baselines; matched-budget runs are used when shipped.
-    ``aleatoric``: a Table 3 claim (tasks with outcome distributions ``q``)."""
+SIGNIFICANCE = 0.05
+"""A difference counts when its 95% CI excludes 0 *and* its sign-flip test gives
+p < 0.05: both must agree (a percentile bootstrap of a step-function statistic such as
+Cov@eps can exclude 0 where the test does not reject)."""
 
-    pair: str
-    metric: str
-    direction: int
-    paper: str
-    aleatoric: bool = False
+T_NEAR, T_FAR = 2.0, 3.0
+"""Fitted-T verdict: "near 1" is within a factor ``T_NEAR`` of 1 (the paper's RLCD: 1.4),
+"far from 1" a factor ``T_FAR`` or more (the paper's GRPO and RFT: about 7)."""
+
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+"""Student-t 97.5% quantiles by degrees of freedom: 95% CIs of per-seed changes (T)."""
 
 
-CLAIMS = (
-    Claim("reinforce - sft", "accuracy", +1, "92.2% vs 70.4%: RLCD higher"),
-    Claim("reinforce - grpo", "accuracy", 0, "92.2% vs 91.8%: no difference"),
-    Claim("reinforce - grpo", "aurc", -1, "0.034 vs 0.061: RLCD lower (p < 1e-3)"),
-    Claim("reinforce - grpo", "cov_at_eps", +1, "Cov@5% 81% vs 19%: RLCD higher"),
-    Claim("reinforce - rft-kl", "brier", -1, "-0.025: RLCD lower (p < 0.01)"),
-    Claim("reinforce - rft-kl", "aurc", -1, "-0.041: RLCD lower (p < 0.01)"),
-    Claim("reinforce - readout-only", "accuracy", +1, "+3.5 points: RLCD-RL higher"),
-    Claim("reinforce - readout-only", "brier", -1, "-0.057: RLCD-RL lower"),
-    Claim("fork:readout-only", "brier", +1, "readout-only degrades its checkpoint"),
-    Claim("reinforce - anchor-only", "accuracy", +1, "+4.4 points: RLCD-RL higher"),
-    Claim("reinforce - grpo-cont", "accuracy", 0, "as good on verify"),
-    Claim("mixture - endtoend", "jsd_table3", +1, "0.121 vs 0.075 bits: mixture higher", True),
-    Claim("sft - endtoend", "jsd_table3", 0, "0.074 vs 0.075 bits: no difference", True),
-)
-"""OpenJev-RLCD's claims: Tables 1-2 (GSM8K-Verify; tiny analogue ``verify``) and
-Table 3 (ChaosNLI; tiny analogue ``aleatoric``), on Qwen3-1.7B."""
+def verdict(diff: Mapping[str, float], direction: int, effect: float | None = None) -> str:
+    """The verdict on a paired difference ``{"ci_low", "ci_high"[, "p"]}`` for a claim
+    of sign ``direction`` (+1 higher, -1 lower, 0 no difference) and size ``effect`` (the
+    paper's difference, or None where it gives no number).
 
-
-def verdict(diff: Mapping[str, float], direction: int) -> str:
-    """The verdict of a paired difference ``{"ci_low", "ci_high"}`` for a claim of sign
-    ``direction`` (+1 higher, -1 lower, 0 no difference); see the module docstring."""
-    lo, hi = diff["ci_low"], diff["ci_high"]
+    Significant: the CI excludes 0 and p < :data:`SIGNIFICANCE` (p, when given). Then
+    *opposite direction* on the wrong side; on the paper's side *reproduces* when the CI
+    holds ``effect``, *smaller than the paper's* when the CI lies between 0 and it, and
+    *reproduces, larger than the paper's* beyond it. Not significant: *smaller than the
+    paper's* when the CI excludes ``effect``, else *not measurable*. A claim of no
+    difference is *consistent* when not significant, else *differs*."""
+    lo, hi, p = diff["ci_low"], diff["ci_high"], diff.get("p")
+    sig = (lo > 0 or hi < 0) and (p is None or p < SIGNIFICANCE)
     if direction == 0:
-        return "consistent (CI contains 0)" if lo <= 0 <= hi else "does not reproduce"
-    if lo <= 0 <= hi:
-        return "not measurable at this scale (CI contains 0)"
-    return "reproduces" if (lo > 0) == (direction > 0) else "does not reproduce"
+        return "differs: the paper finds no difference" if sig else "consistent: no difference"
+    paper_side = (lo > 0) == (direction > 0)
+    if sig and not paper_side:
+        return "opposite direction"
+    held = effect is not None and lo <= effect <= hi
+    beyond = effect is not None and not held and abs(effect) > max(abs(lo), abs(hi))
+    if sig:
+        if effect is None or held:
+            return "reproduces"
+        if beyond:
+            return "smaller than the paper's: same direction, CI excludes its effect"
+        return "reproduces, larger than the paper's"
+    if beyond:
+        return "smaller than the paper's: not significant, CI excludes its effect"
+    if held:
+        return "not measurable: not significant, CI holds the paper's effect"
+    return "not measurable: not significant"
+
+
+def temperature_verdict(t_rlcd: float, t_baselines: Sequence[float]) -> str:
+    """The fitted-T verdict, ordering and size (means over seeds): *reproduces* when
+    RLCD's T is the closest to 1 (on a log scale), near 1 (:data:`T_NEAR`) and every
+    baseline's far from it (:data:`T_FAR`); *smaller than the paper's* when RLCD is
+    closest but not near 1, or near 1 beside a baseline that is not far; *opposite
+    direction* when a baseline is as close to 1 or closer."""
+    dist = abs(math.log(t_rlcd))
+    others = [abs(math.log(t)) for t in t_baselines]
+    if not others or dist >= min(others) - 1e-9:
+        return "opposite direction: a baseline's T is as close to 1 or closer"
+    if dist > math.log(T_NEAR):
+        return f"smaller than the paper's: RLCD's T is closest to 1 but not within {T_NEAR:g}x"
+    if min(others) < math.log(T_FAR):
+        return f"smaller than the paper's: RLCD's T is near 1, a baseline's within {T_FAR:g}x"
+    return "reproduces"
 
 
 def _p(p: float) -> str:
@@ -127,8 +143,9 @@ def _p(p: float) -> str:
 
 
 def fmt_diff(d: Mapping[str, float]) -> str:
-    """``+0.012 [-0.003, +0.020], p = 0.04``."""
-    return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}], p = {_p(d['p'])}"
+    """``+0.012 [-0.003, +0.020], p = 0.04`` (no p for intervals over seeds)."""
+    ci = f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+    return ci if d.get("p") is None else f"{ci}, p = {_p(d['p'])}"
 
 
 def fmt_cell(cell: Mapping, signed: bool = False) -> str:
@@ -139,60 +156,135 @@ def fmt_cell(cell: Mapping, signed: bool = False) -> str:
     return f"{cell['mean']:{sign}.3f} ± {cell['sd']:.3f}"
 
 
-def _resolve(summary: Mapping, claim: Claim) -> tuple[str, Mapping | None]:
-    """The comparison a claim is checked on (the matched-budget baseline when shipped)."""
+def summary_kind(summary: Mapping) -> str:
+    """The paper's kind of task (:func:`rlcd_lab.paper.kind`) of a summary: its
+    ``task`` key, else the task its runs' configs name."""
+    tasks = {summary["task"]} if "task" in summary else set()
+    tasks |= {c["task"] for c in summary.get("configs", {}).values() if "task" in c}
+    if len({paper.kind(t) for t in tasks}) != 1:
+        raise ValueError(f"a summary needs runs of one kind of task, got tasks {sorted(tasks)}")
+    return paper.kind(tasks.pop())
+
+
+def _seed_interval(cell: Mapping, n: int) -> dict[str, float] | None:
+    """95% t-interval of a mean over ``n`` seeds from ``{"mean", "sd"}`` (None: 1 seed)."""
+    if cell.get("sd") is None or n < 2:
+        return None
+    half = T975[min(n - 1, max(T975))] * cell["sd"] / math.sqrt(n)
+    return {"diff": cell["mean"], "ci_low": cell["mean"] - half, "ci_high": cell["mean"] + half}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One claim of the paper checked on one summary: ``row`` names the comparison the
+    same way for every task (the "What reproduces" table's row), ``name`` the runs
+    actually compared, ``ours`` our difference [CI] (p), ``verdict`` per :func:`verdict`."""
+
+    claim: paper.Claim | paper.TemperatureClaim
+    row: str
+    name: str
+    ours: str
+    verdict: str
+
+
+def _sign(direction: int) -> str:
+    return {+1: "higher", -1: "lower", 0: "no difference"}[direction]
+
+
+def _comparisons(summary: Mapping, claim: paper.Claim) -> list[tuple[str, str, Mapping | None]]:
+    """``(row, name, diff)`` of each comparison a claim is checked on: the matched-budget
+    baseline when shipped; every weight a reproduction ran for ``"sweep:*"``."""
+    metric = METRICS[claim.metric][0] if claim.metric in METRICS else "JSD"
+    if claim.pair == "sweep:*":
+        out = []
+        for w, tests in sorted(summary.get("sweep", {}).items(), key=lambda kv: float(kv[0])):
+            row = f"Table 4: end to end at weight {w} vs stage 1: {metric}"
+            out.append((row, row, tests.get(claim.metric)))
+        return out
     if claim.pair.startswith("fork:"):
         fork = claim.pair.removeprefix("fork:")
-        return f"{label(fork)} - its stage-1 checkpoint", summary["forks"].get(fork)
-    a, b = (r + MATCHED if r + MATCHED in summary["runs"] else r for r in claim.pair.split(" - "))
-    name = "RLCD" if a == RLCD else label(a)
-    return f"{name} vs {label(b)}", summary["paired"].get(f"{a} - {b}")
+        row = f"{label(fork)} vs its stage-1 checkpoint: {metric}"
+        tests = summary["forks"].get(fork) or {}
+        diff = tests.get(claim.metric)
+        if claim.metric == "T" and diff is not None:
+            diff = _seed_interval(diff, len(summary["seeds"]))
+        return [(row, row, diff)]
+    a, b = claim.pair.split(" - ")
+    row = f"{'RLCD' if a == RLCD else label(a)} vs {label(b)}: {metric}"
+    a, b = (r + MATCHED if r + MATCHED in summary["runs"] else r for r in (a, b))
+    name = f"{'RLCD' if a == RLCD else label(a)} vs {label(b)}: {metric}"
+    return [(row, name, summary["paired"].get(f"{a} - {b}", {}).get(claim.metric))]
+
+
+def judge(summary: Mapping) -> list[Judged]:
+    """Every claim of the summary's kind of task (:data:`rlcd_lab.paper.CLAIMS`) that its
+    runs can check, with its verdict; then the fitted-T claim where the paper makes one.
+    Claims whose runs or metrics are missing from ``summary`` are left out."""
+    k = summary_kind(summary)
+    out = []
+    for claim in paper.CLAIMS[k]:
+        for row, name, diff in _comparisons(summary, claim):
+            if diff is not None:
+                v = verdict(diff, claim.direction, claim.effect)
+                out.append(
+                    Judged(claim, f"{row}, {_sign(claim.direction)}", name, fmt_diff(diff), v)
+                )
+    t_claim = paper.TEMPERATURE.get(k)
+    others = [
+        o + MATCHED if o + MATCHED in summary["runs"] else o
+        for o in ("grpo", "rft-kl")
+        if o in summary["runs"] or o + MATCHED in summary["runs"]
+    ]
+    if t_claim is not None and RLCD in summary["runs"] and others:
+        t = {r: summary["runs"][r]["T"]["mean"] for r in (RLCD, *others)}
+        names = " / ".join(label(r) for r in t)
+        values = " / ".join(fmt_cell(summary["runs"][r]["T"]) for r in t)
+        v = temperature_verdict(t[RLCD], [t[r] for r in others])
+        row = "fitted T: RLCD near 1, GRPO and RFT+KL far from it"
+        out.append(Judged(t_claim, row, f"fitted T, {names}", values, v))
+    return out
 
 
 def findings_table(summary: Mapping) -> str:
-    """Markdown: each paper claim, ours (RLCD - other, 95% CI, two-sided p) and the
-    verdict (claims whose runs or metrics are missing from ``summary`` are left out),
-    then the fitted temperatures (mean over seeds)."""
-    rows = ["| claim (paper: Qwen3-1.7B) | paper | ours: difference [95% CI], p | verdict |"]
+    """Markdown: each claim of the paper for this summary's kind of task, ours (difference
+    A - B, 95% CI, two-sided p) and the verdict (:func:`judge`)."""
+    where = paper.KIND_NAMES[summary_kind(summary)]
+    rows = [
+        f"| claim (paper: Qwen3-1.7B on {where}) | paper | ours: difference [95% CI], p | verdict |"
+    ]
     rows.append("|---|---|---|---|")
-    aleatoric = any("jsd" in e for e in summary["runs"].values())
-    tasks = {c.get("task") for c in summary.get("configs", {}).values()}
-    # Tables 1-2's claims are GSM8K-Verify's: on another task, say where the paper's number is from
-    where = "" if aleatoric or tasks <= {"verify"} else "GSM8K-Verify: "
-    for c in (c for c in CLAIMS if c.aleatoric == aleatoric):
-        name, tests = _resolve(summary, c)
-        diff = (tests or {}).get(c.metric)
-        if diff is None:
-            continue
-        metric = METRICS[c.metric][0] if c.metric in METRICS else "JSD"
-        rows.append(
-            f"| {name}: {metric} | {where}{c.paper} | {fmt_diff(diff)} | "
-            f"{verdict(diff, c.direction)} |"
-        )
-    others = (
-        []
-        if aleatoric
-        else [
-            o + MATCHED if o + MATCHED in summary["runs"] else o
-            for o in ("grpo", "rft-kl")
-            if o in summary["runs"] or o + MATCHED in summary["runs"]
-        ]
-    )
-    if RLCD in summary["runs"] and others:
-        t = {r: summary["runs"][r]["T"]["mean"] for r in (RLCD, *others)}
-        dist = {r: abs(math.log(t[r])) for r in t}  # how far from T = 1
-        best = min(dist[r] for r in others)
-        if abs(dist[RLCD] - best) <= 1e-9:
-            verdict_t = "not measurable at this scale: RLCD ties for closest to 1"
-        elif dist[RLCD] < best:
-            verdict_t = "reproduces: RLCD closest to 1"
-        else:
-            verdict_t = "does not reproduce: RLCD not closest to 1"
-        names = " / ".join(label(r) for r in t)
-        values = " / ".join(fmt_cell(summary["runs"][r]["T"]) for r in t)
-        paper_t = f"{where}1.4 / about 7 / about 7"
-        rows.append(f"| fitted T, {names} | {paper_t} | {values} | {verdict_t} |")
+    for j in judge(summary):
+        direction = getattr(j.claim, "direction", None)
+        claim = j.name if direction is None else f"{j.name}, {_sign(direction)}"
+        rows.append(f"| {claim} | {j.claim.paper} (§{j.claim.section}) | {j.ours} | {j.verdict} |")
     return "\n".join(rows) + "\n"
+
+
+def what_reproduces(summaries: Mapping[str, Mapping]) -> str:
+    """Markdown: one row per claim of the paper, one column per task (``{task name:
+    summary}``), each cell the verdict (its first clause; :func:`findings_table` has it
+    whole) on that task's kind of claim, our difference [95% CI] and the paper's number;
+    "-" where the paper makes no such claim for that kind or the task did not run it."""
+    judged = {task: {j.row: j for j in judge(s)} for task, s in summaries.items()}
+    rows: list[str] = []
+    for found in judged.values():
+        rows += [r for r in found if r not in rows]
+    kinds = {task: paper.KIND_NAMES[summary_kind(s)] for task, s in summaries.items()}
+    head = " | ".join(f"{task} ({kinds[task]})" for task in summaries)
+    out = [f"| claim | {head} |", "|---" * (len(summaries) + 1) + "|"]
+    for r in rows:
+        cells = []
+        for task in summaries:
+            j = judged[task].get(r)
+            if j is None:
+                cells.append("-")
+                continue
+            ours = j.ours.split(", p = ")[0]
+            effect = getattr(j.claim, "effect", None)
+            number = f" (paper {effect:+.3f})" if effect is not None else ""
+            cells.append(f"**{j.verdict.split(':')[0]}** {ours}{number}")
+        out.append(f"| {r} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 def runs_table(
@@ -271,7 +363,7 @@ def jsd_table(summary: Mapping) -> str:
     return "\n".join(rows) + "\n"
 
 
-def sweep_table(summary: Mapping, prefix: str = "endtoend-c") -> str:
+def sweep_table(summary: Mapping, prefix: str = SWEEP_PREFIX) -> str:
     """Markdown: Table 4, the end-to-end objective at each score-function weight (stage 1
     is weight 0), mean ± s.d. over seeds; the last column is gradient dilution, RMS of
     the score-function over RMS of the pathwise gradient norm over training."""
@@ -318,7 +410,7 @@ def report_markdown(summary: Mapping, title: str) -> str:
             "(the readout is still trained by the pathwise term).\n",
             forks_table(summary),
         ]
-    if any(r.startswith("endtoend-c") for r in summary["runs"]):
+    if any(r.startswith(SWEEP_PREFIX) for r in summary["runs"]):
         md += [
             "\n## Table 4: score-function weight, end to end (KL-anchored, from the base)\n\n"
             "Weight 0 is RLCD stage 1 (pathwise only). The last column is gradient dilution: "
@@ -434,13 +526,18 @@ def write_pngs(figs: Mapping, folder: Path) -> list[Path]:
     return paths
 
 
-def write_report(root: Path, seeds: Sequence[int], eps: float, title: str) -> dict:
+def write_report(
+    root: Path, seeds: Sequence[int], eps: float, title: str, task: str | None = None
+) -> dict:
     """``summary.json``, ``report.md``, ``report.html`` (figures inlined) and
     ``figures/<name>.png`` (:func:`write_pngs`) in ``root`` from the runs under it;
-    returns the summary."""
+    returns the summary. ``task`` (recorded as the summary's ``task``; default: the one
+    its runs' configs name) decides which of the paper's findings it is judged on."""
     from markdown_it import MarkdownIt
 
     summary, loaded = summarize_runs(root, seeds, eps)
+    if task is not None:
+        summary["task"] = task
     summary["configs"] = {
         f"seed-{s}/{p.parent.name}": json.loads(p.read_text())
         for s in seeds
@@ -470,6 +567,17 @@ def write_report(root: Path, seeds: Sequence[int], eps: float, title: str) -> di
     return summary
 
 
+def load_summaries(folder: Path) -> dict[str, dict]:
+    """``{task: summary}`` of every ``<task>/summary.json`` under ``folder``, in the order
+    of the paper's kinds of task (:data:`rlcd_lab.paper.KINDS`), then by name."""
+    found = {
+        p.parent.name: json.loads(p.read_text(encoding="utf-8"))
+        for p in folder.glob("*/summary.json")
+    }
+    order = {k: i for i, k in enumerate(paper.KINDS)}
+    return dict(sorted(found.items(), key=lambda kv: (order[summary_kind(kv[1])], kv[0])))
+
+
 def readme_block(summary: Mapping) -> str:
     """What the README shows for a shipped summary: the runs (Table 3 on aleatoric
     tasks), then the paper's claims."""
@@ -482,7 +590,8 @@ def readme_block(summary: Mapping) -> str:
 BLOCK = re.compile(
     r"(<!-- (\S+):begin \(generated from (\S+) by [^)]*\) -->\n)(.*?)(<!-- \2:end -->)", re.S
 )
-"""A generated README block: ``<!-- NAME:begin (generated from SUMMARY by ...) -->``."""
+"""A generated README block: ``<!-- NAME:begin (generated from SUMMARY by ...) -->``;
+SUMMARY a ``summary.json``, or a folder of reproductions (:func:`what_reproduces`)."""
 
 
 def update_readme(readme: Path) -> str:
@@ -493,6 +602,8 @@ def update_readme(readme: Path) -> str:
 
     def fill(m: re.Match) -> str:
         path = root / m.group(3)
+        if path.is_dir():  # every reproduction under it: the "What reproduces" table
+            return m.group(1) + what_reproduces(load_summaries(path)) + m.group(5)
         text = readme_block(json.loads(path.read_text(encoding="utf-8")))
         timing = path.parent / "timing.json"
         if timing.exists():

@@ -53,10 +53,8 @@ BASELINES = ("sft", "rft", "rft-kl", "grpo", "endtoend", "mixture")
 """Runs that also get a budget-matched twin (``<name>-matched``: two stages' steps)."""
 SWEEP = (0.1, 0.3, 1.0)
 """Table 4: score-function weights of the end-to-end runs (weight 0 is RLCD stage 1)."""
-SWEEP_PREFIX = "endtoend-c"
 MIXTURE_M = 16
 """Rationales of the mixture readout in Table 3 (the paper's 16)."""
-EPS = {"facts": 0.2}  # error budget of Cov@eps: 5% unless listed (the paper: 20% on MMLU-Pro)
 
 SCALES: dict[str, dict] = {
     "tiny": dict(
@@ -129,7 +127,7 @@ def aleatoric(task: str) -> bool:
 
 def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
     """The runs of the reproduction in two waves: from the base model, then from stage 1."""
-    from .results import MATCHED
+    from .results import MATCHED, SWEEP_PREFIX
     from .train.configs import GRPOConfig, RFTConfig, SFTConfig, preset
 
     init = cfg.init
@@ -320,12 +318,12 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
             else:
                 os.environ[k] = v
     out = cfg.out / Path(cfg.task).stem
-    from .metrics import DEFAULT_EPS
+    from .paper import EPS, kind
     from .report import write_report
 
-    write_report(
-        out, cfg.seeds, eps=EPS.get(cfg.task, DEFAULT_EPS), title=f"{cfg.task} ({cfg.scale})"
-    )
+    # Cov@eps at the error budget the paper uses on this kind of task
+    title = f"{cfg.task} ({cfg.scale})"
+    write_report(out, cfg.seeds, eps=EPS[kind(cfg.task)], title=title, task=cfg.task)
     total = {"wall_s": time.perf_counter() - start, "jobs": cfg.jobs, "runs": timing}
     atomic_write_text(out / "timing.json", json.dumps(total, indent=2))
     return out

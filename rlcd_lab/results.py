@@ -38,6 +38,8 @@ RLCD = "reinforce"
 """The run every other run is compared with: two-stage RLCD."""
 STAGE1 = "calibrate"
 MATCHED = "-matched"
+SWEEP_PREFIX = "endtoend-c"
+"""Prefix of Table 4's runs: the end-to-end objective at score-function weight W."""
 """Suffix of a baseline trained at two-stage RLCD's budget (both stages' steps)."""
 FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont", "reinforce-ace")
 """Table 2: stage-2 continuations from the same stage-1 checkpoint (``reinforce-ace``:
@@ -342,7 +344,8 @@ def summarize_runs(
     ``paired["reinforce - X"]``: :func:`paired` for every other run X (and the pairs of
     ``TABLE3_PAIRS`` on aleatoric tasks); ``forks[F]``:
     :func:`paired` of each stage-2 fork against its stage-1 checkpoint, plus the mean
-    +- s.d. change of ``T`` and ``length``.
+    +- s.d. change of ``T`` and ``length``; ``sweep[W]``: :func:`paired` of Table 4's
+    run at score-function weight ``W`` (``SWEEP_PREFIX`` + W) against stage 1 (weight 0).
     """
     root = Path(root)
     names = sorted(
@@ -365,6 +368,7 @@ def summarize_runs(
         "runs": {},
         "paired": {},
         "forks": {},
+        "sweep": {},
     }
     for name, group in loaded.items():
         entry = {
@@ -406,4 +410,8 @@ def summarize_runs(
                     ]
                 )
             summary["forks"][fork] = tests
+        for name in (r for r in loaded if r.startswith(SWEEP_PREFIX)):
+            summary["sweep"][name[len(SWEEP_PREFIX) :]] = paired(
+                loaded[name], loaded[STAGE1], eps, n
+            )
     return summary, loaded

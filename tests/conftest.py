@@ -15,7 +15,27 @@ import torch
 from rlcd_lab.models import char_tokenizer, tiny_model
 
 
+NUMERICS = {
+    "test_checkpoints",
+    "test_decoding",
+    "test_decomposition",
+    "test_estimators",
+    "test_metrics",
+    "test_reader",
+    "test_readout",
+    "test_scoring",
+    "test_stats",
+    "test_train_rlcd",
+}
+"""Modules whose assertions compare floats that torch's CPU kernels compute: marked
+``numerics``, and run a second time by ``make test`` under ``ATEN_CPU_CAPABILITY=default``
+(the portable kernel), so that a developer on one CPU sees what another CPU would round."""
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in NUMERICS:
+            item.add_marker(pytest.mark.numerics)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

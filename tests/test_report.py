@@ -9,80 +9,193 @@ import re
 import numpy as np
 import pytest
 
+from rlcd_lab import paper
 from rlcd_lab.assets import ASSETS
-from rlcd_lab.report import findings_table, sweep_table, update_readme, verdict
+from rlcd_lab.report import (
+    findings_table,
+    judge,
+    sweep_table,
+    temperature_verdict,
+    update_readme,
+    verdict,
+    what_reproduces,
+)
 
 README = ASSETS.parent / "README.md"
 
 
+SMALLER = "smaller than the paper's"
+
+
+@pytest.mark.parametrize("sign", [+1, -1])
 @pytest.mark.parametrize(
-    ("lo", "hi", "direction", "expected"),
-    [
-        (0.01, 0.2, +1, "reproduces"),
-        (-0.2, -0.01, -1, "reproduces"),
-        (0.01, 0.2, -1, "does not reproduce"),
-        (-0.1, 0.1, -1, "not measurable at this scale (CI contains 0)"),
-        (-0.1, 0.1, 0, "consistent (CI contains 0)"),
-        (0.05, 0.1, 0, "does not reproduce"),
+    ("lo", "hi", "p", "expected"),
+    [  # the paper's effect is +0.2 (mirrored for sign -1); CIs on each side of 0 and of it
+        (0.1, 0.3, 0.001, "reproduces"),
+        (0.01, 0.1, 0.001, f"{SMALLER}: same direction, CI excludes its effect"),
+        (0.25, 0.4, 0.001, "reproduces, larger than the paper's"),
+        (-0.3, -0.1, 0.001, "opposite direction"),
+        (-0.1, 0.1, 0.5, f"{SMALLER}: not significant, CI excludes its effect"),
+        (-0.1, 0.3, 0.5, "not measurable: not significant, CI holds the paper's effect"),
+        # the CI excludes 0 but the test does not reject: not significant
+        (0.025, 0.15, 0.33, f"{SMALLER}: not significant, CI excludes its effect"),
+        (0.025, 0.361, 0.33, "not measurable: not significant, CI holds the paper's effect"),
     ],
 )
-def test_verdicts(lo, hi, direction, expected):
-    assert verdict({"ci_low": lo, "ci_high": hi}, direction) == expected
+def test_verdicts_against_the_papers_effect(lo, hi, p, expected, sign):
+    ci = {"ci_low": lo, "ci_high": hi} if sign > 0 else {"ci_low": -hi, "ci_high": -lo}
+    assert verdict({**ci, "p": p}, sign, 0.2 * sign) == expected
 
 
-def summary_of(acc, T, cov) -> dict:
+@pytest.mark.parametrize(
+    ("lo", "hi", "p", "direction", "expected"),
+    [
+        (0.1, 0.3, 0.001, +1, "reproduces"),  # no number from the paper: direction only
+        (0.1, 0.3, 0.001, -1, "opposite direction"),
+        (-0.1, 0.1, 0.5, +1, "not measurable: not significant"),
+        (-0.1, 0.1, 0.5, 0, "consistent: no difference"),
+        (0.05, 0.1, 0.01, 0, "differs: the paper finds no difference"),
+        (0.05, 0.1, 0.2, 0, "consistent: no difference"),
+        (0.05, 0.1, None, +1, "reproduces"),  # an interval over seeds: no test
+    ],
+)
+def test_verdicts_without_a_number(lo, hi, p, direction, expected):
+    assert verdict({"ci_low": lo, "ci_high": hi, "p": p}, direction) == expected
+
+
+@pytest.mark.parametrize(
+    ("t_rlcd", "others", "expected"),
+    [
+        (1.3, [6.0, 7.0], "reproduces"),  # |log 1.3| < log 2, both baselines beyond 3x
+        (0.6, [0.2, 9.0], "reproduces"),  # below 1 counts on the log scale
+        (3.8, [5.6, 5.7], f"{SMALLER}: RLCD's T is closest to 1 but not within 2x"),
+        (1.1, [2.5, 7.0], f"{SMALLER}: RLCD's T is near 1, a baseline's within 3x"),
+        (5.0, [3.0, 7.0], "opposite direction: a baseline's T is as close to 1 or closer"),
+        (50.0, [50.0, 37.0], "opposite direction: a baseline's T is as close to 1 or closer"),
+    ],
+)
+def test_temperature_verdicts(t_rlcd, others, expected):
+    assert temperature_verdict(t_rlcd, others) == expected
+
+
+def summary_of(task, acc, T, cov) -> dict:
     runs = {
         name: {"accuracy": {"mean": a}, "T": {"mean": t, "sd": None}, "cov_at_eps": {"mean": c}}
         for name, a, t, c in zip(("reinforce", "grpo", "rft-kl"), acc, T, cov, strict=True)
     }
     d = {"diff": -0.02, "ci_low": -0.05, "ci_high": -0.001, "p": 0.03}
     paired = {"reinforce - grpo": {"aurc": d}}
-    return {"eps": 0.05, "runs": runs, "paired": paired, "forks": {}}
+    return {"task": task, "eps": 0.05, "seeds": [17], "runs": runs, "paired": paired, "forks": {}}
 
 
 def test_findings_table_rows_by_hand():
-    table = findings_table(summary_of((0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1)))
+    table = findings_table(summary_of("verify", (0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1)))
     rows = table.splitlines()
+    assert rows[0].startswith("| claim (paper: Qwen3-1.7B on GSM8K-Verify) |")
+    # GSM8K-Verify: AURC 0.034 vs 0.061, i.e. -0.027, inside [-0.050, -0.001]
     assert rows[2] == (
-        "| RLCD vs GRPO+TS: AURC | 0.034 vs 0.061: RLCD lower (p < 1e-3) | "
+        "| RLCD vs GRPO+TS: AURC, lower | 0.034 vs 0.061, p < 1e-3 (§5.1) | "
         "-0.020 [-0.050, -0.001], p = 0.03 | reproduces |"
     )
-    # |log 1.3| = 0.26 is below |log 6| = 1.79 and |log 0.1| = 2.30: closest to 1
-    assert rows[3].endswith("| 1.300 / 6.000 / 0.100 | reproduces: RLCD closest to 1 |")
-    worse = findings_table(summary_of((0.9, 0.9, 0.8), (3.0, 2.0, 4.0), (0.1, 0.2, 0.1)))
-    assert "does not reproduce: RLCD not closest to 1" in worse
-    capped = findings_table(summary_of((0.2, 0.2, 0.2), (50.0, 50.0, 37.0), (0.0, 0.0, 0.0)))
-    # 50 is farther from 1 than 37
-    assert "| 50.000 / 50.000 / 37.000 | does not reproduce: RLCD not closest to 1 |" in capped
-    tied = findings_table(summary_of((0.2, 0.2, 0.2), (50.0, 50.0, 50.0), (0.1, 0.0, 0.0)))
-    assert "not measurable at this scale: RLCD ties for closest to 1" in tied
+    # |log 1.3| = 0.26 < log 2; |log 6| = 1.79 and |log 0.1| = 2.30 exceed log 3
+    assert rows[3].endswith("| 1.300 / 6.000 / 0.100 | reproduces |")
+    # MMLU-Pro states no AURC difference against GRPO and no fitted T of Table 1
+    assert (
+        findings_table(summary_of("facts", (0.9,) * 3, (1.3, 6.0, 0.1), (0.5,) * 3)).count("\n")
+        == 2
+    )
 
 
 def test_claims_use_the_matched_budget_baseline_when_it_exists():
-    summary = summary_of((0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1))
+    summary = summary_of("verify", (0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1))
     summary["runs"]["grpo-matched"] = summary["runs"]["grpo"] | {"T": {"mean": 9.0, "sd": 1.0}}
     far = {"diff": 0.02, "ci_low": 0.01, "ci_high": 0.03, "p": 0.001}
     summary["paired"]["reinforce - grpo-matched"] = {"aurc": far}
     rows = findings_table(summary).splitlines()
-    assert rows[2].startswith("| RLCD vs GRPO+TS (matched budget): AURC |")
-    assert rows[2].endswith("| +0.020 [+0.010, +0.030], p = 0.001 | does not reproduce |")
+    assert rows[2].startswith("| RLCD vs GRPO+TS (matched budget): AURC, lower |")
+    assert rows[2].endswith("| +0.020 [+0.010, +0.030], p = 0.001 | opposite direction |")
     assert (
-        "GRPO+TS (matched budget) / RFT+KL+TS | 1.4 / about 7 / about 7 | 1.300 / 9.000 ± 1.000"
+        "GRPO+TS (matched budget) / RFT+KL+TS | RLCD 1.4, GRPO and RFT about 7 (§5.1) |"
         in (rows[3])
     )
+    assert "| 1.300 / 9.000 ± 1.000 / 0.100 |" in rows[3]
 
 
 def test_table3_claims_on_aleatoric_summaries_only():
     jsd = {"diff": 0.05, "ci_low": 0.02, "ci_high": 0.08, "p": 0.001}
-    summary = summary_of((0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1))
+    summary = summary_of("verify", (0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1))
     summary["paired"]["mixture - endtoend"] = {"jsd_table3": jsd}
-    assert "mixture" not in findings_table(summary)  # no q: a Table 1 summary
-    summary["runs"]["mixture"] = {"jsd": {"mean": 0.1, "sd": None}}
+    assert "mixture" not in findings_table(summary)  # GSM8K-Verify has no Table 3 claim
+    summary["task"] = "aleatoric"
     rows = findings_table(summary).splitlines()
     assert rows[2:] == [
-        "| mixture (lam = 1) vs per-rationale (end to end, KL): JSD | 0.121 vs 0.075 bits: "
-        "mixture higher | +0.050 [+0.020, +0.080], p = 0.001 | reproduces |"
+        "| mixture (lam = 1) vs per-rationale (end to end, KL): JSD, higher | 0.121 vs 0.075 "
+        "bits (§5.3) | +0.050 [+0.020, +0.080], p = 0.001 | reproduces |"
     ]
+
+
+def test_kind_of_task():
+    assert [paper.kind(t) for t in ("verify", "facts", "aleatoric")] == list(paper.KINDS)
+    assert paper.kind("data/gsm8k-verify.jsonl") == "gsm8k-verify"
+    assert paper.kind("/x/assets/data/mmlu-elementary_mathematics.jsonl") == "mmlu-pro"
+    assert paper.kind("chaosnli.jsonl") == "chaosnli" and paper.kind("arc-easy") == "mmlu-pro"
+    assert paper.EPS["mmlu-pro"] == 0.2 and paper.EPS["gsm8k-verify"] == 0.05
+
+
+@pytest.mark.parametrize("task", ["verify", "facts", "aleatoric", "mmlu-elementary_mathematics"])
+def test_each_task_is_judged_on_its_own_kind_of_claim(task):
+    """No claim, and no paper number, of another kind of task in a shipped task's table:
+    each paper text that belongs to other kinds only is absent."""
+    summary = json.loads((ASSETS / "results" / task / "summary.json").read_text())
+    k = paper.kind(task)
+    mine = set(paper.CLAIMS[k]) | ({paper.TEMPERATURE[k]} if k in paper.TEMPERATURE else set())
+    judged = judge(summary)
+    assert judged and all(j.claim in mine for j in judged)
+    texts = {c.paper for c in mine}
+    table = findings_table(summary)
+    for other in set(paper.KINDS) - {k}:
+        claims = [
+            *paper.CLAIMS[other],
+            *([paper.TEMPERATURE[other]] if other in paper.TEMPERATURE else []),
+        ]
+        for c in claims:
+            if c.paper not in texts:
+                assert c.paper not in table, (task, other, c.paper)
+    eps = summary["eps"]
+    assert eps == paper.EPS[k]  # Cov@eps at the paper's budget for this kind of task
+
+
+def test_the_papers_numbers_live_once():
+    """Every number the paper states is written in rlcd_lab/paper.py only."""
+    texts = {
+        c.paper for cs in paper.CLAIMS.values() for c in cs if any(ch.isdigit() for ch in c.paper)
+    }
+    texts |= {t.paper for t in paper.TEMPERATURE.values()}
+    for path in (ASSETS.parent / "rlcd_lab").rglob("*.py"):
+        if path.name != "paper.py":
+            source = path.read_text(encoding="utf-8")
+            assert not [t for t in texts if t in source], path
+
+
+def test_what_reproduces_has_a_column_per_task_and_a_dash_where_no_claim():
+    verify = summary_of("verify", (0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1))
+    facts = summary_of("facts", (0.9, 0.9, 0.8), (1.3, 6.0, 0.1), (0.5, 0.2, 0.1))
+    facts["paired"]["reinforce - grpo"]["accuracy"] = {
+        "diff": 0.1,
+        "ci_low": 0.06,
+        "ci_high": 0.15,
+        "p": 0.001,
+    }
+    rows = what_reproduces({"verify": verify, "facts": facts}).splitlines()
+    assert rows[0] == "| claim | verify (GSM8K-Verify) | facts (MMLU-Pro) |"
+    by_claim = {r.split(" | ")[0].removeprefix("| "): r for r in rows[2:]}
+    assert by_claim["RLCD vs GRPO+TS: AURC, lower"].endswith(
+        "| **reproduces** -0.020 [-0.050, -0.001] (paper -0.027) | - |"
+    )
+    # GSM8K-Verify claims no accuracy difference, MMLU-Pro +5.2 points: rows per direction
+    assert by_claim["RLCD vs GRPO+TS: acc, higher"].endswith(
+        "| - | **reproduces, larger than the paper's** +0.100 [+0.060, +0.150] (paper +0.052) |"
+    )
 
 
 def test_sweep_table_orders_weights_and_puts_stage1_at_zero():
@@ -108,7 +221,7 @@ def block(name: str) -> str:
 
 def test_readme_blocks_are_generated_from_the_shipped_summaries():
     text = README.read_text(encoding="utf-8")
-    for name in ("verify", "aleatoric", "real-model"):
+    for name in ("what-reproduces", "verify", "aleatoric", "facts", "real-model"):
         assert block(name).strip(), f"README block {name} is empty"
     assert update_readme(README) == text  # python -m rlcd_lab.report --readme README.md
 

@@ -154,7 +154,7 @@ def test_summary_numbers_match_metrics_and_stats_on_fabricated_dumps(tmp_path):
             t, d = rng.normal(0, 3, (n, 2)), rng.normal(0, 3, (30, 2))
             logits[seed, name] = t, d
             fake_run(tmp_path, seed, name, t, d, labels, dev_labels)
-    summary = write_report(tmp_path, seeds, eps=0.1, title="fake")
+    summary = write_report(tmp_path, seeds, eps=0.1, title="fake", task="verify")
 
     def ts_probs(seed, name):
         t, d = logits[seed, name]

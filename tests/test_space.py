@@ -127,6 +127,19 @@ def test_requirements_pin_the_tested_versions():
             assert installed(r.name) == pins()[canonicalize_name(r.name)], r.name
 
 
+def test_transformers_range_ends_at_the_tested_release():
+    """pyproject admits transformers up to the minor release requirements.txt pins (the one
+    ``make test`` runs), not the next: ``decoding._LlamaSteps`` copies its Llama internals.
+    The supported range, as the package declares it: >= 5.0 (5.x tokenizers), < 5.25."""
+    text = (REPO / "pyproject.toml").read_text()
+    (line,) = re.findall(r'^\s*"(transformers[^"]*)"', text, re.M)
+    spec = Requirement(line).specifier
+    pinned = pins()["transformers"]
+    assert pinned in spec and installed("transformers") in spec
+    assert Version(f"{pinned.major}.{pinned.minor + 1}.0") not in spec
+    assert spec == SpecifierSet(">=5.0,<5.25")
+
+
 def test_requirements_are_closed_under_dependencies():
     """From pyproject's main dependencies, follow every dependency of every pinned
     distribution (installed metadata == pinned version, checked above): each must be
