@@ -35,7 +35,8 @@ from rlcd_lab.tasks import load_task_items
 def serve_child(checkpoint: str, port: int, limit: int) -> None:
     decider = DecisionModel.from_checkpoint(checkpoint)
     app = create_app(decider, options=DecideOptions(mode="direct"), limit_concurrency=limit)
-    build_server(app, port=port, log_level="critical").run()
+    # every client here comes from 127.0.0.1: no per-address cap (the total cap stays)
+    build_server(app, port=port, log_level="critical", max_client_connections=None).run()
 
 
 async def load(url: str, states: list[str], clients: int) -> dict:

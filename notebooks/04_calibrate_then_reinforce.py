@@ -67,7 +67,7 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, metrics, plots, report, results, tutorial
+from rlcd_lab import assets, metrics, paper, plots, report, results, tutorial
 from rlcd_lab.models import read_meta
 from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.grpo import GRPOConfig
@@ -327,13 +327,16 @@ else:
 # %% [markdown]
 # ## The paper's claims, checked on these numbers
 #
-# Each directional claim of the paper (`rlcd_lab.report.CLAIMS`, the list the
-# reproduction's report checks) beside our difference, 95% CI and p-value, with
-# `report.verdict`: *reproduces* when the CI excludes 0 on the paper's side, *does not
-# reproduce* when it excludes 0 on the other side, *not measurable at this scale* when it
-# contains 0. A baseline shipped at RLCD's budget (matched) is used when there is one.
-# The fitted temperatures are compared by their means over seeds (T has no per-item
-# values to resample).
+# Each claim the paper makes about GSM8K-Verify, the task `verify` stands for
+# (`rlcd_lab.paper.CLAIMS`, the list the reproduction's report checks; Table 4's sweep is
+# in the report) beside our difference, 95% CI and p-value, with `report.verdict`:
+# *reproduces* when the difference is significant on the paper's side (CI excludes 0 and
+# p < 0.05) and the CI holds the paper's effect, *smaller than the paper's* when the CI
+# excludes that effect on the near side, *not measurable* when it holds both 0 and the
+# effect, *opposite direction* when significant on the other side. A baseline shipped at
+# RLCD's budget (matched) is used when there is one. The fitted temperatures are compared
+# by their means over seeds (T has no per-item values to resample),
+# `report.temperature_verdict`: RLCD's near 1 and closest, the baselines' far from it.
 
 
 # %%
@@ -348,39 +351,41 @@ def rlcd_minus(other):
     return report.label(other), None
 
 
+KIND = paper.kind("verify")
 claims = []
-for c in report.CLAIMS:
-    if c.aleatoric or not c.pair.startswith(("fork:", f"{results.RLCD} - ")):
-        continue  # Table 3 claims: notebook 5
+for c in paper.CLAIMS[KIND]:
+    if not c.pair.startswith(("fork:", f"{results.RLCD} - ")):
+        continue  # Table 4's sweep: the reproduction's report
     if c.pair.startswith("fork:"):
         lab = report.label(c.pair.removeprefix("fork:"))
         name, res = f"{lab} minus its stage-1 checkpoint", fork_tests.get(lab)
     else:
         lab, res = rlcd_minus(c.pair.removeprefix(f"{results.RLCD} - "))
         name = f"RLCD minus {lab}"
-    if res is None or c.metric not in res:
+    if res is None or c.metric not in res or c.metric == "T":
         continue
     d = res[c.metric]
     claims.append(
         {
             "claim": f"{name}: {c.metric}",
-            "paper": c.paper,
+            "paper": f"{c.paper} (section {c.section})",
             "ours: difference [95% CI], p": report.fmt_diff(d),
-            "verdict": report.verdict(d, c.direction),
+            "verdict": report.verdict(d, c.direction, c.effect),
         }
     )
 display(pd.DataFrame(claims))
-if RLCD in by_label:
-    t_rl = results.mean_sd([i["result"].T for i in by_label[RLCD]])["mean"]
-    for lab in by_label:
-        if lab == RLCD or lab.startswith(report.label("calibrate")):
-            continue
-        t_b = results.mean_sd([i["result"].T for i in by_label[lab]])["mean"]
-        closer = abs(np.log(t_rl)) < abs(np.log(t_b))
-        print(
-            f"fitted T, RLCD vs {lab} (paper: 1.4 vs about 7 for GRPO and RFT+KL): "
-            f"{t_rl:.2f} vs {t_b:.2f} -> RLCD " + ("closer to 1" if closer else "not closer to 1")
-        )
+baselines = [lab for lab in (rlcd_minus("grpo")[0], rlcd_minus("rft-kl")[0]) if lab in by_label]
+if RLCD in by_label and baselines and KIND in paper.TEMPERATURE:
+    t = {
+        lab: results.mean_sd([i["result"].T for i in by_label[lab]])["mean"]
+        for lab in (RLCD, *baselines)
+    }
+    verdict_t = report.temperature_verdict(t[RLCD], [t[lab] for lab in baselines])
+    print(
+        f"fitted T (paper: {paper.TEMPERATURE[KIND].paper}): "
+        + ", ".join(f"{lab} {v:.2f}" for lab, v in t.items())
+        + f" -> {verdict_t}"
+    )
 steps = {lab: sorted({budget(i) for i in g}) for lab, g in by_label.items()}
 print(f"Training budgets in steps (stage 1 included for two-stage RLCD): {steps}")
 

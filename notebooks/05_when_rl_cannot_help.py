@@ -68,7 +68,7 @@ import torch
 from IPython.display import display
 from plotly.subplots import make_subplots
 
-from rlcd_lab import assets, metrics, plots, report, results, tutorial
+from rlcd_lab import assets, metrics, paper, plots, report, results, tutorial
 from rlcd_lab.decomposition import variance_decomposition
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.models import load_checkpoint, read_meta
@@ -324,7 +324,7 @@ assert (quality["JSD single"] <= 1 + 1e-9).all()  # bits: at most 1
 # bits. The paper's Table 3 readout is the mixture for a run that writes rationales and
 # the single query for direct answers (cross-entropy). The paired tests follow the paper:
 # each item's JSD averaged over the seeds, bootstrap over test items and a sign-flip
-# p-value (`results.paired`); the claims and verdicts are `rlcd_lab.report`'s.
+# p-value (`results.paired`); the claims are `rlcd_lab.paper`'s, the verdicts `rlcd_lab.report`'s.
 
 # %%
 NAMES = {"sft": "cross-entropy", "endtoend": "per-rationale", "mixture": "mixture"}
@@ -385,7 +385,7 @@ if groups:
                 )
             )
     claims = []
-    for c in (c for c in report.CLAIMS if c.aleatoric and " - " in c.pair):
+    for c in paper.CLAIMS[paper.kind(TASK)]:  # ChaosNLI's (Table 3)
         a, b = (NAMES.get(r) for r in c.pair.split(" - "))
         if a not in groups or b not in groups:
             continue
@@ -393,9 +393,9 @@ if groups:
         claims.append(
             {
                 "claim": f"{a} - {b}: {c.metric}",
-                "paper": c.paper,
+                "paper": f"{c.paper} (section {c.section})",
                 "ours: difference [95% CI], p": report.fmt_diff(d),
-                "verdict": report.verdict(d, c.direction),
+                "verdict": report.verdict(d, c.direction, c.effect),
             }
         )
     if claims:

@@ -39,6 +39,9 @@ class App:
 
     host: str = "127.0.0.1"
     port: int = 7860
+    allow_checkpoint_dir: tuple[Path, ...] = ()
+    """Folders whose checkpoints and runs the dashboard may open besides the shipped ones,
+    runs/ and $RLCD_CHECKPOINT (several: --allow-checkpoint-dir A B); nothing else is read."""
 
 
 @dataclass(frozen=True)
@@ -60,13 +63,24 @@ class Serve:
     """Host header values accepted besides localhost, 127.0.0.1, [::1] and --host (DNS
     rebinding guard): names clients use, *.domain, or * for any."""
     limit_concurrency: int = 256
-    """At most this many open connections and requests in flight; beyond: 503 + Retry-After."""
+    """At most this many requests in flight (idle connections hold no slot); beyond: 503 +
+    Retry-After."""
+    max_connections: int = 512
+    """Open connections in all; beyond, the longest-idle one is closed (none idle: 503)."""
+    max_client_connections: int = 64
+    """Open connections per client address; beyond, its longest-idle one is closed (none
+    idle: 503)."""
     timeout_keep_alive: float = 5.0
     """Seconds an idle keep-alive connection stays open."""
     timeout_request: float = 15.0
     """Seconds for a whole request (headers and body) to arrive, else the connection closes."""
     mode: Literal["direct", "reason", "auto"] = "auto"
-    """auto: answer directly, reason only when the direct confidence is below --threshold."""
+    """auto: answer directly, reason only when the direct confidence is below --threshold
+    (a checkpoint whose T was not fitted answers directly; a request may still ask)."""
+    deadline: float = 8.0
+    """Seconds a request may take from its arrival: past it no more rationales are drawn
+    and the answer is the best so far (the direct readout); below the official client's
+    10 s timeout."""
     m: int = 4
     """Rationales per question in reason mode (mixture readout)."""
     threshold: float = 0.8
@@ -79,6 +93,8 @@ class Serve:
     """torch CPU threads for the forward passes (None: torch's default, one per core). One
     holds up when other processes load the cores; a larger model on many idle cores wants
     more."""
+    verify: bool = True
+    """Refuse a checkpoint without checksums.json (``--no-verify`` serves it anyway)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +124,9 @@ class DataFetch:
     with its train/dev/test splits beside it; prints the task file to pass as --task."""
 
     name: tyro.conf.Positional[str]
-    """mmlu, or bigbench:TASK (e.g. bigbench:strategyqa)."""
+    """mmlu, mmlu:SUBJECT, arc-easy, arc-challenge, boolq, csqa, basic-skills-SKILL (e.g.
+    basic-skills-arithmetic), gsm8k (GSM8K's own format, for data convert), gsm8k-verify,
+    or bigbench:TASK (e.g. bigbench:strategyqa)."""
     cache_dir: Path = Path("~/.cache/rlcd_lab/data")
     force: bool = False
     """Convert and split again even if the file is in the cache."""
@@ -162,6 +180,20 @@ class DataSplit:
     seed: int = 0
     overwrite: bool = False
     """Replace existing split files."""
+
+
+@dataclass(frozen=True)
+class Checksums:
+    """Write a checkpoint's checksums.json over every file (config, tokenizer, weights).
+
+    Later loads verify every file against it. For a checkpoint without one, or with an
+    older one over its weights only; prints its path. An existing checksums.json is
+    verified first: a file that differs from it is refused unless ``--force`` (you changed
+    it on purpose)."""
+
+    checkpoint: tyro.conf.Positional[Path]
+    force: bool = False
+    """Accept files that differ from the existing checksums.json."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +256,7 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     "eval": (_summary(Eval), lambda: Eval),
     "data": ("Task data: fetch a public set, convert a file to task items, split.", lambda: Data),
     "smollm2": (_summary(SmolLM2), lambda: SmolLM2),
+    "checksums": (_summary(Checksums), lambda: Checksums),
     "reproduce": (
         "Run (or reuse) every method and seed of the paper's comparison; write the report.",
         _reproduce_config,
@@ -237,8 +270,10 @@ DESCRIPTION = "rlcd_lab: reinforcement learning for calibrated decisions."
 
 
 def run_eval_command(cfg: Eval) -> dict:
-    """Evaluate as ``cfg`` says; returns the summary. Settings, the task split and the
-    checkpoint are checked before the model runs (``ValueError`` / ``FileNotFoundError``).
+    """Evaluate as ``cfg`` says; returns the summary. Settings, the task split, the
+    checkpoint and the items (option labels, prompts that fit the model's context:
+    ``evaluate.check_items``) are checked before the model runs (``ValueError`` /
+    ``FileNotFoundError``).
     Progress: a tqdm bar over the items on stderr (``TQDM_DISABLE=1`` in the environment
     hides it)."""
     for name, low in (("m", 1), ("max_new_tokens", 1), ("limit", 0)):
@@ -262,10 +297,27 @@ def run_eval_command(cfg: Eval) -> dict:
         marker=meta["marker"],
         sep=meta["sep"],
     )
-    rows = run_eval(model, tok, items, progress=True, **kw)  # a tqdm bar on stderr
+    where = f"task {cfg.task} {cfg.split} split"  # items checked first (context, labels)
+    rows = run_eval(model, tok, items, progress=True, where=where, **kw)  # tqdm on stderr
     if cfg.out is not None:
         atomic_write_jsonl(cfg.out, rows)
     return summarize(rows)
+
+
+def check_serve_checksums(checkpoint: Path) -> None:
+    """What ``serve`` checks before it starts (unless ``--no-verify``): the checkpoint
+    exists and looks sound (``models.check_checkpoint``) and carries a ``checksums.json``;
+    one without is refused (``ValueError``), since its files could have been edited
+    unseen. An older one over its weights only is accepted; the load warns about it."""
+    from .models import CHECKSUM_FILE, check_checkpoint, checksum_coverage
+
+    check_checkpoint(checkpoint)
+    if checksum_coverage(checkpoint) == "none":
+        raise ValueError(
+            f"checkpoint {checkpoint} has no {CHECKSUM_FILE}, so its files cannot be verified; "
+            f"serve refuses it: if you trust the files, `{PROG} checksums {checkpoint}` "
+            "writes one, or pass --no-verify"
+        )
 
 
 def parse(args: list[str]) -> Any:
@@ -366,10 +418,14 @@ def _run(cfg) -> None:
     if isinstance(cfg, App):
         from .dashboard import build_demo
 
-        build_demo().launch(server_name=cfg.host, server_port=cfg.port)
+        demo = build_demo(allowed_dirs=cfg.allow_checkpoint_dir)
+        demo.launch(server_name=cfg.host, server_port=cfg.port)
     elif isinstance(cfg, Serve):
         from .decide import DecideOptions
-        from .server import serve
+        from .server import default_checkpoint, serve
+
+        if cfg.verify:  # before the server: answers only from files that can be verified
+            check_serve_checksums(cfg.checkpoint or default_checkpoint())
 
         opts = DecideOptions(mode=cfg.mode, m=cfg.m, threshold=cfg.threshold)
         serve(
@@ -381,13 +437,17 @@ def _run(cfg) -> None:
             api_key=cfg.api_key,
             allowed_hosts=cfg.allowed_host,
             limit_concurrency=cfg.limit_concurrency,
+            max_connections=cfg.max_connections,
+            max_client_connections=cfg.max_client_connections,
             timeout_keep_alive=cfg.timeout_keep_alive,
             timeout_request=cfg.timeout_request,
+            deadline_s=cfg.deadline,
             options=opts,
             batching=cfg.batching,
             max_wait_ms=cfg.max_wait_ms,
             device=cfg.device,
             threads=cfg.threads,
+            verify=cfg.verify,
         )
     elif _is(cfg, "pretrain_config", "PretrainConfig"):
         from .models import read_meta
@@ -418,6 +478,10 @@ def _run(cfg) -> None:
 
         paths = split_file(cfg.file, cfg.dev, cfg.test, seed=cfg.seed, overwrite=cfg.overwrite)
         print("\n".join(str(p) for p in paths.values()))
+    elif isinstance(cfg, Checksums):
+        from .models import sign_checkpoint
+
+        print(sign_checkpoint(cfg.checkpoint, force=cfg.force))
     elif isinstance(cfg, SmolLM2):
         import torch
 

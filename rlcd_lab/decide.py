@@ -36,7 +36,18 @@ Modes (``DecideOptions.mode``):
   ``p = (1/M) sum_i u_i`` (``aggregate="mixture"``) or the first rationale's readout
   (``aggregate="single"``, the paper's single query).
 * ``auto`` (an AutoThink-style cascade): ``direct`` first; a question is answered again in
-  ``reason`` mode exactly when its direct confidence is below ``threshold``.
+  ``reason`` mode exactly when its direct confidence is below ``threshold``. The cascade
+  only makes sense where the confidence is calibrated: :func:`temperature_fitted` says
+  whether a checkpoint's T was fitted (the decision server answers directly by default
+  where it was not).
+
+Stopping early. ``decide_batch(..., cancelled)`` drops a request whose caller went away:
+before planning, between phases and, through ``sample_rationales(should_stop=...)``,
+before every decoding step of its rationales (``reader.SamplingStopped``), so abandoned
+work ends within one step. ``DecideOptions.deadline`` (a ``time.monotonic()`` instant)
+bounds a request the same way and returns the best answer so far: a question whose
+reasoning is cut by the deadline is answered by its direct readout (details
+``deadline_passed``).
 
 How questions map to prompts depends on the checkpoint (``DecisionModel.prompt_format``):
 
@@ -67,8 +78,10 @@ from __future__ import annotations
 import json
 import math
 import string
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,8 +91,9 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .metrics import apply_temperature
-from .models import DEFAULT_META, load_checkpoint
+from .models import DEFAULT_META, META_FILE, load_checkpoint
 from .reader import (
+    SamplingStopped,
     build_prompt,
     encode_prompts,
     left_pad,
@@ -118,6 +132,27 @@ DEFAULT_INSTRUCTIONS = {
     "choice": "Which option applies?",
     "score": "Which level applies?",
 }
+PRETRAINED_METHODS = ("pretrain", "pretrained")
+"""``rlcd.json`` methods of checkpoints whose temperature was never fitted: a base model
+from ``rlcd-lab pretrain``, a converted pretrained model (``rlcd-lab smollm2``)."""
+
+
+def temperature_fitted(raw_meta: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """``(fitted, note)``: whether a checkpoint's calibration temperature T was fitted,
+    from its own ``rlcd.json`` as written (``raw_meta``; None: there is none), not merged
+    over the defaults. Fitted means the file records ``"temperature"`` and the method is
+    not a pretraining one (:data:`PRETRAINED_METHODS`: a base checkpoint's T = 1 is a
+    default, not a fit). ``note`` says why not (else ``""``)."""
+    raw = raw_meta if isinstance(raw_meta, Mapping) else {}
+    method = raw.get("method")
+    if method in PRETRAINED_METHODS:
+        return False, f"method {method}: a base model, never calibrated"
+    if "temperature" not in raw:
+        return False, "no temperature in rlcd.json"
+    return True, ""
+
+
+_temperature_fitted = temperature_fitted  # for DecisionModel, whose argument has its name
 
 
 class DecisionError(ValueError):
@@ -264,8 +299,10 @@ class DecideOptions:
     """How to answer: ``mode`` (direct | reason | auto), ``m`` rationales per prompt,
     ``aggregate`` (mixture | single), the ``auto`` escalation ``threshold`` on the direct
     confidence, ``max_new_tokens`` per rationale (None: the checkpoint's default), the
-    rationale sampling temperature and seed, and ``details`` (per-rationale texts and
-    readouts in ``Decision.details``)."""
+    rationale sampling temperature and seed, ``details`` (per-rationale texts and
+    readouts in ``Decision.details``) and ``deadline``: a ``time.monotonic()`` instant
+    after which no more rationales are drawn for the request (None: none); a question
+    still reasoning then is answered by its direct readout (the best answer so far)."""
 
     mode: Mode = "direct"
     m: int = 4
@@ -275,6 +312,7 @@ class DecideOptions:
     sample_temperature: float = 1.0
     seed: int = 0
     details: bool = False
+    deadline: float | None = None
 
     def validate(self) -> None:
         """Raise :class:`DecisionError` (``loc`` = the field) for out-of-range options."""
@@ -292,6 +330,16 @@ class DecideOptions:
                 "sample_temperature",
                 math.isfinite(self.sample_temperature) and 0.05 <= self.sample_temperature <= 10,
                 "in [0.05, 10]",
+            ),
+            (
+                "deadline",
+                self.deadline is None
+                or (
+                    isinstance(self.deadline, int | float)
+                    and not isinstance(self.deadline, bool)
+                    and math.isfinite(self.deadline)
+                ),
+                "None or a finite time.monotonic() instant",
             ),
         ]
         for name, ok, what in checks:
@@ -313,8 +361,10 @@ class Decision:
     (``input_tokens``: distinct prompt tokens read, a shared prefix counted once;
     ``output_tokens``: sampled rationale tokens) and ``details`` per question: ``mode``
     (the mode that produced the answer), ``escalated`` (auto), ``direct_confidence``,
-    ``confidence``, ``tokens`` (the option tokens read) and, with ``DecideOptions.details``
-    in reason mode, ``rationales``, ``readouts`` (M x K) and ``forced``."""
+    ``confidence``, ``tokens`` (the option tokens read), ``deadline_passed`` (True when the
+    deadline cut its reasoning: the answer is the direct readout) and, with
+    ``DecideOptions.details`` in reason mode, ``rationales``, ``readouts`` (M x K) and
+    ``forced``."""
 
     answers: dict[str, dict]
     usage: dict[str, int]
@@ -333,6 +383,7 @@ class _Item:
     reason_len: int
     p: np.ndarray | None = None
     detail: dict = field(default_factory=dict)
+    reasoned: bool = False  # its rationales were read (not cut by the deadline)
 
 
 @dataclass
@@ -342,6 +393,11 @@ class _Job:
     max_new_tokens: int
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
     gone: Callable[[], bool] = lambda: False  # its caller stopped waiting: skip what is left
+
+    def expired(self) -> bool:
+        """Whether the request's deadline has passed (no more sampling for it)."""
+        deadline = self.options.deadline
+        return deadline is not None and time.monotonic() >= deadline
 
 
 # --------------------------------------------------------------------------- the engine
@@ -397,6 +453,9 @@ class DecisionModel:
     bounds the rendered state; ``batch_rows`` the rows of one forward pass (a rationale
     counts once per sample); ``prefix_cache=False`` runs every prompt in full instead of
     reusing the state's prefix (same answers, for models whose cache cannot be reordered).
+    ``temperature_fitted``: whether T is a fitted calibration temperature (None: an
+    explicit ``temperature`` counts as fitted, else :func:`temperature_fitted` of ``meta``;
+    :meth:`from_checkpoint` reads the checkpoint's own ``rlcd.json``).
     """
 
     def __init__(
@@ -410,8 +469,12 @@ class DecisionModel:
         max_state_tokens: int = 4096,
         batch_rows: int = 64,
         prefix_cache: bool = True,
+        temperature_fitted: bool | None = None,
     ):
         self.model, self.tokenizer = model.eval(), tokenizer
+        if temperature_fitted is None:
+            temperature_fitted = temperature is not None or _temperature_fitted(meta)[0]
+        self.temperature_fitted = bool(temperature_fitted)
         self.meta = {**DEFAULT_META, **(meta or {})}
         self.marker, self.sep = self.meta["marker"], self.meta["sep"]
         self.temperature = float(self.meta["temperature"] if temperature is None else temperature)
@@ -444,10 +507,22 @@ class DecisionModel:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, device: str | torch.device = "cpu", **kwargs: Any
+        cls,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        verify: bool = True,
+        **kwargs: Any,
     ) -> DecisionModel:
-        """Load a checkpoint directory (``models.load_checkpoint``) as a decision model."""
-        model, tokenizer, meta = load_checkpoint(path, device=device)
+        """Load a checkpoint directory (``models.load_checkpoint``; ``verify=False`` skips
+        its checksums) as a decision model; whether its T was fitted comes from its own
+        ``rlcd.json`` (none: not fitted)."""
+        model, tokenizer, meta = load_checkpoint(path, device=device, verify=verify)
+        if "temperature_fitted" not in kwargs and kwargs.get("temperature") is None:
+            try:
+                raw = json.loads((Path(path) / META_FILE).read_text())
+            except (OSError, ValueError):
+                raw = None
+            kwargs["temperature_fitted"] = _temperature_fitted(raw)[0]
         return cls(model, tokenizer, meta, **kwargs)
 
     # ------------------------------------------------------------------ option tokens
@@ -629,9 +704,12 @@ class DecisionModel:
         share forward passes; all rationales with the same sampling settings share one
         ``sample_rationales`` call (seeded with the requests' seed). Direct answers do not
         depend on the batch; sampled ones do (the draw depends on the batch composition).
-        ``cancelled(i)`` (checked before planning, before the reason phase and before each
-        rationale chunk) says that request ``i`` is no longer wanted: what is left of its
-        work is skipped and it yields a :class:`DecisionError`.
+        ``cancelled(i)`` (checked before planning, before the reason phase, before each
+        rationale chunk and before every decoding step of a chunk) says that request ``i``
+        is no longer wanted: what is left of its work is skipped (a chunk stops once every
+        request in it is cancelled or past its deadline) and it yields a
+        :class:`DecisionError`. A request past its ``DecideOptions.deadline`` gets no more
+        rationales: a question whose reasoning was cut is answered by its direct readout.
         """
         gone = cancelled or (lambda i: False)
         jobs: list[_Job | DecisionError] = []
@@ -658,6 +736,7 @@ class DecisionModel:
                 else:
                     it.detail["mode"] = "reason"
         self._reason_phase(live)
+        self._cut_by_deadline([j for j in live if not j.gone()])
         out: list[Decision | DecisionError] = []
         for job in jobs:
             if isinstance(job, DecisionError):
@@ -731,24 +810,29 @@ class DecisionModel:
             for (prompt, bridge), its in prompts.items():
                 key = (o.m, job.max_new_tokens, o.sample_temperature, o.seed, bridge)
                 batches.setdefault(key, []).append((job, prompt, its))
-                job.usage["input_tokens"] += its[0].reason_len
         for (m, new_tokens, temp, seed, bridge), entries in batches.items():
             per_call = max(1, self.batch_rows // m)
             for start in range(0, len(entries), per_call):
-                part = [e for e in entries[start : start + per_call] if not e[0].gone()]
+                part = entries[start : start + per_call]
+                part = [e for e in part if not (e[0].gone() or e[0].expired())]
                 if not part:
                     continue
-                rats = sample_rationales(
-                    self.model,
-                    self.tokenizer,
-                    [prompt for _, prompt, _ in part],
-                    m,
-                    new_tokens,
-                    bridge=bridge,
-                    marker=self.marker,
-                    temperature=temp,
-                    seed=seed + start,
-                )
+                unwanted = partial(_unwanted, [e[0] for e in part])
+                try:
+                    rats = sample_rationales(
+                        self.model,
+                        self.tokenizer,
+                        [prompt for _, prompt, _ in part],
+                        m,
+                        new_tokens,
+                        bridge=bridge,
+                        marker=self.marker,
+                        temperature=temp,
+                        seed=seed + start,
+                        should_stop=unwanted,
+                    )
+                except SamplingStopped:  # every request of the chunk is gone or out of time
+                    continue
                 unions, option_ids = _union(
                     [[i for it in its for i in it.opts.ids] for _, _, its in part]
                 )
@@ -759,11 +843,13 @@ class DecisionModel:
                 forced = rats.forced.cpu().tolist()
                 for j, ((job, _, its), union) in enumerate(zip(part, unions, strict=True)):
                     rows = slice(j * m, (j + 1) * m)
+                    job.usage["input_tokens"] += its[0].reason_len
                     job.usage["output_tokens"] += int(sum(lengths[rows]))
                     for it in its:
                         cols = [union.index(i) for i in it.opts.ids]
                         u = self._calibrated(logits[rows][:, cols])
                         it.p = job.options.rule.probs(u)
+                        it.reasoned = True
                         if job.options.details:
                             it.detail.update(
                                 rationales=rats.texts[rows],
@@ -771,6 +857,26 @@ class DecisionModel:
                                 forced=forced[rows],
                                 lengths=lengths[rows],
                             )
+
+    def _cut_by_deadline(self, jobs: Sequence[_Job]) -> None:
+        """Questions that were to reason but got no rationales (their request's deadline
+        passed): answered by their direct readout, run now where ``auto`` has not already
+        read it; details ``mode: direct`` and ``deadline_passed: True``."""
+        todo = []
+        for job in jobs:
+            cut = [it for it in job.items if it.detail["mode"] == "reason" and not it.reasoned]
+            for it in cut:
+                it.detail.update(mode="direct", deadline_passed=True)
+            missing = [it for it in cut if it.p is None]
+            if missing:  # reason mode: no direct readout yet (the usage is the request's)
+                todo.append(_Job(missing, job.options, job.max_new_tokens, usage=job.usage))
+        if todo:
+            self._direct_phase(todo)
+
+
+def _unwanted(jobs: Sequence[_Job]) -> bool:
+    """Whether every one of ``jobs`` is cancelled or past its deadline (stop sampling)."""
+    return all(job.gone() or job.expired() for job in jobs)
 
 
 def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:

@@ -21,7 +21,10 @@ the work around the model:
   the model's own forward pass bit for bit (else the model's forward runs every step).
 
 The stop check is ``reader._MarkerStop``'s: a row stops once the decoded text of its last
-``len(marker) + 1`` tokens contains the marker, or its last token is in ``eos``.
+``len(marker) + 1`` tokens contains the marker, or its last token is in ``eos``. A
+``should_stop`` callable, when given, is asked before every forward pass (the prompt's and
+each step's); once it returns True the loop raises ``reader.SamplingStopped``: work that
+nobody waits for any more stops within one decoding step.
 
 Identical tokens, not always identical bits: encoding a prompt once and dropping finished
 rows change the shapes of the matrix products, and a BLAS may then round the last bit of
@@ -41,14 +44,14 @@ at the model's ``generation_config.eos_token_id``; here ``eos`` alone decides
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from .reader import Generated, GumbelSampler, forward_args, pad_id
+from .reader import Generated, GumbelSampler, SamplingStopped, forward_args, pad_id
 from .readout import position_ids
 
 
@@ -75,13 +78,17 @@ def kv_sampler(
     eos: Sequence[int],
     temperature: float = 1.0,
     top_p: float = 1.0,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Generated:
     """``reader.hf_sampler``'s tokens from a compact decoding loop (see the module
     docstring): left-padded rows ``ids, mask (N, T)``, one seeded noise generator per row,
     each row stopped once its decoded text contains ``marker`` or it emitted a token of
     ``eos``. Returns a ``reader.Generated`` (CPU tensors): ``tokens`` and ``token_lp``
     ``(N, S)``, ``S`` the steps taken (the longest row's), pad ids after a row's stop;
-    ``token_lp`` is the log-softmax of the temperature-1 logits at the sampled token."""
+    ``token_lp`` is the log-softmax of the temperature-1 logits at the sampled token.
+
+    ``should_stop``: asked before every forward pass; once it returns True,
+    ``reader.SamplingStopped`` is raised (nothing is returned)."""
     n, width = ids.shape
     if len(row_seeds) != n:
         raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
@@ -89,6 +96,12 @@ def kv_sampler(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     noise = GumbelSampler(row_seeds, temperature, top_p, ids.device)
     stop = _StopCheck(tokenizer, marker, eos)
+
+    def check() -> None:
+        if should_stop is not None and should_stop():
+            raise SamplingStopped("should_stop() asked the sampler to stop")
+
+    check()
     steps = _Steps(model, ids, mask, width + max_new_tokens)
     logits = steps.prefill()
     live = list(range(n))  # the original index of each row still in the batch
@@ -117,6 +130,7 @@ def kv_sampler(
             steps.select(sel)
         if t == max_new_tokens:
             break
+        check()
         logits = steps(nxt)
     tokens = torch.full((n, t), pad_id(tokenizer), dtype=torch.long)
     for i, seq in enumerate(seqs):

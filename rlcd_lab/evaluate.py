@@ -9,6 +9,13 @@ reproduce and the dashboard):
 ``summarize`` turns rows into the paper's Table 1 row via ``metrics.evaluate``.
 ``run_eval(..., progress=True)`` (``rlcd-lab eval``) shows a tqdm bar over the items read,
 on stderr.
+
+Before any model work, ``run_eval`` (and training, for its train, dev and test items)
+checks every item with ``check_items``: its option labels must be single tokens for the
+tokenizer, and its reading must fit the model's context (``reading_positions`` against
+``models.context_length``), so a prompt of 140,000 characters on a 512-position model is
+one ``ValueError`` naming the item and the sizes, not minutes of work on positions the
+model was never trained on.
 """
 
 from __future__ import annotations
@@ -20,9 +27,105 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from . import metrics
-from .reader import Mode, read
-from .readout import MARKER, SEP
+from .models import context_length
+from .reader import Mode, build_prompt, encode_prompts, item_options, read
+from .readout import MARKER, SEP, OptionTokens
 from .tasks import TaskItem
+
+
+def reading_positions(
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    options: Sequence[OptionTokens],
+    *,
+    mode: Mode = "reason",
+    max_new_tokens: int = 64,
+    marker: str = MARKER,
+) -> list[tuple[int, int]]:
+    """``(prompt tokens, positions)`` that reading each prompt uses at most, for prompts
+    built as :func:`rlcd_lab.reader.read` builds them (``build_prompt``, chat template and
+    worked example included, naming the options). ``reason``: the prompt, then
+    ``max_new_tokens`` rationale tokens, the marker and the bridge to the answer token (a
+    rationale that writes the marker itself stops sooner); ``direct``: the prompt, which
+    ends with the marker, and the bridge. The answer token is read at the last position,
+    so it takes none. ``options``: each prompt's ``OptionTokens`` (``reader.item_options``)."""
+    direct = mode == "direct"
+    texts = [
+        build_prompt(tokenizer, q, direct=direct, marker=marker, options=o.labels)
+        for q, o in zip(prompts, options, strict=True)
+    ]
+    if not texts:
+        return []
+    ids = encode_prompts(tokenizer, texts)
+    extra = 0 if direct else int(max_new_tokens)
+    extra += 0 if direct else len(tokenizer(marker, add_special_tokens=False)["input_ids"])
+    return [(len(i), len(i) + extra + len(o.bridge)) for i, o in zip(ids, options, strict=True)]
+
+
+def check_items(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[TaskItem],
+    *,
+    mode: Mode = "reason",
+    max_new_tokens: int = 64,
+    marker: str = MARKER,
+    sep: str = SEP,
+    where: str = "",
+) -> None:
+    """Refuse items the model cannot read, before any model work; ``ValueError`` naming
+    the (first) item, with ``where`` (e.g. ``"verify train split"``) in front.
+
+    Each item's option labels must be single tokens after the marker
+    (``readout.option_token_ids``), and its reading must fit the model's context:
+    :func:`reading_positions` <= :func:`rlcd_lab.models.context_length` (a model that
+    states no limit is not checked). The message gives the prompt's tokens, the rationale
+    budget, the marker and bridge tokens, the positions needed and the model's limit, and
+    how many items are too long."""
+    where = f"{where}: " if where else ""
+    seen: dict[tuple[str, ...], OptionTokens] = {}
+    options = []
+    for it in items:
+        if it.options not in seen:
+            try:
+                seen[it.options] = item_options(tokenizer, [it.options], marker, sep)[0]
+            except ValueError as err:
+                raise ValueError(f"{where}item {it.uid!r}: {err}") from None
+        options.append(seen[it.options])
+    n_ctx = context_length(model, tokenizer)
+    if n_ctx is None or not items:
+        return
+    sizes = reading_positions(
+        tokenizer,
+        [it.prompt for it in items],
+        options,
+        mode=mode,
+        max_new_tokens=max_new_tokens,
+        marker=marker,
+    )
+    long = [i for i, (_, needed) in enumerate(sizes) if needed > n_ctx]
+    if not long:
+        return
+    i = long[0]
+    n_prompt, needed = sizes[i]
+    bridge = len(options[i].bridge)
+    if mode == "direct":
+        parts = f"its prompt (with the marker) is {n_prompt:,} tokens, and with {bridge} "
+        parts += f"bridge token(s) to the answer a direct reading needs {needed:,} positions"
+        fix = "shorten the prompt"
+    else:
+        n_marker = needed - n_prompt - int(max_new_tokens) - bridge
+        parts = (
+            f"its prompt is {n_prompt:,} tokens, and with {int(max_new_tokens)} rationale "
+            f"tokens (--max-new-tokens), {n_marker} marker and {bridge} bridge token(s) a "
+            f"reading needs {needed:,} positions"
+        )
+        fix = "shorten the prompt or lower --max-new-tokens"
+    more = f" ({len(long)} of {len(items)} items are too long)" if len(long) > 1 else ""
+    raise ValueError(
+        f"{where}item {items[i].uid!r} is too long for this model: {parts}, but the model "
+        f"reads at most {n_ctx:,}{more}; {fix}"
+    )
 
 
 def run_eval(
@@ -39,14 +142,21 @@ def run_eval(
     marker: str = MARKER,
     sep: str = SEP,
     progress: bool = False,
+    where: str = "",
 ) -> list[dict]:
     """Eval-dump rows for ``items`` (see the module docstring), read by
     :func:`rlcd_lab.reader.read` (batched, seeded); each item over its own options.
 
     ``progress``: a tqdm bar on stderr over the items read, advancing one batch of
     ``batch_size`` at a time (``TQDM_DISABLE=1`` in the environment hides it). The rows do
-    not depend on it.
+    not depend on it. Items are checked first (:func:`check_items`: single-token option
+    labels, readings that fit the model's context; ``ValueError`` naming the item, after
+    ``where``, e.g. ``"task verify test split"``).
     """
+    check_items(
+        model, tokenizer, items, mode=mode, max_new_tokens=max_new_tokens, marker=marker,
+        sep=sep, where=where,
+    )  # fmt: skip
     bar = tqdm(total=len(items), desc=f"eval {mode}", unit="item") if progress else None
     try:
         readings = read(

@@ -1,15 +1,27 @@
-"""Atomic writes: a reader never sees a half-written file or checkpoint directory."""
+"""File-system plumbing: atomic writes (a reader never sees a half-written file or
+checkpoint directory), JSON that fails as a ``ValueError`` only, and a lock that lets one
+process at a time write a folder (``FolderLock``)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import socket
 import stat
+import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: FolderLock is a no-op
+    fcntl = None  # type: ignore[assignment]
 
 
 def _mode(full: int) -> int:
@@ -72,3 +84,123 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads(text)``, with every way the text can fail to parse a ``ValueError``:
+    malformed JSON (``json.JSONDecodeError``, already one) and, in its place, the
+    ``RecursionError`` of arrays or objects nested deeper than Python's parser goes (a
+    line of 100,000 ``[`` is valid JSON that crashes ``json.loads``)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("not readable as JSON: nested too deeply") from None
+
+
+# ------------------------------------------------------------------------ folder locks
+class FolderInUseError(OSError):
+    """Another process holds the lock of a folder (``FolderLock``); the message names the
+    folder and, as far as it recorded itself, the holder."""
+
+
+class FolderLock:
+    """One writer per folder, across processes: an exclusive, non-blocking
+    ``fcntl.flock`` on the file ``.<name>.lock`` beside the folder.
+
+    Beside, not inside: the lock also covers creating the folder, moving it aside and
+    replacing it whole. ``acquire`` raises ``FolderInUseError`` at once (it never waits)
+    when another holder has it, even another ``FolderLock`` of this very process; the
+    holder writes its pid, host, start time and command line into the lock file, and the
+    error quotes them. ``release`` (idempotent) removes the file and unlocks; the
+    operating system unlocks too when the holder exits, killed or not, so a crashed run
+    never leaves a stale lock (a lock file left behind by one is taken over). The path is
+    resolved first (symbolic links, ``..``), so two spellings of one folder share the lock.
+    Without ``fcntl`` (Windows), or on a file system that does not support ``flock``, the
+    lock is a no-op.
+    """
+
+    def __init__(self, folder: str | os.PathLike):
+        real = Path(os.path.realpath(folder))
+        self.folder = Path(folder)
+        self.file = real.parent / f".{real.name}.lock"
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock now."""
+        return self._fd is not None
+
+    def acquire(self, hint: str = "", what: str = "folder") -> FolderLock:
+        """Take the lock (returns ``self``), or raise ``FolderInUseError`` naming the
+        folder (as ``what``, e.g. ``"run folder"``), the holder and ``hint`` (what to do
+        instead). Creates the folder's parent directories when missing."""
+        if self._fd is not None or fcntl is None:
+            return self
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):  # the holder may remove the file between open and flock
+            fd = os.open(self.file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                hint = f"; {hint}" if hint else ""
+                raise FolderInUseError(
+                    f"{what} {self.folder} is in use by {holder}{hint}"
+                ) from None
+            except OSError as err:  # ENOLCK, EOPNOTSUPP: no flock on this file system
+                os.close(fd)
+                if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    return self
+                raise
+            try:
+                same = os.path.samestat(os.stat(self.file), os.fstat(fd))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # locked a file that was removed meanwhile: lock the new one
+        else:
+            raise OSError(f"could not lock {self.file}: it keeps being replaced")
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(sys.argv)[:300],
+        }
+        self._fd = fd
+        try:  # who holds it, for the message of the next one who tries
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file and unlock (nothing when not held)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:  # removed while still locked: a waiting opener then sees another file
+            self.file.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds a lock, from what it wrote into the lock file (``FolderLock.acquire``)."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        pid, host = int(record["pid"]), str(record["host"])
+        since, command = str(record["since"]), str(record["command"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+    who = "this process" if pid == os.getpid() and host == socket.gethostname() else "process"
+    return f"{who} {pid} on {host} since {since} ({command})"

@@ -12,9 +12,11 @@ import json
 import math
 import os
 import string
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -27,6 +29,7 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from .io import atomic_dir, atomic_write_text
 from .readout import MARKER, SEP
@@ -92,9 +95,34 @@ def tiny_model(
     return model.eval()
 
 
+def context_length(
+    model: PreTrainedModel | object, tokenizer: PreTrainedTokenizerBase | None = None
+) -> int | None:
+    """The most positions the model reads: the smaller of its config's
+    ``max_position_embeddings`` (``n_positions`` in GPT-2-style configs) and the
+    tokenizer's ``model_max_length``, of those that are set (transformers stores a huge
+    sentinel, ``VERY_LARGE_INTEGER``, when the tokenizer does not know it); None when
+    neither is. ``model`` may also be the config itself."""
+    config = getattr(model, "config", model)
+    limits = [
+        getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None),
+        getattr(tokenizer, "model_max_length", None),
+    ]
+    known = [
+        int(n)
+        for n in limits
+        if isinstance(n, int) and not isinstance(n, bool) and 0 < n < VERY_LARGE_INTEGER
+    ]
+    return min(known) if known else None
+
+
 # ----------------------------------------------------------------------- checkpoints
 META_FILE = "rlcd.json"
 CHECKSUM_FILE = "checksums.json"
+CHECKSUM_VERSION = 2
+"""``checksums.json`` format: version 2 lists every file of the checkpoint (config,
+``rlcd.json``, tokenizer files, adapter config, weights, optimizer state); a manifest
+without ``version`` (version 1, written before) lists the weight files only."""
 DEFAULT_META = {"marker": MARKER, "sep": SEP, "temperature": 1.0}
 _CHECKPOINT_MARKERS = ("adapter_config.json", META_FILE, CHECKSUM_FILE)
 
@@ -109,6 +137,12 @@ class CheckpointError(ValueError):
 class CheckpointMissingError(CheckpointError, FileNotFoundError):
     """A checkpoint directory, or a file it needs, does not exist (also a
     ``FileNotFoundError``)."""
+
+
+class UnverifiedCheckpointWarning(UserWarning):
+    """A checkpoint loaded with ``verify`` whose files are not all covered by checksums: it
+    has no ``checksums.json`` (a plain HF directory, a checkpoint written before them), or
+    an older one over its weight files only."""
 
 
 def _is_number(x: object) -> bool:
@@ -255,6 +289,16 @@ def _weight_files(path: Path) -> list[str]:
     )
 
 
+def _manifest_files(path: Path) -> list[str]:
+    """Names of the files a version-2 ``checksums.json`` covers: every regular file in
+    ``path`` except itself and hidden files (names starting with a dot), sorted."""
+    return sorted(
+        p.name
+        for p in path.iterdir()
+        if p.is_file() and p.name != CHECKSUM_FILE and not p.name.startswith(".")
+    )
+
+
 def _sha256(file: Path) -> str:
     h = hashlib.sha256()
     with open(file, "rb") as f:
@@ -264,41 +308,69 @@ def _sha256(file: Path) -> str:
 
 
 def write_checksums(path: str | os.PathLike) -> Path:
-    """Write ``checksums.json`` (sha256 of every weight file) into checkpoint ``path``,
-    atomically; ``save_checkpoint`` calls it. Returns the file."""
+    """Write ``checksums.json`` into checkpoint ``path``, atomically: the sha256 of every
+    file a load reads (``config.json``, ``rlcd.json``, tokenizer files, adapter config,
+    weights, optimizer state: every non-hidden file in the directory), format version
+    ``CHECKSUM_VERSION``. ``save_checkpoint`` calls it; after changing a file on purpose,
+    ``rlcd-lab checksums DIR --force`` does. Returns the file."""
     path = Path(path)
-    digests = {name: _sha256(path / name) for name in _weight_files(path)}
-    body = {"algorithm": "sha256", "files": digests}
+    digests = {name: _sha256(path / name) for name in _manifest_files(path)}
+    body = {"algorithm": "sha256", "version": CHECKSUM_VERSION, "files": digests}
     return atomic_write_text(path / CHECKSUM_FILE, json.dumps(body, indent=2, sort_keys=True))
 
 
-def verify_checksums(path: str | os.PathLike) -> bool:
-    """Check the weight files of checkpoint ``path`` against its ``checksums.json``.
-
-    Returns False (nothing checked) when there is no ``checksums.json`` (a plain HF model,
-    an older checkpoint), True when every listed file matches. Raises ``CheckpointError``
-    for a malformed ``checksums.json``, a listed file that is missing or differs (bit
-    flips, truncation, an edit) and a weight file it does not list.
-    """
-    path = Path(path)
+def _read_manifest(path: Path) -> dict | None:
+    """The checked ``checksums.json`` of ``path`` (None when there is none)."""
     file = path / CHECKSUM_FILE
     if not file.exists():
-        return False
+        return None
     body = _read_json_object(file)
     files = body.get("files")
     if (
         body.get("algorithm") != "sha256"
+        or body.get("version", 1) not in (1, CHECKSUM_VERSION)
         or not isinstance(files, dict)
         or not all(
             isinstance(k, str) and "/" not in k and isinstance(v, str) for k, v in files.items()
         )
     ):
         raise CheckpointError(
-            f"{file}: must be {{'algorithm': 'sha256', 'files': {{name: hex digest}}}}"
+            f"{file}: must be {{'algorithm': 'sha256', 'version': {CHECKSUM_VERSION}, "
+            "'files': {name: hex digest}}"
         )
+    return body
+
+
+def checksum_coverage(path: str | os.PathLike) -> Literal["none", "weights", "all"]:
+    """What the ``checksums.json`` of checkpoint ``path`` covers, read without hashing:
+    ``"none"`` (there is none), ``"weights"`` (an older manifest: the weight files only),
+    ``"all"`` (every file, ``CHECKSUM_VERSION``). ``CheckpointError`` when malformed."""
+    body = _read_manifest(Path(path))
+    if body is None:
+        return "none"
+    return "all" if body.get("version", 1) == CHECKSUM_VERSION else "weights"
+
+
+def verify_checksums(path: str | os.PathLike) -> bool:
+    """Check the files of checkpoint ``path`` against its ``checksums.json``.
+
+    Returns False (nothing checked) when there is no ``checksums.json`` (a plain HF model,
+    an older checkpoint), True when every listed file matches. Raises ``CheckpointError``
+    for a malformed ``checksums.json``, a listed file that is missing or differs (bit
+    flips, truncation, an edit of ``config.json``) and a file it does not list: for the
+    current format any file a load could read (every non-hidden file), for an older
+    weights-only manifest (no ``version``) a weight file.
+    """
+    path = Path(path)
+    body = _read_manifest(path)
+    if body is None:
+        return False
+    files = body["files"]
     for name, want in sorted(files.items()):
         if not (path / name).is_file():
-            raise CheckpointMissingError(f"{path / name} is listed in {file} but missing")
+            raise CheckpointMissingError(
+                f"checkpoint {path} is incomplete: missing {name} (listed in {CHECKSUM_FILE})"
+            )
         got = _sha256(path / name)
         if got != want.lower():
             raise CheckpointError(
@@ -306,10 +378,60 @@ def verify_checksums(path: str | os.PathLike) -> bool:
                 f"{CHECKSUM_FILE}: the file is corrupt or was modified (verify=False / "
                 "--no-verify loads it anyway)"
             )
-    unlisted = [n for n in _weight_files(path) if n not in files]
+    full = body.get("version", 1) == CHECKSUM_VERSION
+    unlisted = [n for n in (_manifest_files if full else _weight_files)(path) if n not in files]
     if unlisted:
-        raise CheckpointError(f"{path}: weight files not covered by {CHECKSUM_FILE}: {unlisted}")
+        what = "files" if full else "weight files"
+        raise CheckpointError(
+            f"{path}: {what} not covered by {CHECKSUM_FILE}: {unlisted} (added after the "
+            f"save; remove them, or `rlcd-lab checksums {path} --force` if they belong)"
+        )
     return True
+
+
+def sign_checkpoint(path: str | os.PathLike, force: bool = False) -> Path:
+    """Write the current ``checksums.json`` (every file, ``write_checksums``) of the
+    checkpoint directory ``path``, e.g. one saved before the format covered every file, or
+    a plain HF directory; returns the file (``rlcd-lab checksums DIR``).
+
+    The files as they are now are what later loads are checked against, so an existing
+    ``checksums.json`` is verified first: a file that differs from it (corrupt, or
+    changed on purpose) raises ``CheckpointError`` unless ``force``. ``path`` must be a
+    checkpoint directory (``CheckpointMissingError`` / ``CheckpointError`` otherwise).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointMissingError(f"checkpoint directory {path} does not exist")
+    if not _is_checkpoint_dir(path):
+        raise CheckpointError(f"{path} is not a checkpoint directory (no model config.json)")
+    if not force:
+        try:
+            verify_checksums(path)
+        except CheckpointError as err:
+            raise CheckpointError(
+                f"{err} (writing new checksums would accept that: pass --force if the "
+                "change is yours)"
+            ) from None
+    return write_checksums(path)
+
+
+def _warn_unverified(path: Path) -> None:
+    """``UnverifiedCheckpointWarning`` for a checkpoint whose files are not all covered."""
+    coverage = checksum_coverage(path)
+    if coverage == "none":
+        why = f"has no {CHECKSUM_FILE}: its files are not verified"
+    elif coverage == "weights":
+        why = (
+            f"has an older {CHECKSUM_FILE} over its weights only: config.json, rlcd.json and "
+            "the tokenizer are not verified"
+        )
+    else:
+        return
+    warnings.warn(
+        f"checkpoint {path} {why} (`rlcd-lab checksums {path}` writes checksums of every file)",
+        UnverifiedCheckpointWarning,
+        stacklevel=3,
+    )
 
 
 def _check_safetensors(file: Path) -> dict[str, tuple[int, ...]]:
@@ -413,33 +535,96 @@ def _has_tokenizer(path: Path) -> bool:
     return (path / "tokenizer.json").exists() or (path / "tokenizer_config.json").exists()
 
 
-def _local_base(base_name: str, meta: dict) -> Path | None:
-    """The local directory of an adapter's base model: ``base_name`` if it is one; for an
-    adapter trained on the offline SmolLM2 (``meta["source"]``, e.g. a shipped adapter
-    whose recorded base path is another machine's) the converted SmolLM2 checkpoint at
-    ``pretrained.SMOLLM2_DEFAULT_DIR`` (converted there first if missing); else None."""
+def _is_hub_name(name: str) -> bool:
+    """Whether ``name`` reads as a Hugging Face hub repo id (``org/model`` or ``model``),
+    not as a local path (absolute, ``~``, ``./``, backslashes, several folders)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if name.startswith(("/", "~", ".")) or "\\" in name or os.path.isabs(name):
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _hub_snapshot(name: str) -> Path | None:
+    """The directory of hub repo ``name`` in the local Hugging Face cache (the snapshot
+    holding its ``config.json``, ``huggingface_hub.try_to_load_from_cache``: no network),
+    or None when it is not a hub name or not cached."""
+    if not _is_hub_name(name):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(name, "config.json")
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def _check_base(path: Path, base_name: str, meta: dict) -> None:
+    """Refuse an adapter whose base model cannot be had without the network, in one line
+    and at once: a local directory that does not exist, or a hub name that is not in the
+    local Hugging Face cache (``huggingface_hub.try_to_load_from_cache``; nothing is
+    downloaded when an adapter loads). A base of the offline SmolLM2 (``meta["source"]``)
+    passes: ``_local_base`` converts it."""
+    from .pretrained import SMOLLM2_SOURCE
+
+    if Path(base_name).expanduser().is_dir() or meta.get("source") == SMOLLM2_SOURCE:
+        return
+    where = f"{path}/adapter_config.json"
+    if not _is_hub_name(base_name):
+        raise CheckpointMissingError(
+            f"{path}: its base model {base_name} does not exist (base_model_name_or_path in "
+            f"{where}); restore it there or point base_model_name_or_path at a local copy"
+        )
+    if _hub_snapshot(base_name) is None:
+        from huggingface_hub import constants
+
+        raise CheckpointMissingError(
+            f"{path}: its base model {base_name!r} (base_model_name_or_path in {where}) is "
+            f"neither a local directory nor in the Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}), and adapters never download their base: fetch it "
+            f"first (`hf download {base_name}`) or point base_model_name_or_path at a local "
+            "copy"
+        )
+
+
+def _local_base(base_name: str, meta: dict) -> tuple[Path, bool]:
+    """The local directory of an adapter's base model, and whether it is a checkpoint of
+    ours (else a snapshot in the Hugging Face cache, without ``checksums.json``):
+    ``base_name`` if it is a directory; for an adapter trained on the offline SmolLM2
+    (``meta["source"]``, e.g. a shipped adapter whose recorded base path is another
+    machine's) the converted SmolLM2 checkpoint at ``pretrained.SMOLLM2_DEFAULT_DIR``
+    (converted there first if missing); for a hub name, its cached snapshot. Call after
+    ``_check_base`` (which refuses a base that is none of these)."""
     if Path(base_name).expanduser().is_dir():
-        return Path(base_name).expanduser()
+        return Path(base_name).expanduser(), True
     from .pretrained import SMOLLM2_DEFAULT_DIR, SMOLLM2_SOURCE, convert_smollm2
 
     if meta.get("source") == SMOLLM2_SOURCE:
         try:
-            return convert_smollm2(SMOLLM2_DEFAULT_DIR)
+            return convert_smollm2(SMOLLM2_DEFAULT_DIR), True
         except ImportError as err:  # the package is missing: name what to install
             raise CheckpointMissingError(
                 f"the base model SmolLM2 is not available: {err}"
             ) from None
-    return None
+    snapshot = _hub_snapshot(base_name)
+    if snapshot is None:  # gone since check_checkpoint
+        raise CheckpointMissingError(f"the base model {base_name!r} is not available")
+    return snapshot, False
 
 
 def check_checkpoint(path: str | os.PathLike) -> dict:
     """Cheap checks of a checkpoint directory, without loading weights; returns its meta.
 
     The directory exists; it holds ``config.json`` + safetensors weights, or an adapter
-    (``adapter_config.json`` naming its base + ``adapter_model.safetensors``);
-    ``config.json`` and ``rlcd.json`` pass ``validate_config`` / ``validate_meta``. Raises
-    ``CheckpointMissingError`` (also ``FileNotFoundError``) for what is missing and
-    ``CheckpointError`` for what is malformed. ``load_checkpoint`` does this first.
+    (``adapter_config.json`` naming a base that can be had offline: a local directory, the
+    offline SmolLM2, or a hub name in the local Hugging Face cache, see ``_check_base`` +
+    ``adapter_model.safetensors``); ``config.json`` and ``rlcd.json`` pass
+    ``validate_config`` / ``validate_meta``. Raises ``CheckpointMissingError`` (also
+    ``FileNotFoundError``) for what is missing and ``CheckpointError`` for what is
+    malformed. ``load_checkpoint`` does this first.
     """
     path = Path(path)
     if not path.is_dir():
@@ -450,6 +635,7 @@ def check_checkpoint(path: str | os.PathLike) -> dict:
         base = _read_json_object(path / "adapter_config.json").get("base_model_name_or_path")
         if not base or not isinstance(base, str):
             raise CheckpointError(f"{path}/adapter_config.json does not name its base model")
+        _check_base(path, base, meta)
         return meta
     if not _has_weights(path, "model"):
         if (path / "pytorch_model.bin").exists():
@@ -522,36 +708,38 @@ def load_checkpoint(
     Accepts an rlcd_lab checkpoint, a plain HF ``save_pretrained`` directory (meta then
     holds the defaults), or a PEFT adapter directory whose ``adapter_config.json`` names
     its base (a local directory; the offline SmolLM2 for adapters trained on it, see
-    ``_local_base``; or a hub name when online); an adapter directory without a tokenizer
-    uses its base's. Safetensors only: a directory holding only pickled weights is refused.
+    ``_local_base``; or a hub name already in the local Hugging Face cache: nothing is
+    downloaded, a base that is missing is one ``CheckpointMissingError`` at once); an
+    adapter directory without a tokenizer uses its base's. Safetensors only: a directory
+    holding only pickled weights is refused.
 
-    Validated before use: ``config.json`` and ``rlcd.json`` (``check_checkpoint``), the
-    weight files against ``checksums.json`` when there is one and ``verify`` (skip with
-    ``verify=False``), every safetensors header, each tensor's shape against the config
-    (none missing, none extra), and every weight finite. Raises ``CheckpointMissingError``
-    (a ``FileNotFoundError``) naming what is missing, ``CheckpointError`` (a ``ValueError``)
-    naming the file and the problem otherwise. ``trainable`` loads a PEFT adapter with its
-    weights trainable (resuming LoRA training).
+    Validated before use: ``config.json`` and ``rlcd.json`` (``check_checkpoint``), every
+    file against ``checksums.json`` when ``verify`` (skip with ``verify=False``; a
+    checkpoint without one, or with an older one over its weights only, loads with an
+    ``UnverifiedCheckpointWarning``), every safetensors header, each tensor's shape
+    against the config (none missing, none extra), and every weight finite. Raises
+    ``CheckpointMissingError`` (a ``FileNotFoundError``) naming what is missing,
+    ``CheckpointError`` (a ``ValueError``) naming the file and the problem otherwise.
+    ``trainable`` loads a PEFT adapter with its weights trainable (resuming LoRA training).
     """
     path = Path(path)
     meta = check_checkpoint(path)
     if verify:
         verify_checksums(path)
+        _warn_unverified(path)
     path_tok = path
     if (path / "adapter_config.json").exists():
         from peft import PeftModel
 
         _check_safetensors(path / "adapter_model.safetensors")
         base_name = _read_json_object(path / "adapter_config.json")["base_model_name_or_path"]
-        base_dir = _local_base(base_name, meta)
-        if base_dir is not None:
+        base_dir, ours = _local_base(base_name, meta)
+        if ours:
             base = load_checkpoint(base_dir, device, dtype, verify=verify)[0]
-        else:
+        else:  # from its directory in the cache: transformers given a hub name goes online
             try:
-                base = AutoModelForCausalLM.from_pretrained(
-                    base_name, dtype=dtype, use_safetensors=True
-                )
-            except Exception as err:
+                base = _load_full(base_dir, dtype)
+            except CheckpointError as err:
                 raise CheckpointError(
                     f"{path}: could not load its base model {base_name!r}: {err}"
                 ) from err
@@ -560,7 +748,7 @@ def load_checkpoint(
                 model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
         except Exception as err:  # peft raises many types for a malformed adapter
             raise CheckpointError(f"could not load the adapter in {path}: {err}") from err
-        if not _has_tokenizer(path) and base_dir is not None:
+        if not _has_tokenizer(path):
             path_tok = base_dir  # an adapter shipped without its tokenizer: the base's
     else:
         model = _load_full(path, dtype)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .models import META_FILE, save_checkpoint
+from .models import META_FILE, checksum_coverage, save_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _is_complete(out_dir: Path, dtype: torch.dtype) -> bool:
-    """Whether ``out_dir`` holds a whole SmolLM2 checkpoint in ``dtype``."""
+    """Whether ``out_dir`` holds a whole SmolLM2 checkpoint in ``dtype``, with checksums of
+    every file (one converted before those, with checksums of its weights only, is
+    converted again)."""
+    try:
+        if checksum_coverage(out_dir) != "all":
+            return False
+    except (OSError, ValueError):
+        return False
     meta_file = out_dir / META_FILE
     if not meta_file.is_file():
         return False

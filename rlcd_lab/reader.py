@@ -186,18 +186,37 @@ class Rationales:
         return mask
 
 
+class SamplingStopped(Exception):
+    """A sampler gave up before its rows were done because its ``should_stop`` callable
+    said so (checked before every decoding step): the caller no longer wants the
+    rationales (a client that went away, a deadline that passed). Nothing is returned."""
+
+
 class _MarkerStop(StoppingCriteria):
     """Stops a row once the decoded text of its newest tokens contains the marker, or it
-    emitted EOS; records the number of generated tokens at the stop and why."""
+    emitted EOS; records the number of generated tokens at the stop and why. When
+    ``should_stop()`` turns true, every row stops at once and ``stopped`` is set."""
 
-    def __init__(self, tokenizer, marker: str, prompt_len: int, n: int, eos: Sequence[int]):
+    def __init__(
+        self,
+        tokenizer,
+        marker: str,
+        prompt_len: int,
+        n: int,
+        eos: Sequence[int],
+        should_stop: Callable[[], bool] | None = None,
+    ):
         self.tokenizer, self.marker, self.prompt_len = tokenizer, marker, prompt_len
         self.window = len(marker) + 1  # every token decodes to >= 1 character
         self.eos = torch.tensor(list(eos), dtype=torch.long)
         self.end = torch.full((n,), -1, dtype=torch.long)
         self.hit_marker = torch.zeros(n, dtype=torch.bool)
+        self.should_stop, self.stopped = should_stop, False
 
     def __call__(self, input_ids: Tensor, scores, **kwargs) -> Tensor:
+        if self.should_stop is not None and self.should_stop():
+            self.stopped = True
+            return torch.ones(len(input_ids), dtype=torch.bool, device=input_ids.device)
         gen = input_ids[:, self.prompt_len :].cpu()
         live = (self.end < 0).nonzero()[:, 0]
         texts = self.tokenizer.batch_decode(gen[live, -self.window :])
@@ -362,15 +381,21 @@ def hf_sampler(
     eos: Sequence[int],
     temperature: float = 1.0,
     top_p: float = 1.0,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Generated:
     """The reference sampler: the model's own KV-cached ``generate`` on left-padded rows
     ``ids, mask (N, T)``, one seeded noise generator per row (``GumbelSampler``), each row
     stopped once its decoded text contains ``marker`` or it emitted a token of ``eos``.
 
+    ``should_stop``: called after every generated token (``generate``'s stopping
+    criteria); once it returns True, generation ends and :class:`SamplingStopped` is
+    raised, so abandoned work stops within one decoding step.
+
     Any function with this signature can replace it (``sample_rationales(sampler=...)``,
     ``--sampler`` in training): a faster decoding loop (``decoding.kv_sampler``, the
-    default), or an inference engine."""
-    stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(ids), eos)
+    default), or an inference engine (which need only accept ``should_stop`` to be
+    cancellable)."""
+    stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(ids), eos, should_stop)
     noise = GumbelSampler(row_seeds, temperature, top_p, ids.device)
     out = model.generate(
         input_ids=ids,
@@ -387,6 +412,8 @@ def hf_sampler(
         output_logits=True,
         return_dict_in_generate=True,
     )
+    if stop.stopped:
+        raise SamplingStopped("should_stop() asked the sampler to stop")
     gen = out.sequences[:, ids.shape[1] :].cpu()
     step_lp = torch.stack(out.logits, 1).float().log_softmax(-1).cpu()  # (N, steps, V)
     token_lp = step_lp.gather(-1, gen[:, : step_lp.shape[1], None]).squeeze(-1)
@@ -420,6 +447,7 @@ def sample_rationales(
     top_p: float = 1.0,
     seed: int | Sequence[int] | None = None,
     sampler: Sampler | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Rationales:
     """Sample ``m`` rationales for each prompt, batched and KV-cached, stopping at the marker.
 
@@ -434,6 +462,10 @@ def sample_rationales(
     None (drawn from torch's global generator). Rationale ``j`` of a prompt with seed ``s``
     is drawn with seed ``mix_seed(s, j)`` (``GumbelSampler``): the same rationale whatever
     else is in the batch. The global RNG is left untouched when a seed is given.
+
+    ``should_stop``: passed to the sampler (only when given, so a sampler without the
+    argument still works), which checks it before every decoding step and raises
+    :class:`SamplingStopped` once it returns True (the work is no longer wanted).
     """
     if m < 1 or max_new_tokens < 1:
         raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
@@ -452,6 +484,7 @@ def sample_rationales(
     ids, mask = left_pad(prompt_rows, pad, device)
     eos = model.generation_config.eos_token_id
     eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    cancel = {} if should_stop is None else {"should_stop": should_stop}
     out = sampler(
         model,
         tokenizer,
@@ -463,6 +496,7 @@ def sample_rationales(
         eos=eos,
         temperature=temperature,
         top_p=top_p,
+        **cancel,
     )
     gen, token_lp = out.tokens, out.token_lp
     marker_ids = list(tokenizer(marker, add_special_tokens=False)["input_ids"])

@@ -18,11 +18,14 @@ infinity, an integer of more than ``max_int_digits`` digits, duplicate keys, too
 fields outside the schema, wrong types, a state or question text over its character limit,
 a request over the cost budget, a question the checkpoint cannot represent), 404 for an
 unknown model, 401 for a missing or wrong bearer key, 413 for a body over the size limit,
-415 for a missing or other content type or an unsupported encoding, 503 with
-``Retry-After`` when the queue is full or the server is at capacity (``limit_concurrency``
-connections or requests in flight), 500 when the model code fails on a request (the rest of
-its batch is still answered, and the connection stays usable). A Host header outside
-``allowed_hosts`` gets Starlette's plain-text 400 (DNS rebinding).
+415 for a missing or other content type or an unsupported encoding, 431 for a request head
+over ``max_header_bytes``, 503 with ``Retry-After`` when the queue is full, the server is
+at capacity (``limit_concurrency`` requests in flight; idle connections hold no slot), a
+client already holds ``max_client_connections`` busy connections, or the server is
+shutting down (a request still running when the graceful shutdown ends), 500 when the
+model code fails on a request (the rest of its batch is still answered, and the
+connection stays usable). A Host header outside ``allowed_hosts`` gets Starlette's
+plain-text 400 (DNS rebinding).
 
 Security: the server binds 127.0.0.1 unless told otherwise; with an API key every
 ``/v1`` call needs ``Authorization: Bearer <key>`` (compared in constant time). The state
@@ -31,13 +34,25 @@ options; every object in the body is closed (``extra="forbid"``), so fields outs
 schema are rejected, never passed on. The body is parsed in a worker thread with bounds
 (size, nesting, integer digits, finite numbers) and its texts are measured in characters
 before anything is tokenised. ``serve`` adds connection timeouts (``timeout_request`` for a
-whole request to arrive, ``timeout_keep_alive`` between requests) and the capacity limit.
+whole request to arrive, ``timeout_keep_alive`` between requests), the capacity limit, a
+bound on request heads and bounds on open connections, per client and in all, that close
+idle connections first (:class:`TimedH11Protocol`).
+
+Answer time: the default mode ``auto`` (direct, reasoning below the confidence threshold)
+applies to a checkpoint whose T was fitted; one whose T was not
+(``decide.temperature_fitted``) answers directly unless a request asks otherwise (an
+unfitted confidence cannot say when reasoning is worth its time). Every request has a
+deadline (``deadline_s`` after it arrived, default :data:`DEFAULT_DEADLINE_S`, below the
+official client's 10 s timeout; ``rlcd.deadline_s`` changes it per request): past it no
+more rationales are drawn and a question still reasoning is answered by its direct
+readout (the ``rlcd`` extension marks it ``deadline_passed``).
 
 Extensions are opt-in: a request may carry ``"rlcd": {"mode", "m", "threshold",
-"aggregate", "max_new_tokens", "seed", "rationales"}``; only then does the response carry
-an ``"rlcd"`` object (the mode and temperature used and, per question, the mode that
-answered it, the escalation flag and direct confidence in ``auto`` mode, the option tokens
-read and, with ``"rationales": true``, the rationales and their per-rationale readouts).
+"aggregate", "max_new_tokens", "seed", "deadline_s", "rationales"}``; only then does the
+response carry an ``"rlcd"`` object (the mode, deadline and temperature used and, per
+question, the mode that answered it, the escalation flag and direct confidence in ``auto``
+mode, ``deadline_passed`` when the deadline cut its reasoning, the option tokens read and,
+with ``"rationales": true``, the rationales and their per-rationale readouts).
 A choice with one label or a score with one level (the official schema allows both) is
 answered without the model: probability 1, confidence 1, mode ``single_option``.
 
@@ -47,7 +62,8 @@ what has arrived by then (at most ``max_batch`` requests) is answered in one
 shared instead of run one request at a time. Direct answers do not depend on the batch;
 sampled rationales (``reason``, escalated ``auto``) are seeded per batch, so they do. When
 a client disconnects, its queued request never reaches the model and its running one stops
-at the next step (``decide_batch``'s ``cancelled``); the server logs one line for it.
+within one decoding step (``decide_batch``'s ``cancelled``, checked by the sampler before
+every step); the server logs one line for it.
 """
 
 from __future__ import annotations
@@ -62,12 +78,14 @@ import logging
 import math
 import os
 import re
+import socket
+import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -115,6 +133,9 @@ DEFAULT_ALIASES = ("jev-latest",)
 API_KEY_ENV = "RLCD_API_KEY"
 REQUEST_ID_HEADER = "x-typesafe-request-id"
 """The response header the official client reads as ``response.request_id``."""
+DEFAULT_DEADLINE_S = 8.0
+"""Seconds a request may take (from its arrival) before its answer is the best so far:
+below the official client's default timeout of 10 s."""
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -230,6 +251,7 @@ class RlcdOptions(_Closed):
     aggregate: Literal["mixture", "single"] | None = None
     max_new_tokens: int | None = Field(None, ge=1, le=1024)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    deadline_s: float | None = Field(None, gt=0.0, le=3600.0, allow_inf_nan=False)
     rationales: bool = False
 
 
@@ -363,24 +385,18 @@ def _decompress(data: bytes, encoding: str, limit: int) -> bytes:
 
 async def _read_body(request: Request, limit: int) -> bytes:
     """The raw body, refused (413) as soon as it exceeds ``limit`` bytes; ``ClientGone``
-    when the client disconnects (or times out) while sending it."""
+    when the client disconnects (or times out) while sending it. A body of another media
+    type (415) is still read first, up to ``limit`` bytes: answering before it is read
+    would close the connection on unread data, and the client's operating system may
+    then drop the answer for a reset."""
     ctype = request.headers.get("content-type")
     media = (ctype or "").split(";")[0].strip().lower()
+    wrong = None
     if media.startswith("multipart/"):
-        raise ApiError(
-            415,
-            "multipart requests carry image assets, which this text model does not support",
-            "unsupported_media_type",
-            ["header", "content-type"],
-        )
-    if media != "application/json":
+        wrong = "multipart requests carry image assets, which this text model does not support"
+    elif media != "application/json":
         got = "no Content-Type" if ctype is None else f"Content-Type {ctype[:60]!r}"
-        raise ApiError(
-            415,
-            f"send the body as application/json (got {got})",
-            "unsupported_media_type",
-            ["header", "content-type"],
-        )
+        wrong = f"send the body as application/json (got {got})"
     too_large = ApiError(413, f"the body exceeds {limit} bytes", "body_too_large", ["body"])
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -391,9 +407,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
             size += len(chunk)
             if size > limit:
                 raise too_large
-            chunks.append(chunk)
+            if wrong is None:
+                chunks.append(chunk)
     except ClientDisconnect:
         raise ClientGone(f"while sending its body ({size} bytes received)") from None
+    if wrong is not None:
+        raise ApiError(415, wrong, "unsupported_media_type", ["header", "content-type"])
     return b"".join(chunks)
 
 
@@ -612,25 +631,26 @@ async def _answer_unless_gone(request: Request, answer: Awaitable[Any]) -> Any:
 # --------------------------------------------------------------------------- the gate
 @dataclass
 class Capacity:
-    """At most ``limit`` requests in flight and ``limit`` open connections (None: no
-    limit); ``connections`` counts the open ones (set by :func:`build_server`)."""
+    """At most ``limit`` requests in flight (None: no limit). Open connections do not
+    count: an idle one holds no work slot (:class:`TimedH11Protocol` bounds connections,
+    per client and in all). ``draining``: the server is shutting down (set by
+    :func:`build_server`'s server)."""
 
     limit: int | None = None
-    connections: Callable[[], int] | None = None
     active: int = 0
+    draining: bool = False
 
     def full(self) -> bool:
-        if self.limit is None:
-            return False
-        if self.active >= self.limit:
-            return True
-        return self.connections is not None and self.connections() > self.limit
+        """Whether a new request would go beyond ``limit``."""
+        return self.limit is not None and self.active >= self.limit
 
 
 class _Gate:
     """The outer ASGI layer: a request id on every response (``x-typesafe-request-id``),
-    503 with ``Retry-After`` beyond :class:`Capacity`, and ``Connection: close`` on any
-    answer sent before the request body was read (the connection cannot be reused then)."""
+    503 with ``Retry-After`` beyond :class:`Capacity`, ``Connection: close`` on any answer
+    sent before the request body was read (the connection cannot be reused then), and a
+    503 with ``Retry-After`` (not uvicorn's 500 and traceback) for a request the server
+    cancels when shutting down (still running past ``timeout_graceful_shutdown``)."""
 
     def __init__(self, app: ASGIApp, capacity: Capacity) -> None:
         self.app, self.capacity = app, capacity
@@ -664,9 +684,28 @@ class _Gate:
             response = _error_response(503, [_error_entry([], msg, "overloaded")], headers)
             await response(scope, receive_body, send_with_id)
             return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send_with_id(message)
+
         self.capacity.active += 1
         try:
-            await self.app(scope, receive_body, send_with_id)
+            await self.app(scope, receive_body, send_tracked)
+        except asyncio.CancelledError:
+            if started or not self.capacity.draining:
+                raise
+            uncancel = getattr(asyncio.current_task(), "uncancel", None)  # Python >= 3.11
+            if uncancel is not None:
+                uncancel()  # answered: the cancellation is handled here
+            log.info("request %s cancelled: the server is shutting down", rid)
+            msg = "the server is shutting down; retry shortly"
+            headers = {"Retry-After": "1", "Connection": "close"}
+            response = _error_response(503, [_error_entry([], msg, "shutting_down")], headers)
+            with suppress(Exception):  # the connection may be gone already
+                await response(scope, receive_body, send_with_id)
         finally:
             self.capacity.active -= 1
 
@@ -751,25 +790,37 @@ def create_app(
     device: str = "cpu",
     allowed_hosts: Sequence[str] | None = None,
     limit_concurrency: int | None = None,
+    deadline_s: float | None = DEFAULT_DEADLINE_S,
+    unfitted_auto: bool = False,
+    verify: bool = True,
 ) -> FastAPI:
     """The ASGI app serving one checkpoint under ``name`` and ``aliases``.
 
     ``decider``: a loaded :class:`DecisionModel`, a checkpoint directory, or None for
     ``default_checkpoint()``. ``name`` defaults to ``rlcd-<task>-<method>`` from its
     ``rlcd.json``. ``api_key``: None or empty serves without a key (the command line also
-    reads ``RLCD_API_KEY``). ``options``: the answers' defaults (mode ``auto``: direct,
-    reasoning only below the confidence threshold); a request's ``rlcd`` object overrides
-    them. ``batching``, ``max_batch``, ``max_wait_ms`` (0..1000): dynamic batching (see the
-    module docstring). ``allowed_hosts``: Host header patterns (Starlette's
-    ``TrustedHostMiddleware``); None accepts any (``serve`` always passes a list).
-    ``limit_concurrency``: at most this many requests in flight (and, under
-    :func:`build_server`, open connections), beyond it 503 with ``Retry-After``; None: no
-    limit. Arguments are checked (``ValueError``) before the checkpoint is loaded.
+    reads ``RLCD_API_KEY``). ``options``: the answers' defaults (None: mode ``auto``, direct
+    and reasoning only below the confidence threshold); a request's ``rlcd`` object
+    overrides them. For a checkpoint whose T was not fitted (``decide.temperature_fitted``)
+    a default mode ``auto`` becomes ``direct`` (its confidence cannot say when reasoning is
+    worth the time) unless ``unfitted_auto``; a request may still ask for it. ``deadline_s``:
+    seconds from a request's arrival after which no more rationales are drawn for it and
+    its answer is the best so far (None: no deadline; a request's ``rlcd.deadline_s``
+    overrides it). ``verify``: check the checkpoint's checksums when loading it from a
+    path (``--no-verify`` skips). ``batching``, ``max_batch``, ``max_wait_ms`` (0..1000):
+    dynamic batching (see the module docstring). ``allowed_hosts``: Host header patterns
+    (Starlette's ``TrustedHostMiddleware``); None accepts any (``serve`` always passes a
+    list).
+    ``limit_concurrency``: at most this many requests in flight (open connections do not
+    count), beyond it 503 with ``Retry-After``; None: no limit. Arguments are checked
+    (``ValueError``) before the checkpoint is loaded.
     """
     limits = limits or ServerLimits()
     limits.validate()
-    options = options or DecideOptions(mode="auto")
-    options.validate()
+    if options is not None:
+        options.validate()
+    if deadline_s is not None:
+        _check_number("deadline_s", deadline_s, 0, 3600, open_lo=True)
     _check_number("max_batch", max_batch, 1, 4096, integer=True)
     _check_number("max_wait_ms", max_wait_ms, 0, 1000)
     if limit_concurrency is not None:
@@ -782,15 +833,19 @@ def create_app(
     if not isinstance(decider, DecisionModel):
         _check_device(device)
         path = Path(decider) if decider is not None else default_checkpoint()
-        decider = DecisionModel.from_checkpoint(path, device=device)
+        decider = DecisionModel.from_checkpoint(path, device=device, verify=verify)
     decider.max_state_tokens = min(decider.max_state_tokens, limits.max_state_tokens)
+    options = options or DecideOptions(mode="auto")
+    if options.mode == "auto" and not (decider.temperature_fitted or unfitted_auto):
+        options = replace(options, mode="direct")
     meta = decider.meta
     if name is None:
         name = f"rlcd-{meta.get('task') or 'model'}-{meta.get('method') or 'checkpoint'}"
     names = list(dict.fromkeys([name, *aliases]))
     info = (
         f"rlcd_lab checkpoint (task {meta.get('task')}, method {meta.get('method')}, "
-        f"fitted T {decider.temperature:.3g}, prompt format {decider.prompt_format}, "
+        f"{'fitted' if decider.temperature_fitted else 'unfitted'} T "
+        f"{decider.temperature:.3g}, prompt format {decider.prompt_format}, "
         f"default mode {options.mode})"
     )
     released = _release_date(path)
@@ -905,6 +960,7 @@ def create_app(
 
     @app.post("/v1/systemone")
     async def system_one(request: Request) -> JSONResponse:
+        arrived = time.monotonic()
         authorize(request)
         raw = await _read_body(request, limits.max_body_bytes)
         encoding = request.headers.get("content-encoding", "")
@@ -925,10 +981,13 @@ def create_app(
                 ["body", "model"],
             )
         ext = req.rlcd
-        opts = options
+        opts, budget = options, deadline_s
         if ext is not None:
-            overrides = ext.model_dump(exclude={"rationales"})
+            overrides = ext.model_dump(exclude={"rationales", "deadline_s"})
             opts = with_options(options, {**overrides, "details": ext.rationales})
+            budget = ext.deadline_s or budget
+        if budget is not None:
+            opts = replace(opts, deadline=arrived + budget)
         fixed = {n: q for n, q in parsed.questions.items() if _single_option(q) is not None}
         asked = {n: q for n, q in parsed.questions.items() if n not in fixed}
         _check_cost(parsed, asked, opts, opts.max_new_tokens or decider.default_new_tokens)
@@ -954,7 +1013,8 @@ def create_app(
         order = list(parsed.questions)
         result.answers = {n: result.answers[n] for n in order}
         result.details = {n: result.details[n] for n in order if n in result.details}
-        return JSONResponse(_response(name, result, opts if ext is not None else None, decider))
+        shown = opts if ext is not None else None
+        return JSONResponse(_response(name, result, shown, decider, budget))
 
     def _check_cost(parsed: _Parsed, asked: dict, opts: DecideOptions, new_tokens: int) -> None:
         """Character limits and the per-request cost budget, before any tokenising."""
@@ -1000,13 +1060,19 @@ def create_app(
 
 
 def _response(
-    name: str, result: Decision, opts: DecideOptions | None, decider: DecisionModel
+    name: str,
+    result: Decision,
+    opts: DecideOptions | None,
+    decider: DecisionModel,
+    deadline_s: float | None = None,
 ) -> dict:
-    """The wire response; the ``rlcd`` extension only when the request asked (``opts``)."""
+    """The wire response; the ``rlcd`` extension only when the request asked (``opts``),
+    with the request's deadline as seconds from its arrival (``deadline_s``)."""
     out = {"model": name, "answers": result.answers, "usage": result.usage}
     if opts is not None:
-        shown = {k: v for k, v in asdict(opts).items() if k != "details"}
+        shown = {k: v for k, v in asdict(opts).items() if k not in ("details", "deadline")}
         shown["max_new_tokens"] = opts.max_new_tokens or decider.default_new_tokens
+        shown["deadline_s"] = deadline_s
         out["rlcd"] = {
             "options": shown,
             "temperature": decider.temperature,
@@ -1017,17 +1083,72 @@ def _response(
 
 
 # --------------------------------------------------------------------------- serving
-class TimedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a read timeout: a whole request (headers and body) must
-    arrive within ``timeout_request`` seconds of the connection opening or of the previous
-    response, else the connection is closed (slow-header and slow-body clients, and idle
-    connections that never send a request). uvicorn's own ``timeout_keep_alive`` still
-    closes idle keep-alive connections earlier."""
+MAX_HEADER_BYTES = 16_384
+"""Default bound on a request's head (request line and header fields): beyond it, 431."""
+MAX_CONNECTIONS = 512
+"""Default bound on open connections in all (idle ones are closed first to make room)."""
+MAX_CLIENT_CONNECTIONS = 64
+"""Default bound on the open connections of one client address."""
 
-    def __init__(self, *args: Any, timeout_request: float, **kwargs: Any) -> None:
+
+class _CappedH11(h11.Connection):
+    """h11's server side that refuses a request head over ``max_header_bytes`` (also when
+    it arrives in one piece, which h11's incomplete-event bound alone does not catch);
+    ``refused`` keeps the status h11 suggests for the last protocol error (431: too big)."""
+
+    def __init__(self, max_header_bytes: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self.max_header_bytes = max_header_bytes
+        self.refused = 400
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as err:
+            self.refused = err.error_status_hint
+            raise
+        if isinstance(event, h11.Request):
+            head = len(event.method) + len(event.target) + 12
+            head += sum(len(name) + len(value) + 4 for name, value in event.headers)
+            if head > self.max_header_bytes:
+                self.refused = 431
+                raise h11.RemoteProtocolError("request header fields too large", 431)
+        return event
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a read timeout, bounded request heads and a bounded
+    number of connections, none of which lets idle sockets shut others out.
+
+    * A whole request (headers and body) must arrive within ``timeout_request`` seconds of
+      the connection opening or of the previous response, else the connection is closed
+      (slow-header and slow-body clients, connections that never send a request).
+      uvicorn's own ``timeout_keep_alive`` still closes idle keep-alive connections earlier.
+    * A request head (request line and header fields) over ``max_header_bytes`` is
+      answered 431 and the connection closed.
+    * At most ``max_client_connections`` open connections per client address and
+      ``max_connections`` in all (None: no bound). A connection beyond either bound makes
+      room by closing the longest-idle connection concerned (idle: no request in
+      progress); when none is idle it is answered 503 with ``Retry-After`` and closed.
+      Idle connections never hold a work slot (:class:`Capacity` counts requests only).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        timeout_request: float,
+        max_header_bytes: int = MAX_HEADER_BYTES,
+        max_connections: int | None = MAX_CONNECTIONS,
+        max_client_connections: int | None = MAX_CLIENT_CONNECTIONS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.conn = _CappedH11(max_header_bytes)
         self.timeout_request = timeout_request
+        self.max_connections = max_connections
+        self.max_client_connections = max_client_connections
         self._read_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
 
     def _arm(self) -> None:
         self._disarm()
@@ -1044,9 +1165,53 @@ class TimedH11Protocol(H11Protocol):
             log.debug("closing a connection: no complete request in %ss", self.timeout_request)
             self.transport.close()
 
+    def idle(self) -> bool:
+        """No request in progress: nothing (or only part of a request head) received
+        since the connection opened or since the last response was sent."""
+        done = self.cycle is None or self.cycle.response_complete
+        return done and self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+
+    def _make_room(self) -> bool:
+        """Apply the connection bounds to this new connection; False when it was refused."""
+        others = [c for c in self.connections if c is not self]
+        host = self.client[0] if self.client else None
+        bounds = []
+        if self.max_client_connections is not None and host is not None:
+            mine = [c for c in others if c.client and c.client[0] == host]
+            bounds.append((mine, self.max_client_connections))
+        if self.max_connections is not None:
+            bounds.append((others, self.max_connections))
+        for group, bound in bounds:
+            group = [c for c in group if not c.transport.is_closing()]
+            if len(group) < bound:
+                continue
+            idle = [c for c in group if isinstance(c, TimedH11Protocol) and c.idle()]
+            if not idle:
+                self._refuse()
+                return False
+            oldest = min(idle, key=lambda c: c._idle_since)
+            log.debug("closing an idle connection from %s to make room", oldest.client)
+            oldest.transport.close()
+        return True
+
+    def _refuse(self) -> None:
+        """Answer 503 (too many connections) before any request and close."""
+        log.debug("refusing a connection from %s: too many connections", self.client)
+        msg = "too many open connections; retry shortly"
+        body = json.dumps({"detail": [_error_entry([], msg, "overloaded")]}).encode()
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nretry-after: 1\r\nconnection: close\r\n"
+            f"{REQUEST_ID_HEADER}: {uuid.uuid4().hex}\r\n\r\n"
+        )
+        self.transport.write(head.encode("ascii") + body)
+        self.transport.close()
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()
+        self._idle_since = self.loop.time()
+        if self._make_room():
+            self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -1057,9 +1222,65 @@ class TimedH11Protocol(H11Protocol):
         if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):  # the request is in
             self._disarm()
 
+    def send_400_response(self, msg: str) -> None:
+        """An h11 protocol error (a malformed request, a head too large): 400 or 431,
+        JSON in the server's error shape with a request id, then close."""
+        status, loc, kind = 400, [], "bad_request"
+        if self.conn.refused == 431:
+            status, loc, kind = 431, ["header"], "header_too_large"
+            msg = f"the request head exceeds {self.conn.max_header_bytes} bytes"
+        body = json.dumps({"detail": [_error_entry(loc, msg, kind)]}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"connection", b"close"),
+            (REQUEST_ID_HEADER.encode(), uuid.uuid4().hex.encode()),
+        ]
+        try:
+            self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers)))
+            self.transport.write(self.conn.send(h11.Data(data=body)))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:  # nothing more can be sent on this connection
+            pass
+        self.transport.close()
+
     def on_response_complete(self) -> None:
+        self._idle_since = self.loop.time()
         self._arm()  # before the base class handles a pipelined request (which disarms)
         super().on_response_complete()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server on a socket bound in advance (:func:`build_server`), which tells
+    the app's :class:`Capacity` when a shutdown starts (``draining``)."""
+
+    def __init__(
+        self, config: uvicorn.Config, sock: socket.socket, capacity: Capacity | None
+    ) -> None:
+        super().__init__(config)
+        self.sock, self.capacity = sock, capacity
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().serve(sockets=sockets or [self.sock])
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.capacity is not None:
+            self.capacity.draining = True
+        await super().shutdown(sockets)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not listening yet); ``OSError`` with one line
+    naming the address when that fails (e.g. the port is in use)."""
+    bare = host.strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bare, port))
+    except OSError as err:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _is_loopback(host: str) -> bool:
@@ -1089,12 +1310,17 @@ def build_server(
     timeout_keep_alive: float = 5.0,
     timeout_request: float = 15.0,
     timeout_graceful_shutdown: float = 10.0,
+    max_header_bytes: int = MAX_HEADER_BYTES,
+    max_connections: int | None = MAX_CONNECTIONS,
+    max_client_connections: int | None = MAX_CLIENT_CONNECTIONS,
     freeze_gc: bool = True,
 ) -> uvicorn.Server:
-    """A uvicorn server for ``app`` with connection timeouts (:class:`TimedH11Protocol`,
-    ``timeout_keep_alive``), a bounded graceful shutdown (after ``SIGTERM``, requests still
-    running after ``timeout_graceful_shutdown`` seconds are cancelled) and, when the app
-    has a ``limit_concurrency``, open connections counted against it.
+    """A uvicorn server for ``app``, its socket bound to ``host:port`` now (``OSError``,
+    one line, when that fails: a port in use), with connection timeouts, bounded request
+    heads and connection bounds (:class:`TimedH11Protocol`, ``timeout_keep_alive``), and a
+    bounded graceful shutdown: after ``SIGTERM``, requests still running after
+    ``timeout_graceful_shutdown`` seconds are cancelled and answered 503 with
+    ``Retry-After`` (:class:`_Gate`).
 
     ``freeze_gc``: ``gc.freeze()`` the objects alive now (the loaded model and libraries,
     some 400k objects), so that the garbage collector no longer scans them: otherwise a
@@ -1104,7 +1330,20 @@ def build_server(
     _check_number("timeout_keep_alive", timeout_keep_alive, 0, 3600, open_lo=True)
     _check_number("timeout_request", timeout_request, 0, 3600, open_lo=True)
     _check_number("timeout_graceful_shutdown", timeout_graceful_shutdown, 0, 3600, open_lo=True)
-    protocol = functools.partial(TimedH11Protocol, timeout_request=timeout_request)
+    _check_number("max_header_bytes", max_header_bytes, 1024, 1 << 20, integer=True)
+    for name, bound in (
+        ("max_connections", max_connections),
+        ("max_client_connections", max_client_connections),
+    ):
+        if bound is not None:
+            _check_number(name, bound, 1, 1_000_000, integer=True)
+    protocol = functools.partial(
+        TimedH11Protocol,
+        timeout_request=timeout_request,
+        max_header_bytes=max_header_bytes,
+        max_connections=max_connections,
+        max_client_connections=max_client_connections,
+    )
     config = uvicorn.Config(
         app,
         host=host,
@@ -1113,13 +1352,11 @@ def build_server(
         http=protocol,  # type: ignore[arg-type]
         timeout_keep_alive=timeout_keep_alive,  # type: ignore[arg-type]
         timeout_graceful_shutdown=timeout_graceful_shutdown,  # type: ignore[arg-type]
+        h11_max_incomplete_event_size=max_header_bytes,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config, _bind(host, port), getattr(app.state, "capacity", None))
     if freeze_gc:
         gc.freeze()
-    capacity = getattr(app.state, "capacity", None)
-    if capacity is not None:
-        capacity.connections = lambda: len(server.server_state.connections)
     return server
 
 
@@ -1135,11 +1372,15 @@ def serve(
     timeout_keep_alive: float = 5.0,
     timeout_request: float = 15.0,
     timeout_graceful_shutdown: float = 10.0,
+    max_connections: int | None = MAX_CONNECTIONS,
+    max_client_connections: int | None = MAX_CLIENT_CONNECTIONS,
+    max_header_bytes: int = MAX_HEADER_BYTES,
     threads: int | None = 1,
     **kwargs: Any,
 ) -> None:
     """Load ``checkpoint`` (default: ``default_checkpoint()``) and serve it with uvicorn
-    (:func:`build_server`) until ``SIGINT``/``SIGTERM``.
+    (:func:`build_server`, which binds ``host:port``: ``OSError`` in one line when the
+    port is in use) until ``SIGINT``/``SIGTERM``.
 
     ``api_key`` None reads ``$RLCD_API_KEY`` (unset or empty: no key; the environment
     variable is the way to pass it, a command-line key is visible in ``ps``). Host headers
@@ -1160,6 +1401,13 @@ def serve(
     ]:
         _check_number(name, value, 0, 3600, open_lo=True)
     _check_number("port", port, 0, 65535, integer=True)
+    _check_number("max_header_bytes", max_header_bytes, 1024, 1 << 20, integer=True)
+    for name, bound in (
+        ("max_connections", max_connections),
+        ("max_client_connections", max_client_connections),
+    ):
+        if bound is not None:
+            _check_number(name, bound, 1, 1_000_000, integer=True)
     if threads is not None:
         _check_number("threads", threads, 1, 1024, integer=True)
     if api_key is None:
@@ -1197,6 +1445,9 @@ def serve(
         timeout_keep_alive=timeout_keep_alive,
         timeout_request=timeout_request,
         timeout_graceful_shutdown=timeout_graceful_shutdown,
+        max_header_bytes=max_header_bytes,
+        max_connections=max_connections,
+        max_client_connections=max_client_connections,
     ).run()
 
 

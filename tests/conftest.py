@@ -14,7 +14,6 @@ import torch
 
 from rlcd_lab.models import char_tokenizer, tiny_model
 
-
 NUMERICS = {
     "test_checkpoints",
     "test_decoding",

@@ -1,11 +1,13 @@
 """Checkpoint validation at load: every malformed or corrupt checkpoint is one
 ``CheckpointError`` naming the file and the problem, never a raw traceback from
 safetensors/transformers, and never a silent load (bit flips, NaN weights, missing
-tensors). Checksums are written at every save and verified at load."""
+tensors, an edited config). Checksums of every file are written at every save and
+verified at load; a checkpoint without them loads with a warning."""
 
 import hashlib
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,14 @@ from safetensors.torch import load_file, save_file
 from rlcd_lab.models import (
     CHECKSUM_FILE,
     CheckpointError,
+    CheckpointMissingError,
+    UnverifiedCheckpointWarning,
     check_replaceable,
+    checksum_coverage,
     load_checkpoint,
     read_meta,
     save_checkpoint,
+    sign_checkpoint,
     tiny_model,
     verify_checksums,
     write_checksums,
@@ -56,19 +62,108 @@ def q_proj(tensors: dict) -> str:
     return next(k for k in tensors if k.endswith("q_proj.weight"))
 
 
+def weights_only_manifest(path: Path) -> None:
+    """Rewrite ``checksums.json`` as versions before 2 wrote it: the weight files only."""
+    weights = sorted(p.name for p in path.glob("*.safetensors"))
+    body = {"algorithm": "sha256", "files": {n: sha256(path / n) for n in weights}}
+    (path / CHECKSUM_FILE).write_text(json.dumps(body))
+
+
 # ---------------------------------------------------------------------- checksums
-def test_save_writes_the_sha256_of_every_weight_file(ck):
+def test_save_writes_the_sha256_of_every_file(ck):
     body = json.loads((ck / CHECKSUM_FILE).read_text())
-    weights = sorted(p.name for p in ck.glob("*.safetensors"))
-    assert weights == ["model.safetensors"]
-    assert body == {"algorithm": "sha256", "files": {n: sha256(ck / n) for n in weights}}
+    files = sorted(p.name for p in ck.iterdir() if p.name != CHECKSUM_FILE)
+    assert files == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "rlcd.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    want = {n: sha256(ck / n) for n in files}
+    assert body == {"algorithm": "sha256", "version": 2, "files": want}
+    assert verify_checksums(ck) is True and checksum_coverage(ck) == "all"
+
+
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [
+        ("config.json", lambda c: {**c, "rms_norm_eps": 0.5}),  # valid, and changes answers
+        ("rlcd.json", lambda m: {**m, "temperature": 3.0}),
+        ("tokenizer_config.json", lambda t: {**t, "padding_side": "right"}),
+    ],
+)
+def test_an_edited_config_or_tokenizer_is_caught(ck, tiny_lm, name, change):
+    edit_json(ck / name, change)
+    with pytest.raises(CheckpointError, match=f"{name}: sha256 .* differs") as err:
+        load_checkpoint(ck)
+    assert str(ck / name) in str(err.value)
+    load_checkpoint(ck, verify=False)  # still loads when asked to skip the checks
+
+
+def test_a_file_added_after_the_save_is_caught(ck):
+    (ck / "chat_template.jinja").write_text("{{ messages }}")  # would change every prompt
+    with pytest.raises(CheckpointError, match=r"files not covered by checksums.json: \['chat"):
+        load_checkpoint(ck)
+    (ck / "chat_template.jinja").unlink()
+    (ck / ".DS_Store").write_text("hidden files are not read by a load")
+    load_checkpoint(ck)
+
+
+def test_a_missing_manifest_warns_and_then_misses_a_flipped_byte(ck, tiny_lm):
+    (ck / CHECKSUM_FILE).unlink()
+    edit_json(ck / "config.json", lambda c: {**c, "rms_norm_eps": 0.5})
+    with pytest.warns(UnverifiedCheckpointWarning, match="has no checksums.json"):
+        model, _, _ = load_checkpoint(ck)
+    assert not torch.allclose(model(X).logits, tiny_lm(X).logits)  # what the warning is for
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_checkpoint(ck, verify=False)  # asked not to verify: no warning
+
+
+def test_an_older_weights_only_manifest_still_checks_the_weights(ck):
+    weights_only_manifest(ck)
+    assert checksum_coverage(ck) == "weights" and verify_checksums(ck) is True
+    with pytest.warns(UnverifiedCheckpointWarning, match="over its weights only"):
+        load_checkpoint(ck)
+    edit_json(ck / "config.json", lambda c: {**c, "rms_norm_eps": 0.5})
+    with pytest.warns(UnverifiedCheckpointWarning):
+        load_checkpoint(ck)  # not covered by the old format: loads, with the warning
+    file = ck / "model.safetensors"
+    data = bytearray(file.read_bytes())
+    data[-100] ^= 0x10
+    file.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="model.safetensors: sha256"):
+        load_checkpoint(ck)
+
+
+def test_sign_checkpoint_upgrades_but_never_blesses_a_changed_file(ck):
+    weights_only_manifest(ck)
+    sign_checkpoint(ck)  # the weights verify: the manifest now covers every file
+    assert checksum_coverage(ck) == "all" and verify_checksums(ck) is True
+    edit_json(ck / "rlcd.json", lambda m: {**m, "temperature": 2.0})
+    with pytest.raises(CheckpointError, match="rlcd.json: sha256 .* pass --force"):
+        sign_checkpoint(ck)
+    sign_checkpoint(ck, force=True)  # the change is ours
+    assert load_checkpoint(ck)[2]["temperature"] == 2.0
+    (ck / CHECKSUM_FILE).unlink()
+    sign_checkpoint(ck)  # none yet: written over the files as they are
     assert verify_checksums(ck) is True
+    with pytest.raises(CheckpointMissingError, match="does not exist"):
+        sign_checkpoint(ck.parent / "nowhere")
+    (ck.parent / "docs").mkdir()
+    with pytest.raises(CheckpointError, match="not a checkpoint directory"):
+        sign_checkpoint(ck.parent / "docs")
 
 
 def test_a_bit_flip_in_the_weight_data_is_caught(ck, tiny_lm):
     file = ck / "model.safetensors"
     data = bytearray(file.read_bytes())
-    data[-100] ^= 0x10  # inside the last tensor's data: the header stays valid
+    # an exponent bit of a float in the last tensor (floats are 4-byte aligned from the
+    # end, little-endian: byte 3 is the high one): the value moves 256-fold, so the
+    # logits differ on any CPU kernel; the header stays valid
+    data[-97] ^= 0x10
     file.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="sha256") as err:
         load_checkpoint(ck)
@@ -118,23 +213,35 @@ def test_checksum_file_problems(ck):
         load_checkpoint(ck)
     (ck / "adapter_model.safetensors").unlink()
     edit_json(file, lambda b: {**b, "files": {**b["files"], "extra.safetensors": "00"}})
-    with pytest.raises(FileNotFoundError, match="extra.safetensors is listed in .* but missing"):
+    with pytest.raises(FileNotFoundError, match=r"missing extra.safetensors \(listed in"):
+        load_checkpoint(ck)
+    edit_json(file, lambda b: {**b, "version": 3})
+    with pytest.raises(CheckpointError, match="'version': 2"):
         load_checkpoint(ck)
 
 
 def test_checkpoints_without_checksums_load_unverified(tmp_path, tokenizer, tiny_lm, ck):
     (ck / CHECKSUM_FILE).unlink()  # an older checkpoint
-    assert verify_checksums(ck) is False
-    torch.testing.assert_close(load_checkpoint(ck)[0](X).logits, tiny_lm(X).logits)
+    assert verify_checksums(ck) is False and checksum_coverage(ck) == "none"
+    with pytest.warns(UnverifiedCheckpointWarning, match=f"{ck} has no checksums.json"):
+        torch.testing.assert_close(load_checkpoint(ck)[0](X).logits, tiny_lm(X).logits)
     tiny_lm.save_pretrained(tmp_path / "hf")  # a plain HF directory
     tokenizer.save_pretrained(tmp_path / "hf")
     assert verify_checksums(tmp_path / "hf") is False
-    load_checkpoint(tmp_path / "hf")
+    with pytest.warns(UnverifiedCheckpointWarning):
+        load_checkpoint(tmp_path / "hf")
 
 
-@pytest.mark.parametrize("name", ["base-verify", "base-facts", "base-aleatoric"])
-def test_shipped_checkpoints_carry_checksums(name):
-    assert verify_checksums(ASSETS / name) is True  # False would mean: not verified
+SHIPPED = sorted(p.parent for p in ASSETS.parent.glob("**/checksums.json"))
+
+
+@pytest.mark.parametrize("ck", SHIPPED, ids=lambda p: str(p.relative_to(ASSETS.parent.parent)))
+def test_shipped_checkpoints_carry_checksums(ck):
+    """Every checkpoint shipped in assets/ (the base models, the reproductions' final
+    weights and adapters) has a manifest over all of its files, and it holds."""
+    assert len(SHIPPED) >= 13  # 3 base models, 10 final checkpoints of the reproductions
+    assert verify_checksums(ck) is True  # False would mean: not verified
+    assert checksum_coverage(ck) == "all"  # config and tokenizer too
 
 
 # ---------------------------------------------------------------------- tensors
@@ -236,7 +343,12 @@ def test_corrupt_adapter_names_the_file(tmp_path, tokenizer, tiny_lm):
     lora = get_peft_model(load_checkpoint(base)[0], LoraConfig(r=2, target_modules=["q_proj"]))
     adapter = save_checkpoint(tmp_path / "adapter", lora, tokenizer)
     assert set(json.loads((adapter / CHECKSUM_FILE).read_text())["files"]) == {
-        "adapter_model.safetensors"
+        "README.md",  # peft's model card
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "rlcd.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
     }
     file = adapter / "adapter_model.safetensors"
     file.write_bytes(file.read_bytes()[:-10])
@@ -272,3 +384,71 @@ def test_save_never_replaces_a_folder_that_is_not_a_checkpoint(tmp_path, tokeniz
     save_checkpoint(tmp_path / "empty", tiny_lm, tokenizer)  # an empty folder is fine
     save_checkpoint(tmp_path / "empty", tiny_model(tokenizer, seed=1), tokenizer)  # and again
     assert verify_checksums(tmp_path / "empty") is True
+
+
+@pytest.fixture()
+def adapter(tmp_path, tokenizer, tiny_lm):
+    """A LoRA adapter over a tiny base saved in ``tmp_path / "base"``."""
+    from peft import LoraConfig, get_peft_model
+
+    base = save_checkpoint(tmp_path / "base", tiny_lm, tokenizer)
+    lora = get_peft_model(load_checkpoint(base)[0], LoraConfig(r=2, target_modules=["q_proj"]))
+    return save_checkpoint(tmp_path / "adapter", lora, tokenizer)
+
+
+def set_base(adapter: Path, name: str) -> None:
+    edit_json(adapter / "adapter_config.json", lambda c: {**c, "base_model_name_or_path": name})
+    write_checksums(adapter)
+
+
+def no_network(monkeypatch, cache: Path) -> None:
+    """An empty Hugging Face cache at ``cache``, and any hub request a test failure."""
+    import huggingface_hub.constants
+    import huggingface_hub.file_download
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a hub request while loading a checkpoint")
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.file_download, "get_hf_file_metadata", refuse)
+
+
+def test_an_adapter_whose_local_base_is_gone_names_it(adapter):
+    shutil.rmtree(adapter.parent / "base")
+    with pytest.raises(CheckpointMissingError) as err:
+        load_checkpoint(adapter)
+    msg = str(err.value)
+    assert f"its base model {adapter.parent / 'base'} does not exist" in msg
+    assert "Repo id" not in msg and "\n" not in msg
+
+
+def test_an_adapter_on_a_hub_base_missing_from_the_cache_fails_at_once(
+    adapter, monkeypatch, tmp_path
+):
+    import time
+
+    no_network(monkeypatch, tmp_path / "hf-cache")
+    set_base(adapter, "someorg/some-model")
+    start = time.perf_counter()
+    with pytest.raises(CheckpointMissingError, match="neither a local directory nor in the Hug"):
+        load_checkpoint(adapter)
+    assert time.perf_counter() - start < 2  # no retries against an unreachable hub
+    monkeypatch.chdir(tmp_path)
+    set_base(adapter, "runs/base")  # a relative path that reads as a hub name: same line
+    with pytest.raises(CheckpointMissingError, match="'runs/base' .*`hf download runs/base`"):
+        load_checkpoint(adapter)
+
+
+def test_an_adapter_on_a_cached_hub_base_loads_offline(
+    adapter, monkeypatch, tmp_path, tokenizer, tiny_lm
+):
+    cache = tmp_path / "hf-cache"
+    repo = cache / "models--someorg--tiny"
+    tiny_lm.save_pretrained(repo / "snapshots" / "abc")  # the cache layout of a download
+    tokenizer.save_pretrained(repo / "snapshots" / "abc")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc")
+    no_network(monkeypatch, cache)
+    want = load_checkpoint(adapter)[0](X).logits
+    set_base(adapter, "someorg/tiny")
+    torch.testing.assert_close(load_checkpoint(adapter)[0](X).logits, want)

@@ -4,6 +4,7 @@ error is one line on stderr and exit status 2; ``--help`` loads no heavy module.
 import ast
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -380,6 +381,9 @@ def test_existing_run_resume_and_overwrite(tmp_path, capsys, tiny_base):
     main(train_args(tiny_base, out))
     capsys.readouterr()
     fails(capsys, train_args(tiny_base, out), "already holds a run; pass --resume .* --overwrite")
+    # the same folder spelled through a folder that does not exist
+    fails(capsys, train_args(tiny_base, tmp_path / "nowhere" / ".." / "run"), "already holds a run")
+    assert not (tmp_path / "nowhere").exists()
     fails(capsys, train_args(tiny_base, out, "--resume", "--overwrite"), "exclude each other")
     fails(capsys, train_args(tiny_base, out, "--lr", "0.5", "--resume"), r"differs in \['lr'\]")
     # --overwrite that cannot start (bad init) keeps the old run as it was
@@ -411,7 +415,8 @@ def test_training_checkpoints_carry_checksums(tmp_path, capsys, tiny_base):
     main(train_args(tiny_base, out, "--save-every", "1"))
     step = out / "checkpoints" / "step-2"
     listed = json.loads((step / CHECKSUM_FILE).read_text())["files"]
-    assert set(listed) == {"model.safetensors", "optimizer.safetensors"}
+    assert {"model.safetensors", "optimizer.safetensors", "optimizer.json"} <= set(listed)
+    assert {"config.json", "rlcd.json", "tokenizer.json", "trainer_state.json"} <= set(listed)
     assert verify_checksums(step) and verify_checksums(out / "final")
     # a corrupt optimizer state in the latest checkpoint stops --resume with one line
     opt = step / "optimizer.safetensors"
@@ -462,3 +467,169 @@ def test_pretrain_user_errors(tmp_path, capsys):
 )
 def test_malformed_command_lines_are_one_line_too(capsys, argv, match):
     fails(capsys, argv, match)
+
+
+# ------------------------------------------------------------- one writer per run folder
+HOLD = """
+import sys, time
+from rlcd_lab.io import FolderLock
+FolderLock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_run_folder_in_use_refuses_a_second_writer_whatever_the_flags(
+    tmp_path, capsys, tiny_base
+):
+    """While another process holds the run folder (a training in progress), a second
+    training on it is one line naming the holder and exit 2, with --resume, with
+    --overwrite (which would move the running folder aside) and with neither; the folder is
+    untouched. Once the holder ends, the same commands work."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    main(train_args(tiny_base, out))
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        for flags in (["--overwrite"], ["--resume", "--steps", "3"], []):
+            err = fails(capsys, train_args(tiny_base, out, *flags), "is in use by process")
+            assert f"run folder {out} is in use by process {holder.pid}" in err
+            assert "choose another --out" in err
+        # another spelling of the same folder shares the lock
+        fails(capsys, train_args(tiny_base, tmp_path / "x" / ".." / "run"), "in use by")
+        assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    finally:
+        holder.kill()
+        holder.wait()
+    main(train_args(tiny_base, out, "--resume", "--steps", "3"))  # the OS released it
+    assert json.loads(capsys.readouterr().out)["run"] == str(out)
+    assert not (tmp_path / ".run.lock").exists()  # removed when the run ended
+
+
+def test_the_lock_is_taken_by_the_run_dir_and_released_however_a_run_ends(
+    tmp_path, capsys, tiny_base, monkeypatch
+):
+    from rlcd_lab.io import FolderInUseError, FolderLock
+    from rlcd_lab.train import rlcd
+    from rlcd_lab.train.common import RunDir
+    from rlcd_lab.train.configs import preset
+
+    out = tmp_path / "run"
+    kw = dict(init=tiny_base, out=out, steps=2, batch_size=2, m=2, max_new_tokens=4)
+    cfg = preset("calibrate", task="aleatoric", eval_every=0, test_items=0, device="cpu", **kw)
+    run = RunDir(out, cfg, resume=False)  # holds the folder, as a training in progress
+    with pytest.raises(FolderInUseError, match="in use by this process"):
+        rlcd.train(cfg)
+    fails(capsys, train_args(tiny_base, out, "--overwrite"), "in use by this process")
+    run.abandon()  # could not start: folder removed, lock released
+    assert not out.exists()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a failure in the middle of a step")
+
+    monkeypatch.setattr(rlcd, "score_rationales", broken)
+    with pytest.raises(RuntimeError, match="middle of a step"):
+        rlcd.train(cfg)
+    FolderLock(out).acquire().release()  # released although the loop raised
+    monkeypatch.undo()
+    rlcd.train(replace(cfg, resume=True))  # the same process resumes it at once
+
+
+# ---------------------------------------------------- refused before anything is left
+def split_task(tmp_path, items) -> str:
+    """A task file whose train split is ``items`` (dev and test: two plain items each)."""
+    from rlcd_lab.tasks import TaskItem
+
+    plain = [TaskItem(f"d{i}", f"Is {i}={i}?", ("Y", "N"), 0) for i in range(4)]
+    write_items(tmp_path / "task.train.jsonl", items)
+    write_items(tmp_path / "task.dev.jsonl", plain[:2])
+    write_items(tmp_path / "task.test.jsonl", plain[2:])
+    return str(write_items(tmp_path / "task.jsonl", items + plain))
+
+
+def items_with(prompt: str | None = None, options: tuple[str, ...] | None = None):
+    from rlcd_lab.tasks import TaskItem
+
+    items = [TaskItem(f"u{i:02d}", f"Is {i}+1={i + 1}?", ("Y", "N"), 0) for i in range(20)]
+    items[5] = TaskItem("u05", prompt or items[5].prompt, options or ("Y", "N"), 0)
+    return items
+
+
+def test_refused_trainings_leave_no_run_behind(tmp_path, capsys, tiny_base):
+    """--m 1, option labels the tokenizer cannot read, a prompt past the model's context:
+    refused with one line, and no run folder left, so the corrected command just works
+    (and an --overwrite that is refused keeps the old run)."""
+    out = tmp_path / "run"
+    fails(capsys, train_args(tiny_base, out, "--m", "1"), r"--m \(--num-rationales\) must be >= 2")
+    assert not out.exists()
+    bad_labels = split_task(tmp_path, items_with(options=("Yes", "No")))
+    err = fails(capsys, train_args(tiny_base, out, "--task", bad_labels), "'Yes', 'No'")
+    assert "train split: item 'u05'" in err and not out.exists()
+    long = split_task(tmp_path / "long", items_with(prompt="x" * 140_000))
+    err = fails(capsys, train_args(tiny_base, out, "--task", long), "too long for this model")
+    assert "item 'u05'" in err and "140,001 tokens" in err and "at most 512" in err
+    assert not out.exists()
+    main(train_args(tiny_base, out))  # the corrected command just works
+    capsys.readouterr()
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    fails(capsys, train_args(tiny_base, out, "--task", long, "--overwrite"), "too long")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_eval_refuses_a_prompt_past_the_context_before_any_model_work(
+    tmp_path, capsys, tiny_base, monkeypatch
+):
+    import rlcd_lab.evaluate
+
+    long = split_task(tmp_path, items_with(prompt="x" * 140_000))
+    monkeypatch.setattr(rlcd_lab.evaluate, "read", None)  # any model work would crash
+    args = ["eval", "--checkpoint", str(tiny_base), "--task", long, "--split", "train"]
+    err = fails(capsys, args, r"task .*task.jsonl train split: item 'u05' is too long")
+    assert "prompt is 140,001 tokens" in err and "64 rationale tokens" in err
+    assert "7 marker" in err and "reading needs 140,07" in err and "at most 512" in err
+    err = fails(capsys, [*args, "--mode", "direct"], "a direct reading needs 140,00")
+    labels = split_task(tmp_path / "o", items_with(options=("Yes", "No")))
+    fails(capsys, [*args[:3], "--task", labels, "--split", "train"], "item 'u05': option label")
+
+
+# --------------------------------------------------------------- checksums and serve
+def test_serve_refuses_a_checkpoint_without_checksums_unless_no_verify(
+    tmp_path, capsys, tiny_base, monkeypatch
+):
+    import rlcd_lab.server
+    from rlcd_lab.models import CHECKSUM_FILE
+
+    served, verified = [], []
+
+    def serve(path, **kw):
+        served.append(path)
+        verified.append(kw["verify"])
+
+    monkeypatch.setattr(rlcd_lab.server, "serve", serve)
+    (tiny_base / CHECKSUM_FILE).unlink()
+    args = ["serve", "--checkpoint", str(tiny_base)]
+    fails(capsys, args, r"has no checksums.json, .* `rlcd-lab checksums .*base`.* --no-verify")
+    assert served == []  # refused before the server was created
+    main([*args, "--no-verify"])
+    assert served == [tiny_base] and verified == [False]  # the server loads it unchecked
+    main(["checksums", str(tiny_base)])  # trusted as it is: checksums of every file
+    assert capsys.readouterr().out.strip() == str(tiny_base / CHECKSUM_FILE)
+    main(args)
+    main(["serve"])  # the shipped default carries checksums
+    assert served[1:] == [tiny_base, None]
+    fails(capsys, ["serve", "--checkpoint", str(tmp_path / "nope")], "does not exist")
+
+
+def test_checksums_command_refuses_to_bless_a_changed_file(tmp_path, capsys, tiny_base):
+    config = tiny_base / "config.json"
+    config.write_text(config.read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 0.5'))
+    args = ["eval", "--checkpoint", str(tiny_base), "--task", "aleatoric", "--limit", "2"]
+    fails(capsys, args, r"config.json: sha256 .* differs")  # the edit is caught at load
+    fails(capsys, ["checksums", str(tiny_base)], r"config.json: sha256 .* pass --force")
+    main(["checksums", str(tiny_base), "--force"])
+    main([*args, "--mode", "direct"])

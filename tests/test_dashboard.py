@@ -420,9 +420,10 @@ def test_queue_is_bounded_and_model_requests_share_one_slot(tiny_root):
     assert demo._queue.max_size == ui.QUEUE_MAX_SIZE > 0
     assert demo._queue.default_concurrency_limit == ui.DEFAULT_CONCURRENCY
     model_fns = (ask_tab.ask, compare_tab.compare_checkpoints, batch_tab.batch_answers)
-    asks = [f for f in demo.fns.values() if isinstance(f.fn, partial) and f.fn.func in model_fns]
+    bound = {f: getattr(f.fn, "__wrapped__", f.fn) for f in demo.fns.values()}  # confined
+    asks = [f for f, fn in bound.items() if isinstance(fn, partial) and fn.func in model_fns]
     # the Ask button (and Enter), the Ask after a page load, Compare and Batch
-    assert sorted(f.fn.func.__name__ for f in asks) == [
+    assert sorted(bound[f].func.__name__ for f in asks) == [
         "ask",
         "ask",
         "batch_answers",
@@ -593,7 +594,7 @@ def _free_port() -> int:
 def test_app_end_to_end(fake_run):
     from gradio_client import Client
 
-    demo = build_demo()
+    demo = build_demo(allowed_dirs=[fake_run.parents[1]])  # the fabricated run's folder
     assert isinstance(demo, gr.Blocks)
     port = _free_port()
     demo.launch(prevent_thread_lock=True, server_port=port, quiet=True)
@@ -642,6 +643,10 @@ def test_app_end_to_end(fake_run):
                 0.5,
                 api_name="/ask",
             )
+        # a path outside the allowed folders: refused, whether or not it exists
+        for name in ("/etc", "/no/such/folder"):
+            with pytest.raises(Exception, match="not available here"):
+                client.predict([name], 0.5, 0.05, 10.0, 1.0, False, api_name="/routing")
         # move the threshold on the fabricated run: numbers as metrics computes them
         logits, y = _arrays(TEST)
         conf, correct = metrics.confidence_and_correct(metrics.softmax(logits), y)
@@ -1000,3 +1005,120 @@ def test_figures_follow_the_theme(fake_run, monkeypatch):
     monkeypatch.setattr(gr.Blocks, "launch", lambda self, *a, **kw: seen.update(kw))
     ui.Dashboard().launch()
     assert seen["css"] == ui.CSS and ".dark .js-plotly-plot" in ui.CSS
+
+
+# ---------------------------------------------------------------------------------------
+# Hardening: confined paths, a fair queue
+# ---------------------------------------------------------------------------------------
+
+
+def _message(err: pytest.ExceptionInfo, *names: str) -> str:
+    text = str(err.value)
+    for name in names:
+        text = text.replace(name, "NAME")
+    return text
+
+
+def test_the_dashboard_opens_only_allowed_folders(tiny_root, tmp_path, marker_lm, tokenizer):
+    """A typed path outside the shipped assets, runs/ and the operator's folders is
+    refused with one message, whether or not it exists (no file-system probe)."""
+    meta = {"temperature": 2.0, "task": "verify", "method": "calibrate", "options": ["Y", "N"]}
+    outside, allowed = tmp_path / "outside", tmp_path / "allowed"
+    save_checkpoint(outside / "ck", marker_lm, tokenizer, meta)
+    save_checkpoint(allowed / "ck", marker_lm, tokenizer, meta)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "escape").symlink_to(outside / "ck")  # inside runs/, pointing outside
+    demo = build_demo(tiny_root, runs_root=runs, allowed_dirs=[allowed])
+    fns = {f.api_name: f.fn for f in demo.fns.values() if f.api_name}
+    args = ("Q: 1?", "Y, N", 1, 1.0, 8, 0, 0.5)
+    refused = [
+        str(outside / "ck"),  # a real checkpoint, outside
+        str(tmp_path / "nothing-here"),  # no such path
+        "/etc",
+        "checkpoints/../../outside/ck",  # out of the assets root by ..
+        str(runs / "escape"),  # a symbolic link out of runs/
+    ]
+    checkpoints, runs_ = set(), set()
+    for name in refused:
+        with pytest.raises(gr.Error) as err:
+            fns["ask"](name, *args)
+        checkpoints.add(_message(err, name[:120]))
+        info, *_ = fns["checkpoint_info"](name, "q", "Y, N")
+        assert "not available here" in info and "not found" not in info
+        with pytest.raises(gr.Error) as err:  # runs: the Routing and Runs tabs
+            fns["routing"]([name], 0.5, 0.05, 1.0, 1.0, False)
+        runs_.add(_message(err, name[:120]))
+        with pytest.raises(gr.Error) as err:
+            fns["run_curves"](name, ["rationale length"])
+        runs_.add(_message(err, name[:120]))
+    assert len(checkpoints) == 1 and len(runs_) == 1  # the same words for every path
+    assert all("not available here" in m for m in checkpoints | runs_)
+    # the shipped checkpoints, the allowed folder and the runs under runs/ still open
+    *_, r = fns["ask"]("checkpoints/tiny", *args)
+    assert r["answer"] in ("Y", "N")
+    *_, r = fns["ask"](str(allowed / "ck"), *args)
+    assert r["answer"] in ("Y", "N")
+    # called directly (a notebook, these tests), the callbacks are not confined
+    *_, r = ask(str(outside / "ck"), *args, root=tiny_root)
+    assert r["answer"] in ("Y", "N")
+
+
+def test_the_app_command_passes_allowed_folders(monkeypatch, tmp_path):
+    import rlcd_lab.dashboard as dashboard
+    from rlcd_lab.cli import main
+
+    seen = {}
+
+    class FakeDemo:
+        def launch(self, **kwargs):
+            seen["launch"] = kwargs
+
+    def fake_build_demo(**kwargs):
+        seen.update(kwargs)
+        return FakeDemo()
+
+    monkeypatch.setattr(dashboard, "build_demo", fake_build_demo)
+    a, b = tmp_path / "a", tmp_path / "b"
+    main(["app", "--allow-checkpoint-dir", str(a), str(b), "--port", "7999"])
+    assert [str(p) for p in seen["allowed_dirs"]] == [str(a), str(b)]
+    assert seen["launch"]["server_port"] == 7999
+
+
+def test_one_users_burst_does_not_refuse_the_next_user(tiny_root):
+    """The queue's slots are shared fairly: a burst of 100 events from one session (or
+    from one address under many sessions) is refused beyond its share; others get in."""
+    import asyncio
+
+    from gradio.data_classes import PredictBodyInternal
+    from starlette.requests import Request
+
+    demo = build_demo(tiny_root)
+    queue = demo._queue
+    assert isinstance(queue, ui.FairQueue)
+    fn_index = next(i for i, f in demo.fns.items() if f.api_name == "ask")
+
+    def request(host: str) -> Request:
+        scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+        return Request({**scope, "client": (host, 5000)})
+
+    async def push(session: str, host: str) -> bool:
+        body = PredictBodyInternal(
+            session_hash=session, fn_index=fn_index, data=[], request=request(host)
+        )
+        ok, *_ = await queue.push(body, request(host), None)
+        return ok
+
+    async def scenario() -> tuple:
+        burst = [await push("alice", "10.0.0.1") for _ in range(100)]
+        bob = await push("bob", "10.0.0.2")
+        carol = await push("carol", "10.0.0.1")  # alice's address, her own session
+        rotating = [await push(f"s{i}", "10.0.0.3") for i in range(100)]
+        dave = await push("dave", "10.0.0.4")
+        return burst, bob, carol, rotating, dave
+
+    burst, bob, carol, rotating, dave = asyncio.run(scenario())
+    assert sum(burst) == ui.MAX_SESSION_EVENTS and not any(burst[ui.MAX_SESSION_EVENTS :])
+    assert bob and carol and dave
+    assert sum(rotating) == ui.MAX_CLIENT_EVENTS  # a new session per event does not help
+    assert len(queue) == ui.MAX_SESSION_EVENTS + 2 + ui.MAX_CLIENT_EVENTS + 1 <= ui.QUEUE_MAX_SIZE

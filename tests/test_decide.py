@@ -8,6 +8,7 @@ with the fitted temperature applied by hand: ``p = softmax(z / T)``.
 from __future__ import annotations
 
 import string
+import time
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from rlcd_lab.decide import (
     question_from_wire,
     score_confidence,
     shared_prefix_readout,
+    temperature_fitted,
 )
 from rlcd_lab.models import char_tokenizer, read_meta, tiny_model
 from rlcd_lab.reader import build_prompt, direct_readout, left_pad, sample_rationales
@@ -344,3 +346,49 @@ def test_the_decision_rule_is_routings():
     assert DecideOptions().rule.probs(u) == pytest.approx([0.4, 0.25, 0.35])
     # the score measure: 1 - Var/Var_max on levels, through the rule as the server uses it
     assert opts.rule.confidence([0.1, 0.2, 0.7], "score") == pytest.approx(0.56)
+
+
+# --------------------------------------------------------------------------- stopping early
+def test_temperature_fitted_comes_from_the_checkpoints_own_file(verify, facts, chat):
+    assert verify.temperature_fitted  # trained, T fitted on dev
+    assert not facts.temperature_fitted  # a base checkpoint: rlcd.json says 1.0, a default
+    assert chat.temperature_fitted  # its meta records a temperature, no pretraining method
+    assert temperature_fitted(None) == (False, "no temperature in rlcd.json")
+    assert temperature_fitted({"method": "pretrained", "temperature": 1.0})[0] is False
+    assert temperature_fitted({"method": "calibrate", "temperature": 1.3}) == (True, "")
+    explicit = DecisionModel(facts.model, facts.tokenizer, facts.meta, temperature=2.0)
+    assert explicit.temperature_fitted  # an explicit T is the caller's calibration
+
+
+def test_a_passed_deadline_answers_with_the_direct_readout(verify):
+    past = time.monotonic() - 1.0
+    direct = verify.decide(STATES[0], {"v": {"type": "noul"}}, mode="direct")
+    for mode in ("reason", "auto"):
+        out = verify.decide(
+            STATES[0], {"v": {"type": "noul"}}, mode=mode, threshold=1.0, m=2, deadline=past
+        )
+        assert close(out.answers, direct.answers, 1e-9) and out.usage == direct.usage
+        det = out.details["v"]
+        assert det["mode"] == "direct" and det["deadline_passed"] is True
+        assert det.get("escalated", True)  # auto: escalated, but out of time
+    later = time.monotonic() + 600
+    out = verify.decide(STATES[0], {"v": {"type": "noul"}}, mode="reason", m=2, deadline=later)
+    assert "deadline_passed" not in out.details["v"] and out.usage["output_tokens"] > 0
+    with pytest.raises(DecisionError, match="deadline"):
+        DecideOptions(deadline=float("nan")).validate()
+
+
+def test_a_cancelled_request_stops_within_one_decoding_step(verify):
+    """``cancelled`` is asked before every decoding step: sampling that nobody waits for
+    stops at once (it used to be checked only between phases and rationale chunks)."""
+    forwards: list[int] = []
+    handle = verify.model.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        opts = DecideOptions(mode="reason", m=4, max_new_tokens=48)
+        out = verify.decide_batch(
+            [("1" * 200 + "?", {"v": {"type": "noul"}}, opts)], lambda i: len(forwards) >= 3
+        )
+    finally:
+        handle.remove()
+    assert isinstance(out[0], DecisionError) and "cancelled" in out[0].msg
+    assert len(forwards) == 3  # the prompt and two steps of 48, then nothing more

@@ -10,6 +10,7 @@ from rlcd_lab import decoding
 from rlcd_lab.decoding import kv_sampler, prompt_groups
 from rlcd_lab.reader import (
     Generated,
+    SamplingStopped,
     build_prompt,
     default_sampler,
     encode_prompts,
@@ -213,3 +214,38 @@ def test_smollm2_same_tokens_as_generate(smollm2_dir):
     out = kv_sampler(model, tok, ids, mask, **args)
     assert kinds(ref) == {"marker", "eos", "limit"}
     assert_same(ref, out)
+
+
+@pytest.mark.parametrize("sampler", [kv_sampler, hf_sampler])
+def test_should_stop_ends_sampling_within_one_step(tokenizer, tiny_lm, sampler):
+    """Cancellable decoding: once ``should_stop()`` turns true, no further forward pass runs
+    and ``SamplingStopped`` is raised (a client that left no longer costs the server
+    the rest of its rationales); while it stays false, the tokens are unchanged."""
+    ids, mask, seeds = batch(tokenizer, PROMPTS, 2, 0)
+    args = dict(row_seeds=seeds, max_new_tokens=40, marker=MARKER, eos=[])
+    forwards: list[int] = []
+    handle = tiny_lm.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        with pytest.raises(SamplingStopped):
+            sampler(tiny_lm, tokenizer, ids, mask, should_stop=lambda: len(forwards) >= 5, **args)
+        assert len(forwards) == 5  # the pass that made it true was the last
+    finally:
+        handle.remove()
+    ref = sampler(tiny_lm, tokenizer, ids, mask, **args)
+    assert_same(ref, sampler(tiny_lm, tokenizer, ids, mask, should_stop=lambda: False, **args))
+
+
+def test_sample_rationales_passes_should_stop_only_when_given(tokenizer, marker_lm):
+    seen: list[set] = []
+
+    def plain(model, tok, ids, mask, **kw):  # a sampler that predates should_stop
+        seen.append(set(kw))
+        return hf_sampler(model, tok, ids, mask, **kw)
+
+    rats = sample_rationales(marker_lm, tokenizer, ["Q: 1?\n"], 2, 16, seed=0, sampler=plain)
+    assert "should_stop" not in seen[-1] and rats.texts == ["ab", "ab"]
+    with pytest.raises(SamplingStopped):
+        sample_rationales(
+            marker_lm, tokenizer, ["Q: 1?\n"], 2, 8, seed=0, sampler=plain, should_stop=lambda: True
+        )
+    assert "should_stop" in seen[-1]

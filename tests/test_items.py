@@ -1,6 +1,7 @@
 """Task items: validation with clear errors, JSONL round trip, atomic writes."""
 
 import json
+import re
 
 import pytest
 
@@ -112,3 +113,55 @@ def test_load_task_items_reads_split_siblings_never_the_whole_file(tmp_path):
         load_task_items(str(tmp_path / "x.jsonl"), "val")
     with pytest.raises(ValueError, match="task must be one of"):
         load_task_items(str(tmp_path / "nothing.jsonl"), "train")
+
+
+GOOD = {"uid": "a", "prompt": "p", "options": ["A", "B"], "label": 0, "q": None}
+
+
+@pytest.mark.parametrize(
+    ("line", "msg"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "not readable as JSON: nested too deeply"),
+        (b'{"uid": "x\xff"}', r"not UTF-8 text \(byte 0xff at byte 11 of the line\)"),
+        (json.dumps(GOOD | {"label": True}).encode(), "'a': label true is not an index"),
+        (json.dumps(GOOD | {"label": False}).encode(), "'a': label false is not an index"),
+        (b'["uid", "prompt", "options"]', "must be a JSON object with uid, .*, got an array"),
+        (b'"hello"', "must be a JSON object with uid, prompt, options, label, q, got a string"),
+        (b"3", "must be a JSON object .*, got a number"),
+        (b"null", "must be a JSON object .*, got null"),
+        (json.dumps(GOOD | {"options": "AB"}).encode(), "options must be an array of strings"),
+        (json.dumps(GOOD | {"options": {"A": 1}}).encode(), "options must be an array .*object"),
+        (json.dumps(GOOD | {"q": "0.5"}).encode(), "q must be an array of numbers or null"),
+        (json.dumps(GOOD | {"q": ["0.5", "0.5"]}).encode(), "q must hold numbers only"),
+        (json.dumps(GOOD | {"q": [True, False]}).encode(), "q must hold numbers only"),
+        (json.dumps(GOOD | {"options": ["A", ["B"]]}).encode(), "options must be non-empty str"),
+        (b'{"uid": "a", "prompt": "\\ud800", "options": ["A", "B"], "label": 0}', "surrogate"),
+    ],
+)
+def test_every_bad_line_is_one_error_naming_file_and_line(tmp_path, line, msg):
+    """A line nested 100,000 deep, bytes that are not UTF-8, a boolean label, a line that
+    is an array, a string or a number, options given as a string: one ``ValueError``
+    ``<file>:<line>: ...`` each (never a RecursionError, a UnicodeDecodeError without the
+    file, or an item accepted and written back)."""
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n\n" + line + b"\n")
+    with pytest.raises(ValueError) as err:
+        read_items(path)
+    text = str(err.value)
+    assert text.startswith(f"{path}:3: ") and "\n" not in text and len(text) < 300, text
+    assert re.search(msg, text), text
+
+
+def test_a_byte_order_mark_and_crlf_lines_are_fine(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\r\n")
+    assert read_items(path) == [TaskItem("a", "p", ("A", "B"), 0)]
+
+
+def test_items_built_in_code_are_checked_the_same(tmp_path):
+    with pytest.raises(ValueError, match="'u': label true is not an index"):
+        TaskItem("u", "p", ("A", "B"), True)
+    with pytest.raises(ValueError, match="'u': options must be a list of strings, got 'AB'"):
+        TaskItem("u", "p", "AB", 0)
+    with pytest.raises(ValueError, match="'u': q must hold numbers only"):
+        TaskItem("u", "p", ("A", "B"), None, (True, False))

@@ -5,7 +5,14 @@ import json
 import pytest
 import torch
 
-from rlcd_lab.models import char_tokenizer, load_checkpoint, read_meta, save_checkpoint, tiny_model
+from rlcd_lab.models import (
+    char_tokenizer,
+    load_checkpoint,
+    read_meta,
+    save_checkpoint,
+    tiny_model,
+    write_checksums,
+)
 
 X = torch.tensor([[10, 11, 12, 13]])
 
@@ -63,6 +70,9 @@ def test_peft_adapter_round_trip(tmp_path, tokenizer, tiny_lm):
     for f in adapter.iterdir():
         if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
             f.unlink()
+    with pytest.raises(FileNotFoundError, match="missing tokenizer.json .listed in checksums"):
+        load_checkpoint(adapter)  # the checksums cover every file saved, the tokenizer too
+    write_checksums(adapter)  # shipped that way: its checksums list what it ships
     slim, slim_tok, _ = load_checkpoint(adapter)
     torch.testing.assert_close(slim(X).logits, lora(X).logits)
     assert slim_tok.get_vocab() == tokenizer.get_vocab()
@@ -100,7 +110,10 @@ def test_errors_name_what_is_wrong(tmp_path, tokenizer, tiny_lm):
 
 
 def test_plain_hf_directory_gets_default_meta(tmp_path, tokenizer, tiny_lm):
+    from rlcd_lab.models import UnverifiedCheckpointWarning
+
     tiny_lm.save_pretrained(tmp_path / "hf")
     tokenizer.save_pretrained(tmp_path / "hf")
-    _, _, meta = load_checkpoint(tmp_path / "hf")
+    with pytest.warns(UnverifiedCheckpointWarning, match="has no checksums.json"):
+        _, _, meta = load_checkpoint(tmp_path / "hf")
     assert meta == {"marker": "Answer:", "sep": " ", "temperature": 1.0}

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlcd_lab import pretrained
-from rlcd_lab.models import META_FILE, load_checkpoint
+from rlcd_lab.models import CHECKSUM_FILE, META_FILE, load_checkpoint, write_checksums
 from rlcd_lab.pretrained import SMOLLM2_SOURCE, convert_smollm2, smollm2_gguf_path
 from rlcd_lab.reader import build_prompt, direct_readout
 from rlcd_lab.readout import option_token_ids
@@ -68,9 +68,15 @@ def test_existing_checkpoint_is_returned_without_converting(monkeypatch, tmp_pat
         (out / name).write_text("{}")
     meta = {"source": SMOLLM2_SOURCE, "dtype": "float32"}
     (out / META_FILE).write_text(json.dumps(meta))
+    write_checksums(out)
     assert convert_smollm2(out) == out
     with pytest.raises(ModuleNotFoundError):  # another dtype: reconverted
         convert_smollm2(out, torch.bfloat16)
+    old = {"algorithm": "sha256", "files": {}}  # checksums of the weights only (older)
+    (out / CHECKSUM_FILE).write_text(json.dumps(old))
+    with pytest.raises(ModuleNotFoundError):  # converted again, with checksums of all
+        convert_smollm2(out)
+    write_checksums(out)
     (out / "model.safetensors").unlink()
     with pytest.raises(ModuleNotFoundError):  # incomplete: reconverted
         convert_smollm2(out)

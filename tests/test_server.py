@@ -12,6 +12,7 @@ import contextlib
 import gzip
 import json
 import logging
+import select
 import socket
 import threading
 import time
@@ -661,6 +662,132 @@ def test_work_for_a_client_that_left_is_cancelled(decider, caplog):
     assert len(abandoned) == 2 and all(r.exc_info is None for r in abandoned)
 
 
+LONG = "1" * 200 + "?"  # the tiny verify model writes no marker here: every row runs to the end
+HEAVY = {"mode": "reason", "m": 16, "max_new_tokens": 256}  # the issue's one question
+
+
+@pytest.fixture()
+def slow_steps():
+    """``(decider, calls)``: the shipped verify checkpoint with every forward pass slowed by
+    20 ms (a forward pre-hook, which also keeps the sampler on the model's own forward) and
+    their start times in ``calls``. A HEAVY request about LONG then samples for 256 steps:
+    over 5 s."""
+    decider = DecisionModel.from_checkpoint(default_checkpoint())
+    calls: list[float] = []
+
+    def slow(module, args):
+        calls.append(time.perf_counter())
+        time.sleep(0.02)
+
+    handle = decider.model.register_forward_pre_hook(slow)
+    yield decider, calls
+    handle.remove()
+
+
+def test_running_work_of_a_client_that_left_stops_within_a_step(slow_steps, caplog):
+    """The client of a HEAVY request leaves at 0.3 s, after it reached the model: its work
+    stops at the next decoding step (it used to run to the end, over 5 s here), and the
+    next request is answered within 1 s of an idle server's answer time."""
+    caplog.set_level(logging.INFO, logger="rlcd_lab.server")
+    decider, calls = slow_steps
+    app = create_app(decider, options=DecideOptions(mode="direct"))
+    with running(app) as (url, _):
+
+        def post(payload: dict, timeout: float) -> httpx.Response:
+            return httpx.post(f"{url}/v1/systemone", json=payload, timeout=timeout)
+
+        t0 = time.perf_counter()
+        assert post(body(), 10).status_code == 200
+        idle = time.perf_counter() - t0
+        with pytest.raises(httpx.TimeoutException):
+            post(body(state=LONG, rlcd=HEAVY), 0.3)
+        at_leave = len(calls)
+        assert at_leave > 3  # it was sampling when the client left
+        time.sleep(0.3)  # some 12 steps of the abandoned job, had it gone on
+        assert len(calls) - at_leave <= 2  # the step under way, then it stopped
+        t0 = time.perf_counter()
+        assert post(body(), 30).status_code == 200
+        waited = time.perf_counter() - t0
+    assert waited < idle + 1.0, (waited, idle)
+    assert sum("abandoned" in r.message for r in caplog.records) == 1
+
+
+def test_a_deadline_answers_with_the_direct_readout(slow_steps):
+    """Reasoning that would outlast the request's deadline is cut there and the question
+    answered by its direct readout (the best answer so far), flagged in the extension."""
+    decider, _ = slow_steps
+    app = create_app(decider, options=DecideOptions(mode="direct"), deadline_s=0.5)
+    want = decider.decide(LONG, QUESTIONS, mode="direct")
+    with TestClient(app) as c:
+        for rlcd, budget in (
+            ({**HEAVY, "rationales": True}, 0.5),
+            ({**HEAVY, "deadline_s": 0.3}, 0.3),
+        ):
+            t0 = time.perf_counter()
+            resp = c.post("/v1/systemone", json=body(state=LONG, rlcd=rlcd))
+            elapsed = time.perf_counter() - t0
+            assert resp.status_code == 200, resp.text
+            assert elapsed < budget + 1.0  # the 256 steps would take over 5 s
+            out = resp.json()
+            assert close(out["answers"], want.answers, 1e-6)
+            assert out["rlcd"]["options"]["deadline_s"] == budget
+            for det in out["rlcd"]["answers"].values():
+                assert det["mode"] == "direct" and det["deadline_passed"] is True
+            assert out["usage"]["output_tokens"] == 0
+        auto = {"mode": "auto", "threshold": 1.0, "m": 16, "max_new_tokens": 256}
+        out = c.post("/v1/systemone", json=body(state=LONG, rlcd=auto)).json()
+        assert close(out["answers"], want.answers, 1e-6)  # auto: its direct answers stand
+        assert all(d["escalated"] and d["deadline_passed"] for d in out["rlcd"]["answers"].values())
+
+
+def test_an_unfitted_checkpoint_answers_directly_by_default(decider):
+    """A base checkpoint's T = 1 is not fitted: the default auto mode would escalate on a
+    confidence that says nothing about when reasoning helps; it answers directly."""
+    from rlcd_lab.assets import shipped_checkpoints
+
+    base = DecisionModel.from_checkpoint(shipped_checkpoints()["checkpoints/base-verify"])
+    assert not base.temperature_fitted and decider.temperature_fitted
+    for dm, kwargs, mode in (
+        (base, {}, "direct"),
+        (base, {"unfitted_auto": True}, "auto"),
+        (decider, {}, "auto"),
+    ):
+        app = create_app(dm, **kwargs)
+        with TestClient(app) as c:
+            out = c.post("/v1/systemone", json=body(rlcd={})).json()
+            assert out["rlcd"]["options"]["mode"] == mode
+            assert f"default mode {mode}" in c.get("/v1/models").json()["models"][0]["description"]
+    with TestClient(create_app(base)) as c:  # a request may still ask for auto
+        out = c.post("/v1/systemone", json=body(rlcd={"mode": "auto", "threshold": 1.0})).json()
+        assert all(d["escalated"] for d in out["rlcd"]["answers"].values())
+
+
+@pytest.mark.smollm2
+def test_official_sdk_on_smollm2_within_its_timeout(smollm2_dir):
+    """The SDK's ordinary request (four questions, its default 10 s timeout, no retries)
+    against SmolLM2, whose T is not fitted: by default answered directly; with auto forced
+    (three of the four escalated, 11.5-12.7 s before) the deadline returns in time."""
+    torch.set_num_threads(1)
+    decider = DecisionModel.from_checkpoint(smollm2_dir)
+    questions = {
+        "positive": Noul(instructions="Is the review positive?"),
+        "topic": Choice(criteria={"food": "about the food", "service": None, "price": None}),
+        "stars": Score(criteria=["bad", "fine", "great"]),
+        "recommend": Noul(instructions="Would the writer come back?"),
+    }
+    state = "The soup was cold and the waiter ignored us, but the bread was lovely."
+    for kwargs in ({}, {"unfitted_auto": True, "deadline_s": 3.0}):
+        app = create_app(decider, api_key=KEY, **kwargs)
+        with running(app) as (url, _), sdk(url) as c:
+            t0 = time.perf_counter()
+            r = c.system_one(state=state, questions=questions)
+            elapsed = time.perf_counter() - t0
+        assert elapsed < 10.0, (kwargs, elapsed)
+        assert set(r.nouls) == {"positive", "recommend"} and r.choices["topic"].choice
+        assert 0.0 <= r.scores["stars"].score <= 2.0
+    assert not decider.temperature_fitted  # why the default is direct
+
+
 def test_decide_batch_skips_cancelled_requests(decider, monkeypatch):
     import rlcd_lab.decide as decide_mod
 
@@ -761,23 +888,47 @@ def test_connection_timeouts(app, caplog):
     assert sum("abandoned" in r.message for r in caplog.records) == 1  # the slow body
 
 
-def test_beyond_capacity_a_503_with_retry_after(app):
+def test_idle_connections_hold_no_work_slot(decider):
+    """257 sockets that send nothing used to count against --limit-concurrency (256): /health
+    and every request answered 503 until the 15 s request timeout. Idle sockets now hold no
+    work slot, and beyond a client's connection bound its longest-idle ones are closed."""
+    app = create_app(decider, options=DecideOptions(mode="direct"), limit_concurrency=256)
     with running(app, timeout_request=30) as (url, server):
-        app.state.capacity.limit = 2
-        try:
-            idle = [Raw(url), Raw(url)]
-            while len(server.server_state.connections) < 2:
+        idle = [Raw(url) for _ in range(257)]
+        t0 = time.perf_counter()
+        resp = httpx.get(f"{url}/health")
+        assert resp.status_code == 200 and time.perf_counter() - t0 < 2.0
+        assert httpx.post(f"{url}/v1/systemone", json=body(), timeout=10).status_code == 200
+        # one address keeps at most max_client_connections (64) open: the oldest idle went
+        assert len(server.server_state.connections) <= 64
+        assert idle[0].closed_within(2) and not idle[-1].closed_within(0.1)
+        for conn in idle:
+            conn.close()
+
+
+def test_connection_bounds_refuse_only_when_nothing_is_idle(decider):
+    release = threading.Event()
+
+    def slow(real, requests, cancelled):
+        release.wait(20)
+        return real(requests, cancelled)
+
+    app = create_app(stub(decider, slow), options=DecideOptions(mode="direct"), batching=False)
+    with running(app, max_client_connections=2, max_connections=4) as (url, server):
+        with ThreadPoolExecutor(2) as pool:
+            busy = [pool.submit(httpx.post, f"{url}/v1/systemone", json=body()) for _ in range(2)]
+            while app.state.capacity.active < 2:
                 time.sleep(0.01)
-            resp = httpx.get(f"{url}/health")
+            resp = httpx.get(f"{url}/health")  # both of this address's connections are busy
             assert_error(resp, 503, [], "overloaded")
             assert resp.headers["retry-after"] == "1" and resp.headers[REQUEST_ID_HEADER]
-            for conn in idle:
-                conn.close()
-            while server.server_state.connections:
-                time.sleep(0.01)
-            assert httpx.get(f"{url}/health").status_code == 200
-        finally:
-            app.state.capacity.limit = None
+            release.set()
+            assert [f.result().status_code for f in busy] == [200, 200]
+        idle = [Raw(url) for _ in range(10)]  # idle ones make room for the newest
+        assert Raw(url).request("GET", "/health")[0] == 200
+        assert len(server.server_state.connections) <= 4
+        for conn in idle:
+            conn.close()
 
 
 def test_in_flight_requests_beyond_capacity_get_a_503(decider):
@@ -966,6 +1117,97 @@ def test_cost_budget_is_a_clear_422(decider):
         one = {"q": {"type": "score", "criteria": ["only"]}}  # no model: no cost
         assert c.post("/v1/systemone", json=body(questions=one, rlcd=reason)).status_code == 200
         assert app.state.batcher.jobs == 1
+
+
+def test_a_request_cut_by_shutdown_gets_a_503_not_a_500(decider, caplog):
+    """SIGTERM (``should_exit``) while a request runs past the graceful shutdown: the client
+    used to get uvicorn's 500 and the log a traceback; now a 503 with Retry-After."""
+    release = threading.Event()
+
+    def stuck(real, requests, cancelled):
+        release.wait(30)
+        return real(requests, cancelled)
+
+    caplog.set_level(logging.INFO)
+    app = create_app(stub(decider, stuck), options=DecideOptions(mode="direct"))
+    port = free_port()
+    server = build_server(app, port=port, log_level="info", timeout_graceful_shutdown=0.5)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            url = f"http://127.0.0.1:{port}/v1/systemone"
+            pending = pool.submit(httpx.post, url, json=body(), timeout=30)
+            while app.state.capacity.active < 1:
+                time.sleep(0.01)
+            server.should_exit = True  # what SIGTERM does
+            resp = pending.result()
+        thread.join(10)
+        assert not thread.is_alive()
+    finally:
+        release.set()
+    assert_error(resp, 503, [], "shutting_down")
+    assert resp.headers["retry-after"] == "1" and resp.headers[REQUEST_ID_HEADER]
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"
+    assert not any("Exception in ASGI application" in r.getMessage() for r in caplog.records)
+
+
+def test_a_port_in_use_is_one_line_and_status_2(monkeypatch, capsys):
+    import rlcd_lab.server as server_mod
+    from rlcd_lab.cli import main
+
+    monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SystemExit) as err:
+            main(["serve", "--port", str(port)])
+    assert err.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rlcd-lab: error: cannot listen on"), lines
+    assert f"127.0.0.1:{port}" in lines[0]
+
+
+def test_a_huge_request_head_is_431(app):
+    headers = [("Authorization", f"Bearer {KEY}")]
+    with running(app) as (url, _):
+        for chunks in (1, 50):  # all at once, and in pieces
+            conn = Raw(url)
+            head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 100_000
+            step = len(head) // chunks + 1
+            with contextlib.suppress(ConnectionError):  # it may answer before the end
+                for i in range(0, len(head), step):
+                    conn.send(head[i : i + step])
+                    time.sleep(0.002 * (chunks > 1))
+                    if select.select([conn.sock], [], [], 0)[0]:
+                        break  # answered already: stop sending
+                else:
+                    conn.send(b"\r\n\r\n")
+            conn.sock.settimeout(5)
+            data = b""
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                while chunk := conn.sock.recv(65536):
+                    data += chunk
+            conn.close()
+            assert data.startswith(b"HTTP/1.1 431 "), data[:200]
+            assert REQUEST_ID_HEADER.encode() in data and b"header_too_large" in data
+        conn = Raw(url)  # a large but reasonable head still passes
+        status, _, _ = conn.request("GET", "/v1/models", headers=[*headers, ("X-Ok", "b" * 8000)])
+        assert status == 200
+        conn.close()
+
+
+def test_the_command_line_defaults_are_the_servers():
+    import rlcd_lab.server as server_mod
+    from rlcd_lab.cli import Serve
+
+    cfg = Serve()
+    assert cfg.deadline == server_mod.DEFAULT_DEADLINE_S
+    assert cfg.max_connections == server_mod.MAX_CONNECTIONS
+    assert cfg.max_client_connections == server_mod.MAX_CLIENT_CONNECTIONS
 
 
 def test_a_stuck_request_does_not_block_shutdown(decider):

@@ -147,3 +147,27 @@ def test_split_file_writes_siblings_and_refuses_to_overwrite(tmp_path):
     with pytest.raises(ValueError, match=r"y.jsonl: dev 2 \+ test 1"):
         split_file(bad, 2, 1)
     assert not split_paths(bad)["train"].exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "msg"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"uid": "\xc3("}', "not UTF-8 text"),
+        (b'{"uid": "b", "prompt": "p", "options": ["A", "B"], "label": true}', "label true"),
+        (b'["uid"]', "got an array"),
+    ],
+)
+def test_data_split_refuses_a_bad_line_in_one_line(tmp_path, capsys, line, msg):
+    """``rlcd-lab data split`` on a file with one bad line: exit 2, one line naming the
+    file and line, and no split file written (a boolean label is not written back)."""
+    from rlcd_lab.cli import main
+
+    path = write_items(tmp_path / "x.jsonl", labelled([0, 1, 2, 0, 1, 2, 0, 1, 2, 0]))
+    path.write_bytes(path.read_bytes() + line + b"\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["data", "split", str(path), "--dev", "2", "--test", "2"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"rlcd-lab: error: {path}:11: ") and msg in err, err
+    assert not any(p.exists() for p in split_paths(path).values())

@@ -67,3 +67,18 @@ def test_k3_kl_estimator():
     expected = (p * (p / r).log()).sum()
     assert (p * k3_kl(p.log(), r.log())).sum().item() == pytest.approx(expected.item(), rel=1e-12)
     assert (k3_kl(p.log(), r.log()) >= 0).all()
+
+
+@pytest.mark.parametrize(("method", "m", "ok"), [("grpo", 1, False), ("rft", 1, True)])
+def test_too_few_rationales_are_refused_before_the_run(tmp_path, tiny_base, method, m, ok):
+    """GRPO's group-normalized reward needs two rationales per question (with one, every
+    advantage is NaN); RFT trains with one. Checked before the run folder exists."""
+    from rlcd_lab.train.common import check_train_config
+
+    cfg = replace(TRAINERS[method][0], init=tiny_base, out=tmp_path / method, **(TINY | {"m": m}))
+    if ok:
+        check_train_config(cfg)
+        return
+    with pytest.raises(ValueError, match=r"--m \(--num-rationales\) must be >= 2 for grpo"):
+        train(cfg)
+    assert not cfg.out.exists()

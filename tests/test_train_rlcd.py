@@ -206,3 +206,23 @@ def test_lora_trains_only_the_adapter_and_resumes_identically(tmp_path, tiny_bas
     a = load_file(str(straight / "final" / "adapter_model.safetensors"))
     b = load_file(str(resumed / "final" / "adapter_model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (dict(m=1), r"must be >= 2 for calibrate: its leave-one-out baseline"),
+        (dict(m=2, lam=0.5), r"must be >= 3 for calibrate: the mixture estimate"),
+        (dict(lam=1.5), r"--lam must be in \[0, 1\], got 1.5"),
+        (dict(sf_weight=-1.0), "--sf-weight must be finite and >= 0"),
+    ],
+)
+def test_settings_that_fail_at_the_first_step_are_refused_before_the_run(
+    tmp_path, tiny_base, overrides, match
+):
+    """They used to pass the checks, open the run folder and fail in the first step,
+    leaving a run behind that refused the corrected command."""
+    cfg = preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=2, **(TINY | overrides))
+    with pytest.raises(ValueError, match=match):
+        train(cfg)
+    assert not cfg.out.exists()

@@ -40,6 +40,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from .. import metrics, plots
 from ..assets import ASSETS
+from ..decide import temperature_fitted
 from ..models import META_FILE, load_checkpoint, read_meta
 from ..reader import build_prompt, encode_prompts, item_options, read
 from ..routing import DEFAULT_THRESHOLD, DecisionRule
@@ -503,26 +504,16 @@ def _example_label(item: TaskItem) -> str:
     return f"{item.uid} · {item.prompt}{truth}"
 
 
-PRETRAINED_METHODS = ("pretrain", "pretrained")
-"""``rlcd.json`` methods of checkpoints whose temperature was never fitted: a base model
-from ``rlcd-lab pretrain``, a converted pretrained model (``rlcd-lab smollm2``)."""
-
-
 def temperature_status(path: Path, meta: dict) -> tuple[bool, str]:
-    """``(fitted, note)``: whether the checkpoint's T was fitted (its own ``rlcd.json``
-    records ``"temperature"`` and its method is not a pretraining one; a base checkpoint's
-    T = 1 is a default, not a fit), and a note saying why not (else ``""``)."""
+    """``(fitted, note)``: whether the checkpoint's T was fitted, and a note saying why not
+    (else ``""``): :func:`rlcd_lab.decide.temperature_fitted` of its own ``rlcd.json``
+    (the method taken from ``meta`` when the file does not record one)."""
     try:
         raw = json.loads((path / META_FILE).read_text())
     except (OSError, ValueError):
         raw = {}
     raw = raw if isinstance(raw, dict) else {}
-    method = raw.get("method", meta.get("method"))
-    if method in PRETRAINED_METHODS:
-        return False, f"method {method}: a base model, never calibrated"
-    if "temperature" not in raw:
-        return False, "no temperature in rlcd.json"
-    return True, ""
+    return temperature_fitted({"method": meta.get("method"), **raw})
 
 
 def prompt_format(path: Path, meta: dict) -> str:

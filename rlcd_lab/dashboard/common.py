@@ -6,13 +6,25 @@ where ``rlcd-lab train`` writes by default; a directory whose ``config.json`` is
 config, :func:`rlcd_lab.train.common.is_run_dir`). Its ``final/`` checkpoint is offered in
 the Ask, Compare and Batch tabs, its eval dumps in the Routing tab and its ``log.jsonl`` in
 the Runs tab, under the run's path (e.g. ``runs/verify-s0/reinforce``).
+
+Confinement: a name typed into a checkpoint or run field is a path on the server. Inside
+:func:`confined_to` (the launched dashboard runs every callback there, see
+:func:`confine`), :func:`resolve_dir` opens only folders under the allowed places: the
+shipped assets, ``runs/``, ``$RLCD_CHECKPOINT``, the converted SmolLM2 checkpoint and the
+folders the operator allows (``rlcd-lab app --allow-checkpoint-dir``); any other name gets
+one message that does not say whether the path exists. Called directly (a notebook, the
+tests), the callbacks open any folder.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -160,19 +172,81 @@ def short_labels(names: Sequence[str]) -> dict[str, str]:
     return {n: (s if counts[s] == 1 else n) for n, s in short.items()}
 
 
+_PLACES: ContextVar[tuple[Path, ...] | None] = ContextVar("rlcd_dashboard_places", default=None)
+
+
+def allowed_places(
+    root: str | Path, runs_root: str | Path = RUNS_DIR, extra: Sequence[str | Path] = ()
+) -> tuple[Path, ...]:
+    """The folders the launched dashboard may open (resolved): the assets ``root``,
+    ``runs_root``, ``$RLCD_CHECKPOINT`` when set, the SmolLM2 checkpoint's folder
+    (``rlcd-lab smollm2``) and the operator's ``extra`` folders."""
+    places = [Path(root), Path(runs_root), SMOLLM2_DEFAULT_DIR, *map(Path, extra)]
+    env = env_checkpoint()
+    if env:
+        places.append(Path(env))
+    return tuple(dict.fromkeys(p.expanduser().resolve() for p in places))
+
+
+@contextmanager
+def confined_to(places: Sequence[Path]) -> Iterator[None]:
+    """Within this block (this thread or task), :func:`resolve_dir` opens only folders
+    under ``places`` (resolved paths, :func:`allowed_places`)."""
+    token = _PLACES.set(tuple(places))
+    try:
+        yield
+    finally:
+        _PLACES.reset(token)
+
+
+def confine(fn: Callable[..., Any], places: Sequence[Path]) -> Callable[..., Any]:
+    """``fn`` run inside :func:`confined_to` ``(places)``: the form the dashboard wires
+    its callbacks in (the signature, seen through ``__wrapped__``, is ``fn``'s)."""
+
+    @functools.wraps(fn)
+    def confined(*args: Any, **kwargs: Any) -> Any:
+        with confined_to(places):
+            return fn(*args, **kwargs)
+
+    return confined
+
+
+def _inside(path: Path, places: Sequence[Path]) -> bool:
+    """Whether ``path`` (symbolic links followed) lies in one of ``places``."""
+    try:
+        full = path.expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return any(full == place or full.is_relative_to(place) for place in places)
+
+
 def resolve_dir(name: str, root: str | Path, required: str | Sequence[str], what: str) -> Path:
     """The directory a dashboard name refers to: ``root/name`` (a shipped artefact) or the
     path ``name`` itself; it must hold ``required`` (one of them, when several). Raises
-    ``gr.Error`` naming both places."""
+    ``gr.Error`` naming the places looked at. Inside :func:`confined_to`, only places
+    under the allowed folders are looked at, and a name with none gets one message that
+    says nothing about the server's files."""
     name = (name or "").strip()
     if not name:
         raise gr.Error(f"choose a {what}")
     files = [required] if isinstance(required, str) else list(required)
-    candidates = [Path(root) / name, Path(name).expanduser()]
+    candidates = [Path(root) / name]
+    with suppress(RuntimeError):  # ~unknownuser
+        candidates.append(Path(name).expanduser())
+    places = _PLACES.get()
+    if places is not None:
+        candidates = [path for path in candidates if _inside(path, places)]
+        if not candidates:
+            raise gr.Error(
+                f"{what} {name[:120]!r} is not available here: choose a shipped one, one "
+                "trained under runs/, or one in a folder the operator allows"
+            )
     for path in candidates:
-        if any((path / f).exists() for f in files):
-            return path
+        try:
+            if any((path / f).exists() for f in files):
+                return path
+        except (OSError, ValueError):
+            continue
     wanted = " or ".join(files)
-    raise gr.Error(
-        f"{what} {name!r} not found: no {wanted} in {candidates[0]} nor in {candidates[1]}"
-    )
+    where = " nor in ".join(str(path) for path in candidates) or "no place"
+    raise gr.Error(f"{what} {name!r} not found: no {wanted} in {where}")

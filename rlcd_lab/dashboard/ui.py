@@ -9,13 +9,22 @@ Ask, Compare, Batch and Routing tabs; a user's change in one tab moves the other
 tab applies the same :class:`rlcd_lab.routing.DecisionRule` and names it.
 
 The queue is bounded (:data:`QUEUE_MAX_SIZE`: past it a request is turned away at once
-with gradio's "Queue is full" message instead of waiting without end). The events that
+with gradio's "Queue is full" message instead of waiting without end) and shared fairly
+(:class:`FairQueue`): one browser session may have at most :data:`MAX_SESSION_EVENTS`
+events waiting and one client address :data:`MAX_CLIENT_EVENTS`, so one user's burst is
+refused beyond its share instead of filling the queue for everyone. The events that
 run a model (Ask, the Ask that follows a page load, Compare and Batch) share one
 concurrency group of :data:`MODEL_CONCURRENCY`; the other callbacks are light and pure and
 run :data:`DEFAULT_CONCURRENCY` at a time each, beside a running model request. Together
 with the Ask tab's size limits (``ask_tab.MAX_QUESTION_CHARS``, the model's context) and the
 Batch tab's (``batch_tab.MAX_BATCH_ROWS``) this bounds how long one user's request can
 make the others wait.
+
+Every callback that opens a checkpoint or a run is confined (``common.confine``) to the
+shipped assets, ``runs/``, ``$RLCD_CHECKPOINT``, the converted SmolLM2 checkpoint and the
+folders the operator allows (``build_demo(allowed_dirs=...)``, ``rlcd-lab app
+--allow-checkpoint-dir``): a typed path elsewhere is refused with a message that does not
+say whether it exists.
 
 Figures follow the page's light or dark theme: they are drawn on a transparent background
 with neutral grid lines (:func:`rlcd_lab.plots.apply_theme`, ``auto``) and :data:`CSS`
@@ -24,17 +33,23 @@ recolours their text in dark mode.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
+from gradio import queueing
 
 from ..assets import ASSETS, default_checkpoint, read_jsonl
 from ..routing import DEFAULT_EPS, DEFAULT_THRESHOLD
 from . import ask_tab, batch_tab, compare_tab, help_tab, playground, routing_tab, runs_tab
 from .common import (
     RUNS_DIR,
+    allowed_places,
     checkpoint_choices,
+    confine,
     default_runs,
     env_checkpoint,
     local_checkpoints,
@@ -66,9 +81,15 @@ CSS = """
 """Dark mode for the plotly figures: their text takes the theme's text colour (the figures
 themselves are transparent, :func:`rlcd_lab.plots.apply_theme`)."""
 
-QUEUE_MAX_SIZE = 64
+QUEUE_MAX_SIZE = 128
 """Events that may wait in the queue at once (all events and users together; a page load
 queues about seven). Past it gradio answers "Queue is full" at once."""
+MAX_SESSION_EVENTS = 12
+"""Events one browser session (gradio's session hash) may have waiting at once."""
+MAX_CLIENT_EVENTS = 24
+"""Events one client address may have waiting at once, all its sessions together (a
+client can open sessions at will; behind a proxy that rewrites the client address, see
+uvicorn's ``forwarded_allow_ips``)."""
 DEFAULT_CONCURRENCY = 2
 """How many calls of one light callback (Routing, Runs, Proposition 1, examples) run at once."""
 MODEL_CONCURRENCY = 1
@@ -88,8 +109,53 @@ def offline_theme() -> gr.themes.Base:
     return gr.themes.Default(font=[*SYSTEM_FONTS, "sans-serif"], font_mono=SYSTEM_MONO)
 
 
+class FairQueue(queueing.Queue):
+    """Gradio's queue with a share per user: an event is refused at once (gradio's
+    "queue full" answer, HTTP 503, with a message saying why) when its session already has
+    :data:`MAX_SESSION_EVENTS` events waiting or its client address
+    :data:`MAX_CLIENT_EVENTS`; otherwise gradio's own bound (``max_size``) applies.
+    Running events do not count, only waiting ones."""
+
+    max_session_events = MAX_SESSION_EVENTS
+    max_client_events = MAX_CLIENT_EVENTS
+
+    def _waiting(self) -> list[queueing.Event]:
+        return [e for q in self.event_queue_per_concurrency_id.values() for e in q.queue]
+
+    async def push(self, body: Any, request: Any, username: str | None) -> tuple:
+        """Gradio's ``Queue.push`` after the per-session and per-client checks."""
+        lock = self.__dict__.setdefault("_fair_lock", asyncio.Lock())
+        async with lock:  # the checks and the push, one event at a time
+            waiting = self._waiting()
+            session = getattr(body, "session_hash", None)
+            if session is not None:
+                mine = sum(e.session_hash == session for e in waiting)
+                if mine >= self.max_session_events:
+                    msg = (
+                        f"You already have {mine} requests waiting; "
+                        "wait for them to finish, then try again."
+                    )
+                    return False, msg, "queue_full"
+            host = _client_host(request)
+            if host is not None:
+                theirs = sum(_client_host(e.request) == host for e in waiting)
+                if theirs >= self.max_client_events:
+                    msg = (
+                        f"Your address already has {theirs} requests waiting; "
+                        "wait for them to finish, then try again."
+                    )
+                    return False, msg, "queue_full"
+            return await super().push(body, request, username)
+
+
+def _client_host(request: Any) -> str | None:
+    client = getattr(request, "client", None)
+    return getattr(client, "host", None)
+
+
 class Dashboard(gr.Blocks):
-    """``gr.Blocks`` that launches with :func:`offline_theme` unless told otherwise.
+    """``gr.Blocks`` that launches with :func:`offline_theme` unless told otherwise, and
+    whose queue is a :class:`FairQueue`.
 
     Gradio 6 takes the theme in ``launch()``; ``rlcd-lab app`` and ``app.py`` call a bare
     ``launch()``, so the default lives here.
@@ -99,6 +165,11 @@ class Dashboard(gr.Blocks):
         kwargs.setdefault("theme", offline_theme())
         kwargs.setdefault("css", CSS)
         return super().launch(*args, **kwargs)
+
+    def queue(self, *args, **kwargs):  # noqa: D102 (gradio's docstring applies)
+        out = super().queue(*args, **kwargs)
+        self._queue.__class__ = FairQueue  # same state, fair push
+        return out
 
 
 def _checkpoints(root: Path, runs_root: Path) -> tuple[list[str], str | None]:
@@ -155,7 +226,7 @@ def _sampling_controls() -> tuple[gr.Slider, gr.Slider, gr.Slider, gr.Number]:
     return m, temperature, max_new, seed
 
 
-def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
+def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, ...]) -> tuple:
     names, first = _checkpoints(root, runs_root)
     with gr.Row():
         with gr.Column(scale=2, min_width=320):
@@ -195,12 +266,12 @@ def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
     inputs += [measure, aggregate]
     gr.on(
         [checkpoint.change, demo.load],
-        partial(ask_tab.checkpoint_info, root=root),
+        confine(partial(ask_tab.checkpoint_info, root=root), places),
         fields,
         [info, example, question, options],
         api_name="checkpoint_info",
     ).then(
-        partial(ask_tab.ask, root=root),
+        confine(partial(ask_tab.ask, root=root), places),
         inputs,
         [verdict, texts, bars, result],
         api_visibility="private",
@@ -208,14 +279,14 @@ def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
         concurrency_id=MODEL_CONCURRENCY_ID,
     )
     example.input(
-        partial(ask_tab.example_fields, root=root),
+        confine(partial(ask_tab.example_fields, root=root), places),
         [checkpoint, example],
         [question, options],
         api_name="example",
     )
     gr.on(
         [button.click, question.submit, options.submit],
-        partial(ask_tab.ask, root=root),
+        confine(partial(ask_tab.ask, root=root), places),
         inputs,
         [verdict, texts, bars, result],
         api_name="ask",
@@ -232,7 +303,7 @@ def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
     return (measure, aggregate, threshold), (checkpoint, question, options)
 
 
-def _compare_tab(root: Path, runs_root: Path, ask_fields: tuple) -> tuple:
+def _compare_tab(root: Path, runs_root: Path, ask_fields: tuple, places: tuple[Path, ...]) -> tuple:
     names, first = _checkpoints(root, runs_root)
     trained = [n for n in names if "reinforce" in n and "verify" in n]
     base = "checkpoints/base-verify" if "checkpoints/base-verify" in names else first
@@ -274,7 +345,7 @@ def _compare_tab(root: Path, runs_root: Path, ask_fields: tuple) -> tuple:
         lambda q, o: (q, o), list(ask_fields[1:]), [question, options], api_visibility="private"
     )
     button.click(
-        partial(compare_tab.compare_checkpoints, root=root),
+        confine(partial(compare_tab.compare_checkpoints, root=root), places),
         [a, b, question, options, m, temperature, max_new, seed, threshold, measure, aggregate],
         [summary, md_a, fig_a, md_b, fig_b, result],
         api_name="compare",
@@ -284,7 +355,7 @@ def _compare_tab(root: Path, runs_root: Path, ask_fields: tuple) -> tuple:
     return measure, aggregate, threshold
 
 
-def _batch_tab(root: Path, runs_root: Path) -> tuple:
+def _batch_tab(root: Path, runs_root: Path, places: tuple[Path, ...]) -> tuple:
     names, first = _checkpoints(root, runs_root)
     gr.Markdown(
         "Upload a **JSONL** or **CSV** file with a `question` and an `options` column "
@@ -320,7 +391,7 @@ def _batch_tab(root: Path, runs_root: Path) -> tuple:
             )
             download = gr.File(label="answers.csv", interactive=False)
     button.click(
-        partial(batch_tab.batch_answers, root=root),
+        confine(partial(batch_tab.batch_answers, root=root), places),
         [checkpoint, upload, m, temperature, max_new, seed, threshold, measure, aggregate],
         [summary, table, download],
         api_name="batch",
@@ -330,7 +401,7 @@ def _batch_tab(root: Path, runs_root: Path) -> tuple:
     return measure, aggregate, threshold
 
 
-def _routing_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
+def _routing_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, ...]) -> tuple:
     names = run_choices(root)
     names += [n for n in local_run_choices(runs_root) if n not in names]
     runs = gr.Dropdown(
@@ -380,7 +451,7 @@ def _routing_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
     inputs = [runs, threshold, eps, cost_wrong, cost_escalate, calibrated, measure, aggregate]
     gr.on(
         [c.change for c in inputs] + [demo.load],
-        partial(routing_tab.routing_update, root=root),
+        confine(partial(routing_tab.routing_update, root=root), places),
         inputs,
         [summary, table, metrics_table, rc_plot, numbers],
         api_name="routing",
@@ -390,14 +461,14 @@ def _routing_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
     slow = [runs, cost_wrong, cost_escalate, calibrated, measure, aggregate]
     gr.on(
         [c.change for c in slow] + [demo.load],
-        partial(routing_tab.routing_figures, root=root),
+        confine(partial(routing_tab.routing_figures, root=root), places),
         slow,
         [reliability, cost_plot],
         api_name="routing_figures",
         trigger_mode="always_last",
     )
     bayes.click(
-        partial(routing_tab.bayes_for_runs, root=root),
+        confine(partial(routing_tab.bayes_for_runs, root=root), places),
         [cost_wrong, cost_escalate, measure, runs],
         threshold,
         api_name="bayes",
@@ -405,7 +476,7 @@ def _routing_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> tuple:
     return measure, aggregate, threshold
 
 
-def _runs_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> None:
+def _runs_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, ...]) -> None:
     names = run_choices(root)
     defaults = default_runs(names)
     names += [n for n in local_run_choices(runs_root, "log.jsonl") if n not in names]
@@ -447,14 +518,14 @@ def _runs_tab(root: Path, runs_root: Path, demo: gr.Blocks) -> None:
     compared = gr.Plot(show_label=False)
     gr.on(
         [run.change, panels.change, demo.load],
-        partial(runs_tab.run_curves, root=root),
+        confine(partial(runs_tab.run_curves, root=root), places),
         [run, panels],
         [curves, summary],
         api_name="run_curves",
     )
     gr.on(
         [compare.change, column.change, demo.load],
-        partial(runs_tab.compare_runs, root=root),
+        confine(partial(runs_tab.compare_runs, root=root), places),
         [compare, column],
         compared,
         api_name="compare_runs",
@@ -553,25 +624,32 @@ def _sync(groups: list[tuple]) -> None:
             c.input(_copies(len(others)), c, others, api_visibility="private")
 
 
-def build_demo(root: str | Path = ASSETS, runs_root: str | Path = RUNS_DIR) -> gr.Blocks:
+def build_demo(
+    root: str | Path = ASSETS,
+    runs_root: str | Path = RUNS_DIR,
+    allowed_dirs: Sequence[str | Path] = (),
+) -> gr.Blocks:
     """Build the dashboard (not launched) on the checkpoints and runs under ``root``
     (default: the shipped ``assets/``) and the runs trained under ``runs_root`` (default
-    ``runs/``), its queue bounded (see the module docstring). ``launch()`` uses
+    ``runs/``), its queue bounded and fair (see the module docstring). Its callbacks open
+    checkpoints and runs only there, in ``$RLCD_CHECKPOINT``, the converted SmolLM2
+    checkpoint and ``allowed_dirs`` (``common.allowed_places``). ``launch()`` uses
     :func:`offline_theme` and :data:`CSS`."""
     root, runs_root = Path(root), Path(runs_root)
+    places = allowed_places(root, runs_root, allowed_dirs)
     with Dashboard(title="rlcd_lab dashboard", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
         with gr.Tabs():
             with gr.Tab("Ask", id="ask"):
-                ask_rule, ask_fields = _ask_tab(root, runs_root, demo)
+                ask_rule, ask_fields = _ask_tab(root, runs_root, demo, places)
             with gr.Tab("Compare", id="compare"):
-                compare_rule = _compare_tab(root, runs_root, ask_fields)
+                compare_rule = _compare_tab(root, runs_root, ask_fields, places)
             with gr.Tab("Batch", id="batch"):
-                batch_rule = _batch_tab(root, runs_root)
+                batch_rule = _batch_tab(root, runs_root, places)
             with gr.Tab("Routing", id="routing"):
-                routing_rule = _routing_tab(root, runs_root, demo)
+                routing_rule = _routing_tab(root, runs_root, demo, places)
             with gr.Tab("Runs", id="runs"):
-                _runs_tab(root, runs_root, demo)
+                _runs_tab(root, runs_root, demo, places)
             with gr.Tab("Proposition 1", id="proposition1"):
                 _playground_tab(demo)
             with gr.Tab("Help", id="help"):

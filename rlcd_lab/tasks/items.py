@@ -6,18 +6,41 @@ the model writes them after the marker (each a single token for the model's toke
 ``prompt`` is the question text, which names the options. ``q`` is the outcome
 distribution (one-hot for epistemic tasks, spread for aleatoric ones); when given,
 training draws a fresh outcome ``Y ~ q`` on every visit.
+
+Reading a file (``read_items``) refuses anything else with one ``ValueError`` naming the
+file and line: bytes that are not UTF-8, a line that is not JSON (or nested too deeply to
+parse), a line that is not an object (an array, a string, a number), a field of the
+wrong type (``"label": true``, ``"options": "YN"``, ``"q": ["0.5", ...]``) and the
+checks of ``validate_item``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..io import atomic_write_text
+from ..io import atomic_write_text, loads_json
+
+FIELDS = ("uid", "prompt", "options", "label", "q")
+
+
+def _json_kind(value: object) -> str:
+    """How a parsed JSON value reads in a message: ``an array``, ``a string``, ..."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()}"
+    if value is None:
+        return "null"
+    kinds = {dict: "an object", list: "an array", str: "a string", int: "a number"}
+    return next((k for t, k in kinds.items() if isinstance(value, t)), "a number")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -31,8 +54,15 @@ class TaskItem:
     q: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
+        where = f"task item {self.uid!r}"
+        if isinstance(self.options, (str, bytes)) or not isinstance(self.options, Iterable):
+            raise ValueError(f"{where}: options must be a list of strings, got {self.options!r}")
         object.__setattr__(self, "options", tuple(self.options))
         if self.q is not None:
+            if isinstance(self.q, (str, bytes)) or not isinstance(self.q, Iterable):
+                raise ValueError(f"{where}: q must be a list of numbers or null, got {self.q!r}")
+            if not all(_is_number(v) for v in self.q):
+                raise ValueError(f"{where}: q must hold numbers only, got {list(self.q)}")
             object.__setattr__(self, "q", tuple(float(v) for v in self.q))
         validate_item(self)
 
@@ -44,14 +74,29 @@ class TaskItem:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> TaskItem:
-        """Build an item from a parsed JSON object; unknown keys are an error."""
-        extra = set(d) - {"uid", "prompt", "options", "label", "q"}
+    def from_json(cls, d: object) -> TaskItem:
+        """Build an item from a parsed JSON value, which must be an object with the item's
+        fields (unknown keys are an error) and ``options`` and ``q`` arrays; ``ValueError``
+        naming the problem otherwise."""
+        if not isinstance(d, dict):
+            raise ValueError(
+                f"a task item must be a JSON object with {', '.join(FIELDS)}, got {_json_kind(d)}"
+            )
+        extra = set(d) - set(FIELDS)
         if extra:
             raise ValueError(f"unknown task-item fields {sorted(extra)}")
         missing = {"uid", "prompt", "options"} - set(d)
         if missing:
             raise ValueError(f"task item is missing {sorted(missing)}")
+        where = f"task item {d['uid']!r}"
+        if not isinstance(d["options"], list):
+            raise ValueError(
+                f"{where}: options must be an array of strings, got {_json_kind(d['options'])}"
+            )
+        if d.get("q") is not None and not isinstance(d["q"], list):
+            raise ValueError(
+                f"{where}: q must be an array of numbers or null, got {_json_kind(d['q'])}"
+            )
         return cls(d["uid"], d["prompt"], tuple(d["options"]), d.get("label"), d.get("q"))
 
     @property
@@ -63,7 +108,10 @@ class TaskItem:
 
 
 def validate_item(item: TaskItem) -> None:
-    """Raise ``ValueError`` naming the item and the problem if it is malformed."""
+    """Raise ``ValueError`` naming the item and the problem if it is malformed: ``uid`` and
+    ``prompt`` non-empty strings; at least 2 distinct non-empty string options; text that
+    UTF-8 can write (no lone surrogates); a label or a ``q``; a label an integer index into
+    the options (``true``/``false`` are not); ``q`` a probability distribution over them."""
     where = f"task item {item.uid!r}"
     if not isinstance(item.uid, str) or not item.uid:
         raise ValueError(f"{where}: uid must be a non-empty string")
@@ -75,12 +123,28 @@ def validate_item(item: TaskItem) -> None:
         raise ValueError(f"{where}: options must be non-empty strings")
     if len(set(item.options)) != len(item.options):
         raise ValueError(f"{where}: duplicate options {list(item.options)}")
+    for name, text in (
+        ("uid", item.uid),
+        ("prompt", item.prompt),
+        *(("options", o) for o in item.options),
+    ):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate (JSON "\ud800"): no UTF-8
+            raise ValueError(
+                f"{where}: {name} holds {text[err.start]!r}, a lone surrogate that is not text"
+            ) from None
     if item.label is None and item.q is None:
         raise ValueError(f"{where}: needs a label or an outcome distribution q")
     if item.label is not None and not (
-        isinstance(item.label, int) and 0 <= item.label < len(item.options)
+        isinstance(item.label, int)
+        and not isinstance(item.label, bool)
+        and 0 <= item.label < len(item.options)
     ):
-        raise ValueError(f"{where}: label {item.label!r} is not an index into the options")
+        shown = json.dumps(item.label) if isinstance(item.label, bool) else repr(item.label)
+        raise ValueError(
+            f"{where}: label {shown} is not an index into the options (an integer 0..K-1, or null)"
+        )
     if item.q is not None:
         if len(item.q) != len(item.options):
             raise ValueError(
@@ -91,14 +155,24 @@ def validate_item(item: TaskItem) -> None:
 
 
 def read_items(path: str | os.PathLike) -> list[TaskItem]:
-    """Read a task-item JSONL file; errors name the file and line."""
+    """Read a task-item JSONL file (UTF-8, a byte-order mark allowed; blank lines
+    skipped). Every problem is one ``ValueError`` ``"<file>:<line>: <what>"``: bytes that
+    are not UTF-8, a line that is not JSON or nested too deeply to parse, a line that is
+    not an object, a malformed item (``TaskItem.from_json``, ``validate_item``)."""
     items = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{path}:{n}: not UTF-8 text (byte 0x{raw[err.start]:02x} at byte "
+                    f"{err.start + 1} of the line)"
+                ) from None
             if not line.strip():
                 continue
             try:
-                items.append(TaskItem.from_json(json.loads(line)))
+                items.append(TaskItem.from_json(loads_json(line)))
             except (ValueError, TypeError, KeyError) as err:
                 raise ValueError(f"{path}:{n}: {err}") from None
     return items

@@ -16,10 +16,18 @@ run. That holds because (1) checkpoints are written atomically with the optimize
 (3) every random draw inside a step is seeded by ``(seed, s)`` and the question's position
 in the step (``step_seed``, ``reader.mix_seed``), so it does not depend on how the step is
 split across processes or micro-batches either.
+
+One writer per run folder: a run holds an OS lock on ``.<name>.lock`` beside its folder
+(``io.FolderLock``, taken by ``RunDir`` before it looks at the folder, released when the
+run ends, fails or is interrupted: ``releases_run`` on each loop, or the process's exit).
+A second training on the same ``--out`` (``--resume``, ``--overwrite`` or neither, in
+another process or while this one still holds it) is refused at once with one line
+naming the holder.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -28,7 +36,8 @@ import re
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +52,12 @@ from safetensors.torch import load_file, save_file
 from tqdm import trange
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from ..evaluate import run_eval, summarize
-from ..io import atomic_write_jsonl, atomic_write_text, read_jsonl
+from ..evaluate import check_items, run_eval, summarize
+from ..io import FolderLock, atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..models import CheckpointError, check_checkpoint, load_checkpoint, save_checkpoint
 from ..reader import Sampler, default_sampler, mix_seed, sample_questions, score_rationales
 from ..tasks import TaskItem, load_task_items
-from .configs import RUN_OPTIONS, TrainConfig, config_dict, config_diff
+from .configs import RUN_OPTIONS, GRPOConfig, RLCDConfig, TrainConfig, config_dict, config_diff
 
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "trainer_state.json"
@@ -166,10 +175,17 @@ class RunDir:
     ``.<name>.replaced`` beside it), deleted by ``commit()`` once the new run has started,
     or put back by ``abandon()``. A path that exists and is neither a run directory nor
     empty is never written to or deleted (``FileExistsError``).
+
+    Before anything else it takes the run folder's lock (``io.FolderLock`` on
+    ``.<name>.lock`` beside it, so it also covers the move aside): while another process
+    holds it, opening fails at once with ``io.FolderInUseError`` (an ``OSError``) naming
+    the folder and the holder, whatever ``resume`` and ``overwrite`` say. ``close()``
+    (after the run) and ``abandon()`` release it, as does the process's exit.
     """
 
     def __init__(self, path: Path, cfg, resume: bool, overwrite: bool = False):
-        self.path = Path(path)
+        # ``..`` resolved by its text: "x/../run" with no folder x is still the run "run"
+        self.path = Path(os.path.normpath(path))
         self.config = config_dict(cfg)
         self._fresh = False  # a new run: abandon removes what opening it wrote
         self._made_dir = False  # ... including the directory itself
@@ -177,6 +193,18 @@ class RunDir:
         cfg_file = self.path / "config.json"
         if resume and overwrite:
             raise ValueError("--resume and --overwrite exclude each other; pass one")
+        self._lock = FolderLock(self.path).acquire(
+            "wait for that training to end, or choose another --out", what="run folder"
+        )
+        self._release = weakref.finalize(self, self._lock.release)  # also if never closed
+        _OPEN_RUNS[self._lock.file] = self
+        try:
+            self._open(cfg, resume, overwrite, cfg_file)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, cfg, resume: bool, overwrite: bool, cfg_file: Path) -> None:
         if self.path.exists() and not self.path.is_dir():
             raise FileExistsError(f"run directory {self.path} exists and is not a directory")
         occupied = self.path.is_dir() and any(self.path.iterdir())
@@ -212,6 +240,12 @@ class RunDir:
             self.abandon()
             raise
 
+    def close(self) -> None:
+        """Release the run folder's lock (the run has ended; idempotent)."""
+        self._release()
+        if _OPEN_RUNS.get(self._lock.file) is self:
+            del _OPEN_RUNS[self._lock.file]
+
     def _move_aside(self) -> None:
         if self.path.is_symlink():
             raise FileExistsError(f"{self.path} is a symbolic link; --overwrite replaces folders")
@@ -229,17 +263,20 @@ class RunDir:
         self._fresh = False
 
     def abandon(self) -> None:
-        """The run could not start: remove what opening it created and put back a run that
-        ``overwrite`` moved aside (a resumed run keeps its files)."""
-        if self._fresh and self._made_dir:
-            shutil.rmtree(self.path, ignore_errors=True)
-        elif self._fresh:  # an empty folder given as --out: empty it again
-            for sub in self.path.iterdir():
-                shutil.rmtree(sub) if sub.is_dir() else sub.unlink()
-        if self._replaced is not None:
-            os.replace(self._replaced, self.path)
-            self._replaced = None
-        self._fresh = False
+        """The run could not start: remove what opening it created, put back a run that
+        ``overwrite`` moved aside (a resumed run keeps its files) and release the lock."""
+        try:
+            if self._fresh and self._made_dir:
+                shutil.rmtree(self.path, ignore_errors=True)
+            elif self._fresh:  # an empty folder given as --out: empty it again
+                for sub in self.path.iterdir():
+                    shutil.rmtree(sub) if sub.is_dir() else sub.unlink()
+            if self._replaced is not None:
+                os.replace(self._replaced, self.path)
+                self._replaced = None
+            self._fresh = False
+        finally:
+            self.close()
 
     @staticmethod
     def _step_of(ckpt: Path) -> int:
@@ -308,6 +345,29 @@ class RunDir:
         return atomic_write_jsonl(self.path / "eval" / f"{name}.jsonl", rows)
 
 
+_OPEN_RUNS: weakref.WeakValueDictionary[Path, RunDir] = weakref.WeakValueDictionary()
+"""The runs this process has open (holding their folder's lock), by lock file."""
+
+
+def releases_run(loop: Callable[[Any], Path]) -> Callable[[Any], Path]:
+    """Decorate a training loop ``train(cfg)``: however it ends (returned, raised,
+    interrupted), the lock on ``cfg.out`` that its run took in this process is released,
+    so the same process can resume or replace the run right away."""
+
+    @functools.wraps(loop)
+    def run(cfg: Any) -> Path:
+        key = FolderLock(cfg.out).file
+        before = _OPEN_RUNS.get(key)  # a run open before the call is not this loop's
+        try:
+            return loop(cfg)
+        finally:
+            opened = _OPEN_RUNS.get(key)
+            if opened is not None and opened is not before:
+                opened.close()
+
+    return run
+
+
 def rationale_stats(
     u: torch.Tensor, lengths: torch.Tensor, forced: torch.Tensor
 ) -> dict[str, float]:
@@ -368,12 +428,15 @@ def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
 def check_train_config(cfg: TrainConfig) -> None:
     """Reject settings a run cannot use before anything is created or loaded.
 
-    Numbers in range, a usable ``device``, ``init`` (and ``ref``) checkpoints that exist
-    and look sound (``models.check_checkpoint``; weights are checked at load), the task's
-    train and dev splits (and test, when ``test_items``), ``out`` not a file, and for
-    ``overwrite`` no checkpoint to load inside the run it would delete. Raises
-    ``ValueError`` (``CheckpointError`` for a checkpoint) or ``FileNotFoundError`` with one
-    sentence naming the setting.
+    Numbers in range, enough rationales per question for the method (``min_rationales``),
+    a usable ``device``, ``init`` (and ``ref``) checkpoints that exist and look sound
+    (``models.check_checkpoint``, an adapter's base included; weights are checked at
+    load), the task's train and dev splits (and test, when ``test_items``), ``out`` not a
+    file, and for ``overwrite`` no checkpoint to load inside the run it would delete.
+    Raises ``ValueError`` (``CheckpointError`` for a checkpoint) or ``FileNotFoundError``
+    with one sentence naming the setting. What needs the tokenizer and the model (option
+    labels, context length) is checked when they are loaded, before the first step
+    (``_open``; a run that cannot start leaves nothing behind, ``RunDir.abandon``).
     """
     at_least = {
         "steps": 1,
@@ -398,9 +461,19 @@ def check_train_config(cfg: TrainConfig) -> None:
         if not math.isfinite(value) or value < 0 or (name in positive and value == 0):
             want = "> 0" if name in positive else ">= 0"
             raise ValueError(f"--{name.replace('_', '-')} must be finite and {want}, got {value}")
-    ace = getattr(cfg, "ace", 0.0)
-    if not math.isfinite(ace) or ace < 0:
-        raise ValueError(f"--ace must be finite and >= 0, got {ace}")
+    for name in ("ace", "sf_weight"):
+        value = getattr(cfg, name, 0.0)
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
+    lam = getattr(cfg, "lam", 0.0)
+    if not (math.isfinite(lam) and 0 <= lam <= 1):
+        raise ValueError(f"--lam must be in [0, 1], got {lam}")
+    need, why = min_rationales(cfg)
+    if cfg.m < need:
+        raise ValueError(
+            f"--m (--num-rationales) must be >= {need} for {cfg.method or 'this method'}: "
+            f"{why}; got {cfg.m}"
+        )
     if (problem := _device_problem(cfg.device)) is not None:
         raise ValueError(problem)
     if cfg.bf16 and cfg.dtype == "float64":
@@ -429,6 +502,19 @@ def check_train_config(cfg: TrainConfig) -> None:
                 )
     for split in ("train", "dev", "test") if cfg.test_items else ("train", "dev"):
         load_task_items(cfg.task, split)
+
+
+def min_rationales(cfg: TrainConfig) -> tuple[int, str]:
+    """The fewest rationales per question (``m``) the method of ``cfg`` can train with, and
+    why: the RLCD family's leave-one-out baseline needs 2 (the mixture estimate, ``lam >
+    0``, 3: ``estimators``), GRPO's group-normalized reward 2; SFT and RFT 1."""
+    if isinstance(cfg, RLCDConfig):
+        if cfg.lam > 0:
+            return 3, "the mixture estimate (--lam > 0) needs three rationales per question"
+        return 2, "its leave-one-out baseline needs two rationales per question"
+    if isinstance(cfg, GRPOConfig):
+        return 2, "its group-normalized reward needs two rationales per question"
+    return 1, "every question needs a rationale"
 
 
 @dataclass
@@ -540,10 +626,12 @@ class Session:
 
     def finish(self) -> Path:
         """Final dev/test eval dumps, temperature fitted on dev, and the ``final/``
-        checkpoint (main process; the others wait for it)."""
+        checkpoint (main process; the others wait for it); then the run folder's lock is
+        released."""
         cfg = self.cfg
         if self.main:
             self._final_eval()
+            self.run.close()
         self.acc.wait_for_everyone()
         if self.acc.num_processes > 1:
             # Let DDP's reducer go while the process group lives, and give gloo's worker
@@ -586,9 +674,10 @@ def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Sessi
     most would never move); ``--bf16`` gives bf16 compute through autocast only.
 
     Settings are checked before the run directory is touched (``check_train_config``);
-    only the main process opens it, and the others learn from it where to start (or why it
-    could not open). If loading then fails, the run directory is left as it was
-    (``RunDir.abandon``)."""
+    only the main process opens it (and holds its lock, ``RunDir``), and the others learn
+    from it where to start (or why it could not open). If loading, or checking the task's
+    items against the tokenizer and the model's context (``evaluate.check_items``), then
+    fails, the run directory is left as it was (``RunDir.abandon``)."""
     check_train_config(cfg)
     # accelerate sets up a process group only for CUDA (or when told cpu=True): with
     # "auto" on a machine without CUDA every launched process would train alone
@@ -652,6 +741,16 @@ def _open(
     model, tok, meta = load_checkpoint(
         latest or cfg.init, device, dtype=dtype, trainable=True, verify=cfg.verify
     )
+    train_items = load_task_items(cfg.task, "train")
+    dev_items = load_task_items(cfg.task, "dev")[: cfg.eval_items]
+    splits = {"train": train_items, "dev": dev_items}
+    if cfg.test_items:
+        splits["test"] = load_task_items(cfg.task, "test")[: cfg.test_items]
+    for split, items in splits.items():  # before any model work: labels, context length
+        check_items(
+            model, tok, items, mode=eval_mode, max_new_tokens=cfg.max_new_tokens,
+            marker=meta["marker"], sep=meta["sep"], where=f"task {cfg.task} {split} split",
+        )  # fmt: skip
     if cfg.lora_r and not isinstance(model, PeftModel):
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear")
         with torch.random.fork_rng(devices=[]):  # a seeded adapter initialisation
@@ -679,7 +778,7 @@ def _open(
         for _ in range(start_step):  # the schedule is a function of the step: replay it
             sched.step()
     wrapped = acc.prepare_model(model) if acc.num_processes > 1 else model
-    stream = QuestionStream(load_task_items(cfg.task, "train"), cfg.batch_size, cfg.seed)
+    stream = QuestionStream(train_items, cfg.batch_size, cfg.seed)
     eval_kw = dict(
         mode=eval_mode,
         max_new_tokens=cfg.max_new_tokens,
@@ -688,7 +787,6 @@ def _open(
         seed=cfg.seed,
     )
     meta = {**meta, "task": cfg.task, "method": cfg.method, "init": str(cfg.init)}
-    dev_items = load_task_items(cfg.task, "dev")[: cfg.eval_items]
     model.train()
     return Session(
         cfg, acc, run, start_step, device, model, wrapped, tok, meta, ref, params, opt, sched,

@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 
 from ..reader import score_rationales
-from .common import rationale_stats, sample_answers, sample_batch, setup, token_kl
+from .common import rationale_stats, releases_run, sample_answers, sample_batch, setup, token_kl
 from .configs import GRPOConfig  # the settings (no torch); re-exported here
 
 
+@releases_run
 def train(cfg: GRPOConfig) -> Path:
     """Run (or resume) GRPO; returns the run directory."""
     s = setup(cfg, needs_ref=cfg.beta > 0)

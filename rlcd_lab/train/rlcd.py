@@ -35,7 +35,7 @@ import torch
 
 from ..estimators import grad_norm, gradient_terms, surrogate_terms
 from ..reader import score_rationales
-from .common import rationale_stats, sample_batch, setup
+from .common import rationale_stats, releases_run, sample_batch, setup
 from .configs import (
     DESCRIPTIONS,
     METHODS,
@@ -60,6 +60,7 @@ __all__ = [  # the settings live in configs.py (no torch); re-exported here
 ]
 
 
+@releases_run
 def train(cfg: RLCDConfig) -> Path:
     """Run (or resume) one RLCD-family training run; returns the run directory."""
     # the KL shaping reward only reaches the loss through the score-function term

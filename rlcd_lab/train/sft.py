@@ -17,10 +17,11 @@ import torch.nn.functional as F
 
 from ..reader import build_prompt, encode_prompts, item_options, left_pad, pad_id
 from ..readout import position_ids
-from .common import setup
+from .common import releases_run, setup
 from .configs import SFTConfig  # the settings (no torch); re-exported here
 
 
+@releases_run
 def train(cfg: SFTConfig) -> Path:
     """Run (or resume) SFT; returns the run directory."""
     s = setup(cfg, needs_ref=False, eval_mode="direct")
