@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -407,6 +408,13 @@ def main(argv: list[str] | None = None) -> None:
         raise user_error(err) from None
 
 
+def _print_json(obj: dict) -> None:
+    """``obj`` on stdout as indented JSON with a final newline, once per command: under a
+    multi-process launch (``torchrun``, ``accelerate launch``) only rank 0 prints."""
+    if os.environ.get("RANK", "0") == "0":
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
 def _is(cfg: object, module: str, name: str) -> bool:
     """``isinstance(cfg, rlcd_lab.<module>.<name>)`` without importing the module (when it
     is not imported, ``cfg`` cannot be one)."""
@@ -454,20 +462,20 @@ def _run(cfg) -> None:
         from .pretrain import pretrain
 
         path = pretrain(cfg)
-        json.dump({"checkpoint": str(path), **read_meta(path)["metrics"]}, sys.stdout, indent=2)
+        _print_json({"checkpoint": str(path), **read_meta(path)["metrics"]})
     elif _is(cfg, "reproduce", "ReproduceConfig"):
         from .reproduce import run_all
 
         out = run_all(cfg, progress=lambda done: print(f"done: {done}", file=sys.stderr))
         print(out / "report.md")
     elif isinstance(cfg, Eval):
-        json.dump(run_eval_command(cfg), sys.stdout, indent=2)
+        _print_json(run_eval_command(cfg))
     elif _is(cfg, "train.configs", "TrainConfig"):
         from .models import read_meta
         from .train import train
 
         run = train(cfg)
-        json.dump({"run": str(run), **read_meta(run / "final")["metrics"]}, sys.stdout, indent=2)
+        _print_json({"run": str(run), **read_meta(run / "final")["metrics"]})
     elif isinstance(cfg, DataFetch):
         from .tasks.fetch import fetch
 

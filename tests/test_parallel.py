@@ -376,6 +376,8 @@ def test_the_readme_multiprocess_example_runs_as_written(tmp_path):
         cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    printed = json.loads(done.stdout)  # one JSON object, printed by rank 0 only
+    assert done.stdout.endswith("}\n") and printed["run"].endswith("calibrate-2proc")
     run = tmp_path / "runs" / "calibrate-2proc"
     assert [r["step"] for r in read_log(run)] == [0, 1, 2, 3]
     assert len((run / "eval" / "test.jsonl").read_text().splitlines()) == 20
