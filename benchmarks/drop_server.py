@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 from kernel_rerun import cpu  # benchmarks/kernel_rerun.py: the CPU model, as lscpu names it
-from serve import free_port  # benchmarks/serve.py, beside this script
+from serve import free_port, wait_up  # benchmarks/serve.py, beside this script
 
 LONG_STATE = "1" * 200 + "?"
 """A state the tiny verify model cannot parse: it writes no marker, every row runs on."""
@@ -117,15 +117,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     idle, waits, full = [], [], None
     try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                httpx.get(f"{url}/health").raise_for_status()
-                break
-            except httpx.TransportError:
-                if time.time() > deadline or not proc.is_alive():
-                    raise RuntimeError("the server did not start") from None
-                time.sleep(0.2)
+        wait_up(url, proc, timeout=300)
         request(url, state, 120)  # warm up
         for _ in range(args.repeats):
             idle.append(request(url, state, 120))

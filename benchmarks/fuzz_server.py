@@ -26,12 +26,12 @@ import gzip
 import json
 import multiprocessing as mp
 import random
-import socket
 import string
 import time
 from pathlib import Path
 
 import httpx
+from serve import free_port, wait_up  # benchmarks/serve.py, beside this script
 
 from rlcd_lab.decide import DecideOptions, DecisionModel
 from rlcd_lab.server import REQUEST_ID_HEADER, build_server, create_app, default_checkpoint
@@ -209,28 +209,10 @@ class Gen:
         return raw, headers
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve_child(checkpoint: str, port: int) -> None:
     decider = DecisionModel.from_checkpoint(checkpoint)
     app = create_app(decider, options=DecideOptions(mode="direct"), max_wait_ms=1.0)
     build_server(app, port=port, log_level="critical").run()
-
-
-def wait_up(url: str, proc: mp.Process) -> None:
-    deadline = time.time() + 120
-    while True:
-        try:
-            httpx.get(f"{url}/health").raise_for_status()
-            return
-        except httpx.TransportError:
-            if time.time() > deadline or not proc.is_alive():
-                raise RuntimeError("the server did not start") from None
-            time.sleep(0.1)
 
 
 async def fuzz(url: str, n: int, clients: int, seed: int) -> dict:

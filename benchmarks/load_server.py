@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from serve import QUESTIONS, free_port  # benchmarks/serve.py, beside this script
+from serve import QUESTIONS, free_port, wait_up  # benchmarks/serve.py, beside this script
 
 from rlcd_lab.decide import DecideOptions, DecisionModel
 from rlcd_lab.server import build_server, create_app, default_checkpoint
@@ -98,15 +98,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     rows = []
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                httpx.get(f"{url}/health").raise_for_status()
-                break
-            except httpx.TransportError:
-                if time.time() > deadline or not proc.is_alive():
-                    raise RuntimeError("the server did not start") from None
-                time.sleep(0.1)
+        wait_up(url, proc)
         for c in args.concurrency:
             rows.append((c, asyncio.run(load(url, states, c))))
         alive = httpx.get(f"{url}/health").status_code == 200

@@ -53,6 +53,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_up(url: str, proc, timeout: float = 120.0) -> None:
+    """Poll ``url``/health until the server in child process ``proc`` answers 200;
+    ``RuntimeError`` when ``proc`` died or ``timeout`` seconds passed."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            httpx.get(f"{url}/health").raise_for_status()
+            return
+        except httpx.TransportError:
+            if time.time() > deadline or not proc.is_alive():
+                raise RuntimeError("the server did not start") from None
+            time.sleep(0.1)
+
+
 async def load(url: str, states: list[str], clients: int) -> tuple[float, list[float]]:
     """Send one request per state from ``clients`` concurrent clients; (wall s, latencies)."""
     todo = list(states)
