@@ -335,7 +335,7 @@ def time_pieces(s: Setting, task: Path, tmp: Path) -> dict[str, float]:
     for step in range(reps):
         batch = sess.stream.batch(step)
         t0 = time.process_time()
-        rats, option_ids = sample_batch(sess, batch, step)
+        rats, option_ids = sample_batch(sess, batch)
         t1 = time.process_time()
         u, _, logp = score_rationales(sess.model, rats, option_ids)
         t2 = time.process_time()

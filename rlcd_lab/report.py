@@ -8,9 +8,10 @@
   training budget in steps) and the paired tests of two-stage RLCD against each run;
 * Table 2: the stage-2 forks against their stage-1 checkpoint;
 * Table 3 (aleatoric tasks): JSD to ``q`` in bits, single query and the mixture;
-* Figure 1: rationale length over training (System-One collapse) and the RMS ratio of
-  the score-function to the pathwise gradient over training (gradient dilution);
-* Figure 2: risk-coverage curves; Figure 3: Brier and AURC differences with 95% CIs.
+* Figure 1: System-One collapse, end to end without and with the KL anchor: rationale
+  length, readout variance and the score-function / pathwise gradient ratio over training;
+* Figure 2: risk-coverage curves; Figure 3: each stage-2 fork minus readout-only, Brier
+  and AURC with 95% CIs (and RLCD minus each run).
 
 ``findings_table(summary)`` sets each of the paper's findings for the summary's kind of
 task (:mod:`rlcd_lab.paper`) beside ours (difference, 95% CI, p) with its verdict
@@ -35,7 +36,17 @@ import numpy as np
 
 from . import paper
 from .io import atomic_write_text, read_jsonl
-from .results import FORKS, MATCHED, METRICS, RLCD, STAGE1, SWEEP_PREFIX, RunResult, summarize_runs
+from .results import (
+    FORKS,
+    MATCHED,
+    METRICS,
+    NO_KL,
+    RLCD,
+    STAGE1,
+    SWEEP_PREFIX,
+    RunResult,
+    summarize_runs,
+)
 
 LABELS = {
     "base": "base",
@@ -52,6 +63,7 @@ LABELS = {
     "grpo-cont": "fork: GRPO continuation",
     "reinforce-ace": "fork: RLCD-RL with ACE",
     SWEEP_PREFIX: "end to end, weight",
+    NO_KL: "end to end, weight 1, no KL",
 }
 ORDER = tuple(LABELS)
 
@@ -339,6 +351,16 @@ def forks_table(summary: Mapping) -> str:
     return "\n".join(rows) + "\n"
 
 
+def vs_readout_table(summary: Mapping) -> str:
+    """Markdown: Figure 3 in numbers, each fork minus ``readout-only`` (paired tests)."""
+    keys = ("accuracy", "brier", "aurc", "cov_at_eps")
+    rows = ["| fork minus readout-only | " + " | ".join(f"Δ {METRICS[k][0]}" for k in keys) + " |"]
+    rows.append("|---" * (len(keys) + 1) + "|")
+    for fork, res in summary["vs_readout"].items():
+        rows.append(f"| {label(fork)} | " + " | ".join(fmt_diff(res[k]) for k in keys) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def jsd_table(summary: Mapping) -> str:
     """Markdown: Table 3, JSD to ``q`` in bits (lower is better): the single query after
     temperature scaling, and the paper's readout (the mixture of M rationales, or the
@@ -410,6 +432,14 @@ def report_markdown(summary: Mapping, title: str) -> str:
             "(the readout is still trained by the pathwise term).\n",
             forks_table(summary),
         ]
+    if summary.get("vs_readout"):
+        md += [
+            "\n## Figure 3: stage-2 reward matters\n\nEach fork minus readout-only (the "
+            "same stage-1 checkpoint, question stream and budget; paired tests as above). "
+            "Negative Brier/AURC: the fork's stage-2 reward did better than training the "
+            "readout alone.\n",
+            vs_readout_table(summary),
+        ]
     if any(r.startswith(SWEEP_PREFIX) for r in summary["runs"]):
         md += [
             "\n## Table 4: score-function weight, end to end (KL-anchored, from the base)\n\n"
@@ -455,33 +485,39 @@ def _grad_ratio(logs: Sequence[Sequence[dict]], offset: int = 0) -> list[dict]:
 
 
 def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) -> dict:
-    """``{name: plotly figure}``: Figure 1 (rationale length and gradient RMS ratio over
-    training, mean over seeds), Figure 2 (risk-coverage, seeds pooled), Figure 3 (Brier
-    and AURC differences, RLCD minus each run, 95% CIs)."""
+    """``{name: plotly figure}``. Figure 1 (System-One collapse): rationale length,
+    readout variance across rationales and the score-function / pathwise gradient ratio
+    over training, end to end at weight 1 without (``NO_KL``) and with the KL anchor,
+    mean over seeds (every run's curves where the reproduction has neither). Figure 2:
+    risk-coverage, seeds pooled. Figure 3: each stage-2 fork minus ``readout-only``
+    (Brier and AURC, 95% CIs). ``rlcd_minus_<metric>``: two-stage RLCD minus each run."""
     from . import plots
 
+    collapse = [n for n in (NO_KL, f"{SWEEP_PREFIX}1") if n in loaded]
     trained = {  # each run's log rows, read once
-        n: [read_jsonl(r.path / "log.jsonl") for r in g]
-        for n, g in loaded.items()
-        if all((r.path / "log.jsonl").exists() for r in g)
+        n: [read_jsonl(r.path / "log.jsonl") for r in loaded[n]]
+        for n in collapse or loaded
+        if all((r.path / "log.jsonl").exists() for r in loaded[n])
     }
     figs = {}
     if trained:
         stage1 = summary["runs"].get(STAGE1, {}).get("steps", 0)
         start = {n: stage1 if n in FORKS else 0 for n in trained}  # continued from stage 1
-        logs = {label(n): _mean_log(p, "rationale_length", start[n]) for n, p in trained.items()}
-        figs["fig1_rationale_length"] = plots.compare_curves(
-            logs,
-            "rationale_length",
-            title="Figure 1: rationale length over training (mean over seeds)",
-        )
+        for column, what in (
+            ("rationale_length", "rationale length"),
+            ("readout_variance", "variance of u across rationales"),
+        ):
+            curves = {label(n): _mean_log(p, column, start[n]) for n, p in trained.items()}
+            figs[f"fig1_{column}"] = plots.compare_curves(
+                curves, column, title=f"Figure 1: {what} over training (mean over seeds)"
+            )
         ratios = {label(n): _grad_ratio(p, start[n]) for n, p in trained.items()}
         ratios = {n: r for n, r in ratios.items() if r}
         if ratios:
             figs["fig1_grad_ratio"] = plots.compare_curves(
                 ratios,
                 "sf / pathwise",
-                title="Score-function / pathwise gradient norm over training",
+                title="Figure 1: score-function / pathwise gradient norm over training",
             )
             figs["fig1_grad_ratio"].update_yaxes(type="log")  # spans orders of magnitude
     names = _ordered(loaded)
@@ -498,14 +534,18 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
             pooled, eps=summary["eps"], title="Figure 2: risk-coverage (after TS, seeds pooled)"
         )
     for metric in ("brier", "aurc"):
+        name = METRICS[metric][0]
+        forks = {label(f): t[metric] for f, t in summary.get("vs_readout", {}).items()}
+        if forks:
+            figs[f"fig3_{metric}"] = plots.interval_figure(
+                forks, f"Figure 3: each fork minus readout-only, {name}", f"Δ {name}"
+            )
         diffs = {
             label(p.split(" - ")[1]): summary["paired"][p][metric] for p in _rlcd_pairs(summary)
         }
         if diffs:
-            figs[f"fig3_{metric}"] = plots.interval_figure(
-                diffs,
-                f"Figure 3: RLCD minus each run, {METRICS[metric][0]}",
-                f"Δ {METRICS[metric][0]}",
+            figs[f"rlcd_minus_{metric}"] = plots.interval_figure(
+                diffs, f"RLCD minus each run, {name}", f"Δ {name}"
             )
     return figs
 

@@ -15,7 +15,8 @@ For each seed, from the same base model and the same question/outcome stream:
 * Table 4 (tasks without ``q``): the end-to-end objective from the base model with the KL
   anchor at score-function weights ``SWEEP`` (``endtoend-c<weight>``), next to stage 1
   (weight 0): accuracy, calibration and gradient dilution (RMS score-function /
-  pathwise gradient norm) as the weight grows.
+  pathwise gradient norm) as the weight grows; Figure 1 sets weight 1 without the anchor
+  (``endtoend-nokl``: System-One collapse) beside weight 1 with it.
 * Table 3 (sec. 5.3, tasks whose items carry ``q``): SFT (cross-entropy on direct
   answers), the per-rationale objective (``endtoend`` with KL), the mixture objective
   (``mixture``, lam = 1) and two-stage RLCD, with JSD to ``q`` of the single-query readout
@@ -127,7 +128,7 @@ def aleatoric(task: str) -> bool:
 
 def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
     """The runs of the reproduction in two waves: from the base model, then from stage 1."""
-    from .results import MATCHED, SWEEP_PREFIX
+    from .results import MATCHED, NO_KL, SWEEP_PREFIX
     from .train.configs import GRPOConfig, RFTConfig, SFTConfig, preset
 
     init = cfg.init
@@ -165,6 +166,7 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
                 runs["reinforce-ace"] = preset("reinforce", **dict(kw, init=stage1), ace=cfg.ace)
             for c in SWEEP:  # Table 4: end to end from the base, KL-anchored
                 runs[f"{SWEEP_PREFIX}{c:g}"] = preset("endtoend", **kw, sf_weight=c, beta=0.04)
+            runs[NO_KL] = preset("endtoend", **kw, sf_weight=1.0, beta=0.0)  # Figure 1
         for name in [n for n in runs if n in BASELINES]:
             runs[name + MATCHED] = replace(runs[name], steps=2 * base["steps"])
         first.append(Job("base", seed, root / "base", None, kw))

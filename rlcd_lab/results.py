@@ -40,7 +40,11 @@ STAGE1 = "calibrate"
 MATCHED = "-matched"
 SWEEP_PREFIX = "endtoend-c"
 """Prefix of Table 4's runs: the end-to-end objective at score-function weight W."""
-"""Suffix of a baseline trained at two-stage RLCD's budget (both stages' steps)."""
+NO_KL = "endtoend-nokl"
+"""Figure 1's System-One collapse: the end-to-end objective at weight 1 without a KL
+anchor (beside ``endtoend-c1``, the same with it)."""
+READOUT_ONLY = "readout-only"
+"""Figure 3's reference: the fork that continues stage 1 (the readout alone)."""
 FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont", "reinforce-ace")
 """Table 2: stage-2 continuations from the same stage-1 checkpoint (``reinforce-ace``:
 RLCD-RL with the optional ACE reward, ``rlcd-lab reproduce --ace``)."""
@@ -344,7 +348,9 @@ def summarize_runs(
     ``paired["reinforce - X"]``: :func:`paired` for every other run X (and the pairs of
     ``TABLE3_PAIRS`` on aleatoric tasks); ``forks[F]``:
     :func:`paired` of each stage-2 fork against its stage-1 checkpoint, plus the mean
-    +- s.d. change of ``T`` and ``length``; ``sweep[W]``: :func:`paired` of Table 4's
+    +- s.d. change of ``T`` and ``length``; ``vs_readout[F]``: :func:`paired` of every
+    other fork against ``readout-only`` (Figure 3: same checkpoint, stream and budget);
+    ``sweep[W]``: :func:`paired` of Table 4's
     run at score-function weight ``W`` (``SWEEP_PREFIX`` + W) against stage 1 (weight 0).
     """
     root = Path(root)
@@ -368,6 +374,7 @@ def summarize_runs(
         "runs": {},
         "paired": {},
         "forks": {},
+        "vs_readout": {},
         "sweep": {},
     }
     for name, group in loaded.items():
@@ -410,6 +417,8 @@ def summarize_runs(
                     ]
                 )
             summary["forks"][fork] = tests
+            if fork != READOUT_ONLY and READOUT_ONLY in loaded:
+                summary["vs_readout"][fork] = paired(loaded[fork], loaded[READOUT_ONLY], eps, n)
         for name in (r for r in loaded if r.startswith(SWEEP_PREFIX)):
             summary["sweep"][name[len(SWEEP_PREFIX) :]] = paired(
                 loaded[name], loaded[STAGE1], eps, n

@@ -27,7 +27,8 @@ def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
     baselines = {"sft", "rft", "rft-kl", "grpo"}
     matched = {f"{n}-matched" for n in baselines}
     sweep = {"endtoend-c0.1": 0.1, "endtoend-c0.3": 0.3, "endtoend-c1": 1.0}  # Table 4
-    assert {n for n, _ in a} == {"base", "calibrate"} | baselines | matched | set(sweep)
+    nokl = {"endtoend-nokl"}  # Figure 1: weight 1 without the KL anchor
+    assert {n for n, _ in a} == {"base", "calibrate"} | baselines | matched | set(sweep) | nokl
     assert {n for n, _ in b} == set(FORKS) - {"reinforce-ace"}  # ACE only with --ace
     for seed in (3, 4):
         stage1 = tmp_path / "verify" / f"seed-{seed}" / "calibrate" / "final"
@@ -42,6 +43,8 @@ def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
                 0.04,
                 a[("calibrate", seed)].train.init,
             )
+        collapse, anchored = a[("endtoend-nokl", seed)].train, a[("endtoend-c1", seed)].train
+        assert replace(collapse, beta=0.04, out=anchored.out) == anchored
         rl, anchor = b[("reinforce", seed)].train, b[("anchor-only", seed)].train
         # anchor-only: RLCD-RL with the outcome reward removed (nothing else)
         assert (rl.sf_weight, rl.beta, rl.outcome_reward) == (0.3, 0.04, True)
@@ -195,13 +198,22 @@ def test_summary_numbers_match_metrics_and_stats_on_fabricated_dumps(tmp_path):
         for s in seeds
     ]
     assert summary["forks"]["readout-only"]["aurc"]["diff"] == pytest.approx(np.mean(delta))
+    # Figure 3: each other fork minus readout-only, per-item Brier averaged over seeds
+    ro = np.mean(
+        [((ts_probs(s, "readout-only") - np.eye(2)[labels]) ** 2).sum(1) for s in seeds], 0
+    )
+    fig3 = summary["vs_readout"]["reinforce"]["brier"]["diff"]
+    assert fig3 == pytest.approx(float((item["reinforce"] - ro).mean()))
+    assert set(summary["vs_readout"]) == {"reinforce"}
     assert json.loads((tmp_path / "summary.json").read_text())["eps"] == 0.1
     md = (tmp_path / "report.md").read_text()
     assert "Table 1" in md and "Table 2" in md and "| GRPO+TS |" in md
     html = (tmp_path / "report.html").read_text()
     assert "<table>" in html and "<script src=" not in html  # plotly inlined: no CDN
-    # risk-coverage (Figure 2) + Brier and AURC differences (Figure 3); no logs: no Figure 1
-    assert html.count('class="plotly-graph-div"') == 3
+    # risk-coverage (Figure 2), Brier and AURC of forks minus readout-only (Figure 3) and
+    # of RLCD minus each run; no logs: no Figure 1
+    assert html.count('class="plotly-graph-div"') == 5
+    assert "Figure 3: stage-2 reward matters" in md
 
 
 def test_summarize_skips_runs_missing_a_seed(tmp_path):

@@ -34,7 +34,7 @@ def test_checkpointing_keeps_sampling_and_the_first_step_unchanged(tmp_path, tin
     b = setup(replace(ckpt, out=tmp_path / "sb"), needs_ref=False)
     assert b.model.is_gradient_checkpointing and a.model.training and b.model.training
     batch = a.stream.batch(0)
-    ra, rb = sample_batch(a, batch, 0)[0], sample_batch(b, batch, 0)[0]
+    ra, rb = sample_batch(a, batch)[0], sample_batch(b, batch)[0]
     assert ra.texts == rb.texts and torch.equal(ra.input_ids, rb.input_ids)
     assert b.model.training  # back in training mode after sampling
     la, lb = read_log(train(plain))[0], read_log(train(ckpt))[0]

@@ -71,11 +71,13 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
 @dataclass(frozen=True)
 class Batch:
     """Questions of one step (or this process's share of them) and the outcome drawn for
-    each visit; ``index``: each question's position in the whole step (seeds its draws)."""
+    each visit; ``index``: each question's position in the whole step, ``step``: the
+    stream's step (together they seed the step's draws)."""
 
     items: list[TaskItem]
     y: torch.Tensor  # (B,) outcome index
     index: list[int]
+    step: int
 
 
 class QuestionStream:
@@ -83,13 +85,15 @@ class QuestionStream:
 
     Step ``s`` takes positions ``s*B .. s*B+B-1`` of an endless sequence of shuffled
     epochs over ``items``; an item with ``q`` gets a fresh outcome ``Y ~ q`` on every
-    visit, an item without one its ``label``. Pure function of ``(seed, step)``.
+    visit, an item without one its ``label``. Pure function of ``(seed, start + step)``:
+    a run with ``start`` (``TrainConfig.stream_start``) continues the stream there.
     """
 
-    def __init__(self, items: Sequence[TaskItem], batch_size: int, seed: int):
+    def __init__(self, items: Sequence[TaskItem], batch_size: int, seed: int, start: int = 0):
         if not items:
             raise ValueError("the training split is empty")
         self.items, self.batch_size, self.seed = list(items), batch_size, seed
+        self.start = start
         self._perms: dict[int, np.ndarray] = {}
 
     def _perm(self, epoch: int) -> np.ndarray:
@@ -100,8 +104,9 @@ class QuestionStream:
         return self._perms[epoch]
 
     def batch(self, step: int, positions: Sequence[int] | None = None) -> Batch:
-        """The questions of ``step`` at ``positions`` (default: all ``batch_size``)."""
+        """The questions of the run's ``step`` at ``positions`` (default: all ``batch_size``)."""
         positions = range(self.batch_size) if positions is None else positions
+        step += self.start
         n, out, ys = len(self.items), [], []
         for j in positions:
             pos = step * self.batch_size + j
@@ -112,7 +117,7 @@ class QuestionStream:
             else:
                 ys.append(int(item.label))
             out.append(item)
-        return Batch(out, torch.tensor(ys), list(positions))
+        return Batch(out, torch.tensor(ys), list(positions), step)
 
 
 def save_optimizer(path: Path, opt: torch.optim.Optimizer) -> None:
@@ -330,7 +335,8 @@ class RunDir:
             save_optimizer(tmp, opt)
             (tmp / STATE_FILE).write_text(json.dumps({"step": step}))  # marks it complete
 
-        save_checkpoint(ckpt, model, tok, {**meta, "step": step}, extra=trainer_state)
+        meta = {**meta, "step": step, "stream_end": meta["stream_start"] + step}
+        save_checkpoint(ckpt, model, tok, meta, extra=trainer_state)
         done = sorted(
             (int(d.name.split("-")[1]), d)
             for d in (self.path / "checkpoints").glob("step-*")
@@ -450,10 +456,11 @@ def check_train_config(cfg: TrainConfig) -> None:
         "lora_r": 0,
         "grad_accum": 1,
         "warmup_steps": 0,
+        "stream_start": 0,
     }
     for name, low in at_least.items():
         value = getattr(cfg, name)
-        if value < low:
+        if value is not None and value < low:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
     positive = ("temperature", "lr", "grad_clip")
     for name in ("temperature", "lr", "grad_clip", "weight_decay", "beta"):
@@ -657,6 +664,7 @@ class Session:
         meta = {
             **self.meta,
             "step": cfg.steps,
+            "stream_end": self.stream.start + cfg.steps,
             "temperature": result["dev"]["T"],
             "metrics": result,
         }
@@ -778,7 +786,11 @@ def _open(
         for _ in range(start_step):  # the schedule is a function of the step: replay it
             sched.step()
     wrapped = acc.prepare_model(model) if acc.num_processes > 1 else model
-    stream = QuestionStream(train_items, cfg.batch_size, cfg.seed)
+    if latest is not None:  # resuming: the run's own checkpoint knows where it started
+        start = meta.get("stream_start", 0)
+    else:  # default: where the training of init ended (0 for a model not trained on one)
+        start = meta.get("stream_end", 0) if cfg.stream_start is None else cfg.stream_start
+    stream = QuestionStream(train_items, cfg.batch_size, cfg.seed, start)
     eval_kw = dict(
         mode=eval_mode,
         max_new_tokens=cfg.max_new_tokens,
@@ -787,6 +799,7 @@ def _open(
         seed=cfg.seed,
     )
     meta = {**meta, "task": cfg.task, "method": cfg.method, "init": str(cfg.init)}
+    meta |= {"stream_start": start, "stream_end": start}
     model.train()
     return Session(
         cfg, acc, run, start_step, device, model, wrapped, tok, meta, ref, params, opt, sched,
@@ -794,12 +807,12 @@ def _open(
     )  # fmt: skip
 
 
-def sample_batch(s: Session, batch: Batch, step: int):
+def sample_batch(s: Session, batch: Batch):
     """On-policy rationales for a batch (no gradient): ``(rationales, option_ids (B, K))``
-    (each question over its own options, -1 pads); question ``j`` of the step is drawn with
-    seed ``mix_seed(step_seed(seed, step), j)``, wherever it is computed."""
+    (each question over its own options, -1 pads); question ``j`` of the stream's step
+    ``t`` is drawn with seed ``mix_seed(step_seed(seed, t), j)``, wherever it is computed."""
     s.model.eval()  # no dropout while sampling, and the KV cache even with checkpointing
-    base = step_seed(s.cfg.seed, step)
+    base = step_seed(s.cfg.seed, batch.step)
     try:
         return sample_questions(
             s.model,
@@ -827,14 +840,14 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 def sample_answers(
-    u: torch.Tensor, seed: int, step: int, batch: Batch, m: int
+    u: torch.Tensor, seed: int, batch: Batch, m: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one answer per readout row, ``a_i ~ u_i`` (over the options), by inverting the
     CDF at a uniform drawn for the row's place in the whole step (question ``batch.index``,
-    rationale ``0..m-1``), seeded by ``(seed, step)``. ``u`` is ``(B m, K)``. Returns
+    rationale ``0..m-1``), seeded by ``(seed, batch.step)``. ``u`` is ``(B m, K)``. Returns
     ``a (B m,)`` and ``log u_i[a_i] (B m,)`` (with gradient): the answer token's
     log-probability for the baselines that sample their answer."""
-    rng = np.random.default_rng([seed, step, 1])
+    rng = np.random.default_rng([seed, batch.step, 1])
     width = max(batch.index) + 1
     r = torch.from_numpy(rng.random((width, m))[batch.index].reshape(-1))
     cdf = u.detach().double().cpu().cumsum(-1)

@@ -30,11 +30,10 @@ RUN_OPTIONS = ("resume", "overwrite", "verify")
 def config_diff(old: dict, cfg: Any, ignore: tuple[str, ...] = RUN_OPTIONS) -> list[str]:
     """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
     setting the record lacks (added to the code after it was written) counts as its
-    default, so runs recorded before stay resumable and reusable. ``ignore``: settings
-    never compared (default ``RUN_OPTIONS``)."""
+    default, and one the code no longer has is not compared, so runs recorded before stay
+    resumable and reusable. ``ignore``: settings never compared (default ``RUN_OPTIONS``)."""
     new, defaults = config_dict(cfg), config_dict(type(cfg)())
-    keys = set(old) | set(new)
-    return sorted(k for k in keys if k not in ignore and old.get(k, defaults.get(k)) != new.get(k))
+    return sorted(k for k in new if k not in ignore and old.get(k, defaults.get(k)) != new[k])
 
 
 @dataclass(frozen=True)
@@ -82,6 +81,11 @@ class TrainConfig:
     """Test items in the final eval dump (0 skips it)."""
     save_every: int = 50
     seed: int = 0
+    stream_start: int | None = None
+    """Step of the question stream at which this run starts: its step ``s`` takes the
+    stream's step ``stream_start + s`` (questions, outcomes and sampling seeds). Default:
+    continue where the training of ``init`` ended (its ``rlcd.json`` ``stream_end``), 0
+    for a model not trained on a stream; so stage 2 and its forks see new questions."""
     lora_r: int = 0
     """LoRA rank on every linear layer (alpha = 2 r); 0 trains all weights."""
     bf16: bool = False
@@ -123,8 +127,6 @@ class RLCDConfig(TrainConfig):
     lam: float = 0.0
     """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
     rule: Literal["brier", "log"] = "brier"
-    reader: Literal["self", "ref"] = "self"
-    """Who reads the readout that is scored: the trained model or the frozen reference."""
     outcome_reward: bool = True
     """False: the score-function term gets the KL shaping reward only, the readout is still
     trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""

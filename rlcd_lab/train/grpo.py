@@ -37,10 +37,10 @@ def train(cfg: GRPOConfig) -> Path:
             b, y = len(batch.items), batch.y.to(s.device)
 
             # 1. rationales, then one forward with gradient; a sampled answer per rationale
-            rats, option_ids = sample_batch(s, batch, step)
+            rats, option_ids = sample_batch(s, batch)
             t_sample = time.perf_counter()
             u, _, tok_lp = score_rationales(s.wrapped, rats, option_ids, per_token=True)
-            answer, logp_answer = sample_answers(u, cfg.seed, step, batch, m)
+            answer, logp_answer = sample_answers(u, cfg.seed, batch, m)
             logp = tok_lp.sum(-1) + logp_answer
 
             # 2. correctness reward, group-normalized advantages

@@ -33,10 +33,10 @@ def train(cfg: RFTConfig) -> Path:
             b, y = len(batch.items), batch.y.to(s.device)
 
             # 1. rationales, then one forward with gradient; a sampled answer per rationale
-            rats, option_ids = sample_batch(s, batch, step)
+            rats, option_ids = sample_batch(s, batch)
             t_sample = time.perf_counter()
             u, _, tok_lp = score_rationales(s.wrapped, rats, option_ids, per_token=True)
-            answer, logp_answer = sample_answers(u, cfg.seed, step, batch, m)
+            answer, logp_answer = sample_answers(u, cfg.seed, batch, m)
 
             # 2. keep the correct trajectories; 3. their token-mean NLL (+ KL anchor): the
             # token count of all processes' micro-batches, times W as DDP averages gradients

@@ -4,9 +4,8 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
 
 1. sample M rationales per question on-policy, without gradient;
 2. the scoring pass with gradient gives each rationale's readout ``u`` and ``log pi(r|x)``;
-3. the reward of rationale i is the proper score ``R_i = J(u_i, Y)`` of the *reader*'s
-   readout (``self``: the model being trained; ``ref``: the frozen anchor model reads the
-   rationale), plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
+3. the reward of rationale i is the proper score ``R_i = J(u_i, Y)`` of the trained
+   model's own readout, plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
    ``outcome_reward=False`` drops ``R_i`` from the score-function term and keeps the
    pathwise term (the readout is still trained): the paper's "anchor only" control;
    ``ace > 0`` penalises overconfident errors harder (``estimators.ace_advantages``);
@@ -64,7 +63,7 @@ __all__ = [  # the settings live in configs.py (no torch); re-exported here
 def train(cfg: RLCDConfig) -> Path:
     """Run (or resume) one RLCD-family training run; returns the run directory."""
     # the KL shaping reward only reaches the loss through the score-function term
-    needs_ref = (cfg.beta > 0 or cfg.ace > 0) and cfg.sf_weight > 0 or cfg.reader == "ref"
+    needs_ref = (cfg.beta > 0 or cfg.ace > 0) and cfg.sf_weight > 0
     s = setup(cfg, needs_ref=needs_ref)
     m = cfg.m
     for step in (bar := s.steps(cfg.method)):
@@ -73,25 +72,24 @@ def train(cfg: RLCDConfig) -> Path:
             b, y = len(batch.items), batch.y.to(s.device)
 
             # 1. on-policy rationales, no gradient
-            rats, option_ids = sample_batch(s, batch, step)
+            rats, option_ids = sample_batch(s, batch)
             t_sample = time.perf_counter()
 
             # 2. the scoring pass with gradient: readout u and log pi(r | x)
             u, _, logp = score_rationales(s.wrapped, rats, option_ids)
             u, logp = u.view(b, m, -1), logp.view(b, m)
 
-            # 3. the reader and the KL anchor (the reference model never gets a gradient)
+            # 3. the KL anchor (the reference model never gets a gradient)
             extra = kl = log_ratio = None
             if s.ref is not None:
                 with torch.no_grad():
-                    ref_u, _, ref_logp = score_rationales(s.ref, rats, option_ids)
+                    _, _, ref_logp = score_rationales(s.ref, rats, option_ids)
                 log_ratio = logp.detach() - ref_logp.view(b, m)
                 kl = float(log_ratio.mean())
                 if cfg.beta > 0:
                     extra = -cfg.beta * log_ratio
-            u_read = ref_u.view(b, m, -1) if cfg.reader == "ref" else u
             terms = surrogate_terms(
-                u_read, logp, y, cfg.lam, extra, cfg.rule, cfg.outcome_reward, cfg.ace, log_ratio
+                u, logp, y, cfg.lam, extra, cfg.rule, cfg.outcome_reward, cfg.ace, log_ratio
             )
 
             # 4. the loss (pathwise + c * score function), dilution diagnostics, the gradient
