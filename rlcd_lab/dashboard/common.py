@@ -125,7 +125,7 @@ def env_checkpoint() -> str | None:
 def local_checkpoints(smollm2_dir: str | Path = SMOLLM2_DEFAULT_DIR) -> list[str]:
     """Checkpoints offered besides the shipped ones: ``$RLCD_CHECKPOINT`` when set (listed
     even when it is not there, so the Ask tab says why it cannot be used), then the SmolLM2
-    checkpoint when it has been converted (``rlcd-lab smollm2``) at ``smollm2_dir``. Nothing
+    checkpoint when it has been converted (``rlcd-lab gguf smollm2``) at ``smollm2_dir``. Nothing
     is downloaded or converted here."""
     out = []
     env = env_checkpoint()
@@ -180,7 +180,7 @@ def allowed_places(
 ) -> tuple[Path, ...]:
     """The folders the launched dashboard may open (resolved): the assets ``root``,
     ``runs_root``, ``$RLCD_CHECKPOINT`` when set, the SmolLM2 checkpoint's folder
-    (``rlcd-lab smollm2``) and the operator's ``extra`` folders."""
+    (``rlcd-lab gguf smollm2``) and the operator's ``extra`` folders."""
     places = [Path(root), Path(runs_root), SMOLLM2_DEFAULT_DIR, *map(Path, extra)]
     env = env_checkpoint()
     if env:

@@ -66,7 +66,7 @@ decide automatically only when the calibrated confidence is high enough.
 **Batch** file · compare **Routing** of RLCD against GRPO/SFT/RFT on cached eval dumps ·
 inspect training **Runs** · play with **Proposition 1** · look terms up in **Help**.
 Everything here runs on the CPU, offline: the shipped tiny checkpoints, runs you trained
-under `runs/`, SmolLM2-135M-Instruct once converted (`rlcd-lab smollm2`), or the checkpoint
+under `runs/`, SmolLM2-135M-Instruct once converted (`rlcd-lab gguf smollm2`), or the checkpoint
 named by `$RLCD_CHECKPOINT`."""
 
 CSS = """
@@ -182,7 +182,7 @@ def _checkpoints(root: Path, runs_root: Path) -> tuple[list[str], str | None]:
 
 CHECKPOINT_INFO = (
     "a shipped checkpoint, a run trained under runs/ (its final/), a local one "
-    "($RLCD_CHECKPOINT, SmolLM2 once converted with `rlcd-lab smollm2`), or type a directory"
+    "($RLCD_CHECKPOINT, SmolLM2 once converted with `rlcd-lab gguf smollm2`), or type a directory"
 )
 
 
