@@ -552,7 +552,7 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
 
 def write_pngs(figs: Mapping, folder: Path) -> list[Path]:
     """Each figure as ``folder/<name>.png`` (1000 x 560) when plotly can export images
-    (the ``kaleido`` package and a Chrome/Chromium, as in the dev extra); else nothing.
+    (the ``kaleido`` package and a Chrome/Chromium: ``pip install kaleido``); else nothing.
     Returns the files written."""
     import importlib.util
 
