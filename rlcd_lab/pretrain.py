@@ -105,6 +105,11 @@ def check_pretrain_config(cfg: PretrainConfig) -> Path:
             raise ValueError(
                 f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(cfg, name)}"
             )
+    if cfg.slip is not None:
+        if cfg.task != "verify":
+            raise ValueError(f"--slip is a verify teacher setting, not {cfg.task}'s")
+        if not 0 <= cfg.slip <= 1:
+            raise ValueError(f"--slip must be in [0, 1], got {cfg.slip}")
     if cfg.hidden_size % cfg.heads:
         raise ValueError(
             f"--hidden-size {cfg.hidden_size} is not a multiple of --heads {cfg.heads}"
@@ -118,7 +123,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
     (``check_pretrain_config``)."""
     out = check_pretrain_config(cfg)
     cfg = resolved(cfg)
-    task = get_task(cfg.task)
+    task = get_task(cfg.task, **({} if cfg.slip is None else {"slip": cfg.slip}))
     tokenizer = char_tokenizer()
     model = tiny_model(
         tokenizer, seed=cfg.seed, hidden_size=cfg.hidden_size, layers=cfg.layers, heads=cfg.heads

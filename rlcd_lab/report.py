@@ -119,7 +119,7 @@ def verdict(diff: Mapping[str, float], direction: int, effect: float | None = No
     if sig and not paper_side:
         return "opposite direction"
     held = effect is not None and lo <= effect <= hi
-    beyond = effect is not None and not held and abs(effect) > max(abs(lo), abs(hi))
+    beyond = effect is not None and (effect < lo if effect < 0 else effect > hi)
     if sig:
         if effect is None or held:
             return "reproduces"
@@ -620,7 +620,12 @@ def load_summaries(folder: Path) -> dict[str, dict]:
 
 def readme_block(summary: Mapping) -> str:
     """What the README shows for a shipped summary: the runs (Table 3 on aleatoric
-    tasks), then the paper's claims."""
+    tasks), then the paper's claims; for a difficulty map (``rlcd_lab.difficulty``) its
+    table."""
+    if summary.get("kind") == "difficulty":
+        from .difficulty import difficulty_table
+
+        return difficulty_table(summary)
     aleatoric = any("jsd" in e for e in summary["runs"].values())
     return (
         (jsd_table(summary) if aleatoric else runs_table(summary)) + "\n" + findings_table(summary)

@@ -452,6 +452,8 @@ def test_pretrain_user_errors(tmp_path, capsys):
     assert (docs / "notes.txt").read_text() == "keep"
     fails(capsys, ["pretrain", "--hidden-size", "16", "--heads", "3"], "not a multiple of --heads")
     fails(capsys, ["pretrain", "--steps", "0"], "--steps must be >= 1")
+    fails(capsys, ["pretrain", "--task", "facts", "--slip", "0.5"], "verify teacher setting")
+    fails(capsys, ["pretrain", "--slip", "1.5"], r"--slip must be in \[0, 1\]")
 
 
 @pytest.mark.parametrize(

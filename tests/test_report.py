@@ -40,6 +40,9 @@ SMALLER = "smaller than the paper's"
         # the CI excludes 0 but the test does not reject: not significant
         (0.025, 0.15, 0.33, f"{SMALLER}: not significant, CI excludes its effect"),
         (0.025, 0.361, 0.33, "not measurable: not significant, CI holds the paper's effect"),
+        # straddling 0, reaching further on the wrong side than the paper's effect: the CI
+        # still excludes the effect
+        (-0.3, 0.1, 0.5, f"{SMALLER}: not significant, CI excludes its effect"),
     ],
 )
 def test_verdicts_against_the_papers_effect(lo, hi, p, expected, sign):

@@ -58,6 +58,27 @@ def test_verify_items_and_teacher():
     assert direct.rationale == "" and direct.label == items[0].options[items[0].label]
 
 
+@pytest.mark.parametrize("slip", [0.0, 0.05, 0.6, 1.0])
+def test_verify_slip_is_the_teachers_carry_drop_rate(slip):
+    """Items do not depend on the teacher; each carry the teacher meets is dropped with
+    probability ``slip`` (binomial: within 4.5 standard deviations), no other step ever."""
+    task = get_task("verify", slip=slip)
+    assert task.split("test") == Verify().split("test")
+    rng = np.random.default_rng(1)
+    carries = drops = 0
+    for it in task.split("train"):
+        a, b, c, _ = map(int, re.match(r"(\d+)\+(\d+)\+(\d+)=(\d+)\?", it.prompt).groups())
+        rationale = task.teach(it, rng, direct=False).rationale
+        s1, s2 = map(int, re.match(rf"{a}\+{b}=(\d+);\d+\+{c}=(\d+);", rationale).groups())
+        for x, y, got in ((a, b, s1), (s1, c, s2)):
+            has_carry = (x % 10 + y % 10) >= 10
+            assert got in ((x + y, x + y - 10) if has_carry else (x + y,))
+            carries += has_carry
+            drops += got == x + y - 10 and has_carry
+    sd = (carries * slip * (1 - slip)) ** 0.5
+    assert abs(drops - slip * carries) <= 4.5 * sd + 1e-9
+
+
 def test_facts_known_entities_and_noisy_teacher():
     task = Facts()
     assert {s: len(task.split(s)) for s in ("train", "dev", "test")} == {

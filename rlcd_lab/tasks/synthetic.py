@@ -282,9 +282,12 @@ class Aleatoric(SyntheticTask):
 TASKS: dict[str, type[SyntheticTask]] = {"verify": Verify, "facts": Facts, "aleatoric": Aleatoric}
 
 
-def get_task(name: str, seed: int = WORLD_SEED) -> SyntheticTask:
-    """The synthetic task called ``name`` (``verify``, ``facts`` or ``aleatoric``)."""
+def get_task(name: str, seed: int = WORLD_SEED, **teacher) -> SyntheticTask:
+    """The synthetic task called ``name`` (``verify``, ``facts`` or ``aleatoric``);
+    ``teacher``: settings of its teacher (``verify``: ``slip``). Items and splits depend on
+    ``name`` and ``seed`` only."""
     try:
-        return TASKS[name](seed)
+        cls = TASKS[name]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}") from None
+    return cls(seed, **teacher)
