@@ -256,7 +256,7 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     ),
     "train": (
         "Train from a checkpoint: calibrate | reinforce | endtoend | mixture (RLCD), "
-        "sft | rft | grpo (baselines).",
+        "sft | rft | grpo (baselines), teach (a real model's skill first).",
         _train_union,
     ),
     "eval": (_summary(Eval), lambda: Eval),

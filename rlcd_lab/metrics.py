@@ -237,6 +237,22 @@ def ece_from_confidence(confidence: ArrayLike, correct: ArrayLike, n_bins: int =
     return float((bins["count"][keep] / n * gaps).sum())
 
 
+def auroc(confidence: ArrayLike, correct: ArrayLike) -> float:
+    """Area under the ROC curve of ``confidence (N,)`` for telling ``correct (N,)`` answers
+    from wrong ones: the probability that a random right answer has a higher confidence
+    than a random wrong one, ties counting one half (the Mann-Whitney U statistic over
+    ``n_right * n_wrong``; Hanley & McNeil 1982). 0.5 is no discrimination, 1 perfect.
+    Needs at least one right and one wrong answer."""
+    conf, ok = _conf_correct(confidence, correct)
+    n_right, n_wrong = int(ok.sum()), int((~ok).sum())
+    if not (n_right and n_wrong):
+        raise ValueError(f"AUROC needs right and wrong answers, got {n_right} and {n_wrong}")
+    values, inverse, counts = np.unique(conf, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[inverse]  # average ranks, 1-based
+    u = ranks[ok].sum() - n_right * (n_right + 1) / 2
+    return float(u / (n_right * n_wrong))
+
+
 def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> float:
     """Top-label expected calibration error ``sum_b |B_b|/N |acc_b - conf_b|``.
 

@@ -424,6 +424,28 @@ Sampler = Callable[..., Generated]
 """The signature of ``hf_sampler``."""
 
 
+def written_sampler(rows: Sequence[Sequence[int]]) -> Sampler:
+    """A :data:`Sampler` that writes given token ids instead of sampling (teacher forcing):
+    row ``i`` of the batch gets ``rows[i]`` (which must end with the marker) and stops
+    there as if it had sampled the marker. ``sample_rationales`` then builds the rows
+    exactly as for the model's own text, so a worked rationale is read and scored as any
+    sampled one (``rlcd-lab train teach``). Its ``token_lp`` is 0: ``score_rationales``
+    computes the log-probabilities."""
+
+    def write(model, tokenizer, ids: Tensor, mask: Tensor, **_) -> Generated:
+        if len(rows) != ids.shape[0]:
+            raise ValueError(f"{len(rows)} written rows for {ids.shape[0]} prompts")
+        width = max(len(r) for r in rows)
+        tokens = torch.full((len(rows), width), pad_id(tokenizer), dtype=torch.long)
+        for i, r in enumerate(rows):
+            tokens[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+        end = torch.tensor([len(r) for r in rows])
+        hit = torch.ones(len(rows), dtype=torch.bool)
+        return Generated(tokens, end, hit, torch.zeros(tokens.shape))
+
+    return write
+
+
 def default_sampler(model: PreTrainedModel) -> Sampler:
     """The sampler used when none is given: ``decoding.kv_sampler`` (``hf_sampler``'s
     tokens from a faster decoding loop) for a transformers model, PEFT-wrapped or not;

@@ -35,6 +35,18 @@ EXACT_MAX = 16
 _CHUNK_ELEMS = 2_000_000  # resampled values held in memory at once
 
 
+def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``k / n`` (95% for the default ``z``):
+    ``(p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)`` (Wilson 1927; Brown,
+    Cai & DasGupta 2001 recommend it over the normal interval for small ``n``)."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    p, z2 = k / n, z * z
+    centre = p + z2 / (2 * n)
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return float((centre - half) / (1 + z2 / n)), float((centre + half) / (1 + z2 / n))
+
+
 def _paired(a: ArrayLike, b: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     x = to_numpy(a, np.float64).reshape(-1)
     y = to_numpy(b, np.float64).reshape(-1)

@@ -275,3 +275,37 @@ def test_curve_swap_test_swaps_items_jointly_across_seeds():
     t_obs = abs(t([False] * 8))
     hits = sum(abs(t(sw)) >= t_obs - 1e-12 for sw in itertools.product((False, True), repeat=8))
     assert S.sign_flip_test_curve(ca, ra, cb, rb) == pytest.approx(hits / 2**8)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_auroc_is_the_share_of_right_wrong_pairs_ranked_right(seed):
+    """Brute force over every (right, wrong) pair, ties counting one half; coarse
+    confidences so that ties occur."""
+    rng = np.random.default_rng(seed)
+    conf = rng.integers(0, 5, size=40) / 4
+    correct = rng.random(40) < 0.6
+    pairs = [
+        1.0 if r > w else 0.5 if r == w else 0.0
+        for r, w in itertools.product(conf[correct], conf[~correct])
+    ]
+    assert M.auroc(conf, correct) == pytest.approx(np.mean(pairs), abs=1e-12)
+    assert M.auroc(conf, ~correct) == pytest.approx(1 - np.mean(pairs), abs=1e-12)
+    with pytest.raises(ValueError, match="right and wrong"):
+        M.auroc(conf, np.ones(40, bool))
+
+
+def test_wilson_interval_hand_computed():
+    # k=5, n=10, z=1.96: (0.5 + 0.19208 -+ 1.96 sqrt(0.025 + 0.009604)) / 1.38416
+    lo, hi = S.wilson_interval(5, 10)
+    half = 1.959963984540054 * math.sqrt(0.025 + 1.959963984540054**2 / 400)
+    centre = 0.5 + 1.959963984540054**2 / 20
+    assert (lo, hi) == pytest.approx(
+        (
+            (centre - half) / (1 + 1.959963984540054**2 / 10),
+            (centre + half) / (1 + 1.959963984540054**2 / 10),
+        )
+    )
+    assert (lo, hi) == pytest.approx((0.2366, 0.7634), abs=1e-4)  # the textbook value
+    assert S.wilson_interval(0, 20)[0] == 0.0 and S.wilson_interval(20, 20)[1] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        S.wilson_interval(3, 2)

@@ -1,5 +1,6 @@
 """Training loops: one readable loop per method (``rlcd.py`` for the RLCD family,
-``sft.py``, ``rft.py``, ``grpo.py`` for the baselines) on shared helpers (``common.py``);
+``sft.py``, ``rft.py``, ``grpo.py`` for the baselines, ``teach.py`` to give a
+pretrained model its task's skill first) on shared helpers (``common.py``);
 their settings in ``configs.py``.
 
 Importing this package (``TRAINERS``, ``train``) loads no torch: a loop module is imported
@@ -13,7 +14,15 @@ from importlib import import_module
 from pathlib import Path
 from typing import Literal
 
-from .configs import DESCRIPTIONS, METHODS, GRPOConfig, RFTConfig, SFTConfig, TrainConfig
+from .configs import (
+    DESCRIPTIONS,
+    METHODS,
+    GRPOConfig,
+    RFTConfig,
+    SFTConfig,
+    TeachConfig,
+    TrainConfig,
+)
 
 
 def _loop(module: str) -> Callable[[TrainConfig], Path]:
@@ -38,6 +47,11 @@ TRAINERS: dict[str, tuple[TrainConfig, Callable[[TrainConfig], Path], str]] = {
         RFTConfig(),
         _loop("rft"),
         "Baseline: RFT/STaR, clone trajectories whose sampled answer is right.",
+    ),
+    "teach": (
+        TeachConfig(),
+        _loop("teach"),
+        "Give a pretrained model its task's skill: SFT on worked rationales (by rule).",
     ),
     "grpo": (
         GRPOConfig(),

@@ -196,6 +196,18 @@ class SFTConfig(TrainConfig):
 
 
 @dataclass(frozen=True)
+class TeachConfig(TrainConfig):
+    """Settings of ``teach``: teacher-forced SFT on worked rationales built by rule
+    (``rlcd_lab.tasks.worked``), which gives a pretrained model its task's format and skill
+    before the comparison, as pretraining gives the tiny bases theirs."""
+
+    method: tyro.conf.Fixed[str] = "teach"
+    out: Path = Path("runs/teach")
+    worked: Literal["arithmetic"] = "arithmetic"
+    """The rule that writes each training item's worked rationale (``WORKED``)."""
+
+
+@dataclass(frozen=True)
 class RFTConfig(TrainConfig):
     """Settings of the RFT/STaR baseline (clone correct trajectories; optional KL)."""
 
