@@ -255,8 +255,8 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
         _pretrain_config,
     ),
     "train": (
-        "Train from a checkpoint: calibrate | reinforce | endtoend | mixture (RLCD), "
-        "sft | rft | grpo (baselines), teach (a real model's skill first).",
+        "Train: calibrate | reinforce | endtoend | mixture (RLCD), sft | rft | grpo "
+        "(baselines), teach (a real model's skill first).",
         _train_union,
     ),
     "eval": (_summary(Eval), lambda: Eval),
