@@ -256,7 +256,7 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     ),
     "train": (
         "Train: calibrate | reinforce | endtoend | mixture (RLCD), sft | rft | grpo "
-        "(baselines), teach (a real model's skill first).",
+        "(baselines), teach (skill first).",
         _train_union,
     ),
     "eval": (_summary(Eval), lambda: Eval),
