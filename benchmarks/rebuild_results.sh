@@ -23,29 +23,10 @@ for task in "${tasks[@]}"; do
 done
 echo "total: $(( $(date +%s) - start )) s for ${tasks[*]}"
 for task in "${tasks[@]}"; do
-  .venv/bin/python - "$task" "$repo" <<'EOF'
-import shutil, sys
-from pathlib import Path
-
-task, repo = sys.argv[1], Path(sys.argv[2])
-src, dst = Path("runs/reproduce") / task, repo / "assets/results" / task
-weights = {"calibrate", "reinforce", "grpo", "rft-kl", "sft"} if task == "verify" else set()
-shutil.rmtree(dst, ignore_errors=True)
-for run in sorted(src.glob("seed-*/*")):
-    out = dst / run.relative_to(src)
-    for name in ("config.json", "log.jsonl", "done.json"):
-        if (run / name).exists():
-            out.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(run / name, out / name)
-    for dump in (run / "eval").glob("*.jsonl"):
-        (out / "eval").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(dump, out / "eval" / dump.name)
-    if run.parent.name == "seed-17" and run.name in weights:
-        shutil.copytree(run / "final", out / "final")
-for name in ("timing.json", "summary.json", "report.md", "report.html"):
-    shutil.copy2(src / name, dst / name)
-if (src / "figures").exists():
-    shutil.copytree(src / "figures", dst / "figures")
-print(f"{task}: copied to {dst}")
-EOF
+  weights=()
+  [[ $task == verify ]] && weights=(calibrate reinforce grpo rft-kl sft)
+  .venv/bin/python -c 'import sys; from rlcd_lab.reproduce import ship
+ship(f"runs/reproduce/{sys.argv[1]}", f"{sys.argv[2]}/assets/results/{sys.argv[1]}", tuple(sys.argv[3:]))' \
+    "$task" "$repo" "${weights[@]}"
+  echo "$task: copied to $repo/assets/results/$task"
 done

@@ -329,3 +329,34 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     total = {"wall_s": time.perf_counter() - start, "jobs": cfg.jobs, "runs": timing}
     atomic_write_text(out / "timing.json", json.dumps(total, indent=2))
     return out
+
+
+SHIPPED_FILES = ("timing.json", "summary.json", "report.md", "report.html")
+"""A reproduction's own files that ``assets/results/<task>/`` ships (beside ``figures/``)."""
+
+
+def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
+    """Copy what ``assets/results`` ships of the reproduction in ``src`` (``OUT/<task>``)
+    to ``dst``, replacing it: per run ``config.json``, ``log.jsonl``, ``done.json`` and the
+    eval dumps ``eval/*.jsonl``; ``final/`` only for the seed-17 runs named in
+    ``weights``; then ``SHIPPED_FILES`` and ``figures/``."""
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    shutil.rmtree(dst, ignore_errors=True)
+    for run in sorted(src.glob("seed-*/*")):
+        out = dst / run.relative_to(src)
+        for name in ("config.json", "log.jsonl", "done.json"):
+            if (run / name).exists():
+                out.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(run / name, out / name)
+        for dump in (run / "eval").glob("*.jsonl"):
+            (out / "eval").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(dump, out / "eval" / dump.name)
+        if run.parent.name == "seed-17" and run.name in weights:
+            shutil.copytree(run / "final", out / "final")
+    for name in SHIPPED_FILES:
+        if (src / name).exists():
+            shutil.copy2(src / name, dst / name)
+    if (src / "figures").exists():
+        shutil.copytree(src / "figures", dst / "figures")

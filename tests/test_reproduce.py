@@ -221,3 +221,30 @@ def test_summarize_skips_runs_missing_a_seed(tmp_path):
     fake_run(tmp_path, 1, "sft", z, z, [0, 1, 0, 1], [0, 1, 0, 1])
     summary, scored = summarize_runs(tmp_path, (1, 2), eps=0.05)
     assert summary["runs"] == {} and scored == {}
+
+
+def test_ship_copies_what_assets_ships(tmp_path):
+    from rlcd_lab.reproduce import ship
+
+    src = tmp_path / "runs" / "verify"
+    for seed in (17, 23):
+        for run in ("base", "reinforce"):
+            d = src / f"seed-{seed}" / run
+            (d / "eval").mkdir(parents=True)
+            (d / "final").mkdir()
+            (d / "checkpoints" / "step-2").mkdir(parents=True)
+            for name in ("config.json", "log.jsonl", "eval/test.jsonl", "final/model.safetensors"):
+                (d / name).write_text(f"{seed} {run} {name}")
+    (src / "summary.json").write_text("{}")
+    (src / "figures").mkdir()
+    (src / "figures" / "fig.png").write_text("png")
+    dst = tmp_path / "assets" / "verify"
+    (dst / "stale").mkdir(parents=True)
+    ship(src, dst, weights=("reinforce",))
+    got = sorted(str(p.relative_to(dst)) for p in dst.rglob("*") if p.is_file())
+    runs = [f"seed-{s}/{r}/{n}" for s in (17, 23) for r in ("base", "reinforce")
+            for n in ("config.json", "eval/test.jsonl", "log.jsonl")]  # fmt: skip
+    assert got == sorted(
+        [*runs, "seed-17/reinforce/final/model.safetensors", "figures/fig.png", "summary.json"]
+    )
+    assert (dst / "seed-23/base/log.jsonl").read_text() == "23 base log.jsonl"
