@@ -17,6 +17,7 @@ for s in 0.05 0.6; do
   echo "slip $s: $(( $(date +%s) - start )) s"
   .venv/bin/python -c 'import sys; from rlcd_lab.reproduce import ship; ship(*sys.argv[1:])' \
     "runs/difficulty/slip-$s/verify" "assets/results/difficulty/slip-$s"
+  rm "assets/results/difficulty/slip-$s/report.html"  # 5 MB of inlined plotly: report.md suffices
   levels+=("$s=assets/results/difficulty/slip-$s")
 done
 .venv/bin/python -m rlcd_lab.difficulty assets/results/difficulty "${levels[@]}"

@@ -106,8 +106,10 @@ def difficulty_table(dmap: Mapping) -> str:
             f"{_acc(acc[GRPO_RUN])} | {fmt_diff(r['aurc'])} | {r['aurc']['verdict']} | "
             f"{fmt_diff(r['cov_at_eps'])} | {r['cov_at_eps']['verdict']} |"
         )
+    names = {"aurc": "AURC", "cov_at_eps": cov}
     paper_note = "; ".join(
-        f"{m}: {p['effect']:+g} ({p['paper']}, §{p['section']})" for m, p in dmap["paper"].items()
+        f"{names[m]} {p['effect']:+g} ({p['paper']}, §{p['section']})"
+        for m, p in dmap["paper"].items()
     )
     return head + "\n".join(lines) + f"\n\nThe paper's effects on GSM8K-Verify: {paper_note}.\n"
 
@@ -146,7 +148,12 @@ def difficulty_figure(dmap: Mapping):
         )
         fig.add_hline(y=0, line_dash="dot", line_color="grey", row=1, col=col)
         fig.add_hline(
-            y=dmap["paper"][metric]["effect"], line_dash="dash", line_color="red", row=1, col=col
+            y=dmap["paper"][metric]["effect"],
+            line_dash="dash",
+            line_color="red",
+            annotation_text="the paper's effect",
+            row=1,
+            col=col,
         )
         fig.update_xaxes(title_text="base model accuracy (one rationale)", row=1, col=col)
     fig.update_layout(
