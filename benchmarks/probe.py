@@ -56,6 +56,12 @@ def model_dir(name: str) -> Path:
     return convert_gguf(name) if name in MODELS else Path(name)
 
 
+def label(name: str) -> str:
+    """A model's name in the table: a run's folder for its ``final`` checkpoint."""
+    path = Path(name)
+    return path.parent.name if path.name == "final" else path.name
+
+
 def cpu_name() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -116,7 +122,7 @@ def main() -> None:
                 r = probe_row(readings, items, mode)
                 marker = "-" if r["self_marker"] is None else f"{r['self_marker']:.2f}"
                 print(
-                    f"| {Path(name).name} | {task} | {mode} | {len(items)} | "
+                    f"| {label(name)} | {task} | {mode} | {len(items)} | "
                     f"{r['accuracy']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] | "
                     f"{r['chance']:.3f} | {r['accuracy'] - r['chance']:+.3f} | {marker} | "
                     f"{r['auroc']:.2f} | {'yes' if r['meets'] else 'no'} | {wall:.0f} |",

@@ -46,3 +46,25 @@ def test_difficulty_map_bases_are_ordered_by_the_teachers_slip():
         accuracy[name] = summarize(rows, dev_rows=rows)["accuracy"]
     easy, mid, hard = accuracy.values()
     assert easy > mid + 0.03 and mid > hard + 0.08, accuracy
+
+
+@pytest.mark.smollm2
+def test_the_real_rungs_base_writes_its_worked_rationales(smollm2_dir):
+    """assets/checkpoints/smollm2-arith-verify (SmolLM2-135M-Instruct taught
+    basic-skills-arithmetic-verify by ``rlcd-lab train teach``): it writes the worked format
+    and the marker itself, where the untaught model almost never does (benchmarks/RESULTS.md)."""
+    from rlcd_lab.reader import read
+
+    model, tok, meta = load_checkpoint(ASSETS / "smollm2-arith-verify")
+    assert meta["method"] == "teach" and meta["task"].endswith(
+        "basic-skills-arithmetic-verify.jsonl"
+    )
+    questions = [
+        f"Question: {a} + {b} =\nProposed answer: {a + b + d}\nIs the proposed answer correct? "
+        "(yes or no)"
+        for a, b, d in [(6, 7, 0), (12, 9, 1), (8, 5, 0), (30, 14, -10), (7, 7, 0), (9, 3, 2)]
+    ]
+    readings = read(model, tok, questions, [("yes", "no")] * 6, max_new_tokens=40, seed=0)
+    written = [not r.forced[0] for r in readings]
+    worked = [" vs " in r.texts[0] for r in readings]
+    assert sum(written) >= 5 and sum(worked) >= 5, [r.texts[0] for r in readings]
