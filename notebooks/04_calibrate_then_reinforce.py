@@ -95,15 +95,15 @@ def run_name(info):
     if m == "reinforce":
         if info["outcome_reward"] is False:  # the score-function term gets the KL reward only
             return "anchor-only"
-        return "reinforce" if info["reader"] in (None, "self") else f"reinforce ({info['reader']})"
+        return "reinforce"
     if m == "calibrate":
         return "readout-only" if forked else "calibrate"
     if m == "grpo":
         return "grpo-cont" if forked else "grpo"
     if m == "rft":
         return "rft-kl" if info["beta"] else "rft"
-    if m == "endtoend":  # Table 4: one run per score-function weight
-        return f"endtoend-c{info['sf_weight']:g}"
+    if m == "endtoend":  # Table 4: one run per score-function weight; Figure 1 without KL
+        return results.NO_KL if not info["beta"] else f"endtoend-c{info['sf_weight']:g}"
     return m
 
 

@@ -35,8 +35,16 @@ def default_checkpoint(names: Sequence[str]) -> str | None:
     return names[0] if names else None
 
 
+STUDIES = ("results/difficulty/",)
+"""Folders under ``assets`` that hold a study of their own (the difficulty map's level
+reproductions, read by ``rlcd_lab.difficulty``): not listed by :func:`shipped_runs`, whose
+readers (tutorials, dashboard) expect one run per method, seed and task."""
+
+
 def shipped_runs(root: str | Path = ASSETS) -> dict[str, Path]:
-    """Every run dir under ``root`` with a test eval dump (``eval/test.jsonl``), by name."""
+    """Every run dir under ``root`` with a test eval dump (``eval/test.jsonl``), by name,
+    outside :data:`STUDIES`."""
     root = Path(root)
     found = (p.parent.parent for p in root.rglob("eval/test.jsonl"))
-    return {p.relative_to(root).as_posix(): p for p in sorted(found)}
+    names = {p.relative_to(root).as_posix(): p for p in sorted(found)}
+    return {n: p for n, p in names.items() if not n.startswith(STUDIES)}
