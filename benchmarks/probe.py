@@ -23,12 +23,12 @@ training setting, ``--max-new-tokens``). One row per model, task and mode:
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from kernel_rerun import cpu  # benchmarks/: the CPU's model name
 
 from rlcd_lab.metrics import auroc
 from rlcd_lab.models import load_checkpoint
@@ -62,13 +62,6 @@ def label(name: str) -> str:
     return path.parent.name if path.name == "final" else path.name
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
 def probe_row(readings, items: list[TaskItem], mode: str) -> dict:
     """The probe's numbers for one model, task and mode (see the module docstring)."""
     y = np.array([it.label for it in items])
@@ -100,7 +93,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    print(f"CPU: {cpu_name()}, torch threads {torch.get_num_threads()}")
+    print(f"CPU: {cpu()}, torch threads {torch.get_num_threads()}")
     print(
         "| model | task | mode | n | accuracy [95% CI] | chance | margin | self-marker "
         "| AUROC | meets the bar | wall s |"
