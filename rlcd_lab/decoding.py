@@ -343,3 +343,56 @@ class _LlamaSteps:
             x = x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
         self.t = t + 1
         return F.linear(_rms(x, *self.norm), self.head)[:, -1]
+
+
+# ------------------------------------------------------------- a copy of the weights
+def plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> PreTrainedModel:
+    """A frozen, eval-mode copy of ``model``'s transformers model in ``dtype``, a PEFT
+    adapter merged into its weights (``W + B A`` per adapted layer): a plain model, so the
+    compact decoding steps (:class:`_LlamaSteps`) apply to it. Unwraps DDP."""
+    import copy
+
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        model = model.module
+    clone = copy.deepcopy(model)
+    if hasattr(clone, "merge_and_unload"):  # a PeftModel: W + B A, the adapter removed
+        clone = clone.merge_and_unload()
+    return clone.to(dtype).eval().requires_grad_(False)
+
+
+class CopySampler:
+    """``reader.Sampler`` drawing with :func:`kv_sampler` from :func:`plain_copy` of the
+    trained model in ``dtype``, made at the first draw after each :meth:`sync` (the
+    training session calls it after every optimizer step).
+
+    What it buys: bfloat16 matrix products where the machine has them (CPUs with
+    ``avx512_bf16`` or AMX, GPUs), and the compact decoding steps for a LoRA-wrapped model
+    (merged, it is a plain model). What it costs: the rationales are drawn from the copy,
+    whose next-token distribution differs from the trained model's by the copy's rounding
+    (bfloat16 keeps 8 bits of mantissa), so the draw is slightly off-policy; tokens differ
+    from the float32 draw once rounding reverses the order of the two best noisy scores
+    (measured in ``tests/test_decoding.py``). The estimator's exact parts stay exact:
+    ``score_rationales`` recomputes ``log pi(r)`` and the readout with the trained float32
+    model, and the optimizer's master weights are that model's."""
+
+    def __init__(self, dtype: torch.dtype = torch.bfloat16):
+        self.dtype = dtype
+        self.copy: PreTrainedModel | None = None
+
+    def sync(self) -> None:
+        """The trained weights changed: the next draw copies them first."""
+        self.copy = None
+
+    def __call__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        ids: Tensor,
+        mask: Tensor,
+        **kwargs,
+    ) -> Generated:
+        """``kv_sampler(copy, tokenizer, ids, mask, **kwargs)``; ``token_lp`` is the
+        copy's."""
+        if self.copy is None:
+            self.copy = plain_copy(model, self.dtype)
+        return kv_sampler(self.copy, tokenizer, ids, mask, **kwargs)

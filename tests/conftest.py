@@ -15,6 +15,7 @@ import torch
 from rlcd_lab.models import char_tokenizer, tiny_model
 
 NUMERICS = {
+    "test_bf16",
     "test_checkpoints",
     "test_decoding",
     "test_decomposition",

@@ -423,9 +423,14 @@ def check_vllm(cfg: TrainConfig) -> None:
 def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
     """The sampler of ``cfg.sampler``: ``hf``, the in-process model's default
     (``reader.default_sampler``: ``decoding.kv_sampler``, the tokens of
-    ``reader.hf_sampler``, faster); ``vllm``, a vLLM engine."""
+    ``reader.hf_sampler``, faster); ``bf16``, ``decoding.CopySampler`` (a bfloat16
+    copy of the weights); ``vllm``, a vLLM engine."""
     if cfg.sampler == "hf":
         return default_sampler(model)
+    if cfg.sampler == "bf16":
+        from ..decoding import CopySampler
+
+        return CopySampler(torch.bfloat16)
     from .vllm import VLLMSampler
 
     return VLLMSampler(cfg)

@@ -1,0 +1,168 @@
+"""The decoding step against the machine's own floor: SmolLM2 and the tiny model.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/floor.py [--settings tiny smollm2]
+        [--rows 8 64] [--dtypes float32 bfloat16] [--reps 20]
+
+For each model, weight dtype and number of rows per step, measured in one run and
+interleaved (every repetition times each measurement once, so a drift in the machine's
+load hits all alike):
+
+* ``step``: one KV-cached decoding step of ``rows`` rows after a ``PROMPT``-token prompt,
+  the sampler's own step (``decoding._Steps``: ``_LlamaSteps`` where it applies), logits
+  of the whole vocabulary included; median seconds;
+* ``read``: reading every weight once (``sum`` over each parameter tensor: memory-bound,
+  the bytes a step must read at least once); median seconds;
+* ``peak``: the matrix-product peak of this dtype on this machine (``torch.mm`` of two
+  ``1024 x 1024`` matrices, best of the repetitions), GFLOP/s;
+* ``floor = max(read, flops / peak)``, ``flops = 2 x rows x`` (parameters of the matrix
+  products, the output matrix included): no step can read its weights faster than
+  ``read`` or multiply faster than the peak; ``step / floor`` is how far the step is from
+  it (1: at the floor);
+* ``sampler``: one ``decoding.kv_sampler`` call drawing ``rows`` rationales of
+  ``NEW`` tokens (``rows / 4`` prompts x 4, every row forced to the full length: an
+  unreachable marker, no EOS), its seconds per generated step against the floor: the
+  prompt's encoding and the Python loop around the steps are in it.
+
+The CPU (model name and the flags that decide the kernels) is printed first: a figure
+means something only beside the machine it was measured on. The ratios are the numbers
+to compare across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from rlcd_lab.decoding import _Steps, kv_sampler
+from rlcd_lab.models import load_checkpoint
+from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
+
+PROMPT = 96
+"""Prompt tokens before the timed steps (the rung's prompts are about 120)."""
+NEW = 32
+"""Tokens per rationale in the ``sampler`` measurement."""
+FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+SETTINGS = {
+    "tiny": Path("assets/checkpoints/base-verify"),
+    "smollm2": SMOLLM2_DEFAULT_DIR.expanduser(),
+}
+
+
+def cpu() -> str:
+    """The CPU's model name and which of :data:`FLAGS` it has."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next(
+        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
+        "unknown CPU",
+    )
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []
+    )
+    have = " ".join(f for f in FLAGS if f in flags) or "none of " + " ".join(FLAGS)
+    return f"{name}, {os.cpu_count()} cores, flags: {have}"
+
+
+def matmul_params(model: torch.nn.Module) -> int:
+    """Parameters that a decoding step multiplies with (every 2-D weight but the input
+    embedding, which is indexed; a tied output matrix counts once, as the product it is)."""
+    emb = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight is emb
+    n = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and p is not emb)
+    return n + (emb.numel() if tied else 0)
+
+
+def timer(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(model, tok, rows: int, reps: int, dtype: torch.dtype) -> dict:
+    """Median step and read seconds, peak GFLOP/s and the sampler's seconds per step."""
+    g = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    ids = torch.randint(10, vocab, (rows, PROMPT), generator=g)
+    mask = torch.ones_like(ids)
+    steps = _Steps(model, ids, mask, PROMPT + reps + 2)
+    steps.prefill()
+    tokens = torch.randint(10, vocab, (rows,), generator=g)
+    steps(tokens)  # first step: picks the fast path
+    params = [p for p in model.parameters()]
+    a = torch.randn(1024, 1024, generator=g).to(dtype)
+    b = torch.randn(1024, 1024, generator=g).to(dtype)
+    sampler_ids = torch.randint(10, vocab, (max(1, rows // 4), PROMPT), generator=g)
+    sampler_ids = sampler_ids.repeat_interleave(rows // max(1, rows // 4), 0)
+    kw = dict(row_seeds=list(range(len(sampler_ids))), max_new_tokens=NEW, marker="\x00@@", eos=[])
+    step_s, read_s, mm_s, samp_s = [], [], [], []
+    with torch.inference_mode():
+        for _ in range(reps):
+            step_s.append(timer(lambda: steps(tokens)))
+            read_s.append(timer(lambda: [p.sum() for p in params]))
+            mm_s.append(timer(lambda: torch.mm(a, b)))
+        for _ in range(max(1, reps // 10)):
+            samp_s.append(
+                timer(
+                    lambda: kv_sampler(model, tok, sampler_ids, torch.ones_like(sampler_ids), **kw)
+                )
+                / NEW
+            )
+    peak = 2 * 1024**3 / min(mm_s) / 1e9
+    flops = 2 * rows * matmul_params(model)
+    step, read = statistics.median(step_s), statistics.median(read_s)
+    floor = max(read, flops / (peak * 1e9))
+    sampler = statistics.median(samp_s)
+    return dict(step=step, read=read, peak=peak, floor=floor, sampler=sampler)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
+    ap.add_argument("--rows", nargs="+", type=int, default=[8, 64])
+    ap.add_argument(
+        "--dtypes", nargs="+", choices=["float32", "bfloat16"], default=["float32", "bfloat16"]
+    )
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    print(f"CPU: {cpu()}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
+    print()
+    print(
+        "| model | dtype | rows | step ms | read ms | peak GFLOP/s | floor ms | step / floor "
+        "| sampler ms/step | sampler / floor |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.settings:
+        path = SETTINGS[name]
+        if not (path / "config.json").is_file():
+            print(f"| {name} | skipped: no checkpoint at {path} |")
+            continue
+        model32, tok, _ = load_checkpoint(path, "cpu")
+        for dtype_name in args.dtypes:
+            dtype = getattr(torch, dtype_name)
+            model = (
+                model32 if dtype == torch.float32 else load_checkpoint(path, "cpu", dtype=dtype)[0]
+            )
+            for rows in args.rows:
+                r = measure(model, tok, rows, args.reps, dtype)
+                print(
+                    f"| {name} | {dtype_name} | {rows} | {1e3 * r['step']:.2f} "
+                    f"| {1e3 * r['read']:.2f} "
+                    f"| {r['peak']:.0f} | {1e3 * r['floor']:.2f} | {r['step'] / r['floor']:.2f} "
+                    f"| {1e3 * r['sampler']:.2f} | {r['sampler'] / r['floor']:.2f} |",
+                    flush=True,
+                )
+    print(f"\nload at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

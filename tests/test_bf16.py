@@ -1,0 +1,112 @@
+"""The bfloat16 sampling path (``--sampler bf16``, ``decoding.CopySampler``): a merged,
+bfloat16 copy of the weights draws the rationales; the trained float32 model scores them.
+
+Stated tolerances (the shipped verify base, 32 test questions x 4 rationales, 48 tokens;
+measured on an AMD EPYC with avx512_bf16: 253 of 256 rationales identical on 64
+questions, the copy's readout within 7e-6 of float32's, its log pi(r) within 0.14):
+at least 90% of the rationales identical to the float32 draw, the copy's own readout
+within 1e-3 of float32's. What the estimator uses (the readout and log pi(r) of the
+trained model) stays float32 and bit-equal to the float32 path on identical rationales.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rlcd_lab.assets import ASSETS
+from rlcd_lab.decoding import CopySampler, kv_sampler, plain_copy
+from rlcd_lab.models import load_checkpoint
+from rlcd_lab.reader import sample_questions, score_rationales
+from rlcd_lab.tasks import load_task_items
+
+BASE = ASSETS / "checkpoints" / "base-verify"
+
+
+@pytest.fixture(scope="module")
+def verify_base():
+    return load_checkpoint(BASE, "cpu")
+
+
+def draws(model, tok, meta, sampler, n=32):
+    items = load_task_items("verify", "test")[:n]
+    return sample_questions(
+        model, tok, [it.prompt for it in items], [it.options for it in items], 4, 48,
+        marker=meta["marker"], sep=meta["sep"], seed=0, sampler=sampler,
+    )  # fmt: skip
+
+
+def test_bf16_draw_is_scored_in_float32(verify_base):
+    model, tok, meta = verify_base
+    r32, opt32 = draws(model, tok, meta, kv_sampler)
+    r16, opt16 = draws(model, tok, meta, CopySampler(torch.bfloat16))
+    same = torch.tensor([a == b for a, b in zip(r32.texts, r16.texts, strict=True)])
+    assert same.float().mean() >= 0.9, f"{int(same.sum())} of {len(same)} identical"
+    with torch.no_grad():
+        u32, logits32, lp32 = score_rationales(model, r32, opt32)
+        u16, logits16, lp16 = score_rationales(model, r16, opt16)
+    for t in (u16, logits16, lp16):
+        assert t.dtype == torch.float32
+    assert next(model.parameters()).dtype == torch.float32  # the copy never touched it
+    assert torch.equal(u16[same], u32[same]) and torch.equal(lp16[same], lp32[same])
+    copy16 = plain_copy(model, torch.bfloat16)
+    with torch.no_grad():
+        u_copy = score_rationales(copy16, r32, opt32)[0].float()
+    assert (u_copy - u32).abs().max() <= 1e-3
+
+
+def test_plain_copy_merges_a_lora_adapter(tokenizer, tiny_lm):
+    """The merged copy computes what the adapter-wrapped model computes (float32, to
+    rounding), as a plain frozen transformers model."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    torch.manual_seed(0)
+    lora = get_peft_model(copy.deepcopy(tiny_lm), LoraConfig(r=2, target_modules="all-linear"))
+    for name, p in lora.named_parameters():
+        if "lora_B" in name:  # B = 0 at initialisation: give the adapter an effect
+            torch.nn.init.normal_(p, std=0.5)
+    merged = plain_copy(lora, torch.float32)
+    assert not isinstance(merged, PeftModel) and type(merged) is type(tiny_lm)
+    assert not any(p.requires_grad for p in merged.parameters()) and not merged.training
+    ids = tokenizer("Q: 12?\nab Answer:", return_tensors="pt").input_ids
+    with torch.no_grad():
+        want, got = lora(ids).logits, merged(ids).logits
+        assert not torch.allclose(want, tiny_lm(ids).logits, atol=1e-3)  # the adapter acts
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_copy_follows_the_trained_weights(verify_base):
+    """After ``sync`` (an optimizer step) the next draw copies the new weights."""
+    model, tok, meta = copy.deepcopy(verify_base[0]), verify_base[1], verify_base[2]
+    sampler = CopySampler(torch.bfloat16)
+    draws(model, tok, meta, sampler, n=2)
+    first = sampler.copy
+    w = model.lm_head.weight
+    with torch.no_grad():
+        w.add_(1.0)
+    draws(model, tok, meta, sampler, n=2)
+    assert sampler.copy is first  # no step: no new copy
+    sampler.sync()
+    draws(model, tok, meta, sampler, n=2)
+    assert sampler.copy is not first
+    assert torch.equal(sampler.copy.lm_head.weight, w.detach().to(torch.bfloat16))
+
+
+def test_training_with_the_bf16_sampler(tmp_path):
+    """Two reinforce steps with ``--sampler bf16`` train the float32 weights."""
+    import json
+
+    from rlcd_lab.train import train
+    from rlcd_lab.train.configs import preset
+
+    cfg = preset(
+        "reinforce", task="verify", init=BASE, out=tmp_path / "r", steps=2, batch_size=2, m=4,
+        max_new_tokens=24, eval_every=0, eval_items=4, test_items=4, device="cpu", sampler="bf16",
+    )  # fmt: skip
+    run = train(cfg)
+    log = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+    assert len(log) == 2 and all(r["grad_norm"] > 0 for r in log)
+    trained = load_checkpoint(run / "final", "cpu")[0]
+    assert next(trained.parameters()).dtype == torch.float32
