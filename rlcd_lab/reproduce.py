@@ -63,11 +63,12 @@ SCALES: dict[str, dict] = {
     ),
     "small": dict(
         steps=12,
-        lr=2e-4,
-        max_new_tokens=48,
-        test_items=100,
+        lr=3e-4,
+        max_new_tokens=40,
+        eval_items=50,
+        test_items=150,
         device="cpu",
-        lora_r=4,
+        lora_r=8,
         batch_size=2,
         m=4,
         eval_every=0,
@@ -78,8 +79,11 @@ SCALES: dict[str, dict] = {
 }
 """Settings shared by every run at each scale (the paper: 400 steps per stage, AdamW
 2e-6 for Qwen3-1.7B, 8 questions x 4 rationales, bf16; the rationale budget is ours).
-``small``: a small real LM (SmolLM2-135M-Instruct) with LoRA r = 4 on a 2-core CPU, a
-budget that fits one working session; no dev evals during training."""
+``small``: the real rung (SmolLM2-135M-Instruct taught basic-skills-arithmetic-verify,
+``assets/checkpoints/smollm2-arith-verify``) on a 2-core CPU: its LoRA r = 8 adapter trained
+on, 2 questions x 4 rationales of at most 40 tokens per step, T fitted on 50 dev items and
+150 test items, no dev evals during training: three seeds of the paper's core runs fit
+90 minutes with ``--jobs 2``."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ README = ASSETS.parent / "README.md"
 
 
 SMALLER = "smaller than the paper's"
+RUNG = "basic-skills-arithmetic-verify"
+"""The real rung's reproduction (SmolLM2-135M taught the task, three seeds)."""
 
 
 @pytest.mark.parametrize("sign", [+1, -1])
@@ -145,7 +147,7 @@ def test_kind_of_task():
     assert paper.EPS["mmlu-pro"] == 0.2 and paper.EPS["gsm8k-verify"] == 0.05
 
 
-@pytest.mark.parametrize("task", ["verify", "facts", "aleatoric", "mmlu-elementary_mathematics"])
+@pytest.mark.parametrize("task", ["verify", "facts", "aleatoric", RUNG])
 def test_each_task_is_judged_on_its_own_kind_of_claim(task):
     """No claim, and no paper number, of another kind of task in a shipped task's table:
     each paper text that belongs to other kinds only is absent."""
@@ -269,19 +271,24 @@ def test_a_shipped_aurc_ci_recomputes_from_the_dumps_with_the_joint_item_bootstr
 
 
 def test_shipped_real_model_summary_recomputes_from_its_dumps():
-    """Every run's T and accuracy in the shipped summary follow from its eval dumps."""
+    """Every run's T and accuracy in the shipped rung summary follow from its eval dumps
+    (per seed, then the mean over the three seeds)."""
     from rlcd_lab.evaluate import summarize
     from rlcd_lab.io import read_jsonl
 
-    root = ASSETS / "results" / "mmlu-elementary_mathematics"
+    root = ASSETS / "results" / RUNG
     summary = json.loads((root / "summary.json").read_text())
-    assert set(summary["runs"]) == {"base", "sft", "rft-kl", "grpo", "calibrate", "reinforce"}
+    names = {"base", "calibrate", "reinforce", "sft-matched", "rft-kl-matched", "grpo-matched"}
+    assert set(summary["runs"]) == names
     for run, entry in summary["runs"].items():
-        ev = root / "seed-17" / run / "eval"
-        row = summarize(read_jsonl(ev / "test.jsonl"), dev_rows=read_jsonl(ev / "dev.jsonl"))
-        assert row["T"] == pytest.approx(entry["T"]["mean"], rel=1e-9)
-        assert row["ts_accuracy"] == pytest.approx(entry["accuracy"]["mean"], abs=1e-12)
-        assert row["n"] == 100
+        rows = []
+        for seed in (17, 23, 29):
+            ev = root / f"seed-{seed}" / run / "eval"
+            rows.append(summarize(read_jsonl(ev / "test.jsonl"), read_jsonl(ev / "dev.jsonl")))
+        assert np.mean([r["T"] for r in rows]) == pytest.approx(entry["T"]["mean"], rel=1e-9)
+        acc = np.mean([r["ts_accuracy"] for r in rows])
+        assert acc == pytest.approx(entry["accuracy"]["mean"], abs=1e-12)
+        assert all(r["n"] == 150 for r in rows)
 
 
 def test_shipped_adapter_loads_on_the_smollm2_base(smollm2_dir):
@@ -291,14 +298,14 @@ def test_shipped_adapter_loads_on_the_smollm2_base(smollm2_dir):
 
     from rlcd_lab.models import load_checkpoint
 
-    final = ASSETS / "results" / "mmlu-elementary_mathematics" / "seed-17" / "calibrate" / "final"
+    final = ASSETS / "results" / RUNG / "seed-17" / "reinforce" / "final"
     assert not (final / "tokenizer.json").exists()
     model, tok, meta = load_checkpoint(final)
     base, _, _ = load_checkpoint(smollm2_dir)
     ids = tok("Answer: B", return_tensors="pt").input_ids
     with torch.no_grad():
         assert not torch.allclose(model(ids).logits, base(ids).logits)
-    assert meta["method"] == "calibrate" and meta["task"].endswith("elementary_mathematics.jsonl")
+    assert meta["method"] == "reinforce" and meta["task"].endswith(f"{RUNG}.jsonl")
 
 
 def test_paired_table_lists_only_rlcd_minus_each_run():
