@@ -102,6 +102,8 @@ class ReproduceConfig:
     """Steps per stage (default: the scale's)."""
     test_items: int | None = None
     """Test items per eval dump (default: the scale's)."""
+    lr: float | None = None
+    """AdamW learning rate of every run (default: the scale's)."""
     jobs: int = 2
     """Runs at a time (separate processes; one thread each on CPU)."""
     ace: float = 0.0
@@ -145,6 +147,8 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
         base["steps"] = cfg.steps
     if cfg.test_items is not None:
         base["test_items"] = cfg.test_items
+    if cfg.lr is not None:
+        base["lr"] = cfg.lr
     table3 = aleatoric(cfg.task)
     first, second = [], []
     for seed in cfg.seeds:

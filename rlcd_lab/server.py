@@ -840,7 +840,8 @@ def create_app(
         options = replace(options, mode="direct")
     meta = decider.meta
     if name is None:
-        name = f"rlcd-{meta.get('task') or 'model'}-{meta.get('method') or 'checkpoint'}"
+        task = Path(str(meta.get("task") or "model")).name.removesuffix(".jsonl")
+        name = f"rlcd-{task}-{meta.get('method') or 'checkpoint'}"
     names = list(dict.fromkeys([name, *aliases]))
     info = (
         f"rlcd_lab checkpoint (task {meta.get('task')}, method {meta.get('method')}, "

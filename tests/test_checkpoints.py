@@ -239,7 +239,9 @@ SHIPPED = sorted(p.parent for p in ASSETS.parent.glob("**/checksums.json"))
 def test_shipped_checkpoints_carry_checksums(ck):
     """Every checkpoint shipped in assets/ (the base models, the reproductions' final
     weights and adapters) has a manifest over all of its files, and it holds."""
-    assert len(SHIPPED) >= 13  # 3 base models, 10 final checkpoints of the reproductions
+    # every base model and every shipped final checkpoint of a reproduction has one
+    expected = {*ASSETS.glob("*/"), *ASSETS.parent.glob("results/**/final/")}
+    assert set(SHIPPED) == expected and len(expected) >= 12
     assert verify_checksums(ck) is True  # False would mean: not verified
     assert checksum_coverage(ck) == "all"  # config and tokenizer too
 

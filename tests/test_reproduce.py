@@ -13,7 +13,7 @@ import pytest
 from rlcd_lab import metrics, stats
 from rlcd_lab.io import atomic_write_jsonl, read_jsonl
 from rlcd_lab.report import write_report
-from rlcd_lab.reproduce import ReproduceConfig, plan, run_job, timed_job
+from rlcd_lab.reproduce import SCALES, ReproduceConfig, plan, run_job, timed_job
 from rlcd_lab.results import FORKS, summarize_runs
 
 
@@ -61,6 +61,14 @@ def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
         for n in baselines:
             twin = a[(n, seed)].train
             assert replace(a[(f"{n}-matched", seed)].train, steps=7, out=twin.out) == twin
+
+
+def test_lr_overrides_the_scales_for_every_run(tmp_path):
+    first, second = plan(ReproduceConfig(seeds=(3,), out=tmp_path, steps=2, lr=5e-5))
+    trained = [j.train for j in [*first, *second] if j.train is not None]
+    assert trained and all(t.lr == 5e-5 for t in trained)
+    default = plan(ReproduceConfig(seeds=(3,), out=tmp_path, steps=2))[0]
+    assert {j.train.lr for j in default if j.train is not None} == {SCALES["tiny"]["lr"]}
 
 
 def test_plan_with_ace_adds_a_stage2_fork_that_differs_only_in_ace(tmp_path):
