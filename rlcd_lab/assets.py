@@ -25,8 +25,8 @@ def shipped_checkpoints(root: str | Path = ASSETS) -> dict[str, Path]:
 def default_checkpoint(names: Sequence[str]) -> str | None:
     """The checkpoint a face opens with, among ``names``: a stage-2 RLCD model (name holding
     ``reinforce``; those of the tiny ``verify`` task first (a ``verify`` folder), before
-    e.g. the SmolLM2 adapters, which need their base), else a stage-1 one (``calibrate``), else a base model
-    of the ``verify`` task, else the first; None for no names."""
+    e.g. the SmolLM2 adapters, which need their base), else a stage-1 one (``calibrate``),
+    else a base model of the ``verify`` task, else the first; None for no names."""
     ordered = sorted(names, key=lambda n: ("verify" not in n.split("/"), "verify" not in n))
     for key in ("reinforce", "calibrate", "base-verify"):
         for name in ordered:
