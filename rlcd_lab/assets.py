@@ -35,10 +35,11 @@ def default_checkpoint(names: Sequence[str]) -> str | None:
     return names[0] if names else None
 
 
-STUDIES = ("results/difficulty/",)
+STUDIES = ("results/difficulty/", "results/rung-lr/")
 """Folders under ``assets`` that hold a study of their own (the difficulty map's level
-reproductions, read by ``rlcd_lab.difficulty``): not listed by :func:`shipped_runs`, whose
-readers (tutorials, dashboard) expect one run per method, seed and task."""
+reproductions, read by ``rlcd_lab.difficulty``; the real rung at another learning rate):
+not listed by :func:`shipped_runs`, whose readers (tutorials, dashboard) expect one run
+per method, seed and task."""
 
 
 def shipped_runs(root: str | Path = ASSETS) -> dict[str, Path]:
