@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from rlcd_lab import results
+from rlcd_lab.io import jsonl_path
 from rlcd_lab.report import fmt_cell, fmt_diff
 
 EPS = 0.05
@@ -38,7 +39,8 @@ COLS = [
 
 def load(runs: list[Path]) -> dict[Path, results.RunResult]:
     """Every run in ``runs`` that has a test dump, read once."""
-    return {r: results.load_run(r, eps=EPS) for r in runs if (r / "eval" / "test.jsonl").exists()}
+    found = [r for r in runs if jsonl_path(r / "eval" / "test.jsonl").exists()]  # or .xz
+    return {r: results.load_run(r, eps=EPS) for r in found}
 
 
 def cell(rows: list[dict], key: str) -> str:

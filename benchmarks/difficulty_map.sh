@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The difficulty map (README "When RLCD helps"): RLCD two-stage vs GRPO at matched budget,
+# The difficulty map (docs/results.md, "When RLCD helps"): RLCD two-stage vs GRPO at matched budget,
 # three seeds, in the tiny verify world at each teacher slip of the shipped bases
 # (assets/checkpoints/base-verify-slip*); the slip-0.25 level is the shipped verify
 # reproduction. Runs in this checkout, one job at a time (--jobs), then copies the eval
@@ -21,4 +21,4 @@ for s in 0.05 0.6; do
   levels+=("$s=assets/results/difficulty/slip-$s")
 done
 .venv/bin/python -m rlcd_lab.difficulty assets/results/difficulty "${levels[@]}"
-.venv/bin/python -m rlcd_lab.report --readme README.md
+.venv/bin/python -m rlcd_lab.report --readme README.md docs/results.md

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -37,11 +38,15 @@ def kernels() -> list[str]:
 
 
 def compare(shipped: Path, mine: Path) -> dict:
-    a = [json.loads(x) for x in shipped.read_text().splitlines()]
-    b = [json.loads(x) for x in mine.read_text().splitlines()]
+    from rlcd_lab.io import jsonl_path, read_jsonl
+
+    a, b = read_jsonl(shipped), read_jsonl(mine)  # the shipped dump is packed (.jsonl.xz)
+    shipped_bytes = jsonl_path(shipped).read_bytes()
+    if jsonl_path(shipped).name.endswith(".xz"):
+        shipped_bytes = lzma.decompress(shipped_bytes)
     pairs = list(zip(a, b, strict=True))
     return {
-        "bytes identical": shipped.read_bytes() == mine.read_bytes(),
+        "bytes identical": shipped_bytes == mine.read_bytes(),
         "same rationales": sum(x["rationales"] == y["rationales"] for x, y in pairs),
         "logits bit-equal": sum(x["logits"] == y["logits"] for x, y in pairs),
         "max |d logit|": max(

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Rebuild the shipped tiny reproductions (verify, facts, aleatoric) from a fresh clone of
 # this repository's HEAD, --jobs 2, and copy what assets/README.md lists into
-# assets/results/ of the repository this script is run from.
+# assets/results/ of the repository this script is run from (reproduce.ship: eval dumps
+# and logs packed as .jsonl.xz; report.html loads assets/results/plotly.min.js, which
+# write_report put in runs/reproduce/ and is copied beside the reports here).
 #
 #     bash benchmarks/rebuild_results.sh [TASK ...]      # default: verify facts aleatoric
 #
@@ -30,3 +32,4 @@ ship(f"runs/reproduce/{sys.argv[1]}", f"{sys.argv[2]}/assets/results/{sys.argv[1
     "$task" "$repo" "${weights[@]}"
   echo "$task: copied to $repo/assets/results/$task"
 done
+cp runs/reproduce/plotly.min.js "$repo/assets/results/plotly.min.js"

@@ -70,7 +70,7 @@ from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.common import read_log
 from rlcd_lab.train.rlcd import preset
 
-pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offline
+pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()

@@ -60,12 +60,13 @@ import torch
 from IPython.display import display
 
 from rlcd_lab import assets, plots, results, tutorial
+from rlcd_lab.io import jsonl_path
 from rlcd_lab.models import read_meta
 from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.common import read_log
 from rlcd_lab.train.rlcd import preset
 
-pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offline
+pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()
@@ -125,7 +126,7 @@ assert abs(sim[ratios.index(10.0)] - 1 / np.sqrt(101)) < 0.02
 shipped = tutorial.discover_runs(assets.shipped_runs())
 dil = {}
 for info in shipped:
-    if not (info["path"] / "log.jsonl").exists():  # e.g. an evaluation-only directory
+    if not jsonl_path(info["path"] / "log.jsonl").exists():  # e.g. evaluation only
         continue
     d = results.gradient_dilution(read_log(info["path"]))
     if d["steps"].size:

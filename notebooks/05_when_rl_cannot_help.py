@@ -76,7 +76,7 @@ from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import TRAINERS, launch_command, train
 from rlcd_lab.train.common import read_log
 
-pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offline
+pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()

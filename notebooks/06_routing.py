@@ -56,7 +56,7 @@ from rlcd_lab.evaluate import run_eval
 from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks import load_task_items
 
-pio.renderers.default = "plotly_mimetype+notebook"  # plots embedded, work offline
+pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()

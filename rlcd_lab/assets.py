@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from .io import jsonl_files
 from .io import read_jsonl as read_jsonl  # re-exported: dumps and logs of shipped runs
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -22,12 +23,18 @@ def shipped_checkpoints(root: str | Path = ASSETS) -> dict[str, Path]:
     return {p.relative_to(root).as_posix(): p for p in sorted(found)}
 
 
+def tiny_verify_first(name: str) -> tuple[bool, bool]:
+    """Sort key that puts names under a ``verify`` folder (the tiny ``verify`` task) first,
+    then other names holding ``verify`` (e.g. the real rung's), then the rest; stable."""
+    return "verify" not in name.split("/"), "verify" not in name
+
+
 def default_checkpoint(names: Sequence[str]) -> str | None:
     """The checkpoint a face opens with, among ``names``: a stage-2 RLCD model (name holding
     ``reinforce``; those of the tiny ``verify`` task first (a ``verify`` folder), before
     e.g. the SmolLM2 adapters, which need their base), else a stage-1 one (``calibrate``),
     else a base model of the ``verify`` task, else the first; None for no names."""
-    ordered = sorted(names, key=lambda n: ("verify" not in n.split("/"), "verify" not in n))
+    ordered = sorted(names, key=tiny_verify_first)
     for key in ("reinforce", "calibrate", "base-verify"):
         for name in ordered:
             if key in name:
@@ -43,9 +50,9 @@ per method, seed and task."""
 
 
 def shipped_runs(root: str | Path = ASSETS) -> dict[str, Path]:
-    """Every run dir under ``root`` with a test eval dump (``eval/test.jsonl``), by name,
-    outside :data:`STUDIES`."""
+    """Every run dir under ``root`` with a test eval dump (``eval/test.jsonl``, shipped
+    packed as ``eval/test.jsonl.xz``), by name, outside :data:`STUDIES`."""
     root = Path(root)
-    found = (p.parent.parent for p in root.rglob("eval/test.jsonl"))
+    found = (p.parent.parent for p in jsonl_files(root, "**/eval/test.jsonl"))
     names = {p.relative_to(root).as_posix(): p for p in sorted(found)}
     return {n: p for n, p in names.items() if not n.startswith(STUDIES)}

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -119,6 +120,12 @@ def pair_notebooks(src_dir: str | Path = "notebooks") -> list[Path]:
     from the ``.py``; one older than its ``.py`` (e.g. after a ``git pull``) gets the
     ``.py``'s cells and keeps the outputs of the cells that did not change (``jupytext
     --update``); one newer than its ``.py`` is left alone (it holds the latest edits).
+
+    A written ``.ipynb`` gets its ``.py``'s modification time (``jupytext
+    --use-source-timestamp``). JupyterLab's jupytext contents manager refuses to open a
+    pair whose ``.ipynb`` is more than ``outdated_text_notebook_margin`` (1 s) newer than
+    its ``.py`` unless both give exactly the same text (cell metadata order included); at
+    the ``.py``'s time the ``.py`` is the input, as after a save from Lab.
     Returns the ``.ipynb`` paths written. Raises ``ValueError`` for a tutorial whose header
     does not pair it with ``.ipynb``.
     """
@@ -137,6 +144,8 @@ def pair_notebooks(src_dir: str | Path = "notebooks") -> list[Path]:
                 continue
             nb = combine_inputs_with_outputs(nb, jupytext.read(twin), fmt="py:percent")
         jupytext.write(nb, twin)
+        src = path.stat()
+        os.utime(twin, ns=(src.st_atime_ns, src.st_mtime_ns))
         written.append(twin)
     return written
 
@@ -503,10 +512,11 @@ def check_kl_price(
 # ---------------------------------------------------------- notebook 3: gradient dilution
 def _shipped_stage1(task: str = "verify") -> Path | None:
     from . import assets, tutorial
+    from .io import jsonl_path
 
     infos = tutorial.discover_runs(assets.shipped_runs(), task=task)
     stage1 = [i for i in infos if i["method"] == "calibrate" and i["parent"] is None]
-    stage1 = [i for i in stage1 if (i["path"] / "log.jsonl").exists()]
+    stage1 = [i for i in stage1 if jsonl_path(i["path"] / "log.jsonl").exists()]
     return min(stage1, key=lambda i: i["name"])["path"] if stage1 else None
 
 

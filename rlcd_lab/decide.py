@@ -1,7 +1,7 @@
 """Typed decisions: Jev questions about a state -> prompts with options -> readout -> answers.
 
 A request names a *state* (text, a JSON object or an array) and typed questions about it
-(the Jev wire form; see the README, "Decision server"). Each question becomes a prompt
+(the Jev wire form; see docs/server.md). Each question becomes a prompt
 that ends in the marker and a set of K option tokens; the answer is read, not sampled
 (``readout``), with the checkpoint's fitted temperature ``T`` applied to the option logits ``z``:
 
@@ -241,7 +241,7 @@ def _bad_label(label: str) -> str | None:
 
 
 def question_from_wire(raw: Mapping[str, Any]) -> Question:
-    """Parse one question in the Jev wire form (README, "Decision server") into a :class:`Question`.
+    """Parse one question in the Jev wire form (docs/server.md) into a :class:`Question`.
 
     Raises :class:`DecisionError` (``loc`` relative to the question) for an unknown type,
     fewer than 2 or more than 255 choice labels, fewer than 2 or more than 10 score levels,

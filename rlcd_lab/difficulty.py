@@ -7,13 +7,13 @@ model's reasoning differs, so its accuracy after one rationale falls as ``slip``
 Each level is one reproduction (``rlcd-lab reproduce --task verify --init BASE --runs base
 calibrate reinforce grpo-matched``); its ``summary.json`` holds the paired differences
 two-stage RLCD minus GRPO+TS (matched budget), after temperature scaling, with the same
-95% CIs and sign-flip p-values as the README's claims (``rlcd_lab.results``), and they
+95% CIs and sign-flip p-values as docs/results.md's claims (``rlcd_lab.results``), and they
 are judged by the same verdict rules against the paper's GSM8K-Verify effect
 (``rlcd_lab.paper``, section 5.1).
 
 ``python -m rlcd_lab.difficulty OUT SLIP=REPRODUCTION ...`` writes ``OUT/map.json``,
 ``OUT/report.md`` and ``OUT/figures/difficulty.png`` (with kaleido);
-``python -m rlcd_lab.report --readme README.md`` renders ``map.json`` as the README's
+``python -m rlcd_lab.report --readme docs/results.md`` renders ``map.json`` as docs/results.md's
 table.
 """
 

@@ -1,11 +1,17 @@
 """File-system plumbing: atomic writes (a reader never sees a half-written file or
-checkpoint directory), JSON that fails as a ``ValueError`` only, and a lock that lets one
-process at a time write a folder (``FolderLock``)."""
+checkpoint directory), JSON that fails as a ``ValueError`` only, JSON lines read plain or
+packed (``X.jsonl.xz``: :func:`pack`), and a lock that lets one process at a time write a
+folder (``FolderLock``).
+
+``python -m rlcd_lab.io pack DIR...`` packs every ``*.jsonl`` under each DIR (what
+``assets/results`` ships; runs keep writing plain ``.jsonl``).
+"""
 
 from __future__ import annotations
 
 import errno
 import json
+import lzma
 import os
 import shutil
 import socket
@@ -13,7 +19,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,12 +38,21 @@ def _mode(full: int) -> int:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
+    return _atomic_write(path, text, "w")
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (as :func:`atomic_write_text`)."""
+    return _atomic_write(path, data, "wb")
+
+
+def _atomic_write(path: str | os.PathLike, data: str | bytes, mode: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, _mode(0o666))  # mkstemp makes 0600; give what open() would
@@ -53,10 +68,68 @@ def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
+PACKED = ".xz"
+"""Suffix of a packed JSONL file: ``X.jsonl.xz`` holds the bytes of ``X.jsonl``, xz-compressed
+(about a quarter smaller than gzip on the eval dumps: what keeps ``assets/`` lean)."""
+PACK_PRESET = 9 | lzma.PRESET_EXTREME
+"""xz preset of :func:`pack_jsonl` (fixed; xz stores no time or name: reproducible bytes)."""
+
+
+def jsonl_path(path: str | os.PathLike) -> Path:
+    """The file that holds the rows of ``path``: ``path`` itself, else its packed form
+    ``path.xz`` when only that exists (shipped dumps are packed), else ``path`` (missing:
+    errors name the plain file). ``jsonl_path(p).exists()``: whether ``p`` can be read."""
+    path = Path(path)
+    packed = path.with_name(path.name + PACKED)
+    if path.name.endswith(".jsonl") and not path.exists() and packed.exists():
+        return packed
+    return path
+
+
+def jsonl_files(folder: str | os.PathLike, pattern: str = "*.jsonl") -> list[Path]:
+    """The JSONL files under ``folder`` that match ``pattern`` (a glob ending in
+    ``.jsonl``, e.g. ``"test-m*.jsonl"`` or ``"**/eval/test.jsonl"``), plain or packed,
+    each by its plain name (``X.jsonl`` for ``X.jsonl.xz``: read it with
+    :func:`read_jsonl`, find the file with :func:`jsonl_path`), sorted."""
+    folder = Path(folder)
+    packed = (p.with_name(p.name[: -len(PACKED)]) for p in folder.glob(pattern + PACKED))
+    return sorted({*folder.glob(pattern), *packed})
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Rows of a JSONL file (an eval dump, a ``log.jsonl``); blank lines are skipped."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """Rows of a JSONL file (an eval dump, a ``log.jsonl``); blank lines are skipped. A
+    ``.xz`` file is decompressed, and a missing ``X.jsonl`` is read from ``X.jsonl.xz``
+    (:func:`jsonl_path`). A truncated or corrupt packed file raises ``ValueError``."""
+    path = jsonl_path(path)
+    try:
+        if path.name.endswith(PACKED):
+            with lzma.open(path, "rt", encoding="utf-8") as f:
+                return [json.loads(line) for line in f if line.strip()]
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (EOFError, lzma.LZMAError) as err:  # the stream ends early, or is corrupt
+        raise ValueError(f"{path}: {err}") from None
+
+
+def pack_jsonl(path: str | os.PathLike) -> Path:
+    """Replace ``X.jsonl`` by ``X.jsonl.xz`` beside it (an existing one is overwritten):
+    xz at :data:`PACK_PRESET`, so the same file always packs to the same bytes; checked to
+    unpack to the original before the plain file is removed. Returns the packed file."""
+    path = Path(path)
+    data = path.read_bytes()
+    packed = lzma.compress(data, preset=PACK_PRESET)
+    if lzma.decompress(packed) != data:  # lossless, or nothing is removed
+        raise OSError(f"{path}: packing does not round-trip")
+    out = atomic_write_bytes(path.with_name(path.name + PACKED), packed)
+    path.unlink()
+    return out
+
+
+def pack(folder: str | os.PathLike) -> list[Path]:
+    """:func:`pack_jsonl` every ``*.jsonl`` file under ``folder`` (what ``assets/results``
+    ships: eval dumps and logs, read back by :func:`read_jsonl`); returns the packed
+    files, sorted."""
+    return [pack_jsonl(p) for p in sorted(Path(folder).rglob("*.jsonl")) if p.is_file()]
 
 
 @contextmanager
@@ -204,3 +277,20 @@ def _lock_holder(fd: int) -> str:
         return "another process"
     who = "this process" if pid == os.getpid() and host == socket.gethostname() else "process"
     return f"{who} {pid} on {host} since {since} ({command})"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m rlcd_lab.io pack DIR...``: :func:`pack` each folder, printing the
+    number of files packed in each."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] != ["pack"] or len(args) < 2:
+        sys.exit("usage: python -m rlcd_lab.io pack DIR...")
+    for folder in args[1:]:
+        if not Path(folder).is_dir():
+            sys.exit(f"{folder}: not a folder")
+    for folder in args[1:]:
+        print(f"{folder}: {len(pack(folder))} files packed")
+
+
+if __name__ == "__main__":
+    main()

@@ -37,11 +37,41 @@ COLORS = (
     "#B6E880",
     "#FF97FF",
     "#FECB52",
+    # 14 more, darker than plotly's ten and far from them: 24 distinct line colours
+    "#2E91E5",
+    "#1CA71C",
+    "#B68100",
+    "#862A16",
+    "#6C7C32",
+    "#778AAE",
+    "#B2828D",
+    "#DA16FF",
+    "#AF0038",
+    "#00A08B",
+    "#750D86",
+    "#511CFB",
+    "#6C4516",
+    "#FC0080",
 )
+"""Trace colours in order: plotly's default ten, then 14 more (from plotly's Dark24), so
+that up to 24 models on one figure get distinct colours."""
+LEGEND_ENTRY_PX = 22
+"""Height of one legend entry (plotly's default 12 px font and the gap), rounded up."""
+X_MARGIN = 0.05
+""":func:`threshold_curves`' x axis: margin on each side, as a share of the data's span."""
+DEFAULT_HEIGHT, DEFAULT_TOP = 450, 100
+"""Plotly's default figure height and top margin, in px."""
 
 
 def _color(i: int) -> str:
     return COLORS[i % len(COLORS)]
+
+
+def _legend_height(entries: int) -> int | None:
+    """A figure height whose right-hand legend of ``entries`` entries fits below the top
+    margin (plotly scrolls, i.e. cuts, a longer one), or None when the default fits."""
+    need = DEFAULT_TOP + LEGEND_ENTRY_PX * (entries + 1)
+    return need if need > DEFAULT_HEIGHT else None
 
 
 Theme = Literal["auto", "light", "dark"]
@@ -238,7 +268,7 @@ def risk_coverage_figure(
       ``"{name} oracle"``, for the first model only (``oracle="first"``), for every model
       (``"each"``) or none;
     * with ``cov_style="lines"``, a vertical dashed line at ``x = Cov@eps``, named
-      ``"{name} Cov@{eps}"``.
+      ``"{name} Cov@{eps}"`` (no legend entry: it shows and hides with its curve).
 
     With ``cov_style="markers"`` one trace ``"Cov@{eps}"`` follows instead, a triangle
     per model at ``(Cov@eps, eps)`` on the risk line (``meta = {"models",
@@ -250,6 +280,8 @@ def risk_coverage_figure(
     spaced points for display (the first and last kept; AURC and Cov@eps are still
     computed on all items). The compact options (``max_points``, ``cov_style="markers"``,
     one ``marks`` trace) keep the figure fast enough to rebuild on every slider move.
+    Models take distinct colours (:data:`COLORS`, up to 24), and a figure whose legend
+    would not fit plotly's default height is made taller.
     Lower curves are better; Cov@eps is where a curve last sits at or below the line.
     Geifman & El-Yaniv 2017; Geifman et al. 2019; OpenJev-RLCD sec. 5.
     """
@@ -299,7 +331,8 @@ def risk_coverage_figure(
                     y=[0.0, 1.0],
                     mode="lines",
                     name=f"{name} Cov@{eps:g}",
-                    legendgroup=name,
+                    legendgroup=name,  # toggled with the curve, no legend entry of its own
+                    showlegend=False,
                     line={"color": color, "dash": "dash", "width": 1},
                     meta={"model": name, "cov_at_eps": cov_eps},
                 )
@@ -360,16 +393,17 @@ def risk_coverage_figure(
             meta={"eps": eps},
         )
     )
+    layout: dict[str, Any] = {
+        "title": {"text": title},
+        "xaxis": {"title": {"text": "coverage"}, "range": [0, 1]},
+        "yaxis": {"title": {"text": "risk (error rate)"}},
+    }
+    height = _legend_height(sum(t.get("showlegend", True) for t in traces))
+    if height:
+        layout["height"] = height
     # plain dicts validated once by one Figure call (not go.Scatter + add_trace, which
     # validate twice): several times faster, for the dashboard's live updates
-    return go.Figure(
-        data=traces,
-        layout={
-            "title": {"text": title},
-            "xaxis": {"title": {"text": "coverage"}, "range": [0, 1]},
-            "yaxis": {"title": {"text": "risk (error rate)"}},
-        },
-    )
+    return go.Figure(data=traces, layout=layout)
 
 
 def reliability_curves(
@@ -460,13 +494,22 @@ def threshold_curves(
     (``"{name} min"``, not in the legend). Then one dotted vertical line per entry of
     ``vlines`` (label -> threshold), named by its label. ``max_points`` thins the curves
     for display (minimum computed on all points).
+
+    The x axis spans the data that change (:data:`X_MARGIN` of the span added on each
+    side): from the lowest threshold to the start of each curve's last piece (beyond
+    it ``y[-1]`` holds to ``t[-1]``, e.g. "escalate everything" up to ``t = 1``) or its
+    minimum if later. A vertical line outside that range gets an arrow at the edge
+    (``layout.annotations``) saying where it is.
     """
     traces = []
+    lo, hi = math.inf, -math.inf
     for i, (name, (t, y)) in enumerate(curves.items()):
         ta, ya = to_numpy(t, np.float64).reshape(-1), to_numpy(y, np.float64).reshape(-1)
         if ta.shape != ya.shape or ta.size == 0:
             raise ValueError(f"{name}: t {ta.shape} and y {ya.shape} must match, non-empty")
         j = int(np.argmin(ya))
+        lo = min(lo, ta[0])
+        hi = max(hi, ta[max(ta.size - 2, 0)], ta[j])
         idx = _thin(ta.size, max_points)
         color = _color(i)
         traces.append(
@@ -507,14 +550,31 @@ def threshold_curves(
                 meta={"x": float(x)},
             )
         )
-    return go.Figure(
-        data=traces,
-        layout={
-            "title": {"text": title},
-            "xaxis": {"title": {"text": xaxis_title}},
-            "yaxis": {"title": {"text": yaxis_title}, "rangemode": "tozero"},
-        },
-    )
+    layout: dict[str, Any] = {
+        "title": {"text": title},
+        "xaxis": {"title": {"text": xaxis_title}},
+        "yaxis": {"title": {"text": yaxis_title}, "rangemode": "tozero"},
+    }
+    if traces:
+        pad = X_MARGIN * (hi - lo) or X_MARGIN
+        x0, x1 = float(lo - pad), float(hi + pad)
+        layout["xaxis"]["range"] = [x0, x1]
+        notes = [
+            {
+                "x": 1.0 if x > x1 else 0.0,
+                "xref": "paper",
+                "xanchor": "right" if x > x1 else "left",
+                "y": 1.0,
+                "yref": "paper",
+                "text": f"{label} = {x:.3g} →" if x > x1 else f"← {label} = {x:.3g}",
+                "showarrow": False,
+            }
+            for label, x in (vlines or {}).items()
+            if not x0 <= x <= x1
+        ]
+        if notes:
+            layout["annotations"] = notes
+    return go.Figure(data=traces, layout=layout)
 
 
 def rationale_bars(

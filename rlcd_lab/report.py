@@ -1,8 +1,9 @@
 """The paper's tables and figures, generated from a reproduction's summary and runs.
 
 ``write_report(root, seeds, eps, title)`` reads the eval dumps under ``root`` through
-:mod:`rlcd_lab.results` and writes ``summary.json``, ``report.md``, a self-contained
-``report.html`` and ``figures/*.html``:
+:mod:`rlcd_lab.results` and writes ``summary.json``, ``report.md``, ``report.html`` (its
+figures load plotly.js from ``../plotly.min.js``, one file shared by the reports beside
+``root``: :func:`write_plotlyjs`) and ``figures/*.png``:
 
 * Table 1: every run (mean +- s.d. over seeds, after temperature scaling, with its
   training budget in steps) and the paired tests of two-stage RLCD against each run;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from . import paper
-from .io import atomic_write_text, read_jsonl
+from .io import atomic_write_bytes, atomic_write_text, jsonl_path, read_jsonl
 from .results import (
     FORKS,
     MATCHED,
@@ -54,6 +56,8 @@ LABELS = {
     "rft": "RFT+TS",
     "rft-kl": "RFT+KL+TS",
     "grpo": "GRPO+TS",
+    "rlcr": "RLCR+TS (readout)",
+    "rlcr-stated": "RLCR+TS (stated confidence)",
     "endtoend": "per-rationale (end to end, KL)",
     "mixture": "mixture (lam = 1)",
     "calibrate": "RLCD stage 1",
@@ -272,15 +276,22 @@ def findings_table(summary: Mapping) -> str:
     return "\n".join(rows) + "\n"
 
 
-def what_reproduces(summaries: Mapping[str, Mapping]) -> str:
-    """Markdown: one row per claim of the paper, one column per task (``{task name:
-    summary}``), each cell the verdict (its first clause; :func:`findings_table` has it
-    whole) on that task's kind of claim, our difference [95% CI] and the paper's number;
-    "-" where the paper makes no such claim for that kind or the task did not run it."""
+HEADLINE = "RLCD vs GRPO+TS"
+"""The claims the README's headline table keeps: the paper's main comparison."""
+
+
+def what_reproduces(summaries: Mapping[str, Mapping], only: str = "") -> str:
+    """Markdown: one row per claim of the paper (those whose name starts with ``only``),
+    one column per task (``{task name: summary}``), each cell the verdict (its first
+    clause; :func:`findings_table` has it whole) on that task's kind of claim, our
+    difference [95% CI] and the paper's number; "-" where the paper makes no such claim
+    for that kind or the task did not run it. A task with none of the kept claims has no
+    column."""
     judged = {task: {j.row: j for j in judge(s)} for task, s in summaries.items()}
     rows: list[str] = []
     for found in judged.values():
-        rows += [r for r in found if r not in rows]
+        rows += [r for r in found if r not in rows and r.startswith(only)]
+    summaries = {task: s for task, s in summaries.items() if set(judged[task]) & set(rows)}
     kinds = {task: paper.KIND_NAMES[summary_kind(s)] for task, s in summaries.items()}
     head = " | ".join(f"{task} ({kinds[task]})" for task in summaries)
     out = [f"| claim | {head} |", "|---" * (len(summaries) + 1) + "|"]
@@ -497,7 +508,7 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
     trained = {  # each run's log rows, read once
         n: [read_jsonl(r.path / "log.jsonl") for r in loaded[n]]
         for n in collapse or loaded
-        if all((r.path / "log.jsonl").exists() for r in loaded[n])
+        if all(jsonl_path(r.path / "log.jsonl").exists() for r in loaded[n])
     }
     figs = {}
     if trained:
@@ -566,10 +577,29 @@ def write_pngs(figs: Mapping, folder: Path) -> list[Path]:
     return paths
 
 
+PLOTLY_JS = "plotly.min.js"
+"""The plotly.js that every ``report.html`` loads from its parent folder (``../``), one
+copy for all the reports beside each other (``assets/results/plotly.min.js``)."""
+
+
+def write_plotlyjs(folder: Path) -> Path:
+    """``folder/plotly.min.js``: the installed plotly's own bundled plotly.js, so that the
+    reports in ``folder``'s subfolders open offline; written only when missing or
+    different (another plotly version). Returns the file."""
+    from importlib.resources import files
+
+    path = Path(folder) / PLOTLY_JS
+    js = (files("plotly") / "package_data" / PLOTLY_JS).read_bytes()
+    if not path.is_file() or path.read_bytes() != js:
+        atomic_write_bytes(path, js)
+    return path
+
+
 def write_report(
     root: Path, seeds: Sequence[int], eps: float, title: str, task: str | None = None
 ) -> dict:
-    """``summary.json``, ``report.md``, ``report.html`` (figures inlined) and
+    """``summary.json``, ``report.md``, ``report.html`` (figures with plotly.js from
+    ``../plotly.min.js``, which :func:`write_plotlyjs` puts there) and
     ``figures/<name>.png`` (:func:`write_pngs`) in ``root`` from the runs under it;
     returns the summary. ``task`` (recorded as the summary's ``task``; default: the one
     its runs' configs name) decides which of the paper's findings it is judged on."""
@@ -589,9 +619,11 @@ def write_report(
     figs = report_figures(summary, loaded)
     write_pngs(figs, root / "figures")
     body = MarkdownIt("commonmark").enable("table").render(md)
-    html_figs = [
-        f.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
-        for i, f in enumerate(figs.values())
+    html_figs = [  # named divs: the same runs give the same bytes
+        f.to_html(
+            full_html=False, include_plotlyjs=f"../{PLOTLY_JS}" if i == 0 else False, div_id=name
+        )
+        for i, (name, f) in enumerate(figs.items())
     ]
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
@@ -603,6 +635,7 @@ def write_report(
         f"<style>{style}</style></head><body>{body}<h2>Figures</h2>{''.join(html_figs)}"
         "</body></html>"
     )
+    write_plotlyjs(Path(root).resolve().parent)
     atomic_write_text(root / "report.html", html)
     return summary
 
@@ -635,41 +668,49 @@ def readme_block(summary: Mapping) -> str:
 BLOCK = re.compile(
     r"(<!-- (\S+):begin \(generated from (\S+) by [^)]*\) -->\n)(.*?)(<!-- \2:end -->)", re.S
 )
-"""A generated README block: ``<!-- NAME:begin (generated from SUMMARY by ...) -->``;
-SUMMARY a ``summary.json``, or a folder of reproductions (:func:`what_reproduces`)."""
+"""A generated block in a Markdown file: ``<!-- NAME:begin (generated from SUMMARY by
+...) -->``; SUMMARY a ``summary.json``, or a folder of reproductions
+(:func:`what_reproduces`; the block named ``headline`` keeps the :data:`HEADLINE` claims)."""
 
 
 def update_readme(readme: Path) -> str:
-    """The text of ``readme`` with every generated block rewritten from the summary it
-    names (paths relative to the README's folder), plus the wall time from the
-    ``timing.json`` beside it when there is one; returns the new text (not written)."""
+    """The text of ``readme`` (the README or a page under docs/) with every generated
+    block rewritten from the summary it names (paths relative to the file's folder), plus
+    the wall time from the ``timing.json`` beside it when there is one; returns the new
+    text (not written)."""
     root = readme.parent
 
     def fill(m: re.Match) -> str:
         path = root / m.group(3)
         if path.is_dir():  # every reproduction under it: the "What reproduces" table
-            return m.group(1) + what_reproduces(load_summaries(path)) + m.group(5)
+            only = HEADLINE if m.group(2) == "headline" else ""
+            return m.group(1) + what_reproduces(load_summaries(path), only) + m.group(5)
         text = readme_block(json.loads(path.read_text(encoding="utf-8")))
         timing = path.parent / "timing.json"
         if timing.exists():
             t = json.loads(timing.read_text(encoding="utf-8"))
+            where = Path(os.path.relpath(timing, root)).as_posix()
             text += (
                 f"\nWall time of this reproduction: {t['wall_s'] / 60:.1f} min for "
-                f"{len(t['runs'])} runs, {t['jobs']} at a time (`{timing.relative_to(root)}`).\n"
+                f"{len(t['runs'])} runs, {t['jobs']} at a time (`{where}`).\n"
             )
         return m.group(1) + text + m.group(5)
 
     return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
 
 
+GENERATED = ("README.md", "docs/results.md")
+"""The Markdown files (relative to the repository) that hold generated blocks."""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m rlcd_lab.report SUMMARY`` prints the README block of a summary.json;
-    ``python -m rlcd_lab.report --readme README.md`` rewrites the README's generated
-    blocks in place."""
+    ``python -m rlcd_lab.report --readme FILE...`` rewrites the generated blocks of each
+    Markdown file in place (the README and docs/results.md: :data:`GENERATED`)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--readme"]:
-        readme = Path(args[1])
-        atomic_write_text(readme, update_readme(readme))
+        for name in args[1:]:
+            atomic_write_text(Path(name), update_readme(Path(name)))
         return
     (path,) = args
     with open(path, encoding="utf-8") as f:

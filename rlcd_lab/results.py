@@ -31,7 +31,7 @@ import numpy as np
 
 from . import metrics, stats
 from .evaluate import summarize
-from .io import read_jsonl
+from .io import jsonl_files, jsonl_path, read_jsonl
 from .metrics import DEFAULT_EPS
 
 RLCD = "reinforce"
@@ -205,17 +205,18 @@ def from_rows(
 
 def load_run(run: str | Path, eps: float = DEFAULT_EPS) -> RunResult:
     """Read ``run/eval``: ``test.jsonl`` (required), ``dev.jsonl`` (T is fitted on it) and
-    the largest ``test-m<M>.jsonl`` mixture dump, if any (:func:`from_rows`). ``eps``:
+    the largest ``test-m<M>.jsonl`` mixture dump, if any (:func:`from_rows`), each plain
+    or packed (``.jsonl.xz``, :func:`rlcd_lab.io.read_jsonl`). ``eps``:
     Cov@eps's error budget. Raises FileNotFoundError (naming the file) when the test dump
     is missing, ValueError when it is empty."""
     run = Path(run)
     ev = run / "eval"
-    if not (ev / "test.jsonl").exists():
+    if not jsonl_path(ev / "test.jsonl").exists():
         raise FileNotFoundError(f"{ev / 'test.jsonl'}: no test dump (run rlcd-lab eval first)")
     test = read_jsonl(ev / "test.jsonl")
-    dev = read_jsonl(ev / "dev.jsonl") if (ev / "dev.jsonl").exists() else None
+    dev = read_jsonl(ev / "dev.jsonl") if jsonl_path(ev / "dev.jsonl").exists() else None
     mixture = None
-    dumps = sorted(ev.glob("test-m*.jsonl"), key=lambda p: int(p.stem[len("test-m") :]))
+    dumps = sorted(jsonl_files(ev, "test-m*.jsonl"), key=lambda p: int(p.stem[len("test-m") :]))
     if dumps and test and test[0].get("q") is not None:
         mixture = (int(dumps[-1].stem[len("test-m") :]), read_jsonl(dumps[-1]))
     return from_rows(test, dev, path=run, eps=eps, mixture=mixture)
@@ -358,13 +359,13 @@ def summarize_runs(
         {
             p.parent.parent.name
             for s in seeds
-            for p in (root / f"seed-{s}").glob("*/eval/test.jsonl")
+            for p in jsonl_files(root / f"seed-{s}", "*/eval/test.jsonl")
         }
     )
     loaded: dict[str, list[RunResult]] = {}
     for name in names:
         runs = [root / f"seed-{s}" / name for s in seeds]
-        if all((r / "eval" / "test.jsonl").exists() for r in runs):
+        if all(jsonl_path(r / "eval" / "test.jsonl").exists() for r in runs):
             loaded[name] = [load_run(r, eps) for r in runs]
     summary: dict = {
         "seeds": list(seeds),
@@ -393,7 +394,7 @@ def summarize_runs(
             entry["m_mixture"] = group[0].m_mixture
             entry["empty_share"] = mean_sd([g.empty_share for g in group])
         logs = [g.path / "log.jsonl" for g in group]
-        if all(p.exists() for p in logs):
+        if all(jsonl_path(p).exists() for p in logs):
             ratios = [gradient_dilution(read_jsonl(p))["rms_ratio"] for p in logs]
             if all(np.isfinite(ratios)):
                 entry["grad_rms_ratio"] = mean_sd(ratios)

@@ -1,7 +1,7 @@
 """The Jev-compatible decision server: an rlcd_lab checkpoint behind the typed-decision API.
 
 ``rlcd-lab serve --checkpoint DIR --port 8000`` (or ``create_app(...)`` with any ASGI
-server) answers the Jev wire contract (README, "Decision server") so that the official client
+server) answers the Jev wire contract (docs/server.md) so that the official client
 (PyPI ``typesafe-sdk``) works unchanged against a model trained here:
 
 * ``POST /v1/systemone``: ``{"model", "state", "questions"}`` -> ``{"model", "answers",

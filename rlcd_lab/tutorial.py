@@ -1,7 +1,8 @@
 """Small helpers the tutorial notebooks share (``notebooks/*.py``).
 
 The notebooks only import from ``rlcd_lab``; the computations they need that are not a
-loss, a metric or a training loop live here: the ``SCALE`` switch, a non-proper score as
+loss, a metric or a training loop live here: the ``SCALE`` switch, the plotly renderer
+(embedded in Jupyter, silent as a script), a non-proper score as
 a counterexample, expected-score curves for the binary case, the gradient-dilution ratio
 from a run's log, finding shipped runs and what their configs say,
 and a plotly slider figure. Pure functions (file readers aside); no printing. Scoring a
@@ -42,6 +43,34 @@ def get_scale(env: Mapping[str, str] | None = None, var: str = "RLCD_SCALE") -> 
     if scale not in SCALES:
         raise ValueError(f"{var}={scale!r}: choose one of {SCALES}")
     return scale
+
+
+# ---------------------------------------------------------------------------- display
+NOTEBOOK_RENDERER = "plotly_mimetype+notebook"
+"""Plotly's renderer in Jupyter: figures embedded in the notebook, plotly.js included
+(works offline)."""
+
+
+def in_jupyter_kernel() -> bool:
+    """Whether this code runs in a Jupyter kernel (JupyterLab, nbclient, VS Code's
+    notebooks: IPython's ``ZMQInteractiveShell``), not as a plain script."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def plotly_renderer(env: Mapping[str, str] | None = None) -> str:
+    """The notebooks' ``plotly.io.renderers.default``: :data:`NOTEBOOK_RENDERER` in a
+    Jupyter kernel; run as a script (``python notebooks/NN_*.py``), the environment
+    variable ``PLOTLY_RENDERER`` if set (e.g. ``browser``: each figure in a browser tab),
+    else ``""``: ``fig.show()`` shows nothing. The notebook renderer outside Jupyter would
+    print every figure's JSON and plotly.js to stdout (megabytes)."""
+    if in_jupyter_kernel():
+        return NOTEBOOK_RENDERER
+    env = os.environ if env is None else env
+    return env.get("PLOTLY_RENDERER", "")
 
 
 # ---------------------------------------------------------------- proper vs not proper

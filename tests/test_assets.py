@@ -68,3 +68,62 @@ def test_the_real_rungs_base_writes_its_worked_rationales(smollm2_dir):
     written = [not r.forced[0] for r in readings]
     worked = [" vs " in r.texts[0] for r in readings]
     assert sum(written) >= 5 and sum(worked) >= 5, [r.texts[0] for r in readings]
+
+
+# ------------------------------------------------------------- shipped results, lean
+RESULTS = ASSETS.parent / "results"
+BUDGET_MB = 60
+"""Everything under assets/ (sum of file sizes, MB of 10^6 bytes), issue 31's budget:
+dumps and logs ship packed (``python -m rlcd_lab.io pack``, xz), the reports share one
+plotly.js, the SmolLM2 adapter reads its base's tokenizer; assets/README.md says what
+takes the room."""
+
+
+def test_shipped_results_hold_no_plain_jsonl():
+    """Eval dumps and logs under assets/results ship packed (``X.jsonl.xz``)."""
+    assert sorted(RESULTS.rglob("*.jsonl")) == []
+    assert len(list(RESULTS.rglob("*.jsonl.xz"))) > 500
+
+
+def test_assets_fit_the_size_budget():
+    total = sum(p.stat().st_size for p in ASSETS.parent.rglob("*") if p.is_file())
+    assert total <= BUDGET_MB * 10**6, f"assets/ holds {total / 1e6:.1f} MB"
+
+
+def test_shipped_reports_load_one_shared_plotly_js():
+    """Each report.html loads ../plotly.min.js (assets/results/plotly.min.js) instead of
+    inlining its 4.8 MB."""
+    reports = sorted(RESULTS.glob("*/report.html"))
+    assert len(reports) == 4
+    for report in reports:
+        html = report.read_text(encoding="utf-8")
+        assert html.count('<script charset="utf-8" src="../plotly.min.js"></script>') == 1
+        assert "plotly.js v" not in html and report.stat().st_size < 10**6
+    assert (RESULTS / "plotly.min.js").read_text(encoding="utf-8").startswith("/**\n* plotly.js v")
+
+
+def test_a_shipped_summary_recomputes_byte_identically_from_packed_dumps(tmp_path, monkeypatch):
+    """``write_report`` on a copy of a shipped reproduction (its packed dumps and logs)
+    writes the shipped summary.json byte for byte."""
+    import json
+    import shutil
+
+    from rlcd_lab import report
+
+    shipped = RESULTS / "rung-lr" / "lr-1e-4"
+    copy = shutil.copytree(shipped, tmp_path / "results" / "lr-1e-4")
+    old = json.loads((shipped / "summary.json").read_text())
+    monkeypatch.setattr(report, "write_pngs", lambda figs, folder: [])  # no kaleido needed
+    report.write_report(copy, old["seeds"], old["eps"], "copy", task=old["task"])
+    assert (copy / "summary.json").read_bytes() == (shipped / "summary.json").read_bytes()
+    assert (tmp_path / "results" / "plotly.min.js").is_file()  # where report.html looks
+
+
+def test_shipped_runs_and_mixture_dumps_are_found_packed():
+    from rlcd_lab.assets import shipped_runs
+    from rlcd_lab.results import load_run
+
+    runs = shipped_runs()
+    assert "results/verify/seed-17/reinforce" in runs and len(runs) > 100
+    mixture = load_run(runs["results/aleatoric/seed-17/reinforce"])
+    assert mixture.m_mixture == 16 and len(mixture.labels) == 400

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from rlcd_lab import classroom
-from rlcd_lab.assets import ASSETS
+from rlcd_lab.assets import ASSETS, read_jsonl
 from rlcd_lab.classroom import Feedback
 
 REPO = Path(__file__).resolve().parent.parent
@@ -254,7 +254,7 @@ def test_fair_budget(tmp_path):
 def test_lambda_run():
     run = ASSETS / "results" / "aleatoric" / "seed-17" / "mixture"
     lam = json.loads((run / "config.json").read_text())["lam"]
-    rows = [json.loads(line) for line in (run / "eval" / "test.jsonl").read_text().splitlines()]
+    rows = read_jsonl(run / "eval" / "test.jsonl")  # shipped packed: test.jsonl.xz
     p, q = softmax(np.array([r["logits"] for r in rows])), np.array([r["q"] for r in rows])
     m = (p + q) / 2
 

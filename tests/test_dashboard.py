@@ -281,6 +281,11 @@ def test_default_runs_and_checkpoint():
         "runs/verify-s0/sft",
     ]
     assert default_runs(["a/x", "a/y"]) == ["a/x", "a/y"]  # no RLCD run: the first ones
+    # the tiny verify task's runs before the real rung's, which sorts first by name
+    rung = "results/basic-skills-arithmetic-verify/seed-17"
+    tiny = "results/verify/seed-17"
+    both = [f"{rung}/reinforce", f"{rung}/grpo", f"{tiny}/grpo", f"{tiny}/reinforce"]
+    assert default_runs(both) == [f"{tiny}/reinforce", f"{tiny}/grpo"]
     assert default_checkpoint(["checkpoints/base-verify", "r/reinforce/final"]).endswith("final")
 
 

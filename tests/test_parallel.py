@@ -362,9 +362,9 @@ def test_lora_weights_reach_the_engine_merged(tiny_lm):
 
 
 def test_the_readme_multiprocess_example_runs_as_written(tmp_path):
-    """The README's 2-process CPU command, copied out of the README, run from a copy of
+    """The 2-process CPU command of docs/training.md, copied out of it, run from a copy of
     the repository's assets (``.venv/bin/`` mapped to this interpreter's folder)."""
-    text = (Path(__file__).parents[1] / "README.md").read_text()
+    text = (Path(__file__).parents[1] / "docs" / "training.md").read_text()
     block = text.split("<!-- multiprocess-example -->\n```bash\n", 1)[1].split("```", 1)[0]
     block = " ".join(block.replace("\\\n", " ").split())
     args = block.split(" -m rlcd_lab.cli ", 1)[1].removesuffix(" --device cpu")

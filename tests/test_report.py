@@ -12,6 +12,8 @@ import pytest
 from rlcd_lab import paper
 from rlcd_lab.assets import ASSETS
 from rlcd_lab.report import (
+    GENERATED,
+    HEADLINE,
     findings_table,
     judge,
     sweep_table,
@@ -21,7 +23,8 @@ from rlcd_lab.report import (
     what_reproduces,
 )
 
-README = ASSETS.parent / "README.md"
+REPO = ASSETS.parent
+RESULTS_PAGE = REPO / "docs" / "results.md"
 
 
 SMALLER = "smaller than the paper's"
@@ -217,18 +220,40 @@ def test_sweep_table_orders_weights_and_puts_stage1_at_zero():
     assert rows[4].endswith("| 9.000 ± 1.000 |")
 
 
-def block(name: str) -> str:
-    text = README.read_text(encoding="utf-8")
+def block(name: str, page=RESULTS_PAGE) -> str:
+    text = page.read_text(encoding="utf-8")
     m = re.search(rf"<!-- {name}:begin.*?-->\n(.*?)<!-- {name}:end -->", text, re.S)
-    assert m, f"README has no {name} block"
+    assert m, f"{page.name} has no {name} block"
     return m.group(1)
 
 
-def test_readme_blocks_are_generated_from_the_shipped_summaries():
-    text = README.read_text(encoding="utf-8")
-    for name in ("what-reproduces", "verify", "aleatoric", "facts", "real-model"):
-        assert block(name).strip(), f"README block {name} is empty"
-    assert update_readme(README) == text  # python -m rlcd_lab.report --readme README.md
+def test_generated_blocks_are_the_modules_output_for_the_shipped_summaries():
+    """README.md and docs/results.md: every generated block is what ``python -m
+    rlcd_lab.report --readme README.md docs/results.md`` writes, none is empty."""
+    for name in ("what-reproduces", "verify", "aleatoric", "facts", "real-model", "rung-lr"):
+        assert block(name).strip(), f"docs/results.md block {name} is empty"
+    assert block("headline", REPO / "README.md").strip()
+    for name in GENERATED:
+        page = REPO / name
+        assert update_readme(page) == page.read_text(encoding="utf-8"), name
+
+
+def test_the_headline_keeps_the_main_comparison_and_its_tasks_only():
+    """The README's headline table: the full table's RLCD-vs-GRPO rows, cell for cell,
+    and only the tasks that have one (aleatoric has none)."""
+
+    def cells(row: str) -> list[str]:
+        return [c.strip() for c in row.strip().strip("|").split("|")]
+
+    full = block("what-reproduces").splitlines()
+    head = block("headline", REPO / "README.md").splitlines()
+    rows = [cells(r) for r in full[2:] if r.startswith(f"| {HEADLINE}")]
+    assert rows and len(head) == len(rows) + 2
+    tasks, kept = cells(full[0])[1:], cells(head[0])[1:]
+    assert kept == [t for t in tasks if not t.startswith("aleatoric")]
+    for row, mine in zip(rows, head[2:], strict=True):
+        by_task = dict(zip(tasks, row[1:], strict=True))
+        assert cells(mine) == [row[0]] + [by_task[t] for t in kept]
 
 
 def test_a_shipped_aurc_ci_recomputes_from_the_dumps_with_the_joint_item_bootstrap():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ def by_name(wave):
 def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
     first, second = plan(ReproduceConfig(seeds=(3, 4), out=tmp_path, steps=7))
     a, b = by_name(first), by_name(second)
-    baselines = {"sft", "rft", "rft-kl", "grpo"}
+    baselines = {"sft", "rft", "rft-kl", "grpo", "rlcr"}
     matched = {f"{n}-matched" for n in baselines}
     sweep = {"endtoend-c0.1": 0.1, "endtoend-c0.3": 0.3, "endtoend-c1": 1.0}  # Table 4
     nokl = {"endtoend-nokl"}  # Figure 1: weight 1 without the KL anchor
@@ -217,7 +218,9 @@ def test_summary_numbers_match_metrics_and_stats_on_fabricated_dumps(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "Table 1" in md and "Table 2" in md and "| GRPO+TS |" in md
     html = (tmp_path / "report.html").read_text()
-    assert "<table>" in html and "<script src=" not in html  # plotly inlined: no CDN
+    assert "<table>" in html and "cdn.plot.ly" not in html  # offline: plotly.js beside it
+    assert '<script charset="utf-8" src="../plotly.min.js">' in html
+    assert (tmp_path.parent / "plotly.min.js").read_text().startswith("/**\n* plotly.js v")
     # risk-coverage (Figure 2), Brier and AURC of forks minus readout-only (Figure 3) and
     # of RLCD minus each run; no logs: no Figure 1
     assert html.count('class="plotly-graph-div"') == 5
@@ -251,8 +254,14 @@ def test_ship_copies_what_assets_ships(tmp_path):
     ship(src, dst, weights=("reinforce",))
     got = sorted(str(p.relative_to(dst)) for p in dst.rglob("*") if p.is_file())
     runs = [f"seed-{s}/{r}/{n}" for s in (17, 23) for r in ("base", "reinforce")
-            for n in ("config.json", "eval/test.jsonl", "log.jsonl")]  # fmt: skip
+            for n in ("config.json", "eval/test.jsonl.xz", "log.jsonl.xz")]  # fmt: skip
     assert got == sorted(
         [*runs, "seed-17/reinforce/final/model.safetensors", "figures/fig.png", "summary.json"]
-    )
-    assert (dst / "seed-23/base/log.jsonl").read_text() == "23 base log.jsonl"
+    )  # dumps and logs packed
+    log = lzma.decompress((dst / "seed-23/base/log.jsonl.xz").read_bytes())
+    assert log == b"23 base log.jsonl"
+    again = tmp_path / "again"
+    ship(dst, again)  # from a shipped copy (packed): the same files
+    assert sorted(str(p.relative_to(again)) for p in again.rglob("*") if p.is_file()) == [
+        g for g in got if "final" not in g
+    ]

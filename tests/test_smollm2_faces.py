@@ -132,7 +132,7 @@ def _post(client: TestClient, **rlcd) -> dict:
 
 
 def _check_shape(out: dict) -> None:
-    """The Jev response shape (README, "Decision server") for :data:`QUESTIONS`."""
+    """The Jev response shape (docs/server.md) for :data:`QUESTIONS`."""
     assert out["model"] == "rlcd-model-pretrained"
     assert set(out["usage"]) == {"input_tokens", "output_tokens"}
     assert all(isinstance(v, int) for v in out["usage"].values())

@@ -1,4 +1,4 @@
-"""The Hugging Face Space builds and runs (README, "Deploy to a Hugging Face Space").
+"""The Hugging Face Space builds and runs (docs/dashboard.md, "Deploy to a Hugging Face Space").
 
 A Space installs ``requirements.txt`` *before* it copies the repository in, then runs
 ``python app.py`` from the checkout. Simulated here without network:

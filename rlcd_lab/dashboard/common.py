@@ -29,7 +29,8 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
-from ..assets import ASSETS, shipped_checkpoints, shipped_runs
+from ..assets import ASSETS, shipped_checkpoints, shipped_runs, tiny_verify_first
+from ..io import jsonl_path
 from ..pretrained import SMOLLM2_DEFAULT_DIR
 
 CHECKPOINT_ENV = "RLCD_CHECKPOINT"
@@ -97,8 +98,9 @@ def local_run_choices(
     runs_root: str | Path = RUNS_DIR, required: str = "eval/test.jsonl"
 ) -> list[str]:
     """Names (paths) of the local runs that hold ``required`` (``eval/test.jsonl`` for
-    the Routing tab, ``log.jsonl`` for the Runs tab)."""
-    return [_run_name(r, runs_root) for r in local_runs(runs_root) if (r / required).exists()]
+    the Routing tab, ``log.jsonl`` for the Runs tab; or packed, ``.jsonl.xz``)."""
+    runs = local_runs(runs_root)
+    return [_run_name(r, runs_root) for r in runs if jsonl_path(r / required).exists()]
 
 
 def trained_checkpoints(runs_root: str | Path = RUNS_DIR) -> list[str]:
@@ -151,12 +153,13 @@ def _kind(leaf: str) -> int | None:
 def default_runs(names: Sequence[str]) -> list[str]:
     """The default comparison: the runs named ``*reinforce``, ``*grpo``, ``rft*`` and
     ``*sft`` that share a parent directory (one task and seed) with a ``*reinforce`` run,
-    the first such parent in sorted order (``verify`` first), RLCD first; else the first four."""
+    the first such parent in sorted order (the tiny ``verify`` task's first:
+    :func:`rlcd_lab.assets.tiny_verify_first`), RLCD first; else the first four."""
     groups: dict[str, list[str]] = {}
     for name in names:
         parent, _, leaf = name.rpartition("/")
         groups.setdefault(parent, []).append(leaf)
-    for parent in sorted(groups, key=lambda p: ("verify" not in p, p)):  # verify first
+    for parent in sorted(groups, key=lambda p: (*tiny_verify_first(p), p)):
         leaves = [leaf for leaf in groups[parent] if _kind(leaf) is not None]
         if any(_kind(leaf) == 0 for leaf in leaves):
             leaves.sort(key=lambda leaf: (_kind(leaf), leaf))
@@ -222,7 +225,8 @@ def _inside(path: Path, places: Sequence[Path]) -> bool:
 
 def resolve_dir(name: str, root: str | Path, required: str | Sequence[str], what: str) -> Path:
     """The directory a dashboard name refers to: ``root/name`` (a shipped artefact) or the
-    path ``name`` itself; it must hold ``required`` (one of them, when several). Raises
+    path ``name`` itself; it must hold ``required`` (one of them, when several; a JSONL
+    file plain or packed, :func:`rlcd_lab.io.jsonl_path`). Raises
     ``gr.Error`` naming the places looked at. Inside :func:`confined_to`, only places
     under the allowed folders are looked at, and a name with none gets one message that
     says nothing about the server's files."""
@@ -243,7 +247,7 @@ def resolve_dir(name: str, root: str | Path, required: str | Sequence[str], what
             )
     for path in candidates:
         try:
-            if any((path / f).exists() for f in files):
+            if any(jsonl_path(path / f).exists() for f in files):
                 return path
         except (OSError, ValueError):
             continue

@@ -80,9 +80,12 @@ def help_markdown(folder: str | Path = NOTEBOOKS) -> str:
     lines += ["", "## Notebooks", ""]
     if found:
         lines.append(
-            "Tutorials in the repository's `notebooks/` folder (jupytext `.py` files; open "
-            "them with `jupyter lab notebooks/`, or run one top to bottom with "
-            "`python notebooks/<name>.py`):"
+            "Tutorials in the repository's `notebooks/` folder (jupytext `.py` files). Run "
+            "`make notebooks` once (paired `.ipynb` files; JupyterLab then opens the `.py` "
+            "files as notebooks), then `.venv/bin/jupyter lab notebooks/` "
+            "(`RLCD_SCALE=ci` in front: under a minute each). "
+            "`python notebooks/<name>.py` runs one as a script: its printed numbers and "
+            "tables, no figures (`PLOTLY_RENDERER=browser` in front opens them in a browser):"
         )
         lines.append("")
         lines += [f"- `{path}`: {title}" for path, title in found]

@@ -41,6 +41,7 @@ import plotly.graph_objects as go
 
 from .. import metrics, plots, routing
 from ..assets import ASSETS, read_jsonl
+from ..io import jsonl_files, jsonl_path
 from ..results import RunResult
 from ..results import load_run as load_result
 from ..routing import (
@@ -143,7 +144,9 @@ def _mixture_readouts(path: Path | None, labels: np.ndarray) -> tuple[int, np.nd
     if path is None:
         return None
     ev = Path(path) / "eval"
-    dumps = sorted(ev.glob("test-m*.jsonl"), key=lambda f: int(f.stem[len("test-m") :] or 0))
+    dumps = sorted(
+        jsonl_files(ev, "test-m*.jsonl"), key=lambda f: int(f.stem[len("test-m") :] or 0)
+    )
     file = dumps[-1] if dumps else ev / "test.jsonl"
     try:
         rows = read_jsonl(file)
@@ -254,7 +257,8 @@ def load_run(name: str, root: str | Path = ASSETS) -> RunData:
     """The cached :class:`RunData` of a shipped run name or a run directory path (re-read
     when its dumps change on disk). Raises ``gr.Error`` for a missing or unreadable run."""
     path = resolve_dir(name, root, "eval/test.jsonl", "run")
-    files = [path / "eval/test.jsonl", path / "eval/dev.jsonl", *(path / "eval").glob("test-m*")]
+    files = [jsonl_path(path / "eval" / f) for f in ("test.jsonl", "dev.jsonl")]
+    files += (path / "eval").glob("test-m*")
     stamp = tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files)
     try:
         return _load(str(path.resolve()), stamp, name)

@@ -34,7 +34,7 @@ recolours their text in dark mode.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ import gradio as gr
 from gradio import queueing
 
 from ..assets import ASSETS, default_checkpoint, read_jsonl
+from ..io import jsonl_path
 from ..routing import DEFAULT_EPS, DEFAULT_THRESHOLD
 from . import ask_tab, batch_tab, compare_tab, help_tab, playground, routing_tab, runs_tab
 from .common import (
@@ -77,9 +78,15 @@ CSS = """
   fill: var(--body-text-color) !important;
 }
 .dark .js-plotly-plot .modebar-btn path { fill: var(--body-text-color-subdued) !important; }
+th[role="columnheader"] span {
+  word-break: normal !important;
+  overflow-wrap: normal !important;
+}
 """
 """Dark mode for the plotly figures: their text takes the theme's text colour (the figures
-themselves are transparent, :func:`rlcd_lab.plots.apply_theme`)."""
+themselves are transparent, :func:`rlcd_lab.plots.apply_theme`). Table headers break
+between words only (gradio's ``break-word`` split "escalated" across lines in a narrow
+column; the column widens to its longest word instead)."""
 
 QUEUE_MAX_SIZE = 128
 """Events that may wait in the queue at once (all events and users together; a page load
@@ -482,8 +489,8 @@ def _runs_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, 
     names += [n for n in local_run_choices(runs_root, "log.jsonl") if n not in names]
     columns: dict[str, None] = {}
     for name in names:
-        log = root / name / "log.jsonl"
-        log = log if log.exists() else Path(name) / "log.jsonl"
+        log = jsonl_path(root / name / "log.jsonl")  # shipped logs are packed (.jsonl.xz)
+        log = log if log.exists() else jsonl_path(Path(name) / "log.jsonl")
         if log.exists():
             rows = read_jsonl(log)
             columns.update(dict.fromkeys(runs_tab.numeric_columns(rows)))
@@ -624,6 +631,22 @@ def _sync(groups: list[tuple]) -> None:
             c.input(_copies(len(others)), c, others, api_visibility="private")
 
 
+TAB_IDS = ("ask", "compare", "batch", "routing", "runs", "proposition1", "help")
+"""The tabs' ids, in order; ``/?tab=<id>`` opens that tab (:func:`tab_from_query`)."""
+
+
+def tab_from_query(query: Mapping[str, str] | None) -> str:
+    """The tab a page's URL query names (``?tab=routing``, case and spaces ignored), or the
+    first tab (``ask``) when it names none or an unknown one."""
+    name = str((query or {}).get("tab", "")).strip().lower()
+    return name if name in TAB_IDS else TAB_IDS[0]
+
+
+def _select_tab(request: gr.Request) -> gr.Tabs:
+    """On page load: select the tab named by the URL's ``tab`` query parameter."""
+    return gr.Tabs(selected=tab_from_query(getattr(request, "query_params", None)))
+
+
 def build_demo(
     root: str | Path = ASSETS,
     runs_root: str | Path = RUNS_DIR,
@@ -639,7 +662,7 @@ def build_demo(
     places = allowed_places(root, runs_root, allowed_dirs)
     with Dashboard(title="rlcd_lab dashboard", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Ask", id="ask"):
                 ask_rule, ask_fields = _ask_tab(root, runs_root, demo, places)
             with gr.Tab("Compare", id="compare"):
@@ -656,5 +679,7 @@ def build_demo(
                 gr.Markdown(help_tab.help_markdown())
         # one rule for every tab: a user's change in one tab moves the others
         _sync([ask_rule, compare_rule, batch_rule, routing_rule])
+        # deep links: /?tab=routing opens the Routing tab
+        demo.load(_select_tab, None, tabs, api_visibility="private", show_progress="hidden")
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=DEFAULT_CONCURRENCY)
     return demo

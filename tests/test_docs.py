@@ -1,0 +1,70 @@
+"""The README and docs/: links that resolve, a first screen that shows what rlcd_lab is,
+and the decision server's documented example answering as docs/server.md says."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_link_resolves_inside_the_repository(page: Path):
+    """Each Markdown link or image points at a file of the repository (docs never point
+    outside it)."""
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        assert "://" not in target, f"{page.name}: link outside the repository: {target}"
+        path = (page.parent / target.split("#")[0]).resolve()
+        assert path.exists(), f"{page.name}: broken link {target}"
+
+
+def test_the_readme_first_screen_shows_what_it_is_a_picture_and_the_two_commands():
+    """The first 40 lines after the Space's front matter: the one-line pitch, the
+    dashboard picture, and ``make app`` / ``make test``; the README stays short."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    body = text.split("---\n", 2)[2]
+    first = "\n".join(body.splitlines()[:40])
+    assert "calibrated" in first and "(docs/paper.md)" in first
+    assert "![" in first and "docs/img/dashboard.png" in first
+    assert "make app" in first and "make test" in first
+    assert len(text.splitlines()) <= 120
+
+
+def test_the_server_example_is_answered_as_docs_server_md_says():
+    """docs/server.md's SDK request, sent as its wire body to the default checkpoint:
+    the sum 47+38+16 is 101, so the verdict is N, p(yes) < 0.5, the score leans to level
+    1; the direct confidence was below the threshold (auto reasoned), and the answer
+    after reasoning is still below it (a system would escalate)."""
+    from fastapi.testclient import TestClient
+
+    from rlcd_lab.server import create_app
+
+    text = (REPO / "docs" / "server.md").read_text(encoding="utf-8")
+    assert 'state="47+38+16=91?"' in text and "<!-- server-example -->" in text
+    body = {
+        "model": "jev-latest",
+        "state": "47+38+16=91?",
+        "questions": {
+            "right": {"type": "noul", "instructions": "Is the proposed sum right?"},
+            "verdict": {"type": "choice", "criteria": {"Y": "right", "N": "wrong"}},
+            "level": {"type": "score", "criteria": ["right", "wrong"]},
+        },
+        "rlcd": {"mode": "auto"},
+    }
+    with TestClient(create_app()) as client:
+        r = client.post("/v1/systemone", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    answers, rlcd = out["answers"], out["rlcd"]
+    threshold = rlcd["options"]["threshold"]
+    assert answers["verdict"]["choice"] == "N"
+    assert answers["right"]["noul"] < 0.5 and answers["level"]["score"] > 0.5
+    verdict = rlcd["answers"]["verdict"]
+    assert verdict["escalated"] and verdict["mode"] == "reason"
+    assert verdict["direct_confidence"] < threshold
+    assert answers["verdict"]["confidence"] < threshold
