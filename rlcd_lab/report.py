@@ -33,6 +33,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -595,6 +596,43 @@ def write_plotlyjs(folder: Path) -> Path:
     return path
 
 
+def plotly_src(folder: Path) -> str:
+    """The ``src`` of plotly.js for a page written in ``folder``: the nearest
+    ``plotly.min.js`` in ``folder``'s parent or further up (e.g. the shared
+    ``assets/results/plotly.min.js``), relative to ``folder``; else one written by
+    :func:`write_plotlyjs` into the parent (``../plotly.min.js``). Never a network address:
+    every page opens offline."""
+    folder = Path(folder).resolve()
+    for up in folder.parents:
+        if (up / PLOTLY_JS).is_file():
+            return Path(os.path.relpath(up / PLOTLY_JS, folder)).as_posix()
+    write_plotlyjs(folder.parent)
+    return f"../{PLOTLY_JS}"
+
+
+def html_page(title: str, md: str, figs: Mapping[str, Any], src: str) -> str:
+    """A self-standing report page: the Markdown ``md`` rendered (tables included), then the
+    plotly ``figs`` under "Figures", each in a div named after it (the same figures give
+    the same bytes); plotly.js loads once from ``src`` (:func:`plotly_src`), never inlined."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(md)
+    divs = "".join(
+        f.to_html(full_html=False, include_plotlyjs=src if i == 0 else False, div_id=name)
+        for i, (name, f) in enumerate(figs.items())
+    )
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;"
+        "padding:3px 8px;text-align:right}td:first-child{text-align:left}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+        f"<style>{style}</style></head><body>{body}<h2>Figures</h2>{divs}"
+        "</body></html>"
+    )
+
+
 def write_report(
     root: Path, seeds: Sequence[int], eps: float, title: str, task: str | None = None
 ) -> dict:
@@ -603,8 +641,6 @@ def write_report(
     ``figures/<name>.png`` (:func:`write_pngs`) in ``root`` from the runs under it;
     returns the summary. ``task`` (recorded as the summary's ``task``; default: the one
     its runs' configs name) decides which of the paper's findings it is judged on."""
-    from markdown_it import MarkdownIt
-
     summary, loaded = summarize_runs(root, seeds, eps)
     if task is not None:
         summary["task"] = task
@@ -618,23 +654,7 @@ def write_report(
     atomic_write_text(root / "report.md", md)
     figs = report_figures(summary, loaded)
     write_pngs(figs, root / "figures")
-    body = MarkdownIt("commonmark").enable("table").render(md)
-    html_figs = [  # named divs: the same runs give the same bytes
-        f.to_html(
-            full_html=False, include_plotlyjs=f"../{PLOTLY_JS}" if i == 0 else False, div_id=name
-        )
-        for i, (name, f) in enumerate(figs.items())
-    ]
-    style = (
-        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;"
-        "padding:3px 8px;text-align:right}td:first-child{text-align:left}"
-    )
-    html = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
-        f"<style>{style}</style></head><body>{body}<h2>Figures</h2>{''.join(html_figs)}"
-        "</body></html>"
-    )
+    html = html_page(title, md, figs, f"../{PLOTLY_JS}")
     write_plotlyjs(Path(root).resolve().parent)
     atomic_write_text(root / "report.html", html)
     return summary

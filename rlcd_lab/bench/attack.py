@@ -45,7 +45,6 @@ from .common import (
     fmt,
     option_orders,
     paraphrase_rules,
-    plotly_src,
     probs_in_order,
     pushed_below,
     table,
@@ -264,7 +263,6 @@ def run_attack(
         attack_markdown(summary),
         attack_figures(summary),
         f"Attack bench: {task}",
-        plotly_src(out, cfg.plotly_js),
     )
     summary["paths"] = {k: str(p) for k, p in paths.items()}
     return summary

@@ -17,7 +17,6 @@ single-edit attacks of :mod:`rlcd_lab.bench.attack`.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from ..assets import ASSETS
 from ..io import atomic_write_text
 from ..metrics import ArrayLike, bin_index, to_numpy
 from ..routing import realized_costs
@@ -315,23 +313,6 @@ def cpu_name() -> str:
 
 
 # ------------------------------------------------------------------------- reports
-SHARED_PLOTLY_JS = ASSETS / "results" / "plotly.min.js"
-"""The shared plotly.js a report references when it exists (never inlined)."""
-
-
-def plotly_src(out: Path, override: str | None = None) -> str:
-    """The ``src`` of a report's plotly.js script: ``override`` when given; else
-    :data:`SHARED_PLOTLY_JS` relative to ``out`` when that file exists; else the CDN copy of
-    the installed plotly version."""
-    if override:
-        return override
-    if SHARED_PLOTLY_JS.exists():
-        return Path(os.path.relpath(SHARED_PLOTLY_JS, out.resolve())).as_posix()
-    import plotly
-
-    return f"https://cdn.plot.ly/plotly-{plotly.__version__}.min.js"
-
-
 def fmt(x: Any, digits: int = 3) -> str:
     """A number for a Markdown cell (``-`` for None or NaN)."""
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
@@ -363,12 +344,13 @@ def jsonable(x: Any) -> Any:
 
 
 def write_report(
-    out: Path, summary: Mapping[str, Any], md: str, figs: Mapping[str, Any], title: str, src: str
+    out: Path, summary: Mapping[str, Any], md: str, figs: Mapping[str, Any], title: str
 ) -> dict[str, Path]:
     """``summary.json``, ``report.md`` and ``report.html`` in ``out``, each written
-    atomically (:func:`rlcd_lab.io.atomic_write_text`); the HTML renders the Markdown and
-    the plotly figures, loading plotly.js from ``src`` (never inlined). Returns the paths."""
-    from markdown_it import MarkdownIt
+    atomically (:func:`rlcd_lab.io.atomic_write_text`); the HTML is
+    :func:`rlcd_lab.report.html_page`, loading the nearest shared plotly.js
+    (:func:`rlcd_lab.report.plotly_src`). Returns the paths."""
+    from ..report import html_page, plotly_src
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {"summary": out / "summary.json", "markdown": out / "report.md"}
@@ -377,18 +359,6 @@ def write_report(
         json.dumps(jsonable(summary), indent=1, sort_keys=True, allow_nan=False) + "\n",
     )
     atomic_write_text(paths["markdown"], md)
-    body = MarkdownIt("commonmark").enable("table").render(md)
-    divs = "".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figs.values())
-    style = (
-        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;"
-        "padding:3px 8px;text-align:right}td:first-child{text-align:left}"
-    )
-    html = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
-        f"<script src='{src}'></script><style>{style}</style></head><body>{body}"
-        f"<h2>Figures</h2>{divs}</body></html>"
-    )
     paths["html"] = out / "report.html"
-    atomic_write_text(paths["html"], html)
+    atomic_write_text(paths["html"], html_page(title, md, figs, plotly_src(out)))
     return paths

@@ -38,9 +38,6 @@ class BenchTarget:
     """Seed of the clean decisions (re-runs and variants use seed+1, seed+2, ...)."""
     out: Path | None = None
     """Folder for summary.json, report.md and report.html; default runs/bench/<name>/<bench>."""
-    plotly_js: str | None = None
-    """src of the report's plotly.js script tag; default: assets/results/plotly.min.js
-    (relative to the report) when it exists, else the plotly CDN. Never inlined."""
     device: str = "cpu"
     threads: int | None = 1
     """torch CPU threads (None: torch's default)."""

@@ -43,7 +43,6 @@ from .common import (
     fmt,
     option_orders,
     paraphrase_rules,
-    plotly_src,
     probs_in_order,
     ranked_probability_score,
     realised_cost_comparison,
@@ -277,9 +276,7 @@ def run_typed(
     out = Path(cfg.out) if cfg.out else Path("runs") / "bench" / slug(cfg) / "typed"
     figs = typed_figures(summary, P, yk, sims)
     title = f"Typed bench: {task}"
-    paths = write_report(
-        out, summary, typed_markdown(summary), figs, title, plotly_src(out, cfg.plotly_js)
-    )
+    paths = write_report(out, summary, typed_markdown(summary), figs, title)
     summary["paths"] = {k: str(p) for k, p in paths.items()}
     return summary
 
