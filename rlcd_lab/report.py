@@ -674,11 +674,18 @@ def load_summaries(folder: Path) -> dict[str, dict]:
 def readme_block(summary: Mapping) -> str:
     """What the README shows for a shipped summary: the runs (Table 3 on aleatoric
     tasks), then the paper's claims; for a difficulty map (``rlcd_lab.difficulty``) its
-    table."""
+    table; for a bench report (``rlcd_lab.bench``) its Markdown below the title."""
     if summary.get("kind") == "difficulty":
         from .difficulty import difficulty_table
 
         return difficulty_table(summary)
+    if summary.get("bench") in ("typed", "attack"):  # a bench report, below its title
+        from .bench.attack import attack_markdown
+        from .bench.typed import typed_markdown
+
+        md = (typed_markdown if summary["bench"] == "typed" else attack_markdown)(summary)
+        body = md.split("\n", 1)[1].lstrip("\n")
+        return re.sub(r"(?m)^(#+) ", r"#\1 ", body)  # its sections one level down
     aleatoric = any("jsd" in e for e in summary["runs"].values())
     return (
         (jsd_table(summary) if aleatoric else runs_table(summary)) + "\n" + findings_table(summary)
@@ -719,7 +726,7 @@ def update_readme(readme: Path) -> str:
     return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
 
 
-GENERATED = ("README.md", "docs/results.md")
+GENERATED = ("README.md", "docs/results.md", "docs/bench.md")
 """The Markdown files (relative to the repository) that hold generated blocks."""
 
 

@@ -228,11 +228,13 @@ def block(name: str, page=RESULTS_PAGE) -> str:
 
 
 def test_generated_blocks_are_the_modules_output_for_the_shipped_summaries():
-    """README.md and docs/results.md: every generated block is what ``python -m
-    rlcd_lab.report --readme README.md docs/results.md`` writes, none is empty."""
+    """README.md, docs/results.md and docs/bench.md: every generated block is what
+    ``python -m rlcd_lab.report --readme FILE`` writes, none is empty."""
     for name in ("what-reproduces", "verify", "aleatoric", "facts", "real-model", "rung-lr"):
         assert block(name).strip(), f"docs/results.md block {name} is empty"
     assert block("headline", REPO / "README.md").strip()
+    for name in ("bench-typed-verify", "bench-typed-facts", "bench-attack-verify"):
+        assert "|" in block(name, REPO / "docs" / "bench.md"), name  # a table, generated
     for name in GENERATED:
         page = REPO / name
         assert update_readme(page) == page.read_text(encoding="utf-8"), name
