@@ -6,6 +6,11 @@ reproduce and the dashboard):
 ``lengths`` (per rationale), ``readouts`` (M x K), ``mixture`` (mean readout),
 ``probs`` and ``logits`` (the single-query readout: the first rationale's). In
 ``direct`` mode there is one empty rationale: the prompt ends with the bare marker.
+With ``stated=True`` (RLCR runs, ``rlcd-lab train rlcr``) each row also holds the
+model's stated confidence after that first rationale and its readout's answer
+(:func:`rlcd_lab.verbal.read_stated`): ``stated_answer``, ``stated_confidence``,
+``stated_valid``, ``confidence_probs`` and ``stated_logits`` (K: ``log p`` of the
+distribution the statement implies, scored like ``logits``).
 ``summarize`` turns rows into the paper's Table 1 row via ``metrics.evaluate``.
 ``run_eval(..., progress=True)`` (``rlcd-lab eval``) shows a tqdm bar over the items read,
 on stderr.
@@ -31,6 +36,7 @@ from .models import context_length
 from .reader import Mode, build_prompt, encode_prompts, item_options, read
 from .readout import MARKER, SEP, OptionTokens
 from .tasks import TaskItem
+from .verbal import CUE, read_stated
 
 
 def reading_positions(
@@ -143,6 +149,8 @@ def run_eval(
     sep: str = SEP,
     progress: bool = False,
     where: str = "",
+    stated: bool = False,
+    cue: str = CUE,
 ) -> list[dict]:
     """Eval-dump rows for ``items`` (see the module docstring), read by
     :func:`rlcd_lab.reader.read` (batched, seeded); each item over its own options.
@@ -152,6 +160,10 @@ def run_eval(
     not depend on it. Items are checked first (:func:`check_items`: single-token option
     labels, readings that fit the model's context; ``ValueError`` naming the item, after
     ``where``, e.g. ``"task verify test split"``).
+    ``stated`` (reason mode): add the stated-confidence fields, read after the confidence
+    ``cue`` (:mod:`rlcd_lab.verbal`) and the first rationale, sampled again with its seed
+    (so the row's own; where a device does not reproduce the draw, the rationale read is
+    recorded as ``stated_rationale``).
     """
     check_items(
         model, tokenizer, items, mode=mode, max_new_tokens=max_new_tokens, marker=marker,
@@ -168,7 +180,7 @@ def run_eval(
     finally:
         if bar is not None:
             bar.close()
-    return [
+    rows = [
         {
             "uid": it.uid,
             "label": it.label,
@@ -184,6 +196,18 @@ def run_eval(
         }
         for it, r in zip(items, readings, strict=True)
     ]
+    if stated and mode == "reason":
+        said = read_stated(
+            model, tokenizer, [it.prompt for it in items], [it.options for it in items],
+            max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, marker=marker,
+            sep=sep, cue=cue, batch_size=batch_size,
+        )  # fmt: skip
+        for row, s in zip(rows, said, strict=True):
+            text = s.pop("rationale")
+            if text != row["rationales"][0]:  # a device whose sampling is not reproducible
+                s["stated_rationale"] = text
+            row |= s
+    return rows
 
 
 def summarize(

@@ -6,7 +6,9 @@ For each seed, from the same base model and the same question/outcome stream:
   anchor, GRPO, RLCD stage 1 (``calibrate``) and two-stage RLCD (``reinforce`` from the
   stage-1 checkpoint); every one evaluated as single-query readouts after temperature
   scaling fitted on dev. Two-stage RLCD trains twice ``steps``; every baseline runs at
-  ``steps`` and again at that matched budget (``<name>-matched``).
+  ``steps`` and again at that matched budget (``<name>-matched``). RLCR (tasks without
+  ``q``) gives two rows per run: its readout (``rlcr``) and the confidence it states
+  (``rlcr-stated``, :func:`stated_view`), scored alike.
 * Table 2 (sec. 5.2): four continuations forked from the same stage-1 checkpoint with the
   same budget: RLCD-RL (``reinforce``), ``readout-only`` (stage 1 continued),
   ``anchor-only`` (RLCD-RL with the outcome reward removed: the readout is still trained,
@@ -27,9 +29,9 @@ with the same config is reused, a partial one resumed, so an interrupted reprodu
 continues where it stopped. Runs are independent processes (``jobs`` at a time); on CPU
 each uses one thread, which also makes the numbers independent of the machine's core
 count. ``rlcd_lab.report.write_report`` then reads the eval dumps back (through
-``rlcd_lab.results``) and writes ``summary.json``, ``report.md``, a self-contained
-``report.html`` and figure PNGs; ``run_all`` also writes ``timing.json``: where the time
-went (wall, training and sampling seconds per run).
+``rlcd_lab.results``) and writes ``summary.json``, ``report.md``, ``report.html`` (with
+plotly.js beside ``OUT/<task>``, shared) and figure PNGs; ``run_all`` also writes
+``timing.json``: where the time went (wall, training and sampling seconds per run).
 """
 
 from __future__ import annotations
@@ -45,12 +47,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .assets import ASSETS
-from .io import atomic_write_jsonl, atomic_write_text, read_jsonl
+from .io import atomic_write_jsonl, atomic_write_text, jsonl_files, jsonl_path, pack, read_jsonl
 
 if TYPE_CHECKING:
     from .train.configs import TrainConfig
 
-BASELINES = ("sft", "rft", "rft-kl", "grpo", "endtoend", "mixture")
+BASELINES = ("sft", "rft", "rft-kl", "grpo", "rlcr", "endtoend", "mixture")
 """Runs that also get a budget-matched twin (``<name>-matched``: two stages' steps)."""
 SWEEP = (0.1, 0.3, 1.0)
 """Table 4: score-function weights of the end-to-end runs (weight 0 is RLCD stage 1)."""
@@ -110,8 +112,9 @@ class ReproduceConfig:
     """> 0: also run RLCD stage 2 with the ACE reward of this weight (``reinforce-ace``, a
     Table 2 fork from the same stage-1 checkpoint; ``estimators.ace_advantages``)."""
     runs: tuple[str, ...] = ()
-    """Only these runs (names as in the report: base, sft, rft, rft-kl, grpo, calibrate,
-    reinforce, readout-only, anchor-only, grpo-cont, endtoend, mixture); empty: all."""
+    """Only these runs (names as in the report: base, sft, rft, rft-kl, grpo, rlcr,
+    calibrate, reinforce, readout-only, anchor-only, grpo-cont, endtoend, mixture, and
+    ``<name>-matched``); empty: all."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,7 @@ def aleatoric(task: str) -> bool:
 def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
     """The runs of the reproduction in two waves: from the base model, then from stage 1."""
     from .results import MATCHED, NO_KL, SWEEP_PREFIX
-    from .train.configs import GRPOConfig, RFTConfig, SFTConfig, preset
+    from .train.configs import GRPOConfig, RFTConfig, RLCRConfig, SFTConfig, preset
 
     init = cfg.init
     if init is None:
@@ -167,6 +170,7 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
             runs["rft"] = RFTConfig(**kw)
             runs["rft-kl"] = RFTConfig(**kw, beta=0.04)
             runs["grpo"] = GRPOConfig(**kw)
+            runs["rlcr"] = RLCRConfig(**kw)
             runs["readout-only"] = preset("calibrate", **dict(kw, init=stage1))
             runs["anchor-only"] = preset("reinforce", **dict(kw, init=stage1), outcome_reward=False)
             runs["grpo-cont"] = GRPOConfig(**dict(kw, init=stage1))
@@ -221,6 +225,7 @@ def run_job(job: Job) -> str:
     from .train.configs import TrainConfig
 
     if _finished(job):
+        stated_view(job)
         return str(job.out)
     if job.train is not None:
         resume = (job.out / "config.json").exists()
@@ -253,7 +258,41 @@ def run_job(job: Job) -> str:
         atomic_write_jsonl(job.out / "eval" / f"{name}.jsonl", rows)
     if job.train is None:
         atomic_write_text(job.out / "done.json", json.dumps(job.settings, default=str, indent=2))
+    stated_view(job)
     return str(job.out)
+
+
+STATED = "-stated"
+"""An RLCR run's stated-confidence view is ``rlcr-stated`` (``rlcr-stated-matched``)."""
+
+
+def stated_view(job: Job) -> Path | None:
+    """For an RLCR run ``<root>/rlcr[-matched]``, write ``<root>/rlcr-stated[-matched]``:
+    its ``config.json`` (the training budget) and its eval dumps with each row's
+    ``stated_logits`` (``evaluate.run_eval(..., stated=True)``) as ``logits``, ``probs``
+    their softmax, so the report scores the stated confidence as it scores every readout
+    (same metrics, T fitted on dev). Returns the view's directory (None for other runs)."""
+    import math
+    import shutil
+
+    from .results import MATCHED
+
+    if job.train is None or job.train.method != "rlcr":
+        return None
+    matched = job.name.endswith(MATCHED)
+    out = job.out.with_name(job.name.removesuffix(MATCHED) + STATED + (MATCHED if matched else ""))
+    for split in ("dev", "test"):
+        if not jsonl_path(job.out / "eval" / f"{split}.jsonl").exists():
+            continue
+        rows = []
+        for r in read_jsonl(job.out / "eval" / f"{split}.jsonl"):
+            z = r["stated_logits"]
+            e = [math.exp(v - max(z)) for v in z]
+            p = [x / sum(e) for x in e]
+            rows.append(r | {"logits": z, "probs": p, "readouts": [p], "mixture": p})
+        atomic_write_jsonl(out / "eval" / f"{split}.jsonl", rows)
+    shutil.copy2(job.out / "config.json", out / "config.json")
+    return out
 
 
 def timed_job(job: Job) -> dict:
@@ -347,7 +386,8 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
     """Copy what ``assets/results`` ships of the reproduction in ``src`` (``OUT/<task>``)
     to ``dst``, replacing it: per run ``config.json``, ``log.jsonl``, ``done.json`` and the
     eval dumps ``eval/*.jsonl``; ``final/`` only for the seed-17 runs named in
-    ``weights``; then ``SHIPPED_FILES`` and ``figures/``."""
+    ``weights``; then ``SHIPPED_FILES`` and ``figures/``. The JSONL files are shipped
+    packed (``.jsonl.xz``, :func:`rlcd_lab.io.pack`); ``src``'s may be either."""
     import shutil
 
     src, dst = Path(src), Path(dst)
@@ -355,10 +395,11 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
     for run in sorted(src.glob("seed-*/*")):
         out = dst / run.relative_to(src)
         for name in ("config.json", "log.jsonl", "done.json"):
-            if (run / name).exists():
+            file = jsonl_path(run / name)
+            if file.exists():
                 out.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(run / name, out / name)
-        for dump in (run / "eval").glob("*.jsonl"):
+                shutil.copy2(file, out / file.name)
+        for dump in map(jsonl_path, jsonl_files(run / "eval")):
             (out / "eval").mkdir(parents=True, exist_ok=True)
             shutil.copy2(dump, out / "eval" / dump.name)
         if run.parent.name == "seed-17" and run.name in weights:
@@ -368,3 +409,4 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
             shutil.copy2(src / name, dst / name)
     if (src / "figures").exists():
         shutil.copytree(src / "figures", dst / "figures")
+    pack(dst)

@@ -1,5 +1,5 @@
 """Training loops: one readable loop per method (``rlcd.py`` for the RLCD family,
-``sft.py``, ``rft.py``, ``grpo.py`` for the baselines, ``teach.py`` to give a
+``sft.py``, ``rft.py``, ``grpo.py``, ``rlcr.py`` for the baselines, ``teach.py`` to give a
 pretrained model its task's skill first) on shared helpers (``common.py``);
 their settings in ``configs.py``.
 
@@ -19,6 +19,7 @@ from .configs import (
     METHODS,
     GRPOConfig,
     RFTConfig,
+    RLCRConfig,
     SFTConfig,
     TeachConfig,
     TrainConfig,
@@ -47,6 +48,11 @@ TRAINERS: dict[str, tuple[TrainConfig, Callable[[TrainConfig], Path], str]] = {
         RFTConfig(),
         _loop("rft"),
         "Baseline: RFT/STaR, clone trajectories whose sampled answer is right.",
+    ),
+    "rlcr": (
+        RLCRConfig(),
+        _loop("rlcr"),
+        "Baseline: RLCR, correctness + Brier of a stated confidence, KL anchor.",
     ),
     "teach": (
         TeachConfig(),

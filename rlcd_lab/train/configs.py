@@ -3,8 +3,8 @@ each run's ``config.json``, the RLCD presets (``METHODS``, ``preset``), and how 
 config compares with a new one (``config_diff``).
 
 Standard library and tyro only, so ``rlcd-lab train ... --help`` and code that only builds
-configs load no torch; the loops (``rlcd.py``, ``sft.py``, ``rft.py``, ``grpo.py``) import
-their config from here and re-export it.
+configs load no torch; the loops (``rlcd.py``, ``sft.py``, ``rft.py``, ``grpo.py``,
+``rlcr.py``) import their config from here and re-export it.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def preset(method: str, **overrides: Any) -> RLCDConfig:
     return replace(METHODS[method], **overrides)
 
 
-# ------------------------------ baselines (sft.py, rft.py, grpo.py)
+# ------------------------------ baselines (sft.py, rft.py, grpo.py, rlcr.py)
 @dataclass(frozen=True)
 class SFTConfig(TrainConfig):
     """Settings of the SFT baseline (direct answers, cross-entropy on the label token)."""
@@ -225,3 +225,19 @@ class GRPOConfig(TrainConfig):
     method: tyro.conf.Fixed[str] = "grpo"
     out: Path = Path("runs/grpo")
     beta: float = 0.04
+
+
+@dataclass(frozen=True)
+class RLCRConfig(TrainConfig):
+    """Settings of RLCR (Damani et al. 2025): correctness of a sampled answer plus the
+    Brier score of the confidence the model states after it (``rlcr.py``)."""
+
+    method: tyro.conf.Fixed[str] = "rlcr"
+    out: Path = Path("runs/rlcr")
+    beta: float = 0.04
+    format_steps: int = 20
+    """The first this many steps teach the confidence format instead of rewarding it:
+    cross-entropy of the digit of the model's own readout probability for its sampled
+    answer (``rlcr.py``); they count in ``steps``."""
+    cue: str = "\nConfidence:"
+    """Written after the answer; the confidence digit follows it (``verbal.CUE``)."""
