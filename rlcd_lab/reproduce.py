@@ -379,14 +379,16 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
 
 
 SHIPPED_FILES = ("timing.json", "summary.json", "report.md", "report.html")
-"""A reproduction's own files that ``assets/results/<task>/`` ships (beside ``figures/``)."""
+"""A reproduction's own files that ``assets/results/<task>/`` ships. Not ``figures/``: its
+PNGs are static copies of ``report.html``'s figures (``report.write_pngs``, rebuilt with
+kaleido), left out to keep ``assets/`` lean."""
 
 
 def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
     """Copy what ``assets/results`` ships of the reproduction in ``src`` (``OUT/<task>``)
     to ``dst``, replacing it: per run ``config.json``, ``log.jsonl``, ``done.json`` and the
     eval dumps ``eval/*.jsonl``; ``final/`` only for the seed-17 runs named in
-    ``weights``; then ``SHIPPED_FILES`` and ``figures/``. The JSONL files are shipped
+    ``weights``; then ``SHIPPED_FILES``. The JSONL files are shipped
     packed (``.jsonl.xz``, :func:`rlcd_lab.io.pack`); ``src``'s may be either."""
     import shutil
 
@@ -407,6 +409,4 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
     for name in SHIPPED_FILES:
         if (src / name).exists():
             shutil.copy2(src / name, dst / name)
-    if (src / "figures").exists():
-        shutil.copytree(src / "figures", dst / "figures")
     pack(dst)

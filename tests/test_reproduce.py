@@ -256,8 +256,8 @@ def test_ship_copies_what_assets_ships(tmp_path):
     runs = [f"seed-{s}/{r}/{n}" for s in (17, 23) for r in ("base", "reinforce")
             for n in ("config.json", "eval/test.jsonl.xz", "log.jsonl.xz")]  # fmt: skip
     assert got == sorted(
-        [*runs, "seed-17/reinforce/final/model.safetensors", "figures/fig.png", "summary.json"]
-    )  # dumps and logs packed
+        [*runs, "seed-17/reinforce/final/model.safetensors", "summary.json"]
+    )  # dumps and logs packed; no figures/ (report.html holds them)
     log = lzma.decompress((dst / "seed-23/base/log.jsonl.xz").read_bytes())
     assert log == b"23 base log.jsonl"
     again = tmp_path / "again"
