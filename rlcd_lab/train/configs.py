@@ -49,6 +49,7 @@ class TrainConfig:
     task: str = "verify"
     """Synthetic task name or a task-item JSONL file (with .train/.dev/.test siblings)."""
     steps: int = 200
+    """Optimizer steps of this run (a resumed run may raise it to train on)."""
     batch_size: int = 8
     """Questions per step, over all processes: each of ``W`` processes takes
     ``batch_size / W`` of them (the question stream does not depend on ``W``)."""
@@ -56,6 +57,8 @@ class TrainConfig:
     """Rationales per question (``--num-rationales`` is the same setting: use it under
     ``torchrun`` and ``accelerate launch``, whose parsers take ``--m`` for one of theirs)."""
     max_new_tokens: int = 48
+    """Token budget of one rationale; one that reaches it without writing the marker gets
+    the marker appended and is flagged ``forced`` (``rlcd_lab.reader``)."""
     temperature: float = 1.0
     """Sampling temperature of the rationales."""
     lr: float = 1e-4
@@ -68,19 +71,28 @@ class TrainConfig:
     """Gradient accumulation: each process takes its questions of a step in this many
     micro-batches (less memory, the same update as one batch)."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay."""
     grad_clip: float = 1.0
+    """Clip the global gradient norm to this before each step (``accelerate``'s
+    ``clip_grad_norm_``); the norm before clipping is logged as ``grad_norm``."""
     beta: float = 0.0
     """KL anchor weight towards the reference model (0: no anchor)."""
     ref: Path | None = None
     """Reference (anchor) model; default: ``init``."""
     eval_every: int = 50
+    """Evaluate the first ``eval_items`` dev items every this many steps (logged as
+    ``dev_*``; 0: only the final evaluation)."""
     eval_items: int = 100
     """The first this many dev items: evaluated every ``eval_every`` steps (single query)
     and in the final evaluation, where they fit the temperature T."""
     test_items: int = 400
     """Test items in the final eval dump (0 skips it)."""
     save_every: int = 50
+    """Write ``checkpoints/step-N/`` (weights, optimizer, RNG) every this many steps: where
+    ``--resume`` restarts."""
     seed: int = 0
+    """Seed of the question stream, of every sampled rationale and answer, and of LoRA's
+    initialisation: the same seed gives the same run on any number of processes."""
     stream_start: int | None = None
     """Step of the question stream at which this run starts: its step ``s`` takes the
     stream's step ``stream_start + s`` (questions, outcomes and sampling seeds). Default:
@@ -130,6 +142,8 @@ class RLCDConfig(TrainConfig):
     lam: float = 0.0
     """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
     rule: Literal["brier", "log"] = "brier"
+    """The proper scoring rule ``J(u, Y)``: Brier ``2 u_Y - ||u||^2`` or log ``log u_Y``
+    (``rlcd_lab.scoring``)."""
     outcome_reward: bool = True
     """False: the score-function term gets the KL shaping reward only, the readout is still
     trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""
@@ -225,6 +239,7 @@ class GRPOConfig(TrainConfig):
     method: tyro.conf.Fixed[str] = "grpo"
     out: Path = Path("runs/grpo")
     beta: float = 0.04
+    """KL anchor weight towards the reference model (the k3 per-token estimate)."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +250,7 @@ class RLCRConfig(TrainConfig):
     method: tyro.conf.Fixed[str] = "rlcr"
     out: Path = Path("runs/rlcr")
     beta: float = 0.04
+    """KL anchor weight towards the reference model (as GRPO's)."""
     format_steps: int = 20
     """The first this many steps teach the confidence format instead of rewarding it:
     cross-entropy of the digit of the model's own readout probability for its sampled
