@@ -58,11 +58,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import plotly.io as pio
 import torch
 from IPython.display import display
-from plotly.subplots import make_subplots
 
 from rlcd_lab import assets, plots, tutorial
 from rlcd_lab.models import read_meta
@@ -164,35 +162,23 @@ else:
 
 # %%
 logs = {name: read_log(path) for name, path in runs.items()}
-panels = [
-    ("rationale_length", "rationale length (tokens)"),
-    ("forced_rate", "forced-marker rate"),
-    ("readout_variance", "variance of u across rationales"),
-    ("reward", "reward J(u, Y) (Brier, higher is better)"),
-    ("dev_accuracy", "dev accuracy"),
-    ("kl", "log pi/pi_ref (mean per rationale)"),
-]
-fig = make_subplots(rows=3, cols=2, subplot_titles=[t for _, t in panels], shared_xaxes=True)
-for i, (name, rows) in enumerate(logs.items()):
-    for j, (col, _) in enumerate(panels):
-        steps, vals = tutorial.log_column(rows, col)
-        if col != "dev_accuracy" and len(vals) > 20:  # a 10-step moving average
-            vals = pd.Series(vals).rolling(10, min_periods=1).mean().to_numpy()
-        fig.add_trace(
-            go.Scatter(
-                x=steps,
-                y=vals,
-                name=name,
-                legendgroup=name,
-                showlegend=j == 0,
-                mode="lines+markers" if col == "dev_accuracy" else "lines",
-                line={"color": plots.COLORS[i]},
-            ),
-            row=j // 2 + 1,
-            col=j % 2 + 1,
-        )
+panels = {
+    "rationale_length": "rationale length (tokens)",
+    "forced_rate": "forced-marker rate",
+    "readout_variance": "variance of u across rationales",
+    "reward": "reward J(u, Y) (Brier, higher is better)",
+    "dev_accuracy": "dev accuracy",
+    "kl": "log pi/pi_ref (mean per rationale)",
+}
+fig = plots.run_panels(  # curves of more than 20 steps: a 10-step moving average
+    logs,
+    panels,
+    raw=["dev_accuracy"],
+    rates=["forced_rate", "dev_accuracy"],
+    title="End-to-end per-rationale training on facts",
+    height=850,
+)
 fig.add_hline(y=EMPTY_TOKENS, line_dash="dot", row=1, col=1, annotation_text="empty rationale")
-fig.update_layout(height=800, title="End-to-end per-rationale training on facts")
 if logs:
     fig.show()
 

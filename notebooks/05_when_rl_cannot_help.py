@@ -66,7 +66,6 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import torch
 from IPython.display import display
-from plotly.subplots import make_subplots
 
 from rlcd_lab import assets, metrics, paper, plots, report, results, tutorial
 from rlcd_lab.decomposition import variance_decomposition
@@ -146,30 +145,18 @@ if SCALE == "paper":
 
 # %%
 logs = {name: read_log(path) for name, path in runs.items() if name != "cross-entropy"}
-fig = make_subplots(
-    rows=1,
+fig = plots.run_panels(  # curves of more than 20 steps: a 10-step moving average
+    logs,
+    {
+        "rationale_length": "rationale length (tokens)",
+        "forced_rate": "forced-marker rate",
+        "reward": "reward J(u, Y)",
+    },
     cols=3,
-    subplot_titles=("rationale length (tokens)", "forced-marker rate", "reward J(u, Y)"),
+    rates=["forced_rate"],
+    title="Aleatoric task: what the RL objectives do to the rationales",
 )
-for i, (name, rows) in enumerate(logs.items()):
-    for j, col in enumerate(("rationale_length", "forced_rate", "reward")):
-        steps, vals = tutorial.log_column(rows, col)
-        if len(vals) > 20:
-            vals = pd.Series(vals).rolling(10, min_periods=1).mean().to_numpy()
-        fig.add_trace(
-            go.Scatter(
-                x=steps,
-                y=vals,
-                name=name,
-                legendgroup=name,
-                showlegend=j == 0,
-                line={"color": plots.COLORS[i]},
-            ),
-            row=1,
-            col=j + 1,
-        )
 fig.add_hline(y=MARKER_TOKENS, line_dash="dot", row=1, col=1, annotation_text="bare marker")
-fig.update_layout(title="Aleatoric task: what the RL objectives do to the rationales")
 if logs:
     fig.show()
 

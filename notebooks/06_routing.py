@@ -33,8 +33,11 @@
 # which fits the temperature on dev. Section 3 runs the shipped base checkpoints
 # (`assets/checkpoints/base-verify`, and `base-facts` where reasoning does not help) in
 # both modes on the dev and test splits, scored with `rlcd_lab.results.from_rows` (T
-# fitted on dev). Nothing is trained. The routing math lives in `rlcd_lab.routing`
-# (tested in `tests/test_tutorial.py`).
+# fitted on dev). Section 4 reads the shipped `verify` reproduction's RLCR runs
+# (`assets/results/verify/summary.json` and the RLCR test dumps) and the shipped bench
+# reports (`assets/results/bench/`, `rlcd_lab.assets.bench_reports()`). Nothing is
+# trained. The routing math lives in `rlcd_lab.routing` (tested in
+# `tests/test_tutorial.py`).
 
 # %%
 # ruff: noqa: E402  (the two settings below must come before the imports)
@@ -51,7 +54,7 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, metrics, plots, results, routing, tutorial
+from rlcd_lab import assets, metrics, plots, report, results, routing, tutorial
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks import load_task_items
@@ -205,7 +208,8 @@ fig = tutorial.slider_figure(
     active=3,
     title="Realised cost per test item of the Bayes policy (lower is better)",
 )
-fig.add_hline(y=ESCALATE, line_dash="dot", annotation_text="always escalate")
+plots.category_ticks(fig)  # horizontal run names, the slider below them
+plots.legend_hline(fig, ESCALATE, f"always escalate (cost {ESCALATE:g})")
 fig.update_layout(barmode="group", yaxis_title="mean realised cost")
 fig.show()
 
@@ -377,6 +381,101 @@ for task, s in summary.iterrows():
 # directly, unsure of others) that makes a cascade pay off on both axes; the printed
 # verdicts above say which case each task is in. Either way, the decision of *when to
 # think* is made from a confidence, which only works if that confidence is calibrated.
+
+# %% [markdown]
+# ## 4. Neighbours: stated confidence (RLCR), a report card, and attacks
+#
+# Routing trusts a confidence. Three neighbours of RLCD ask where that confidence comes
+# from and how far it can be trusted:
+#
+# * **RLCR** trains the model to *state* its confidence after its answer (here one digit
+#   after `Confidence:`), rewarded with correctness plus the Brier score of what it
+#   stated (`rlcd-lab train rlcr`; `rlcd_lab.verbal`). The shipped `verify`
+#   reproduction runs it at RLCD's budget; we score both its readout and its stated
+#   confidence, after temperature scaling.
+# * **A report card** (`rlcd-lab bench typed`): accuracy over rule-made rewordings and
+#   option orders, and ECE beside the range a perfectly calibrated model with the same
+#   confidences reaches by chance.
+# * **Attacks** (`rlcd-lab bench attack`): one edit to a request, and how often the
+#   decision flips, beyond the flips of identical re-runs.
+
+# %%
+shipped = assets.shipped_runs()
+verify = report.load_summaries(assets.ASSETS / "results")["verify"]
+rows_of = {
+    "reinforce": "RLCD (two-stage)",
+    "grpo-matched": "GRPO",
+    "rlcr-matched": "RLCR: its readout",
+    "rlcr-stated-matched": "RLCR: its stated confidence",
+}
+keys = ("accuracy", "brier", "aurc", "cov_at_eps", "T")
+neighbours = pd.DataFrame(
+    {label: {k: verify["runs"][run][k]["mean"] for k in keys} for run, label in rows_of.items()}
+).T
+display(neighbours.round(3))
+
+stated = [
+    row
+    for seed in verify["seeds"]
+    for row in assets.read_jsonl(
+        shipped[f"results/verify/seed-{seed}/rlcr-matched"] / "eval" / "test.jsonl"
+    )
+]
+conf = np.array([r["stated_confidence"] for r in stated])
+right = np.array([r["stated_answer"] == r["label"] for r in stated])
+mode = float(pd.Series(conf).mode()[0])
+print(
+    f"RLCR's stated confidence on {len(stated)} test answers (3 seeds): mean "
+    f"{conf[right].mean():.3f} when right, {conf[~right].mean():.3f} when wrong; "
+    f"{np.mean(conf == mode):.0%} state {mode:.2f}"
+)
+assert 0 <= conf.min() and conf.max() <= 1
+
+# %% [markdown]
+# How to read this: a stated confidence can be calibrated *on average* (its fitted T is
+# near 1, like RLCD's readout) and still say almost nothing about which answers are
+# wrong: nearly every answer here states the same digit, about as often when wrong as
+# when right, so its AURC and Cov@eps come from how the ties happen to fall. Compare the
+# AURC column with RLCD's readout. Routing needs the ranking, not only the average.
+
+# %%
+cards = assets.bench_reports()
+card = cards["verify-reinforce/typed"]
+acc, cal = card["accuracy"], card["calibration"]
+print(
+    f"report card, {card['target']['checkpoint']}: accuracy median {acc['median']:.3f}, range "
+    f"[{acc['min']:.3f}, {acc['max']:.3f}] over {acc['n_variants']} rule-made variants; "
+    f"ECE {cal['ece']:.3f} against a calibrated model's [{cal['floor_low']:.3f}, "
+    f"{cal['floor_high']:.3f}]: {'inside' if cal['inside'] else 'outside'} the noise floor"
+)
+attack = cards["verify-reinforce/attack"]
+ran = {name: a for name, a in attack["attacks"].items() if a["run"]}
+fig = go.Figure(
+    go.Bar(
+        x=list(ran),
+        y=[a["flip"]["diff"] for a in ran.values()],
+        error_y=dict(
+            type="data",
+            symmetric=False,
+            array=[a["flip"]["ci_high"] - a["flip"]["diff"] for a in ran.values()],
+            arrayminus=[a["flip"]["diff"] - a["flip"]["ci_low"] for a in ran.values()],
+        ),
+    )
+)
+fig.update_layout(
+    title=f"Decisions flipped beyond re-runs (floor {attack['floor_flip_rate']:.3f}), 95% CI",
+    yaxis_title="flip rate - re-run flip rate",
+    xaxis_title="single edit to the request",
+)
+plots.apply_theme(fig)
+fig.show()
+
+# %% [markdown]
+# The tiny model never read prose: any sentence appended to its state (the neutral
+# `neutral_text` control as much as an opinion or an injected command) moves its readout,
+# while rewording the sum or reordering the options stays near the re-run floor. A
+# decision service has to measure this for its own model; `rlcd-lab bench attack --url`
+# runs the same suite against a server, where a field outside the schema is refused.
 
 # %% [markdown]
 # ## Commands at paper scale

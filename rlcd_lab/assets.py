@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .io import jsonl_files
 from .io import read_jsonl as read_jsonl  # re-exported: dumps and logs of shipped runs
+from .rundir import evaluated_runs
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -53,6 +53,14 @@ def shipped_runs(root: str | Path = ASSETS) -> dict[str, Path]:
     """Every run dir under ``root`` with a test eval dump (``eval/test.jsonl``, shipped
     packed as ``eval/test.jsonl.xz``), by name, outside :data:`STUDIES`."""
     root = Path(root)
-    found = (p.parent.parent for p in jsonl_files(root, "**/eval/test.jsonl"))
-    names = {p.relative_to(root).as_posix(): p for p in sorted(found)}
+    names = {p.relative_to(root).as_posix(): p for p in sorted(evaluated_runs(root))}
     return {n: p for n, p in names.items() if not n.startswith(STUDIES)}
+
+
+def bench_reports(root: str | Path = ASSETS) -> dict[str, dict]:
+    """The shipped bench reports (``rlcd-lab bench typed|attack``), each one's
+    ``summary.json`` by ``<checkpoint>/<bench>`` (``verify-reinforce/attack``), sorted."""
+    from .io import loads_json
+
+    found = sorted((Path(root) / "results" / "bench").glob("*/*/summary.json"))
+    return {f"{p.parent.parent.name}/{p.parent.name}": loads_json(p.read_bytes()) for p in found}

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from .metrics import DEFAULT_EPS
+from .rundir import LOG, config_file, eval_file, final_dir, log_path, read_config
 
 SOLUTION_TAG = "solution"
 """Cell tag of the solution cells that :func:`write_student` removes."""
@@ -391,8 +392,7 @@ def _read_rows(path: Path) -> list[dict]:
 
 
 def _config(run: Path) -> dict:
-    path = Path(run) / "config.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_config(run)
 
 
 def check_lr_run(run: str | Path | None, length_last_10pct: Any, lr: float = 1e-3) -> Feedback:
@@ -404,7 +404,7 @@ def check_lr_run(run: str | Path | None, length_last_10pct: Any, lr: float = 1e-
     ``rationale_length``, as the notebook's ``window``); the run's ``config.json`` must say
     ``lr`` and ``beta = 0`` (tolerance 0.05 tokens).
     """
-    if run is None or not (Path(run) / "log.jsonl").exists():
+    if run is None or not (Path(run) / LOG).exists():
         return _nothing("train the no-KL run with lr=1e-3 first (about 2 minutes at default scale)")
     if _missing(length_last_10pct):
         return Feedback(None, NOT_ANSWERED)
@@ -415,7 +415,7 @@ def check_lr_run(run: str | Path | None, length_last_10pct: Any, lr: float = 1e-
         return _wrong(f"{run} was trained with lr={cfg.get('lr')}, not {lr:g}")
     if cfg.get("beta", 0.0) != 0.0:
         return _wrong(f"{run} has the KL anchor (beta={cfg.get('beta')}); the exercise drops it")
-    _, v = tutorial.log_column(_read_rows(Path(run) / "log.jsonl"), "rationale_length")
+    _, v = tutorial.log_column(_read_rows(Path(run) / LOG), "rationale_length")
     expected = float(np.mean(v[-max(1, int(0.1 * len(v))) :]))
     value = _number(length_last_10pct)
     if value is None or not _close(value, expected, 0.05):
@@ -440,7 +440,7 @@ def check_mean_top_probability(run: str | Path | None, answer: Any, split: str =
     if run is None:
         return _nothing("no run was trained at this scale")
     path = Path(run)
-    path = path / "eval" / f"{split}.jsonl" if path.is_dir() else path
+    path = eval_file(path, split) if path.is_dir() else path
     if not path.exists():
         return _nothing(f"{path} does not exist")
     if _missing(answer):
@@ -512,11 +512,10 @@ def check_kl_price(
 # ---------------------------------------------------------- notebook 3: gradient dilution
 def _shipped_stage1(task: str = "verify") -> Path | None:
     from . import assets, tutorial
-    from .io import jsonl_path
 
     infos = tutorial.discover_runs(assets.shipped_runs(), task=task)
     stage1 = [i for i in infos if i["method"] == "calibrate" and i["parent"] is None]
-    stage1 = [i for i in stage1 if jsonl_path(i["path"] / "log.jsonl").exists()]
+    stage1 = [i for i in stage1 if log_path(i["path"]).exists()]
     return min(stage1, key=lambda i: i["name"])["path"] if stage1 else None
 
 
@@ -538,7 +537,7 @@ def check_stage1_weight(
     if run is None:
         return _nothing("no stage-1 run with a log is shipped")
     exp_c = float(_config(run).get("sf_weight", 0.0))
-    sf = results.gradient_dilution(_read_rows(run / "log.jsonl"))["score_function"]
+    sf = results.gradient_dilution(_read_rows(run / LOG))["score_function"]
     exp_zero = bool(sf.size == 0 or float(abs(sf).max()) == 0.0)
     c, zero = _number(c_used), _bool(logged_norm_is_zero)
     if c is None or not _close(c, exp_c, 1e-9):
@@ -555,7 +554,7 @@ def check_stage1_weight(
 def _final_metrics(run: Path) -> dict:
     from .models import read_meta
 
-    metrics = read_meta(Path(run) / "final")["metrics"]
+    metrics = read_meta(final_dir(run))["metrics"]
     return metrics["test"] if metrics.get("test") else metrics["dev"]
 
 
@@ -713,7 +712,7 @@ def check_lambda_run(run: str | Path | None, jsd_single: Any, lam: float = 0.5) 
     :func:`rlcd_lab.results.load_run`; the run's ``config.json`` must say ``lam``
     (tolerance 0.002).
     """
-    if run is None or not (Path(run) / "config.json").exists():
+    if run is None or not config_file(run).exists():
         return _nothing("train the lambda = 0.5 run first (about 1.5 minutes at default scale)")
     if _missing(jsd_single):
         return Feedback(None, NOT_ANSWERED)

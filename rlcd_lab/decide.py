@@ -7,22 +7,15 @@ that ends in the marker and a set of K option tokens; the answer is read, not sa
 
     p = softmax(z / T)  in Delta_K.
 
-Typed answers from ``p`` (all values are floats in [0, 1] unless said otherwise):
+The wire contract (the schema, its one validation, :class:`Question` and the typed answers
+built from ``p``: a noul's ``p_yes``, a choice's argmax and chance-corrected confidence, a
+score's expected level and ordinal confidence) is :mod:`rlcd_lab.jev`'s; its names are
+re-exported here. This module maps questions to prompts and option tokens and computes ``p``.
 
-* noul (K = 2, options yes/no): ``{"type": "noul", "noul": p_yes}``;
-* choice (K = number of criteria keys, 2..255): ``choice = argmax_k p_k`` (ties: the first
-  label in request order), ``probabilities`` keyed by label, and the chance-corrected
-  confidence ``c = (K max_k p_k - 1) / (K - 1)`` (0 for the uniform p, 1 for a one-hot p);
-* score (L levels, 2..10): ``score = sum_i i p_i`` in [0, L - 1], ``probabilities`` and
-  ``legend`` keyed ``"0", "1", ...`` and the confidence ``c = 1 - Var(p) / Var_max`` with
-  ``Var(p) = sum_i p_i (i - score)^2`` and ``Var_max = (L - 1)^2 / 4`` (half the mass on each
-  end level): 1 for a point mass, 0 for the most spread p; mass on neighbouring levels costs
-  less than mass on distant ones, as an ordinal score should.
-
-For routing (``auto`` mode) a noul's confidence is the same chance-corrected value with
-K = 2: ``|2 p_yes - 1|``. The confidences, the mixture and the escalation rule are
-:mod:`rlcd_lab.routing`'s (``DecideOptions.rule``, a :class:`rlcd_lab.routing.DecisionRule`
-on the chance-corrected confidence; default threshold
+For routing (``auto`` mode) a question's confidence is its answer's (a noul's is the
+chance-corrected value with K = 2, ``|2 p_yes - 1|``). The confidences, the mixture and the
+escalation rule are :mod:`rlcd_lab.routing`'s (``DecideOptions.rule``, a
+:class:`rlcd_lab.routing.DecisionRule` on the chance-corrected confidence; default threshold
 :data:`rlcd_lab.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD` = 0.8, i.e. max p 0.9 for a
 noul), the same rule the dashboard applies when asked for the chance-corrected confidence.
 
@@ -90,6 +83,23 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .jev import (
+    MAX_CHOICE_OPTIONS,
+    MAX_LABEL_CHARS,
+    MAX_SCORE_LEVELS,
+    MIN_OPTIONS,
+    DecisionError,
+    Kind,
+    Question,
+    choice_answer,
+    decision_confidence,
+    expected_level,
+    noul_answer,
+    question_from_wire,
+    render,
+    score_answer,
+    state_text,
+)
 from .metrics import apply_temperature
 from .models import DEFAULT_META, META_FILE, load_checkpoint
 from .reader import (
@@ -105,21 +115,48 @@ from .readout import OptionTokens, option_logits, option_token_ids
 from .readout import readout as readout_fn
 from .routing import (
     DEFAULT_CHANCE_CORRECTED_THRESHOLD,
+    Aggregate,
     DecisionRule,
     chance_corrected_confidence,
-    confidence,
     score_confidence,
 )
 
+__all__ = [  # the wire contract and the typed answers live in jev.py; re-exported here
+    "CODES",
+    "DEFAULT_INSTRUCTIONS",
+    "DEFAULT_NEW_TOKENS",
+    "MAX_CHOICE_OPTIONS",
+    "MAX_LABEL_CHARS",
+    "MAX_SCORE_LEVELS",
+    "MIN_OPTIONS",
+    "NO_LIKE",
+    "PRETRAINED_METHODS",
+    "YES_LIKE",
+    "DecideOptions",
+    "Decision",
+    "DecisionError",
+    "DecisionModel",
+    "Kind",
+    "Mode",
+    "PromptFormat",
+    "Question",
+    "chance_corrected_confidence",
+    "choice_answer",
+    "decision_confidence",
+    "expected_level",
+    "noul_answer",
+    "question_from_wire",
+    "render",
+    "score_answer",
+    "score_confidence",
+    "shared_prefix_readout",
+    "temperature_fitted",
+    "with_options",
+]
+
 Mode = Literal["direct", "reason", "auto"]
-Aggregate = Literal["mixture", "single"]
-Kind = Literal["noul", "choice", "score"]
 PromptFormat = Literal["auto", "task", "chat", "plain"]
 
-MIN_OPTIONS = 2
-MAX_CHOICE_OPTIONS = 255
-MAX_SCORE_LEVELS = 10
-MAX_LABEL_CHARS = 256
 DEFAULT_NEW_TOKENS = 64
 """Rationale tokens when the checkpoint records none (a converted pretrained model such as
 SmolLM2): the Ask tab's and ``reader.read``'s default; a request's ``max_new_tokens``
@@ -153,144 +190,6 @@ def temperature_fitted(raw_meta: Mapping[str, Any] | None) -> tuple[bool, str]:
 
 
 _temperature_fitted = temperature_fitted  # for DecisionModel, whose argument has its name
-
-
-class DecisionError(ValueError):
-    """A request that cannot be answered; ``loc`` locates the culprit in the request body,
-    e.g. ``("questions", "tone", "criteria")`` or ``("state",)``."""
-
-    def __init__(self, msg: str, loc: Sequence[str | int] = ()):
-        super().__init__(msg)
-        self.msg = msg
-        self.loc = tuple(loc)
-
-
-# --------------------------------------------------------------------------- typed answers
-def expected_level(p: Sequence[float] | np.ndarray) -> float:
-    """The expected score ``sum_i i p_i`` of a ``(L,)`` distribution over levels 0..L-1."""
-    p = np.asarray(p, dtype=np.float64)
-    return float(np.arange(p.shape[-1]) @ p)
-
-
-def decision_confidence(kind: Kind, p: Sequence[float] | np.ndarray) -> float:
-    """The confidence used for routing (:func:`rlcd_lab.routing.confidence`, measure
-    ``chance_corrected``): chance-corrected max for noul (``|2 p_yes - 1|``) and choice,
-    ``score_confidence`` for score."""
-    return confidence(p, "chance_corrected", kind)
-
-
-def noul_answer(p: Sequence[float] | np.ndarray) -> dict:
-    """``{"type": "noul", "noul": p_yes}`` from ``p = (p_yes, p_no)``."""
-    return {"type": "noul", "noul": float(p[0])}
-
-
-def choice_answer(labels: Sequence[str], p: Sequence[float] | np.ndarray) -> dict:
-    """``{"type": "choice", "choice", "confidence", "probabilities"}``; ``choice`` is the
-    first label with the largest probability, ``confidence`` chance-corrected."""
-    p = np.asarray(p, dtype=np.float64)
-    return {
-        "type": "choice",
-        "choice": labels[int(np.argmax(p))],
-        "confidence": chance_corrected_confidence(p),
-        "probabilities": {label: float(v) for label, v in zip(labels, p, strict=True)},
-    }
-
-
-def score_answer(levels: Sequence[Any], p: Sequence[float] | np.ndarray) -> dict:
-    """``{"type": "score", "score": sum_i i p_i, "confidence", "legend", "probabilities"}``
-    with ``legend`` and ``probabilities`` keyed ``"0", "1", ...``."""
-    p = np.asarray(p, dtype=np.float64)
-    return {
-        "type": "score",
-        "score": expected_level(p),
-        "confidence": score_confidence(p),
-        "legend": {str(i): level for i, level in enumerate(levels)},
-        "probabilities": {str(i): float(v) for i, v in enumerate(p)},
-    }
-
-
-# --------------------------------------------------------------------------- questions
-@dataclass(frozen=True)
-class Question:
-    """A typed question. ``labels`` are the answer keys in order: ``("yes", "no")`` for a
-    noul, the criteria keys for a choice, ``("0", ..., "L-1")`` for a score;
-    ``descriptions`` the matching criteria values (``None``: undescribed)."""
-
-    kind: Kind
-    labels: tuple[str, ...]
-    descriptions: tuple[Any, ...]
-    instructions: Any = None
-
-    def answer(self, p: Sequence[float] | np.ndarray) -> dict:
-        """The wire answer for probabilities ``p`` over ``labels``."""
-        if self.kind == "noul":
-            return noul_answer(p)
-        if self.kind == "choice":
-            return choice_answer(self.labels, p)
-        return score_answer(self.descriptions, p)
-
-
-def _bad_label(label: str) -> str | None:
-    if not label.strip():
-        return "labels must be non-empty"
-    if len(label) > MAX_LABEL_CHARS:
-        return f"labels must have at most {MAX_LABEL_CHARS} characters"
-    if any(not ch.isprintable() for ch in label):
-        return f"label {label[:40]!r} contains control characters"
-    return None
-
-
-def question_from_wire(raw: Mapping[str, Any]) -> Question:
-    """Parse one question in the Jev wire form (docs/server.md) into a :class:`Question`.
-
-    Raises :class:`DecisionError` (``loc`` relative to the question) for an unknown type,
-    fewer than 2 or more than 255 choice labels, fewer than 2 or more than 10 score levels,
-    empty, over-long or control-character labels, and unknown noul criteria keys.
-    """
-    if not isinstance(raw, Mapping):
-        raise DecisionError("a question must be an object", ())
-    kind, instructions, criteria = raw.get("type"), raw.get("instructions"), raw.get("criteria")
-    if kind == "noul":
-        criteria = criteria or {}
-        if not isinstance(criteria, Mapping) or set(criteria) - {"true", "false"}:
-            raise DecisionError("noul criteria may only have 'true' and 'false'", ("criteria",))
-        return Question(
-            "noul", ("yes", "no"), (criteria.get("true"), criteria.get("false")), instructions
-        )
-    if kind == "choice":
-        if not isinstance(criteria, Mapping):
-            raise DecisionError("choice criteria must be an object of labels", ("criteria",))
-        if not MIN_OPTIONS <= len(criteria) <= MAX_CHOICE_OPTIONS:
-            raise DecisionError(
-                f"a choice needs {MIN_OPTIONS} to {MAX_CHOICE_OPTIONS} labels, got {len(criteria)}",
-                ("criteria",),
-            )
-        for label in criteria:
-            problem = _bad_label(label) if isinstance(label, str) else "labels must be strings"
-            if problem:
-                raise DecisionError(problem, ("criteria", label))
-        return Question("choice", tuple(criteria), tuple(criteria.values()), instructions)
-    if kind == "score":
-        if not isinstance(criteria, Sequence) or isinstance(criteria, str):
-            raise DecisionError("score criteria must be a list of levels", ("criteria",))
-        if not MIN_OPTIONS <= len(criteria) <= MAX_SCORE_LEVELS:
-            raise DecisionError(
-                f"a score needs {MIN_OPTIONS} to {MAX_SCORE_LEVELS} levels, got {len(criteria)}",
-                ("criteria",),
-            )
-        if any(level is None for level in criteria):
-            raise DecisionError("score levels must be described (no null)", ("criteria",))
-        levels = tuple(str(i) for i in range(len(criteria)))
-        return Question("score", levels, tuple(criteria), instructions)
-    raise DecisionError(f"unknown question type {kind!r}; use noul, choice or score", ("type",))
-
-
-def render(value: Any) -> str:
-    """Text of a state, instruction or description: a string as it is, anything else as
-    JSON (key order kept, non-ASCII kept)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------- options
@@ -620,19 +519,14 @@ class DecisionModel:
         self._encoded.clear()  # memo of this request's encodings only
         if not isinstance(questions, Mapping) or not questions:
             raise DecisionError("at least one question is required", ("questions",))
-        try:
-            state_text = render(state)
-        except (TypeError, ValueError, RecursionError):
-            raise DecisionError("the state cannot be rendered as text", ("state",)) from None
-        if not state_text.strip() or state in ({}, []):
-            raise DecisionError("the state is empty", ("state",))
-        state_ids = self._encode(state_text)
+        state_str = state_text(state)
+        state_ids = self._encode(state_str)
         if len(state_ids) > self.max_state_tokens:
             raise DecisionError(
                 f"the state has {len(state_ids)} tokens; at most {self.max_state_tokens}",
                 ("state",),
             )
-        bad = self._unknown_chars(state_text)
+        bad = self._unknown_chars(state_str)
         if bad:
             raise DecisionError(
                 f"the state contains characters this model cannot read: {bad[:10]}", ("state",)
@@ -648,15 +542,15 @@ class DecisionModel:
             except DecisionError as err:
                 raise DecisionError(f"question {name!r}: {err.msg}", loc + err.loc) from None
             if self.prompt_format == "task":
-                text = state_text
+                text = state_str
                 direct = build_prompt(self.tokenizer, text, direct=True, marker=self.marker)
                 reason = build_prompt(self.tokenizer, text, marker=self.marker)
             else:
                 try:
-                    text = self.question_text(state_text, q, opts.labels)
+                    text = self.question_text(state_str, q, opts.labels)
                 except (TypeError, ValueError, RecursionError):
                     raise DecisionError(f"question {name!r} cannot be rendered", loc) from None
-                bad = self._unknown_chars(text[len(state_text) :])
+                bad = self._unknown_chars(text[len(state_str) :])
                 if bad:
                     raise DecisionError(
                         f"question {name!r} contains characters this model cannot read: {bad[:10]}",

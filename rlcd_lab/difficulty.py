@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import paper
 from .io import atomic_write_text
+from .rundir import SUMMARY
 
 RLCD_RUN, GRPO_RUN = "reinforce", "grpo-matched"
 PAIR = f"{RLCD_RUN} - {GRPO_RUN}"
@@ -170,8 +171,7 @@ def write_difficulty_map(out: Path, levels: Mapping[float, Path]) -> dict:
 
     out = Path(out)
     summaries = {
-        s: json.loads((Path(p) / "summary.json").read_text(encoding="utf-8"))
-        for s, p in levels.items()
+        s: json.loads((Path(p) / SUMMARY).read_text(encoding="utf-8")) for s, p in levels.items()
     }
     dmap = difficulty_map(summaries)
     dmap["sources"] = {f"{s:g}": str(p) for s, p in levels.items()}

@@ -11,7 +11,8 @@ model's stated confidence after that first rationale and its readout's answer
 (:func:`rlcd_lab.verbal.read_stated`): ``stated_answer``, ``stated_confidence``,
 ``stated_valid``, ``confidence_probs`` and ``stated_logits`` (K: ``log p`` of the
 distribution the statement implies, scored like ``logits``).
-``summarize`` turns rows into the paper's Table 1 row via ``metrics.evaluate``.
+``summarize`` (:func:`rlcd_lab.results.summarize`, re-exported) turns rows into the paper's
+Table 1 row via ``metrics.evaluate``.
 ``run_eval(..., progress=True)`` (``rlcd-lab eval``) shows a tqdm bar over the items read,
 on stderr.
 
@@ -27,14 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from . import metrics
 from .models import context_length
 from .reader import Mode, build_prompt, encode_prompts, item_options, read
 from .readout import MARKER, SEP, OptionTokens
+from .results import summarize as summarize  # re-exported: Table 1's row of dump rows
 from .tasks import TaskItem
 from .verbal import CUE, read_stated
 
@@ -208,29 +208,3 @@ def run_eval(
                 s["stated_rationale"] = text
             row |= s
     return rows
-
-
-def summarize(
-    rows: Sequence[dict], dev_rows: Sequence[dict] | None = None, eps: float = metrics.DEFAULT_EPS
-) -> dict:
-    """Table 1 row for single-query readouts (``metrics.evaluate``), plus rationale stats.
-
-    With ``dev_rows`` the temperature is fitted on dev and every metric is repeated after
-    scaling (``ts_`` prefix). Adds ``mean_length`` (sampled tokens per rationale) and
-    ``forced_rate``. Items may have different numbers of options: logits are padded with
-    ``-inf`` (probability 0) and ``q`` with 0 (``metrics.pad_ragged``), so every metric of
-    an item is computed over its own options.
-    """
-    labels = np.array([r["label"] for r in rows])
-    q = metrics.pad_ragged([r["q"] for r in rows], 0.0) if rows[0]["q"] is not None else None
-    dev = None
-    if dev_rows is not None:
-        dev = (
-            metrics.pad_ragged([r["logits"] for r in dev_rows], -np.inf),
-            np.array([r["label"] for r in dev_rows]),
-        )
-    logits = metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
-    out = metrics.evaluate(logits, labels, dev=dev, eps=eps, is_logits=True, q=q)
-    out["mean_length"] = float(np.mean([np.mean(r["lengths"]) for r in rows]))
-    out["forced_rate"] = float(np.mean([np.mean(r["forced"]) for r in rows]))
-    return out

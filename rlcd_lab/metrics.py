@@ -152,10 +152,7 @@ def nll(probs: ArrayLike, labels: ArrayLike, eps: float = EPS) -> float:
     the clamp at ``eps = 1e-12`` keeps a zero-probability label finite (27.6 nats).
     Good (1952), "Rational decisions" (minus the log score); Guo et al. 2017, sec. 2.
     """
-    p = _probs(probs)
-    y = _labels(labels, p.shape[0])
-    py = p[np.arange(p.shape[0]), y]
-    return float(-np.log(np.maximum(py, eps)).mean())
+    return float(item_nll(probs, labels, eps).mean())
 
 
 def brier(probs: ArrayLike, labels: ArrayLike) -> float:
@@ -166,11 +163,33 @@ def brier(probs: ArrayLike, labels: ArrayLike) -> float:
     error, i.e. ``1 - J`` for the shifted RLCD reward ``J`` in ``rlcd_lab.scoring``.
     Brier (1950), "Verification of forecasts expressed in terms of probability".
     """
+    return float(item_brier(probs, labels).mean())
+
+
+def item_brier(probs: ArrayLike, labels: ArrayLike) -> np.ndarray:
+    """Per-item Brier loss ``sum_k (p_ik - 1[k = y_i])^2``, ``(N, K), (N,) -> (N,)``.
+
+    Lower is better, in ``[0, 2]``; its mean is :func:`brier`. A padded option (an item
+    with fewer options, probability 0, :func:`pad_ragged`) adds nothing. The one per-item
+    Brier of the suite: results, routing and the dashboard call it.
+    """
     p = _probs(probs)
     y = _labels(labels, p.shape[0])
     onehot = np.zeros_like(p)
     onehot[np.arange(p.shape[0]), y] = 1.0
-    return float(((p - onehot) ** 2).sum(1).mean())
+    return ((p - onehot) ** 2).sum(1)
+
+
+def item_nll(probs: ArrayLike, labels: ArrayLike, eps: float = EPS) -> np.ndarray:
+    """Per-item negative log-likelihood ``-log max(p_{i, y_i}, eps)`` in nats, ``(N,)``.
+
+    Lower is better; its mean is :func:`nll` (the clamp at ``eps = 1e-12`` keeps a
+    zero-probability label finite).
+    """
+    p = _probs(probs)
+    y = _labels(labels, p.shape[0])
+    py = p[np.arange(p.shape[0]), y]
+    return -np.log(np.maximum(py, eps))
 
 
 # ---------------------------------------------------------------------------------------

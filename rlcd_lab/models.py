@@ -33,6 +33,8 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from .io import atomic_dir, atomic_write_text
 from .readout import MARKER, SEP
+from .rundir import META_FILE as META_FILE  # the checkpoint format's names, stdlib-only
+from .rundir import CheckpointError as CheckpointError
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CHARS = string.digits + string.ascii_letters + string.punctuation + " \n"
@@ -117,7 +119,6 @@ def context_length(
 
 
 # ----------------------------------------------------------------------- checkpoints
-META_FILE = "rlcd.json"
 CHECKSUM_FILE = "checksums.json"
 CHECKSUM_VERSION = 2
 """``checksums.json`` format: version 2 lists every file of the checkpoint (config,
@@ -125,13 +126,6 @@ CHECKSUM_VERSION = 2
 without ``version`` (version 1, written before) lists the weight files only."""
 DEFAULT_META = {"marker": MARKER, "sep": SEP, "temperature": 1.0}
 _CHECKPOINT_MARKERS = ("adapter_config.json", META_FILE, CHECKSUM_FILE)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be used as it is: unreadable or malformed
-    ``config.json`` / ``rlcd.json``, corrupt or modified weights (checksum, safetensors
-    header), tensors that do not fit the model config, non-finite weights. The message
-    names the file and the problem."""
 
 
 class CheckpointMissingError(CheckpointError, FileNotFoundError):

@@ -14,6 +14,7 @@ Geifman et al. 2019 (risk-coverage curves, AURC), OpenJev-RLCD sec. 5 (Cov@eps).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -74,6 +75,38 @@ def _legend_height(entries: int) -> int | None:
     return need if need > DEFAULT_HEIGHT else None
 
 
+RUN_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+RUN_SYMBOLS = ("circle", "square", "diamond", "cross", "triangle-up", "x")
+"""Line dash and marker symbol of the i-th run (:func:`run_style`), cycled."""
+RUN_WIDTH, RUN_WIDTH_STEP, RUN_MIN_WIDTH = 3.0, 0.75, 1.0
+"""Line width of the first run, how much thinner each later run is drawn, the thinnest."""
+RUN_MARKER, RUN_MARKER_STEP, RUN_MIN_MARKER = 9.0, 1.5, 5.0
+"""The same for marker sizes."""
+MARKER_MAX_POINTS = 50
+"""A run's curve shows markers at its points when it has at most this many."""
+
+
+def run_style(i: int) -> dict[str, dict[str, Any]]:
+    """``{"line": ..., "marker": ...}`` of the i-th run on a figure with one line per run:
+    its colour (:data:`COLORS`), a dash pattern and marker symbol of its own
+    (:data:`RUN_DASHES`, :data:`RUN_SYMBOLS`), and a line and marker that get thinner and
+    smaller with ``i`` (down to :data:`RUN_MIN_WIDTH`, :data:`RUN_MIN_MARKER`). Traces are
+    drawn in order, so where two runs' curves coincide the later, thinner, dashed one lies
+    on the earlier, wider one and both stay visible."""
+    return {
+        "line": {
+            "color": _color(i),
+            "dash": RUN_DASHES[i % len(RUN_DASHES)],
+            "width": max(RUN_MIN_WIDTH, RUN_WIDTH - RUN_WIDTH_STEP * i),
+        },
+        "marker": {
+            "color": _color(i),
+            "symbol": RUN_SYMBOLS[i % len(RUN_SYMBOLS)],
+            "size": max(RUN_MIN_MARKER, RUN_MARKER - RUN_MARKER_STEP * i),
+        },
+    }
+
+
 Theme = Literal["auto", "light", "dark"]
 THEMES = ("auto", "light", "dark")
 TEMPLATES = {"auto": "plotly_white", "light": "plotly_white", "dark": "plotly_dark"}
@@ -83,13 +116,17 @@ NEUTRAL_GRID = "rgba(128, 128, 128, 0.3)"
 """Grid, zero and axis lines of the ``auto`` theme: grey, visible on white and on black."""
 FOREGROUND = {"auto": "#8c8c8c", "light": "black", "dark": "#e5e7eb"}
 """What the figures' black lines and markers become: mid grey (``auto``), black, light grey."""
+MODEBAR = {"bgcolor": TRANSPARENT, "color": "#8c8c8c", "activecolor": "#636efa"}
+"""Plotly's mode bar (the toolbar): no background (plotly's default, half the paper's
+colour, is a dark bar on a transparent paper), grey icons, the active one blue."""
 
 
 def apply_theme(fig: go.Figure, theme: Theme = "auto") -> go.Figure:
     """Make ``fig`` follow a light or dark page (in place; returns it).
 
-    Every theme makes the paper, plot and legend backgrounds transparent (the page shows
-    through) and sets the template of :data:`TEMPLATES`; black lines and markers become
+    Every theme makes the paper, plot, legend and mode bar backgrounds transparent (the
+    page shows through; the mode bar as :data:`MODEBAR`) and sets the template of
+    :data:`TEMPLATES`; black lines and markers become
     :data:`FOREGROUND` (black vanishes on a dark page). ``light`` and ``dark`` fix the text
     colour through the template; ``auto`` is for a page that may switch between both: grid
     and axis lines are a translucent grey, and the text keeps plotly's default colour, which
@@ -104,6 +141,7 @@ def apply_theme(fig: go.Figure, theme: Theme = "auto") -> go.Figure:
         paper_bgcolor=TRANSPARENT,
         plot_bgcolor=TRANSPARENT,
         legend_bgcolor=TRANSPARENT,
+        modebar=MODEBAR,
     )
     if theme == "auto":
         lines = {
@@ -713,6 +751,175 @@ def training_curves(
                 fig.add_trace(trace)
     fig.update_layout(title=title)
     fig.update_xaxes(title_text=x, row=len(groups) if separate and groups else None)
+    return fig
+
+
+RATE_RANGE = (-0.03, 1.03)
+"""The y range of a rate panel of :func:`run_panels`: [0, 1], a little wider so that a
+line at 0 or 1 is drawn whole."""
+
+
+def _moving_average(v: np.ndarray, k: int) -> np.ndarray:
+    """Trailing mean over the last ``k`` values (fewer at the start): ``out[j] =
+    mean(v[max(0, j - k + 1) : j + 1])``."""
+    c = np.concatenate([[0.0], np.cumsum(v, dtype=np.float64)])
+    j = np.arange(v.size)
+    lo = np.maximum(0, j - k + 1)
+    return (c[j + 1] - c[lo]) / (j + 1 - lo)
+
+
+def run_panels(
+    logs: Mapping[str, str | Path | Sequence[Mapping[str, Any]]],
+    panels: Mapping[str, str],
+    cols: int = 2,
+    x: str = "step",
+    smooth: int = 10,
+    raw: Sequence[str] = (),
+    rates: Sequence[str] = (),
+    title: str = "Training curves",
+    height: int | None = None,
+) -> go.Figure:
+    """Several logged columns of several runs: one subplot per column, one line per run.
+
+    ``logs`` maps a run's name to its log (as in :func:`training_curves`, same skipping
+    rules); ``panels`` maps a column to its subplot's title, laid out row by row in
+    ``cols`` columns. A curve with more than ``2 * smooth`` points is shown as its trailing
+    ``smooth``-step moving average (:func:`_moving_average`), except the columns in
+    ``raw`` (e.g. dev accuracy, logged every few steps). Runs are styled by
+    :func:`run_style` (colour, dash, marker, thinner with each run; markers on curves of
+    at most :data:`MARKER_MAX_POINTS` points), so coinciding curves both stay visible; a
+    run's traces share a legend entry (``legendgroup``), shown on its first panel.
+
+    The y axis of a column in ``rates`` spans :data:`RATE_RANGE` (a rate of 0 throughout
+    is drawn at the bottom of [0, 1], not in the middle of plotly's [-1, 1]); any other
+    panel whose values are all >= 0 starts at 0 (``rangemode="tozero"``). The x axes are
+    shared per column of panels; the lowest panel of each column shows the ticks and the
+    title ``x``. ``height`` defaults to 450 px for one row of panels, 240 px more per row.
+    The traces are in run order, then panel order; each has ``meta = {"run", "column"}``.
+    """
+    names = list(panels)
+    n = len(names)
+    if n == 0:
+        raise ValueError("no panels")
+    if cols < 1:
+        raise ValueError(f"cols must be >= 1, got {cols}")
+    cols = min(cols, n)
+    nrows = -(-n // cols)
+    fig = make_subplots(
+        rows=nrows, cols=cols, shared_xaxes=True, subplot_titles=[panels[c] for c in names]
+    )
+    lowest: dict[str, float] = dict.fromkeys(names, math.inf)
+    for i, (run, log) in enumerate(logs.items()):
+        rows = _read_log(log)
+        style = run_style(i)
+        for j, col in enumerate(names):
+            pts = [
+                (float(r[x]), float(r[col]))
+                for r in rows
+                if _is_number(r.get(x)) and _is_number(r.get(col))
+            ]
+            ys = np.array([b for _, b in pts], dtype=np.float64)
+            if smooth > 1 and col not in raw and ys.size > 2 * smooth:
+                ys = _moving_average(ys, smooth)
+            if ys.size:
+                lowest[col] = min(lowest[col], float(ys.min()))
+            fig.add_trace(
+                go.Scatter(
+                    x=[a for a, _ in pts],
+                    y=ys.tolist(),
+                    mode="lines+markers" if len(pts) <= MARKER_MAX_POINTS else "lines",
+                    name=run,
+                    legendgroup=run,
+                    showlegend=j == 0,
+                    meta={"run": run, "column": col},
+                    **style,
+                ),
+                row=j // cols + 1,
+                col=j % cols + 1,
+            )
+    for j, col in enumerate(names):
+        where = {"row": j // cols + 1, "col": j % cols + 1}
+        if col in rates:
+            fig.update_yaxes(range=list(RATE_RANGE), **where)
+        elif lowest[col] >= 0:
+            fig.update_yaxes(rangemode="tozero", **where)
+        if j + cols >= n:  # nothing below it: the column's lowest panel
+            fig.update_xaxes(title_text=x, showticklabels=True, **where)
+    fig.update_layout(title=title, height=height or DEFAULT_HEIGHT + 240 * (nrows - 1))
+    return fig
+
+
+def wrap_label(text: str, width: int = 10) -> str:
+    """``text`` broken into lines of at most ``width`` characters (joined by ``<br>``, a
+    plotly line break), after a ``-`` or ``_`` or at a space; a piece longer than
+    ``width`` without such a place stays whole. ``"rft-kl-matched"`` -> ``"rft-kl-<br>
+    matched"``."""
+    pieces = [p for p in re.split(r"(?<=[-_])|(?= )", str(text)) if p]
+    lines: list[str] = []
+    for piece in pieces:
+        if lines and len(lines[-1]) + len(piece) <= width:
+            lines[-1] += piece
+        else:
+            lines.append(piece.lstrip(" ") if lines else piece)
+    return "<br>".join(lines)
+
+
+TICK_LINE_PX = 16
+"""Height of one line of a tick label (plotly's default 12 px font), rounded up."""
+SLIDER_GAP_PX = 24
+"""Space between a figure's lowest tick labels and the top of its slider."""
+
+
+def category_ticks(fig: go.Figure, width: int = 10) -> go.Figure:
+    """Horizontal, wrapped tick labels on a categorical x axis (in place; returns ``fig``).
+
+    The categories are the x values of all traces (visible or not), in order of first
+    appearance; each label is :func:`wrap_label` ``(width)`` (plotly's rotated labels of
+    long names run into whatever lies below the axis). A slider of ``fig`` is moved
+    below the labels: its top padding is :data:`TICK_LINE_PX` per label line plus
+    :data:`SLIDER_GAP_PX` (plotly draws a slider just below the plot area, over
+    the labels)."""
+    cats: dict[Any, None] = {}
+    for trace in fig.data:
+        xs = getattr(trace, "x", None)
+        for v in () if xs is None else xs:
+            cats.setdefault(v, None)
+    text = [wrap_label(str(c), width) for c in cats]
+    fig.update_xaxes(
+        tickmode="array", tickvals=list(cats), ticktext=text, tickangle=0, automargin=True
+    )
+    lines = max((t.count("<br>") + 1 for t in text), default=1)
+    for slider in fig.layout.sliders or ():
+        slider.pad.t = TICK_LINE_PX * lines + SLIDER_GAP_PX
+    return fig
+
+
+def legend_hline(
+    fig: go.Figure, y: float, name: str, color: str = "gray", dash: str = "dot"
+) -> go.Figure:
+    """A horizontal line across the plot at ``y``, labelled by a legend entry ``name``
+    instead of text on the plot (which overlaps whatever is drawn there). In place;
+    returns ``fig``. The line is a shape (``layout.shapes``); the entry a trace with no
+    points and the same style, ``meta = {"y": y}``. A slider's steps that set the
+    traces' ``visible`` flags keep the entry visible."""
+    fig.add_hline(y=y, line={"color": color, "dash": dash, "width": 1.5})
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="lines",
+            name=name,
+            line={"color": color, "dash": dash, "width": 1.5},
+            hoverinfo="skip",
+            meta={"y": float(y)},
+        )
+    )
+    for slider in fig.layout.sliders or ():
+        for step in slider.steps:
+            args = list(step.args or ())
+            if args and isinstance(args[0], dict) and "visible" in args[0]:
+                args[0] = {**args[0], "visible": [*args[0]["visible"], True]}
+                step.args = args
     return fig
 
 

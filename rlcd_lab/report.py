@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from . import paper
-from .io import atomic_write_bytes, atomic_write_text, jsonl_path, read_jsonl
+from . import paper, rundir
+from .io import atomic_write_bytes, atomic_write_text
 from .results import (
     FORKS,
     MATCHED,
@@ -507,9 +507,9 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
 
     collapse = [n for n in (NO_KL, f"{SWEEP_PREFIX}1") if n in loaded]
     trained = {  # each run's log rows, read once
-        n: [read_jsonl(r.path / "log.jsonl") for r in loaded[n]]
+        n: [rundir.read_log(r.path) for r in loaded[n]]
         for n in collapse or loaded
-        if all(jsonl_path(r.path / "log.jsonl").exists() for r in loaded[n])
+        if all(rundir.log_path(r.path).exists() for r in loaded[n])
     }
     figs = {}
     if trained:
@@ -647,9 +647,9 @@ def write_report(
     summary["configs"] = {
         f"seed-{s}/{p.parent.name}": json.loads(p.read_text())
         for s in seeds
-        for p in sorted((root / f"seed-{s}").glob("*/config.json"))
+        for p in sorted(rundir.seed_dir(root, s).glob(f"*/{rundir.CONFIG}"))
     }
-    atomic_write_text(root / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
+    atomic_write_text(root / rundir.SUMMARY, json.dumps(summary, indent=1, sort_keys=True))
     md = report_markdown(summary, title)
     atomic_write_text(root / "report.md", md)
     figs = report_figures(summary, loaded)
@@ -665,7 +665,7 @@ def load_summaries(folder: Path) -> dict[str, dict]:
     of the paper's kinds of task (:data:`rlcd_lab.paper.KINDS`), then by name."""
     found = {
         p.parent.name: json.loads(p.read_text(encoding="utf-8"))
-        for p in folder.glob("*/summary.json")
+        for p in folder.glob(f"*/{rundir.SUMMARY}")
     }
     order = {k: i for i, k in enumerate(paper.KINDS)}
     return dict(sorted(found.items(), key=lambda kv: (order[summary_kind(kv[1])], kv[0])))

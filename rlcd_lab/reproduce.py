@@ -46,8 +46,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from . import rundir
 from .assets import ASSETS
-from .io import atomic_write_jsonl, atomic_write_text, jsonl_files, jsonl_path, pack, read_jsonl
+from .io import atomic_write_jsonl, atomic_write_text, jsonl_path, pack, read_jsonl
 
 if TYPE_CHECKING:
     from .train.configs import TrainConfig
@@ -86,6 +87,11 @@ SCALES: dict[str, dict] = {
 on, 2 questions x 4 rationales of at most 40 tokens per step, T fitted on 50 dev items and
 150 test items, no dev evals during training: three seeds of the paper's core runs fit
 90 minutes with ``--jobs 2``."""
+
+FORMAT_STEPS = {"tiny": 20, "small": 6, "paper": 20}
+"""RLCR's first steps, spent teaching the confidence format (``RLCRConfig.format_steps``):
+a tenth of the tiny runs' 200 steps; a quarter of the rung's 24 (the matched budget) so
+that SmolLM2 writes a digit after the cue before the reward takes over."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +161,8 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
     table3 = aleatoric(cfg.task)
     first, second = [], []
     for seed in cfg.seeds:
-        root = cfg.out / Path(cfg.task).stem / f"seed-{seed}"
-        stage1 = root / "calibrate" / "final"
+        root = rundir.seed_dir(cfg.out / Path(cfg.task).stem, seed)
+        stage1 = rundir.final_dir(root / "calibrate")
         kw = dict(base, task=cfg.task, seed=seed, init=Path(init))
         runs: dict[str, TrainConfig] = {
             "sft": SFTConfig(**kw),
@@ -170,7 +176,7 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
             runs["rft"] = RFTConfig(**kw)
             runs["rft-kl"] = RFTConfig(**kw, beta=0.04)
             runs["grpo"] = GRPOConfig(**kw)
-            runs["rlcr"] = RLCRConfig(**kw)
+            runs["rlcr"] = RLCRConfig(**kw, format_steps=FORMAT_STEPS[cfg.scale])
             runs["readout-only"] = preset("calibrate", **dict(kw, init=stage1))
             runs["anchor-only"] = preset("reinforce", **dict(kw, init=stage1), outcome_reward=False)
             runs["grpo-cont"] = GRPOConfig(**dict(kw, init=stage1))
@@ -199,17 +205,15 @@ def _finished(job: Job) -> bool:
     """Whether ``job`` already ran to the end with the same config (raises if it ran with
     another one: that directory belongs to a different experiment)."""
     if job.train is None:
-        done = job.out / "done.json"
+        done = rundir.done_file(job.out)
         if not done.exists():
             return False
         old, new = json.loads(done.read_text()), json.loads(json.dumps(job.settings, default=str))
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     else:
-        from .train.configs import config_diff
-
-        if not (job.out / "final" / "rlcd.json").exists():
+        if not rundir.has_final(job.out):
             return False
-        diff = config_diff(json.loads((job.out / "config.json").read_text()), job.train)
+        diff = rundir.config_diff(json.loads(rundir.config_file(job.out).read_text()), job.train)
     if diff:
         raise ValueError(f"{job.out} holds a finished run with another config (differs in {diff})")
     return True
@@ -228,9 +232,9 @@ def run_job(job: Job) -> str:
         stated_view(job)
         return str(job.out)
     if job.train is not None:
-        resume = (job.out / "config.json").exists()
+        resume = rundir.config_file(job.out).exists()
         train(replace(job.train, resume=resume))
-        model_dir = job.out / "final"
+        model_dir = rundir.final_dir(job.out)
     else:
         model_dir = Path(job.settings["init"])
     task, seed = job.settings["task"], job.seed
@@ -251,13 +255,14 @@ def run_job(job: Job) -> str:
         evals["dev"] = load_task_items(task, "dev")[:n_dev]
         evals["test"] = test
     if test[0].q is not None and not direct:
-        evals[f"test-m{MIXTURE_M}"] = test
+        evals[rundir.mixture_name(MIXTURE_M)] = test
     for name, items in evals.items():
-        m = MIXTURE_M if name.startswith("test-m") else 1
+        m = MIXTURE_M if name.startswith(rundir.MIXTURE_PREFIX) else 1
         rows = run_eval(model, tok, items, m=m, **kw)
-        atomic_write_jsonl(job.out / "eval" / f"{name}.jsonl", rows)
+        atomic_write_jsonl(rundir.eval_file(job.out, name), rows)
     if job.train is None:
-        atomic_write_text(job.out / "done.json", json.dumps(job.settings, default=str, indent=2))
+        settings = json.dumps(job.settings, default=str, indent=2)
+        atomic_write_text(rundir.done_file(job.out), settings)
     stated_view(job)
     return str(job.out)
 
@@ -282,16 +287,16 @@ def stated_view(job: Job) -> Path | None:
     matched = job.name.endswith(MATCHED)
     out = job.out.with_name(job.name.removesuffix(MATCHED) + STATED + (MATCHED if matched else ""))
     for split in ("dev", "test"):
-        if not jsonl_path(job.out / "eval" / f"{split}.jsonl").exists():
+        if not rundir.has_eval(job.out, split):
             continue
         rows = []
-        for r in read_jsonl(job.out / "eval" / f"{split}.jsonl"):
+        for r in read_jsonl(rundir.eval_file(job.out, split)):
             z = r["stated_logits"]
             e = [math.exp(v - max(z)) for v in z]
             p = [x / sum(e) for x in e]
             rows.append(r | {"logits": z, "probs": p, "readouts": [p], "mixture": p})
-        atomic_write_jsonl(out / "eval" / f"{split}.jsonl", rows)
-    shutil.copy2(job.out / "config.json", out / "config.json")
+        atomic_write_jsonl(rundir.eval_file(out, split), rows)
+    shutil.copy2(rundir.config_file(job.out), rundir.config_file(out))
     return out
 
 
@@ -304,7 +309,7 @@ def timed_job(job: Job) -> dict:
     run_job(job)
     row = {"run": job.name, "seed": job.seed, "reused": reused, "wall_s": time.perf_counter() - t0}
     if job.train is not None and not reused:
-        log = read_jsonl(job.out / "log.jsonl")
+        log = rundir.read_log(job.out)
         row["train_s"] = sum(r["time_step"] for r in log)
         row["sample_s"] = sum(r.get("time_sample") or 0.0 for r in log)
     return row
@@ -378,7 +383,7 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     return out
 
 
-SHIPPED_FILES = ("timing.json", "summary.json", "report.md", "report.html")
+SHIPPED_FILES = ("timing.json", rundir.SUMMARY, "report.md", "report.html")
 """A reproduction's own files that ``assets/results/<task>/`` ships. Not ``figures/``: its
 PNGs are static copies of ``report.html``'s figures (``report.write_pngs``, rebuilt with
 kaleido), left out to keep ``assets/`` lean."""
@@ -396,16 +401,16 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
     shutil.rmtree(dst, ignore_errors=True)
     for run in sorted(src.glob("seed-*/*")):
         out = dst / run.relative_to(src)
-        for name in ("config.json", "log.jsonl", "done.json"):
+        for name in (rundir.CONFIG, rundir.LOG, rundir.DONE):
             file = jsonl_path(run / name)
             if file.exists():
                 out.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(file, out / file.name)
-        for dump in map(jsonl_path, jsonl_files(run / "eval")):
-            (out / "eval").mkdir(parents=True, exist_ok=True)
-            shutil.copy2(dump, out / "eval" / dump.name)
+        for dump in map(jsonl_path, rundir.eval_files(run)):
+            rundir.eval_dir(out).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(dump, rundir.eval_dir(out) / dump.name)
         if run.parent.name == "seed-17" and run.name in weights:
-            shutil.copytree(run / "final", out / "final")
+            shutil.copytree(rundir.final_dir(run), rundir.final_dir(out))
     for name in SHIPPED_FILES:
         if (src / name).exists():
             shutil.copy2(src / name, dst / name)

@@ -3,11 +3,18 @@
 The one place that turns eval dumps (``run/eval/test.jsonl``, ``dev.jsonl`` and
 ``test-m<M>.jsonl``, the format of :func:`rlcd_lab.evaluate.run_eval`) into numbers; the
 reproduction's report, the notebooks, the dashboard's Routing tab and the server's model
-card all read runs through it.
+card all read runs through it. File names come from :mod:`rlcd_lab.rundir`; numpy only
+(importing it loads no torch).
 
 * :func:`load_run`: one run, after temperature scaling fitted on dev (``T = 1`` and
   ``fitted = False`` without a dev dump), as a :class:`RunResult` with per-item values;
-  :func:`from_rows` does the same for dump rows already in memory.
+  :func:`from_rows` does the same for dump rows already in memory; :func:`summarize`
+  is Table 1's row of dump rows.
+* :meth:`RunResult.view`: a :class:`RunView` of the test items, what the dashboard's
+  Routing tab draws: calibrated (the fitted T) or raw, single query or the mixture of the
+  run's M rationales, with per-item correctness, confidence, Brier and NLL
+  (:func:`rlcd_lab.metrics.item_brier`, :func:`~rlcd_lab.metrics.item_nll`), the items
+  ranked under a confidence measure (:class:`Ranked`) and Table 1's metrics.
 * :func:`paired`: method A against method B over the same test items and seeds, as the
   paper does it (OpenJev-RLCD sec. 5): accuracy, Brier and NLL per item averaged over
   seeds (bootstrap over items, sign-flip p); AURC and Cov@eps computed per seed and
@@ -20,18 +27,16 @@ card all read runs through it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import metrics, stats
-from .evaluate import summarize
-from .io import jsonl_files, jsonl_path, read_jsonl
+from . import metrics, routing, rundir, stats
+from .io import read_jsonl
 from .metrics import DEFAULT_EPS
 
 RLCD = "reinforce"
@@ -69,17 +74,184 @@ N_BOOT = 2000
 """Bootstrap replicates and Monte Carlo sign-flip patterns of every paired test."""
 
 
+def summarize(
+    rows: Sequence[dict], dev_rows: Sequence[dict] | None = None, eps: float = DEFAULT_EPS
+) -> dict:
+    """Table 1 row for single-query readouts (``metrics.evaluate``), plus rationale stats.
+
+    With ``dev_rows`` the temperature is fitted on dev and every metric is repeated after
+    scaling (``ts_`` prefix). Adds ``mean_length`` (sampled tokens per rationale) and
+    ``forced_rate``. Items may have different numbers of options: logits are padded with
+    ``-inf`` (probability 0) and ``q`` with 0 (``metrics.pad_ragged``), so every metric of
+    an item is computed over its own options. (Re-exported by ``rlcd_lab.evaluate``.)
+    """
+    labels = np.array([r["label"] for r in rows])
+    q = metrics.pad_ragged([r["q"] for r in rows], 0.0) if rows[0]["q"] is not None else None
+    dev = None
+    if dev_rows is not None:
+        dev = (
+            metrics.pad_ragged([r["logits"] for r in dev_rows], -np.inf),
+            np.array([r["label"] for r in dev_rows]),
+        )
+    logits = metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
+    out = metrics.evaluate(logits, labels, dev=dev, eps=eps, is_logits=True, q=q)
+    out["mean_length"] = float(np.mean([np.mean(r["lengths"]) for r in rows]))
+    out["forced_rate"] = float(np.mean([np.mean(r["forced"]) for r in rows]))
+    return out
+
+
+# ----------------------------------------------------------------------- views of a run
+@dataclass(frozen=True)
+class Ranked:
+    """The items of a view ranked by a confidence ``measure`` (descending, stable on ties,
+    :func:`rlcd_lab.metrics.confidence_order`): ``probs (N, K)``, ``labels (N,)``,
+    ``confidence (N,)``, ``correct (N,)`` bool; the dev split's ``dev_confidence`` and
+    ``dev_correct`` ranked the same way (None without dev). What the Routing tab's cost
+    and risk-coverage numbers are computed on (:mod:`rlcd_lab.routing`)."""
+
+    probs: np.ndarray
+    labels: np.ndarray
+    confidence: np.ndarray
+    correct: np.ndarray
+    dev_confidence: np.ndarray | None
+    dev_correct: np.ndarray | None
+    measure: str = "max_p"
+
+
+def _ranked(
+    probs: np.ndarray, labels: np.ndarray, measure: str, n_options: np.ndarray | None
+) -> tuple[np.ndarray, ...]:
+    conf = routing.confidences(probs, measure, n_options)  # type: ignore[arg-type]
+    correct = probs.argmax(1) == labels
+    order = metrics.confidence_order(conf)
+    return probs[order], labels[order], conf[order], correct[order]
+
+
+def rank(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    measure: str = "max_p",
+    n_options: np.ndarray | None = None,
+    dev: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None,
+) -> Ranked:
+    """:class:`Ranked` of ``probs (N, K)`` with ``labels (N,)`` under the confidence
+    ``measure`` (:func:`rlcd_lab.routing.confidences`; ``n_options (N,)``: real options
+    per padded row); ``dev`` is ``(probs, labels, n_options)`` of the dev split or None."""
+    probs, labels, conf, correct = _ranked(probs, labels, measure, n_options)
+    dev_conf = dev_correct = None
+    if dev is not None:
+        _, _, dev_conf, dev_correct = _ranked(dev[0], dev[1], measure, dev[2])
+    return Ranked(probs, labels, conf, correct, dev_conf, dev_correct, measure)
+
+
+def n_options(logits: np.ndarray) -> np.ndarray:
+    """``(N,)`` real options per row of padded ``logits (N, K)`` (finite entries)."""
+    return np.isfinite(logits).sum(1)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One reading of a run's test items, what the faces draw: ``calibrated`` (divided by
+    the run's fitted ``T``; raw: ``T = 1``) or not, ``aggregate`` ``single`` (the first
+    rationale's readout, the paper's single query) or ``mixture`` (the mean of the ``m``
+    per-rationale readouts of the run's largest ``test-m<M>`` dump, each scaled by ``T``;
+    ``m = 1``: the dumps hold one rationale per item and the view is the single query).
+
+    ``probs (N, K)``, ``labels (N,)``, ``n_options (N,)``; the dev split read as a single
+    query (``dev_*``, None without a dev dump). Per-item values: :attr:`correct`,
+    :attr:`confidence` (max p), :attr:`brier`, :attr:`nll`; :meth:`ranked` under a
+    confidence measure and :meth:`metrics` (Table 1's numbers) are cached.
+    """
+
+    calibrated: bool
+    aggregate: str
+    m: int
+    T: float
+    probs: np.ndarray
+    labels: np.ndarray
+    n_options: np.ndarray
+    dev_probs: np.ndarray | None = None
+    dev_labels: np.ndarray | None = None
+    dev_n_options: np.ndarray | None = None
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def correct(self) -> np.ndarray:
+        """``(N,)`` bool: the argmax (first on ties) is the label."""
+        return self.probs.argmax(1) == self.labels
+
+    @cached_property
+    def confidence(self) -> np.ndarray:
+        """``(N,)`` max p."""
+        return self.probs.max(1)
+
+    @cached_property
+    def brier(self) -> np.ndarray:
+        """``(N,)`` per-item Brier loss (:func:`rlcd_lab.metrics.item_brier`)."""
+        return metrics.item_brier(self.probs, self.labels)
+
+    @cached_property
+    def nll(self) -> np.ndarray:
+        """``(N,)`` per-item NLL in nats (:func:`rlcd_lab.metrics.item_nll`)."""
+        return metrics.item_nll(self.probs, self.labels)
+
+    def ranked(self, measure: str = "max_p") -> Ranked:
+        """The items (and dev's) ranked by ``measure`` (:func:`rank`), cached."""
+        key = ("ranked", measure)
+        if key not in self._cache:
+            dev = None
+            if self.dev_probs is not None:
+                dev = (self.dev_probs, self.dev_labels, self.dev_n_options)
+            self._cache[key] = rank(self.probs, self.labels, measure, self.n_options, dev)
+        return self._cache[key]
+
+    def metrics(self, eps: float = DEFAULT_EPS) -> dict[str, float]:
+        """Table 1 metrics of the view (:func:`rlcd_lab.metrics.evaluate`, max p):
+        accuracy, brier, nll, ece, aurc, cov_at_eps, pred_cov_at_eps, ..., cached."""
+        key = ("metrics", float(eps))
+        if key not in self._cache:
+            row = metrics.evaluate(self.probs, self.labels, eps=eps)
+            self._cache[key] = {k: float(v) for k, v in row.items()}
+        return self._cache[key]
+
+
+def read_readouts(run: str | Path, labels: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """``(M, log u (N, M, K))`` of the run's test dump with the most rationales per item
+    (the largest ``eval/test-m<M>.jsonl``, else ``eval/test.jsonl``), padded options at
+    ``-inf``; None when there is no readable dump or its items are not ``labels``' items,
+    in the same order."""
+    dumps = rundir.mixture_dumps(run)
+    file = dumps[-1][1] if dumps else rundir.eval_file(run, "test")
+    try:
+        rows = read_jsonl(file)
+    except (OSError, ValueError):
+        return None
+    if len(rows) != len(labels) or any(
+        r.get("label") != y for r, y in zip(rows, labels, strict=True)
+    ):
+        return None
+    m = min(len(r["readouts"]) for r in rows)
+    k = max(len(r["readouts"][0]) for r in rows)
+    logu = np.full((len(rows), m, k), -np.inf)
+    for i, r in enumerate(rows):
+        u = np.asarray(r["readouts"][:m], dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            logu[i, :, : u.shape[1]] = np.log(u)
+    return m, logu
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One run's test items, read from its eval dumps.
 
     ``logits (N, K)`` single-query readouts (ragged option counts padded with ``-inf``),
     ``labels (N,)``; ``T`` fitted on dev (``fitted``), else 1; ``row`` is
-    :func:`rlcd_lab.evaluate.summarize` of test with dev (raw metrics and, when fitted,
-    ``T`` and ``ts_*``); ``q (N, K)`` outcome distributions and ``mixture (N, K)`` the
-    mixture of ``m_mixture`` rationales when the task is aleatoric and the dump exists;
-    ``empty_share`` the share of those rationales that are empty (the model switched
-    reasoning off).
+    :func:`summarize` of test with dev (raw metrics and, when fitted, ``T`` and ``ts_*``);
+    ``q (N, K)`` outcome distributions and ``mixture (N, K)`` the mixture of ``m_mixture``
+    rationales when the task is aleatoric and the dump exists; ``empty_share`` the share
+    of those rationales that are empty (the model switched reasoning off). ``on_disk``:
+    read from ``path`` by :func:`load_run` (the mixture view reads its readouts there).
+    :meth:`view` gives what the faces draw (calibrated or raw, single query or mixture).
     """
 
     path: Path
@@ -94,6 +266,8 @@ class RunResult:
     mixture: np.ndarray | None = None
     m_mixture: int = 0
     empty_share: float | None = None
+    on_disk: bool = False
+    _views: dict = field(default_factory=dict, compare=False, repr=False)
 
     def probs(self, calibrated: bool = True) -> np.ndarray:
         """``(N, K)`` test probabilities, temperature-scaled when ``calibrated``."""
@@ -107,32 +281,70 @@ class RunResult:
         return metrics.apply_temperature(self.dev_logits, self.T if calibrated else 1.0)
 
     @cached_property
+    def readouts(self) -> tuple[int, np.ndarray] | None:
+        """``(M, log u (N, M, K))`` per-rationale readouts of the run's largest test dump
+        (:func:`read_readouts`, read on first use); None for rows not read from disk."""
+        return read_readouts(self.path, self.labels) if self.on_disk else None
+
+    def view(self, calibrated: bool = True, aggregate: str = "single") -> RunView:
+        """The :class:`RunView` of the test items (cached): single query
+        ``softmax(z / T)``, or the mixture ``mean_i softmax(log u_i / T)`` of the M
+        readouts of :attr:`readouts` (``softmax(log u / T) = softmax(z / T)``: scaling a
+        readout is scaling its logits); ``T = 1`` raw. Dev is always the single query."""
+        key = (bool(calibrated), aggregate)
+        if key in self._views:
+            return self._views[key]
+        if aggregate not in routing.AGGREGATES:
+            raise ValueError(f"aggregate must be one of {list(routing.AGGREGATES)}")
+        T = self.T if calibrated else 1.0
+        mix = self.readouts if aggregate == "mixture" else None
+        m = 1 if mix is None else mix[0]
+        if m == 1:  # one rationale per item: the single query itself
+            probs = self.probs(calibrated)
+        else:
+            _, logu = mix
+            n, mm, k = logu.shape
+            flat = metrics.apply_temperature(logu.reshape(n * mm, k), T)
+            probs = flat.reshape(n, mm, k).mean(1)
+        dev = self.dev_logits
+        self._views[key] = RunView(
+            calibrated=bool(calibrated),
+            aggregate=aggregate,
+            m=m,
+            T=T,
+            probs=probs,
+            labels=self.labels,
+            n_options=n_options(self.logits),
+            dev_probs=self.dev_probs(calibrated),
+            dev_labels=self.dev_labels,
+            dev_n_options=None if dev is None else n_options(dev),
+        )
+        return self._views[key]
+
+    @property
     def scaled(self) -> np.ndarray:
         """``(N, K)`` test probabilities after temperature scaling (the "+TS" of Table 1)."""
-        return self.probs(True)
+        return self.view(True).probs
 
     @property
     def confidence(self) -> np.ndarray:
         """``(N,)`` max probability after scaling."""
-        return self.scaled.max(1)
+        return self.view(True).confidence
 
     @property
     def correct(self) -> np.ndarray:
         """``(N,)`` 1.0 where the argmax is the label."""
-        return (self.scaled.argmax(1) == self.labels).astype(float)
+        return self.view(True).correct.astype(float)
 
     @property
     def brier(self) -> np.ndarray:
         """``(N,)`` per-item Brier loss ``sum_k (p_k - 1[k = y])^2`` (lower is better)."""
-        onehot = np.zeros_like(self.scaled)
-        onehot[np.arange(len(self.labels)), self.labels] = 1.0
-        return ((self.scaled - onehot) ** 2).sum(1)  # padded options: p = 0, no cost
+        return self.view(True).brier
 
     @property
     def nll(self) -> np.ndarray:
         """``(N,)`` per-item ``-log max(p_y, 1e-12)`` in nats (lower is better)."""
-        p_y = self.scaled[np.arange(len(self.labels)), self.labels]
-        return -np.log(np.maximum(p_y, metrics.EPS))
+        return self.view(True).nll
 
     def item_values(self, metric: str) -> np.ndarray:
         """``(N,)`` per-item values whose mean is ``metric`` (accuracy, brier or nll)."""
@@ -168,11 +380,13 @@ def from_rows(
     path: str | Path = "",
     eps: float = DEFAULT_EPS,
     mixture: tuple[int, Sequence[dict]] | None = None,
+    on_disk: bool = False,
 ) -> RunResult:
     """A :class:`RunResult` from eval dump rows already in memory (the format of
     :func:`rlcd_lab.evaluate.run_eval`): ``test`` rows, ``dev`` rows (T is fitted on them;
     None or empty: ``T = 1``, ``fitted = False``) and, optionally, ``(M, rows)`` of a
-    mixture dump of M rationales. ``path`` is only recorded. Raises ValueError for an
+    mixture dump of M rationales. ``path`` is only recorded (``on_disk``: the rows are
+    the run's dumps there, as :func:`load_run` reads them). Raises ValueError for an
     empty test split."""
     if not test:
         raise ValueError(f"{path or 'test rows'}: the test dump is empty")
@@ -200,6 +414,7 @@ def from_rows(
         mixture=mix,
         m_mixture=m_mixture,
         empty_share=empty,
+        on_disk=on_disk,
     )
 
 
@@ -210,16 +425,16 @@ def load_run(run: str | Path, eps: float = DEFAULT_EPS) -> RunResult:
     Cov@eps's error budget. Raises FileNotFoundError (naming the file) when the test dump
     is missing, ValueError when it is empty."""
     run = Path(run)
-    ev = run / "eval"
-    if not jsonl_path(ev / "test.jsonl").exists():
-        raise FileNotFoundError(f"{ev / 'test.jsonl'}: no test dump (run rlcd-lab eval first)")
-    test = read_jsonl(ev / "test.jsonl")
-    dev = read_jsonl(ev / "dev.jsonl") if jsonl_path(ev / "dev.jsonl").exists() else None
+    if not rundir.has_eval(run, "test"):
+        test_file = rundir.eval_file(run, "test")
+        raise FileNotFoundError(f"{test_file}: no test dump (run rlcd-lab eval first)")
+    test = read_jsonl(rundir.eval_file(run, "test"))
+    dev = read_jsonl(rundir.eval_file(run, "dev")) if rundir.has_eval(run, "dev") else None
     mixture = None
-    dumps = sorted(jsonl_files(ev, "test-m*.jsonl"), key=lambda p: int(p.stem[len("test-m") :]))
+    dumps = rundir.mixture_dumps(run)
     if dumps and test and test[0].get("q") is not None:
-        mixture = (int(dumps[-1].stem[len("test-m") :]), read_jsonl(dumps[-1]))
-    return from_rows(test, dev, path=run, eps=eps, mixture=mixture)
+        mixture = (dumps[-1][0], read_jsonl(dumps[-1][1]))
+    return from_rows(test, dev, path=run, eps=eps, mixture=mixture, on_disk=True)
 
 
 def _check_aligned(a: Sequence[RunResult], b: Sequence[RunResult]) -> None:
@@ -330,8 +545,7 @@ def mean_sd(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def _steps(run: Path) -> int | None:
-    cfg = run / "config.json"
-    return json.loads(cfg.read_text())["steps"] if cfg.exists() else None
+    return rundir.read_config(run).get("steps")
 
 
 def summarize_runs(
@@ -356,16 +570,12 @@ def summarize_runs(
     """
     root = Path(root)
     names = sorted(
-        {
-            p.parent.parent.name
-            for s in seeds
-            for p in jsonl_files(root / f"seed-{s}", "*/eval/test.jsonl")
-        }
+        {p.name for s in seeds for p in rundir.evaluated_runs(rundir.seed_dir(root, s), "*")}
     )
     loaded: dict[str, list[RunResult]] = {}
     for name in names:
-        runs = [root / f"seed-{s}" / name for s in seeds]
-        if all(jsonl_path(r / "eval" / "test.jsonl").exists() for r in runs):
+        runs = [rundir.seed_dir(root, s) / name for s in seeds]
+        if all(rundir.has_eval(r, "test") for r in runs):
             loaded[name] = [load_run(r, eps) for r in runs]
     summary: dict = {
         "seeds": list(seeds),
@@ -393,9 +603,8 @@ def summarize_runs(
         if group[0].m_mixture:
             entry["m_mixture"] = group[0].m_mixture
             entry["empty_share"] = mean_sd([g.empty_share for g in group])
-        logs = [g.path / "log.jsonl" for g in group]
-        if all(jsonl_path(p).exists() for p in logs):
-            ratios = [gradient_dilution(read_jsonl(p))["rms_ratio"] for p in logs]
+        if all(rundir.log_path(g.path).exists() for g in group):
+            ratios = [gradient_dilution(rundir.read_log(g.path))["rms_ratio"] for g in group]
             if all(np.isfinite(ratios)):
                 entry["grad_rms_ratio"] = mean_sd(ratios)
         summary["runs"][name] = entry

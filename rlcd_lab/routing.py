@@ -16,11 +16,15 @@ it, so they decide alike:
   thresholds), :data:`DEFAULT_THRESHOLD` (max p, the dashboard),
   :data:`DEFAULT_CHANCE_CORRECTED_THRESHOLD` (the server's ``auto`` mode);
 * selective prediction at an error budget: pick a confidence threshold on dev, apply it
-  on test (:func:`threshold_for_risk`, :func:`selective_risk`); the threshold that
-  decides a given share (:func:`threshold_for_coverage`);
+  on test (:func:`threshold_for_risk`, :func:`selective_risk`; :func:`decided_risk` for
+  decisions already made); the threshold that decides a given share
+  (:func:`threshold_for_coverage`);
 * Bayes decisions under an asymmetric cost matrix, with an optional "escalate" action
   (:func:`expected_costs`, :func:`bayes_actions`, :func:`realized_costs`), and the
   cost-optimal threshold of the escalate-or-answer rule (:func:`bayes_threshold`);
+* the cost model of that rule on evaluated items (``c_w`` per wrong automated decision,
+  ``c_e`` per escalation): expected cost per item at a threshold
+  (:func:`expected_cost`) and at every threshold (:func:`cost_curve`);
 * an AutoThink-style cascade: answer directly when the direct readout is confident,
   reason only when it is not (:func:`cascade`, :func:`cascade_curve`).
 
@@ -217,11 +221,21 @@ def selective_risk(confidence: ArrayLike, correct: ArrayLike, threshold: float) 
     (counts). Geifman & El-Yaniv (2017).
     """
     c, r = _conf_correct(confidence, correct)
-    decided = c >= threshold
-    n = int(decided.sum())
-    errors = int((decided & ~r).sum())
+    return decided_risk(r, c >= threshold)
+
+
+def decided_risk(correct: ArrayLike, decided: ArrayLike) -> dict[str, float]:
+    """What a set of automated decisions gets: ``correct (N,)`` and ``decided (N,)``
+    booleans (decided automatically; the rest escalated) -> ``coverage``, ``risk`` (error
+    rate among the decided, 0 when none is), ``decided`` and ``errors`` (counts), as
+    :func:`selective_risk` (which decides by a threshold). Raises ``ValueError`` for
+    unequal or empty inputs."""
+    d, r = _conf_correct(to_numpy(decided).astype(bool), correct)
+    d = d.astype(bool)
+    n = int(d.sum())
+    errors = int((d & ~r).sum())
     return {
-        "coverage": n / c.size,
+        "coverage": n / d.size,
         "risk": errors / n if n else 0.0,
         "decided": float(n),
         "errors": float(errors),
@@ -327,6 +341,53 @@ def bayes_threshold(
     raise ValueError(f"measure must be one of {list(MEASURES)}, got {measure!r}")
 
 
+def expected_cost(
+    confidence: ArrayLike,
+    correct: ArrayLike,
+    threshold: float,
+    cost_wrong: float,
+    cost_escalate: float,
+) -> dict[str, float]:
+    """The cost model of "decide when ``confidence >= threshold``, escalate otherwise":
+    :func:`selective_risk` (``coverage``, ``risk``, ``decided``, ``errors``) plus
+    ``escalated`` (count) and ``cost``, the expected cost per item
+    ``(c_w * #wrong automated + c_e * #escalated) / N`` (a correct automated decision
+    costs 0; lower is better). Costs are checked (:func:`check_costs`)."""
+    c_w, c_e = check_costs(cost_wrong, cost_escalate)
+    out = selective_risk(confidence, correct, threshold)
+    n = to_numpy(confidence).size
+    out["escalated"] = float(n - out["decided"])
+    out["cost"] = (c_w * out["errors"] + c_e * out["escalated"]) / n
+    return out
+
+
+def cost_curve(
+    confidence: ArrayLike, correct: ArrayLike, cost_wrong: float, cost_escalate: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`expected_cost` per item of "decide when confidence >= t" for every distinct t.
+
+    Returns ``(t, cost)`` ascending in ``t``, in the form
+    :func:`rlcd_lab.plots.threshold_curves` draws: ``cost[j]`` holds for ``t`` in
+    ``(t[j-1], t[j]]``; deciding the top ``k`` items (``t = conf_(k)``, ties kept
+    together) costs ``(c_w errors_k + c_e (N - k)) / N``, and ``t = 1`` (above every
+    confidence below 1) escalates everything. Items are ranked as in
+    :func:`rlcd_lab.metrics.confidence_order` (confidence descending, stable on ties).
+    """
+    c_w, c_e = check_costs(cost_wrong, cost_escalate)
+    c, r = _conf_correct(confidence, correct)
+    order = metrics.confidence_order(c)
+    c, r = c[order], r[order]
+    n = c.size
+    errors = np.cumsum(~r)
+    k = np.arange(1, n + 1)
+    ends = np.append(c[1:] < c[:-1], True)  # a tie group ends at k: t = c[k-1] decides k
+    t = c[ends]
+    cost = (c_w * errors[ends] + c_e * (n - k[ends])) / n
+    if c[0] < 1.0:
+        t, cost = np.append(1.0, t), np.append(c_e, cost)
+    return t[::-1], cost[::-1]
+
+
 # --------------------------------------------------------------------------- cascades
 def cascade(
     direct_probs: ArrayLike, reason_probs: ArrayLike, threshold: float
@@ -370,8 +431,6 @@ def cascade_curve(
     y = to_numpy(labels).astype(np.int64).reshape(-1)
     tok_r = to_numpy(reason_tokens, np.float64).reshape(-1)
     tok_d = np.broadcast_to(to_numpy(direct_tokens, np.float64), tok_r.shape)
-    onehot = np.zeros_like(d)
-    onehot[np.arange(len(y)), y] = 1.0
     out: dict[str, list[float]] = {
         k: [] for k in ("threshold", "reason_fraction", "accuracy", "brier", "mean_tokens")
     }
@@ -380,7 +439,7 @@ def cascade_curve(
         out["threshold"].append(float(t))
         out["reason_fraction"].append(float(routed.mean()))
         out["accuracy"].append(float((p.argmax(1) == y).mean()))
-        out["brier"].append(float(((p - onehot) ** 2).sum(1).mean()))
+        out["brier"].append(float(metrics.item_brier(p, y).mean()))
         out["mean_tokens"].append(float(np.where(routed, tok_r, tok_d).mean()))
     return {k: np.array(v) for k, v in out.items()}
 

@@ -14,7 +14,6 @@ Directions: scores are *higher is better*, as in :mod:`rlcd_lab.scoring`.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ import plotly.graph_objects as go
 import torch
 from torch import Tensor
 
+from . import rundir
 from .scoring import expected_score
 
 # ------------------------------------------------------------------------------ scale
@@ -194,8 +194,7 @@ def run_info(run: str | Path, name: str | None = None) -> dict[str, Any]:
     ``verify-s0``), ``path``, and from ``config.json`` the fields in :data:`CONFIG_KEYS`
     (None where missing)."""
     path = Path(run)
-    cfg_file = path / "config.json"
-    cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
+    cfg = rundir.read_config(path)
     return {
         "name": name or path.as_posix(),
         "variant": path.name,
@@ -219,7 +218,7 @@ def discover_runs(runs: Mapping[str, str | Path], task: str | None = None) -> li
     for info in infos:
         info["parent"] = None
         init = Path(str(info["init"] or ""))
-        if init.name != "final":
+        if init.name != rundir.FINAL:
             continue
         for other in infos:
             tail = other["path"].parts[-2:]

@@ -977,6 +977,53 @@ def test_batch_answers_and_csv(tiny_root, tmp_path):
     assert "max p of the first rationale's readout is ≥ 0.600" in summary
 
 
+def test_batch_table_fits_the_page_and_its_headers_one_line():
+    px = [int(w.removesuffix("px")) for w in batch_tab.COLUMN_WIDTHS]
+    assert len(px) == len(batch_tab.RESULT_COLUMNS)
+    # no sideways scroll at 1440 px: the columns fit gradio's ~1215 px page
+    assert sum(px) <= batch_tab.TABLE_WIDTH_PX < 1215
+    # a header is 14 px bold monospace (0.6 em = 8.4 px a character) plus its cell's
+    # padding (the 100 px column shows "confidence", 10 characters, on one line)
+    for name, width in zip(batch_tab.RESULT_COLUMNS, px, strict=True):
+        assert 8.4 * len(name) + 12 <= width, name
+
+
+def test_batch_tab_layout_and_download_hidden_until_answered(tiny_root):
+    demo = build_demo(tiny_root)
+    (table,) = [b for b in demo.blocks.values() if getattr(b, "label", None) == "Answers"]
+    assert table.column_widths == batch_tab.COLUMN_WIDTHS
+    (download,) = [b for b in demo.blocks.values() if getattr(b, "label", None) == "answers.csv"]
+    assert download.visible is False  # no empty drop area before there is a file
+    (batch,) = [f for f in demo.fns.values() if f.api_name == "batch"]
+    assert download in batch.outputs
+    # once the batch succeeds, a second event shows the file
+    (show,) = [f for f in demo.fns.values() if download in f.outputs and f is not batch]
+    assert show.trigger_after == batch._id and show.trigger_only_on_success
+    assert show.fn() == {"__type__": "update", "visible": True}
+    # the table spans the page: it is not inside the Row of the controls
+    parent = table.parent
+    while parent is not None and not isinstance(parent, gr.Row):
+        parent = parent.parent
+    assert parent is None or not any(
+        getattr(b, "label", None) == "Checkpoint" for b in _descendants(parent)
+    )
+
+
+def _descendants(block):
+    for child in getattr(block, "children", ()):
+        yield child
+        yield from _descendants(child)
+
+
+def test_plot_mode_bar_shows_on_hover_only():
+    # plotly shows its mode bar on hover only where the browser reports a pointer that
+    # can hover (headless Chromium does not), and gradio passes no plotly config: CSS does
+    css = " ".join(ui.CSS.split())
+    assert ".js-plotly-plot .plotly .modebar { opacity: 0;" in css
+    assert ".js-plotly-plot .plotly:hover .modebar," in css
+    assert ".js-plotly-plot .plotly:focus-within .modebar { opacity: 1; }" in css
+
+
 def test_help_lists_the_glossary_and_every_notebook():
     from pathlib import Path
 

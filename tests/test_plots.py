@@ -209,3 +209,123 @@ def test_training_curves_from_log_jsonl_and_separate_axes(tmp_path):
     d = P.training_curves([{"t": 1, "a": 2}, {"t": 2, "a": 3}], ["a"], x="t").to_dict()
     assert d["data"][0]["x"] == [1.0, 2.0]
     assert d["layout"]["xaxis"]["title"]["text"] == "t"
+
+
+# ---------------------------------------------------------------------------------------
+# Several runs on panels, category ticks, legend lines, the mode bar
+# ---------------------------------------------------------------------------------------
+
+
+def test_run_style_keeps_coinciding_runs_apart():
+    styles = [P.run_style(i) for i in range(len(P.RUN_DASHES))]
+    assert len({s["line"]["dash"] for s in styles}) == len(styles)  # distinct patterns
+    assert len({s["marker"]["symbol"] for s in styles}) == len(styles)  # distinct markers
+    widths = [s["line"]["width"] for s in styles]
+    # each later run thinner (3, 2.25, 1.5, 1.0) down to the floor: drawn on top, the
+    # earlier, wider line still shows around it
+    assert widths[:4] == [3.0, 2.25, 1.5, 1.0] and min(widths) == P.RUN_MIN_WIDTH
+    assert [s["line"]["color"] for s in styles] == list(P.COLORS[: len(styles)])
+
+
+def test_run_panels_styles_ranges_and_axis_titles():
+    # two runs with identical logs: the case where one line hid the other
+    rows = [{"step": s, "forced_rate": 0.0, "reward": s - 2.0, "length": 20.0} for s in range(5)]
+    panels = {"length": "length", "forced_rate": "forced", "reward": "reward"}
+    fig = P.run_panels({"a": rows, "b": rows}, panels, cols=2, rates=["forced_rate"])
+    d = fig.to_dict()
+    a, b = d["data"][:3], d["data"][3:]
+    assert [t["meta"] for t in a] == [{"run": "a", "column": c} for c in panels]
+    assert all(t["y"] == u["y"] for t, u in zip(a, b, strict=True))  # they coincide...
+    for t, u in zip(a, b, strict=True):  # ...and stay apart in style, b thinner on top
+        assert t["line"]["dash"] != u["line"]["dash"]
+        assert t["marker"]["symbol"] != u["marker"]["symbol"]
+        assert u["line"]["width"] < t["line"]["width"]
+        assert t["mode"] == "lines+markers"  # 5 points <= MARKER_MAX_POINTS
+    assert [t["showlegend"] for t in d["data"]] == [True, False, False] * 2
+    lay = d["layout"]
+    # panels row by row: length (x, y), forced_rate (x2, y2), reward (x3, y3)
+    assert lay["yaxis2"]["range"] == list(P.RATE_RANGE)  # all-zero rate on [0, 1]
+    assert P.RATE_RANGE[0] < 0 < 1 < P.RATE_RANGE[1]
+    assert lay["yaxis"]["rangemode"] == "tozero"  # lengths >= 0
+    assert "rangemode" not in lay["yaxis3"] and "range" not in lay["yaxis3"]  # rewards < 0
+    # "step" under the lowest panel of each column: reward (row 2) and forced_rate (row 1,
+    # nothing below it); length has reward below it
+    assert lay["xaxis3"]["title"]["text"] == "step" and lay["xaxis2"]["title"]["text"] == "step"
+    assert lay["xaxis2"]["showticklabels"] is True
+    assert "title" not in lay["xaxis"]
+    assert lay["height"] == P.DEFAULT_HEIGHT + 240  # two rows
+    assert [a["text"] for a in lay["annotations"]] == list(panels.values())
+
+
+def test_run_panels_smooths_long_curves_except_raw_columns():
+    rows = [{"step": s, "v": float(s % 2), "acc": float(s % 2)} for s in range(30)]
+    fig = P.run_panels({"r": rows}, {"v": "v", "acc": "acc"}, smooth=10, raw=["acc"])
+    v, acc = fig.to_dict()["data"]
+    # trailing mean of 0, 1, 0, 1, ...: 0, 1/2, 1/3, 2/4, ..., then 5/10 from step 9 on
+    assert v["y"][:4] == pytest.approx([0.0, 0.5, 1 / 3, 0.5])
+    assert v["y"][9:] == pytest.approx([0.5] * 21)
+    assert acc["y"] == [float(s % 2) for s in range(30)]
+    # 20 points (= 2 * smooth) are shown as they are
+    short = P.run_panels({"r": rows[:20]}, {"v": "v"}, smooth=10).to_dict()["data"][0]
+    assert short["y"] == [float(s % 2) for s in range(20)]
+    with pytest.raises(ValueError, match="no panels"):
+        P.run_panels({"r": rows}, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "wrapped"),
+    [
+        ("calibrate", "calibrate"),
+        ("anchor-only", "anchor-<br>only"),
+        ("rft-kl-matched", "rft-kl-<br>matched"),
+        ("endtoend-c0.1", "endtoend-<br>c0.1"),
+        ("my_long_name", "my_long_<br>name"),
+        ("always escalate now", "always<br>escalate<br>now"),
+        ("averyveryverylongname", "averyveryverylongname"),  # no place to break
+    ],
+)
+def test_wrap_label(text, wrapped):
+    assert P.wrap_label(text, 10) == wrapped
+    assert wrapped.replace("<br>", "").replace(" ", "") == text.replace(" ", "")
+
+
+def _slider_bars():
+    from rlcd_lab import tutorial
+
+    names = ["anchor-only", "calibrate", "rft-kl-matched"]
+    frames = [[go.Bar(x=names, y=[c, 1, 2])] for c in (1, 2)]
+    return tutorial.slider_figure(frames, ["1", "2"], prefix="c = "), names
+
+
+def test_category_ticks_are_horizontal_and_the_slider_below_them():
+    fig, names = _slider_bars()
+    P.category_ticks(fig, width=10)
+    lay = fig.to_dict()["layout"]
+    assert lay["xaxis"]["tickangle"] == 0 and lay["xaxis"]["tickvals"] == names
+    assert lay["xaxis"]["ticktext"] == [P.wrap_label(n, 10) for n in names]
+    # two lines of labels: the slider starts 2 * 16 + 24 px below the plot area
+    assert lay["sliders"][0]["pad"]["t"] == 2 * P.TICK_LINE_PX + P.SLIDER_GAP_PX == 56
+
+
+def test_legend_hline_labels_the_line_in_the_legend():
+    fig, _ = _slider_bars()
+    P.legend_hline(fig, 0.5, "always escalate")
+    d = fig.to_dict()
+    assert not d["layout"].get("annotations")  # no text on the plot
+    (shape,) = d["layout"]["shapes"]
+    assert shape["y0"] == shape["y1"] == 0.5 and shape["xref"] == "x domain"
+    entry = d["data"][-1]
+    assert entry["name"] == "always escalate" and entry["meta"] == {"y": 0.5}
+    assert entry["line"]["dash"] == shape["line"]["dash"] == "dot"
+    # every slider step still sets one flag per trace, the entry's always on
+    steps = d["layout"]["sliders"][0]["steps"]
+    assert [s["args"][0]["visible"] for s in steps] == [[True, False, True], [False, True, True]]
+
+
+@pytest.mark.parametrize("theme", P.THEMES)
+def test_apply_theme_mode_bar_has_no_dark_background(theme):
+    # plotly's default mode bar background is half the paper's colour: on the transparent
+    # paper, rgba(0, 0, 0, 0.5), a dark bar over the figure
+    lay = P.apply_theme(go.Figure(), theme).to_dict()["layout"]
+    assert lay["modebar"]["bgcolor"] == P.TRANSPARENT
+    assert lay["modebar"]["color"] == P.MODEBAR["color"]

@@ -255,3 +255,56 @@ def test_paired_jsd_on_aleatoric_runs():
 def test_mean_sd():
     assert results.mean_sd([1.0, 3.0]) == {"mean": 2.0, "sd": pytest.approx(np.sqrt(2.0))}
     assert results.mean_sd([5.0]) == {"mean": 5.0, "sd": None}
+
+
+# ---------------------------------------------------------------------------------------
+# views of a run (what the Routing tab draws) and a torch-free import
+# ---------------------------------------------------------------------------------------
+
+
+def test_importing_results_loads_no_torch():
+    # a fresh interpreter: the results layer (and the run-directory format) is numpy only
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rlcd_lab.results, rlcd_lab.rundir; "
+        "print(sorted(m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_run_view_single_and_mixture(tmp_path):
+    rng = np.random.default_rng(3)
+    (test_z, y), (dev_z, dev_y) = _random_split(rng, 12), _random_split(rng, 20)
+    run = tmp_path / "run"
+    _write(run, "test", _rows(test_z, y))
+    _write(run, "dev", _rows(dev_z, dev_y))
+    r = results.load_run(run)
+    # the single-query views: softmax(z / T) (calibrated) and softmax(z) (raw)
+    scaled, raw = r.view(True), r.view(False)
+    assert scaled.probs == pytest.approx(metrics.softmax(test_z / r.T))
+    assert raw.probs == pytest.approx(metrics.softmax(test_z)) and raw.T == 1.0
+    assert scaled.m == 1 and r.view(True, "mixture").m == 1  # one rationale per item
+    # per-item values are the metrics' per-item values; their means the metrics
+    assert scaled.brier.mean() == pytest.approx(metrics.brier(scaled.probs, y))
+    assert scaled.nll.mean() == pytest.approx(metrics.nll(scaled.probs, y))
+    assert np.array_equal(scaled.correct, scaled.probs.argmax(1) == y)
+    assert r.brier is scaled.brier and r.view(True) is scaled  # cached
+    ranked = scaled.ranked("max_p")
+    assert np.all(np.diff(ranked.confidence) <= 0) and ranked.dev_confidence.size == 20
+    # a mixture dump of M = 3 readouts: the mean of the scaled readouts
+    u = metrics.softmax(rng.normal(size=(12, 3, 3)) * 2)
+    rows = _rows(test_z, y)
+    for row, ui in zip(rows, u, strict=True):
+        row["readouts"] = ui.tolist()
+    _write(run, "test-m3", rows)
+    mix = results.load_run(run).view(True, "mixture")
+    want = metrics.softmax(np.log(u) / r.T).mean(1)
+    assert mix.m == 3 and mix.probs == pytest.approx(want, abs=1e-12)
+    # rows in memory (no path): no readouts to mix, the single query
+    mem = results.from_rows(_rows(test_z, y), _rows(dev_z, dev_y))
+    assert mem.view(True, "mixture").m == 1
+    with pytest.raises(ValueError, match="aggregate"):
+        r.view(True, "median")

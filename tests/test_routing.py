@@ -201,3 +201,25 @@ def test_the_http_server_escalates_what_the_dashboard_would():
             assert ("automate" if decides else "escalate") == server
             assert server == ("automate" if c >= t else "escalate")
     assert not math.isnan(t)
+
+
+def test_cost_model_counts_wrong_decisions_and_escalations():
+    # 5 items ranked 0.9 (right), 0.8 (wrong), 0.8 (right), 0.6 (wrong), 0.3 (right)
+    conf = np.array([0.8, 0.3, 0.9, 0.6, 0.8])
+    correct = np.array([False, True, True, False, True])
+    # t = 0.7 decides 3 items (1 wrong) and escalates 2: (10 * 1 + 1 * 2) / 5
+    at = routing.expected_cost(conf, correct, 0.7, 10.0, 1.0)
+    assert at["cost"] == pytest.approx(12 / 5) and at["escalated"] == 2 and at["errors"] == 1
+    assert {k: at[k] for k in ("coverage", "risk", "decided", "errors")} == routing.decided_risk(
+        correct, conf >= 0.7
+    )
+    t, cost = routing.cost_curve(conf, correct, 10.0, 1.0)
+    # distinct thresholds 0.3, 0.6, 0.8, 0.9 and t = 1 (decide nothing)
+    assert t.tolist() == [0.3, 0.6, 0.8, 0.9, 1.0]
+    want = [(10 * 2 + 0) / 5, (10 * 2 + 1) / 5, (10 * 1 + 2) / 5, (0 + 4) / 5, 5 / 5]
+    assert cost == pytest.approx(want)
+    for tj, cj in zip(t, cost, strict=True):
+        assert routing.expected_cost(conf, correct, tj, 10.0, 1.0)["cost"] == pytest.approx(cj)
+    with pytest.raises(ValueError, match="non-negative"):
+        routing.expected_cost(conf, correct, 0.5, -1.0, 1.0)
+    assert routing.decided_risk([True, False], [False, False])["risk"] == 0.0

@@ -26,7 +26,7 @@ from typing import Any
 import gradio as gr
 
 from ..assets import ASSETS
-from ..routing import DEFAULT_THRESHOLD
+from ..routing import DEFAULT_THRESHOLD, decided_risk
 from . import ask_tab
 
 MAX_BATCH_ROWS = 100
@@ -54,13 +54,18 @@ COLUMN_WIDTHS = [
     "90px",
     "80px",
     "100px",
-    "100px",
-    "220px",
+    "90px",
+    "180px",
     "70px",
     "80px",
-    "280px",
+    "180px",
 ]
-"""Widths of the results table's columns (it scrolls sideways on a phone)."""
+"""Widths of the results table's columns: each header fits on one line, and all together
+(:data:`TABLE_WIDTH_PX`) fit the page's width at a desktop's 1440 px (it scrolls
+sideways on a phone)."""
+TABLE_WIDTH_PX = 1150
+"""The most the table's columns may take together: gradio's page is about 1215 px wide
+in a 1440 px window, less the table's borders and padding."""
 
 
 @dataclass(frozen=True)
@@ -278,12 +283,13 @@ def batch_answers(
     ]
     labelled = [r for r in done if r["label"]]
     if labelled:
-        acc = sum(bool(r["correct"]) for r in labelled) / len(labelled)
-        auto_l = [r for r in labelled if r["decision"] == "automate"]
+        correct = [bool(r["correct"]) for r in labelled]
+        acc = 1.0 - decided_risk(correct, [True] * len(correct))["risk"]
+        auto_l = decided_risk(correct, [r["decision"] == "automate" for r in labelled])
         line = f"Accuracy on the {len(labelled)} labelled questions: {acc:.1%}"
-        if auto_l:
-            err = 1 - sum(bool(r["correct"]) for r in auto_l) / len(auto_l)
-            line += f"; error among those decided automatically: {err:.1%} ({len(auto_l)})"
+        if auto_l["decided"]:
+            err, n_auto = auto_l["risk"], int(auto_l["decided"])
+            line += f"; error among those decided automatically: {err:.1%} ({n_auto})"
         lines.append(line + ".")
     table = {"headers": RESULT_COLUMNS, "data": [[r[c] for c in RESULT_COLUMNS] for r in rows]}
     return "\n\n".join(lines), table, str(path)

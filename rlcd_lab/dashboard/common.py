@@ -3,7 +3,7 @@
 Besides the shipped artefacts under ``assets/`` the dashboard lists what was trained
 locally: every run directory under :data:`RUNS_DIR` (``runs/`` of the working directory,
 where ``rlcd-lab train`` writes by default; a directory whose ``config.json`` is a training
-config, :func:`rlcd_lab.train.common.is_run_dir`). Its ``final/`` checkpoint is offered in
+config, :func:`rlcd_lab.rundir.is_run_dir`). Its ``final/`` checkpoint is offered in
 the Ask, Compare and Batch tabs, its eval dumps in the Routing tab and its ``log.jsonl`` in
 the Runs tab, under the run's path (e.g. ``runs/verify-s0/reinforce``).
 
@@ -29,6 +29,7 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
+from .. import rundir
 from ..assets import ASSETS, shipped_checkpoints, shipped_runs, tiny_verify_first
 from ..io import jsonl_path
 from ..pretrained import SMOLLM2_DEFAULT_DIR
@@ -41,7 +42,6 @@ RUNS_DIR = Path("runs")
 """Where locally trained runs are looked for (relative to the working directory)."""
 MAX_LOCAL_RUNS = 200
 """At most this many local run directories are listed (the first in sorted order)."""
-_NOT_RUNS = frozenset({"final", "checkpoints", "eval"})
 CHECKPOINT_FILES = ("config.json", "adapter_config.json")
 """A checkpoint directory holds a model (``config.json``) or a PEFT adapter."""
 
@@ -70,23 +70,10 @@ def checkpoint_choices(root: str | Path = ASSETS) -> list[str]:
 
 
 def local_runs(runs_root: str | Path = RUNS_DIR) -> list[Path]:
-    """Run directories under ``runs_root`` (:func:`rlcd_lab.train.common.is_run_dir`), in
+    """Run directories under ``runs_root`` (:func:`rlcd_lab.rundir.list_runs`), in
     sorted order, nested ones too (``runs/real/<task>/seed-17/reinforce``); none when it does
     not exist. A run's own subdirectories (checkpoints, eval dumps) are not searched."""
-    from ..train.common import is_run_dir  # imported here: it pulls in accelerate and peft
-
-    root = Path(runs_root).expanduser()
-    if not root.is_dir():
-        return []
-    found: list[Path] = []
-    for top, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _NOT_RUNS and not d.startswith("."))
-        if "config.json" in files and is_run_dir(top):
-            found.append(Path(top))
-            dirs.clear()  # a run's subdirectories are its own
-            if len(found) >= MAX_LOCAL_RUNS:
-                break
-    return found
+    return rundir.list_runs(runs_root, limit=MAX_LOCAL_RUNS)
 
 
 def _run_name(run: Path, runs_root: str | Path) -> str:
@@ -95,7 +82,7 @@ def _run_name(run: Path, runs_root: str | Path) -> str:
 
 
 def local_run_choices(
-    runs_root: str | Path = RUNS_DIR, required: str = "eval/test.jsonl"
+    runs_root: str | Path = RUNS_DIR, required: str = rundir.TEST_DUMP
 ) -> list[str]:
     """Names (paths) of the local runs that hold ``required`` (``eval/test.jsonl`` for
     the Routing tab, ``log.jsonl`` for the Runs tab; or packed, ``.jsonl.xz``)."""
@@ -107,9 +94,9 @@ def trained_checkpoints(runs_root: str | Path = RUNS_DIR) -> list[str]:
     """The ``final/`` checkpoints of the local runs (a ``final/`` with ``rlcd.json``), as
     paths ``<run>/final``."""
     return [
-        _run_name(r, runs_root) + "/final"
+        _run_name(r, runs_root) + "/" + rundir.FINAL
         for r in local_runs(runs_root)
-        if (r / "final" / "rlcd.json").is_file()
+        if rundir.has_final(r)
     ]
 
 

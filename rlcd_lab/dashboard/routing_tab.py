@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -39,15 +39,14 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import metrics, plots, routing
-from ..assets import ASSETS, read_jsonl
-from ..io import jsonl_files, jsonl_path
-from ..results import RunResult
+from .. import metrics, plots, routing, rundir
+from ..assets import ASSETS
+from ..io import jsonl_path
+from ..results import Ranked, RunResult, RunView, rank
 from ..results import load_run as load_result
 from ..routing import (
     DEFAULT_THRESHOLD,
     DecisionRule,
-    confidences,
     selective_risk,
     threshold_for_coverage,
     threshold_for_risk,
@@ -87,98 +86,26 @@ METRIC_COLUMNS = ["run", "accuracy", "Brier", "NLL", "ECE", "AURC", "Cov@ε", "p
 METRIC_COLUMNS += ["T", "mean length"]
 
 
-@dataclass(frozen=True)
-class Scores:
-    """One reading of a run's items (raw or temperature-scaled, single query or mixture),
-    in the order of the rule's confidence.
-
-    ``probs (N, K)``, ``labels (N,)``, ``confidence (N,)`` descending (stable on ties,
-    :func:`rlcd_lab.metrics.confidence_order`), ``correct (N,)`` bool; the same for dev
-    (``None`` when the run has no dev dump). ``measure`` is the confidence
-    (:func:`rlcd_lab.routing.confidences`).
-    """
-
-    probs: np.ndarray
-    labels: np.ndarray
-    confidence: np.ndarray
-    correct: np.ndarray
-    dev_confidence: np.ndarray | None
-    dev_correct: np.ndarray | None
-    measure: str = "max_p"
-
-
-def _ranked(
-    probs: np.ndarray, labels: np.ndarray, measure: str, n_options: np.ndarray | None
-) -> tuple[np.ndarray, ...]:
-    conf = confidences(probs, measure, n_options)  # type: ignore[arg-type]
-    correct = probs.argmax(1) == labels
-    order = metrics.confidence_order(conf)
-    return probs[order], labels[order], conf[order], correct[order]
-
-
-def make_scores(
-    probs: np.ndarray,
-    labels: np.ndarray,
-    measure: str = "max_p",
-    n_options: np.ndarray | None = None,
-    dev: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None,
-) -> Scores:
-    """:class:`Scores` of ``probs (N, K)`` with ``labels (N,)``, ranked by the rule's
-    confidence ``measure`` (``n_options (N,)``: real options per padded row); ``dev`` is
-    ``(probs, labels, n_options)`` of the dev split or None."""
-    probs, labels, conf, correct = _ranked(probs, labels, measure, n_options)
-    dev_conf = dev_correct = None
-    if dev is not None:
-        _, _, dev_conf, dev_correct = _ranked(dev[0], dev[1], measure, dev[2])
-    return Scores(probs, labels, conf, correct, dev_conf, dev_correct, measure)
-
-
-def _n_options(logits: np.ndarray) -> np.ndarray:
-    return np.isfinite(logits).sum(1)
-
-
-def _mixture_readouts(path: Path | None, labels: np.ndarray) -> tuple[int, np.ndarray] | None:
-    """``(M, log u (N, M, K))`` of the run's test dump with the most rationales per item
-    (``eval/test-m<M>.jsonl``, else ``eval/test.jsonl``), padded options at ``-inf``; None
-    when there is no dump or its items are not the test dump's, in the same order."""
-    if path is None:
-        return None
-    ev = Path(path) / "eval"
-    dumps = sorted(
-        jsonl_files(ev, "test-m*.jsonl"), key=lambda f: int(f.stem[len("test-m") :] or 0)
-    )
-    file = dumps[-1] if dumps else ev / "test.jsonl"
-    try:
-        rows = read_jsonl(file)
-    except (OSError, ValueError):
-        return None
-    if len(rows) != len(labels) or any(
-        r.get("label") != y for r, y in zip(rows, labels, strict=True)
-    ):
-        return None
-    m = min(len(r["readouts"]) for r in rows)
-    k = max(len(r["readouts"][0]) for r in rows)
-    logu = np.full((len(rows), m, k), -np.inf)
-    for i, r in enumerate(rows):
-        u = np.asarray(r["readouts"][:m], dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            logu[i, :, : u.shape[1]] = np.log(u)
-    return m, logu
+Scores = Ranked
+"""One reading of a run's items ranked by the rule's confidence
+(:class:`rlcd_lab.results.Ranked`: ``probs``, ``labels``, ``confidence`` descending,
+``correct``, and dev's ``dev_confidence`` / ``dev_correct``, None without a dev dump)."""
+make_scores = rank
+""":func:`rlcd_lab.results.rank`: :class:`Scores` of ``probs (N, K)`` with ``labels``."""
 
 
 @dataclass(frozen=True)
 class RunData:
     """A run's eval dumps, read once: ``summary`` is :attr:`rlcd_lab.results.RunResult.row`
     (keys ``accuracy``... and, when T was fitted on dev, ``T`` and ``ts_*``); ``T`` is 1
-    and ``fitted`` False without a dev dump. :meth:`scores` reads the items under a view
-    (raw or scaled, single query or mixture, a confidence measure), cached."""
+    and ``fitted`` False without a dev dump. Each view (raw or scaled, single query or
+    mixture) is the run's :meth:`rlcd_lab.results.RunResult.view`, cached there."""
 
     name: str
     T: float
     fitted: bool
     summary: dict
     result: RunResult
-    _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def raw(self) -> Scores:
@@ -190,41 +117,21 @@ class RunData:
         """Temperature-scaled single-query readouts, max p."""
         return self.scores(True)
 
+    def view(self, calibrated: bool = True, aggregate: str = "single") -> RunView:
+        """The run's :class:`rlcd_lab.results.RunView`."""
+        return self.result.view(calibrated, aggregate)
+
     def mixture_m(self) -> int:
         """Rationales per item of the mixture view (1: the dumps hold only single queries)."""
-        mix = self._mixture()
-        return 1 if mix is None else mix[0]
-
-    def _mixture(self) -> tuple[int, np.ndarray] | None:
-        if "mixture" not in self._cache:
-            self._cache["mixture"] = _mixture_readouts(self.result.path, self.result.labels)
-        return self._cache["mixture"]
+        return self.view(True, "mixture").m
 
     def probs(self, calibrated: bool = True, aggregate: str = "single") -> np.ndarray:
-        """Test probabilities ``(N, K)`` of the view: the single query's ``softmax(z / T)``
-        or the mixture ``mean_i softmax(log u_i / T)`` of the dump's M readouts (``T = 1``
-        raw; ``softmax(log u / T) = softmax(z / T)``, so scaling a readout is scaling its
-        logits). A run without per-rationale readouts shows its single query."""
-        T = self.T if calibrated else 1.0
-        mix = self._mixture() if aggregate == "mixture" else None
-        if mix is None or mix[0] == 1:  # one rationale per item: the single query itself
-            return self.result.probs(calibrated)
-        _, logu = mix
-        n, m, k = logu.shape
-        return metrics.apply_temperature(logu.reshape(n * m, k), T).reshape(n, m, k).mean(1)
+        """Test probabilities ``(N, K)`` of the view (:meth:`RunResult.view`)."""
+        return self.view(calibrated, aggregate).probs
 
     def scores(self, calibrated: bool, measure: str = "max_p", aggregate: str = "single") -> Scores:
         """The items ranked under a view (cached): dev is always the single query."""
-        key = (bool(calibrated), measure, aggregate)
-        if key not in self._cache:
-            r = self.result
-            dev = None
-            if r.dev_logits is not None:
-                dev = (r.dev_probs(calibrated), r.dev_labels, _n_options(r.dev_logits))
-            self._cache[key] = make_scores(
-                self.probs(calibrated, aggregate), r.labels, measure, _n_options(r.logits), dev
-            )
-        return self._cache[key]
+        return self.view(calibrated, aggregate).ranked(measure)
 
     def metric(self, key: str, calibrated: bool) -> float:
         """A summary metric, after temperature scaling when ``calibrated`` (and fitted)."""
@@ -232,13 +139,9 @@ class RunData:
         return float(self.summary[ts if calibrated and ts in self.summary else key])
 
     def table_metrics(self, calibrated: bool, aggregate: str, eps: float) -> dict[str, float]:
-        """Table 1 metrics of the view's readout (:func:`rlcd_lab.metrics.evaluate`, max p):
-        accuracy, brier, nll, ece, aurc, cov_at_eps, pred_cov_at_eps."""
-        key = ("metrics", bool(calibrated), aggregate, float(eps))
-        if key not in self._cache:
-            row = metrics.evaluate(self.probs(calibrated, aggregate), self.result.labels, eps=eps)
-            self._cache[key] = {k: float(v) for k, v in row.items()}
-        return self._cache[key]
+        """Table 1 metrics of the view's readout (:meth:`rlcd_lab.results.RunView.metrics`,
+        max p): accuracy, brier, nll, ece, aurc, cov_at_eps, pred_cov_at_eps."""
+        return self.view(calibrated, aggregate).metrics(eps)
 
 
 def run_data(name: str, result: RunResult) -> RunData:
@@ -256,9 +159,9 @@ def _load(path: str, stamp: tuple[int, ...], name: str) -> RunData:
 def load_run(name: str, root: str | Path = ASSETS) -> RunData:
     """The cached :class:`RunData` of a shipped run name or a run directory path (re-read
     when its dumps change on disk). Raises ``gr.Error`` for a missing or unreadable run."""
-    path = resolve_dir(name, root, "eval/test.jsonl", "run")
-    files = [jsonl_path(path / "eval" / f) for f in ("test.jsonl", "dev.jsonl")]
-    files += (path / "eval").glob("test-m*")
+    path = resolve_dir(name, root, rundir.TEST_DUMP, "run")
+    files = [rundir.eval_path(path, "test"), rundir.eval_path(path, "dev")]
+    files += [jsonl_path(f) for _, f in rundir.mixture_dumps(path)]
     stamp = tuple(f.stat().st_mtime_ns if f.exists() else 0 for f in files)
     try:
         return _load(str(path.resolve()), stamp, name)
@@ -267,34 +170,19 @@ def load_run(name: str, root: str | Path = ASSETS) -> RunData:
 
 
 def route(scores: Scores, threshold: float, cost_wrong: float, cost_escalate: float) -> dict:
-    """Routing numbers at ``threshold``: :func:`rlcd_lab.routing.selective_risk`
-    (``coverage``, ``risk``, ``decided``, ``errors``) plus ``escalated`` (count) and
-    ``cost`` (expected cost per item, see the module docstring; lower is better)."""
-    out = selective_risk(scores.confidence, scores.correct, threshold)
-    n = scores.confidence.size
-    out["escalated"] = float(n - out["decided"])
-    out["cost"] = (cost_wrong * out["errors"] + cost_escalate * out["escalated"]) / n
-    return out
+    """Routing numbers at ``threshold``: :func:`rlcd_lab.routing.expected_cost`
+    (``coverage``, ``risk``, ``decided``, ``errors``, ``escalated`` and ``cost``, the
+    expected cost per item, see the module docstring; lower is better)."""
+    return routing.expected_cost(
+        scores.confidence, scores.correct, threshold, cost_wrong, cost_escalate
+    )
 
 
 def cost_curve(scores: Scores, cost_wrong: float, cost_escalate: float) -> tuple[np.ndarray, ...]:
-    """Expected cost per item of "decide when confidence >= t" for every distinct t.
-
-    Returns ``(t, cost)`` ascending in ``t``, in the form :func:`rlcd_lab.plots.threshold_curves`
-    draws: ``cost[j]`` holds for ``t`` in ``(t[j-1], t[j]]``; deciding the top ``k`` items
-    (``t = conf_(k)``, ties kept together) costs ``(c_w errors_k + c_e (N - k)) / N``,
-    and ``t = 1`` (above every confidence below 1) escalates everything.
-    """
-    c = scores.confidence
-    n = c.size
-    errors = np.cumsum(~scores.correct)
-    k = np.arange(1, n + 1)
-    ends = np.append(c[1:] < c[:-1], True)  # a tie group ends at k: t = c[k-1] decides k
-    t = c[ends]
-    cost = (cost_wrong * errors[ends] + cost_escalate * (n - k[ends])) / n
-    if c[0] < 1.0:
-        t, cost = np.append(1.0, t), np.append(cost_escalate, cost)
-    return t[::-1], cost[::-1]
+    """Expected cost per item of "decide when confidence >= t" for every distinct t
+    (:func:`rlcd_lab.routing.cost_curve`): ``(t, cost)`` ascending in ``t``, ``cost[j]``
+    holding for ``t`` in ``(t[j-1], t[j]]``; ``t = 1`` escalates everything."""
+    return routing.cost_curve(scores.confidence, scores.correct, cost_wrong, cost_escalate)
 
 
 def bayes_threshold(
@@ -367,6 +255,140 @@ def bayes_for_runs(
     return bayes_threshold(cost_wrong, cost_escalate, measure, k)
 
 
+def _run_numbers(
+    data: RunData, rule: DecisionRule, eps: float, costs: tuple[float, float], calibrated: bool
+) -> tuple[dict, Scores]:
+    """One run's exact numbers under ``rule`` (see :func:`routing_update`) and its ranked
+    items."""
+    s = data.scores(calibrated, rule.measure, rule.aggregate)
+    r = route(s, rule.threshold, *costs)
+    t_dev = (
+        threshold_for_risk(s.dev_confidence, s.dev_correct, eps)
+        if s.dev_confidence is not None
+        else math.inf
+    )
+    at_dev = selective_risk(s.confidence, s.correct, t_dev)
+    table = data.table_metrics(calibrated, rule.aggregate, eps)
+    numbers = {
+        "n": s.confidence.size,
+        "m": data.mixture_m() if rule.aggregate == "mixture" else 1,
+        "T": (data.T if data.fitted else None) if calibrated else 1.0,  # None: not fitted
+        "fitted": data.fitted,
+        **r,
+        "cov_at_eps": metrics.coverage_at_risk(s.confidence, s.correct, eps),
+        "pred_cov_at_eps": table["pred_cov_at_eps"],
+        "dev_threshold": None if math.isinf(t_dev) else t_dev,
+        "test_coverage_at_dev_threshold": at_dev["coverage"],
+        "test_risk_at_dev_threshold": at_dev["risk"],
+        "threshold_for_half": threshold_for_coverage(s.confidence, HALF),
+        "max_confidence": float(s.confidence.max()),
+        **{k: table[k] for k in ("accuracy", "brier", "nll", "ece", "aurc")},
+    }
+    return numbers, s
+
+
+def _t_cell(x: dict) -> str:
+    return NOT_FITTED if x["T"] is None else f"{x['T']:.3f}"
+
+
+def _route_row(label: str, x: dict) -> list[str]:
+    """A row of the routing table from a run's numbers (:func:`_run_numbers`)."""
+    t_dev = math.inf if x["dev_threshold"] is None else x["dev_threshold"]
+    return [
+        label,
+        _t_cell(x),
+        f"{_pct(x['coverage'])} ({int(x['decided'])}/{x['n']})",
+        f"{_pct(x['risk'])} ({int(x['errors'])} wrong)",
+        f"{int(x['escalated'])}",
+        f"{x['cost']:.3f}",
+        _thr(t_dev),
+        _pct(x["test_coverage_at_dev_threshold"]),
+        _pct(x["test_risk_at_dev_threshold"]),
+    ]
+
+
+def _metric_row(label: str, x: dict, data: RunData) -> list[str]:
+    """A row of the metrics table from a run's numbers (:func:`_run_numbers`)."""
+    return (
+        [label]
+        + [f"{x[k]:.4f}" for k in ("accuracy", "brier", "nll", "ece", "aurc")]
+        + [f"{x['cov_at_eps']:.3f}", f"{x['pred_cov_at_eps']:.3f}", _t_cell(x)]
+        + [f"{data.summary['mean_length']:.1f}"]
+    )
+
+
+def _readout_words(rule: DecisionRule, ms: Sequence[int]) -> str:
+    if rule.aggregate == "single":
+        return "single query (first rationale)"
+    mixed = sorted(set(ms))
+    return f"mixture of M = {'/'.join(map(str, mixed))} rationales per item" + (
+        " (M = 1: the run's dumps hold one rationale per item)" if 1 in mixed else ""
+    )
+
+
+def _summary(
+    rule: DecisionRule,
+    numbers: dict[str, dict],
+    labels: dict[str, str],
+    ks: Sequence[int],
+    eps: float,
+    costs: tuple[float, float],
+    calibrated: bool,
+    notes: Sequence[str],
+) -> str:
+    """The routing view's summary markdown: the rule, the cost model and its lowest-cost
+    run, the cost-optimal threshold, runs without a fitted T and runs nothing decided."""
+    cost_wrong, cost_escalate = costs
+    kind = "temperature-scaled" if calibrated else "raw"
+    best = min(numbers, key=lambda k: numbers[k]["cost"])
+    bayes = bayes_threshold(cost_wrong, cost_escalate, rule.measure, max(ks))
+    readout = _readout_words(rule, [x["m"] for x in numbers.values()])
+    summary = (
+        f"**Rule:** {rule.describe(max(ks) if len(set(ks)) == 1 else None)} "
+        f"({kind} readouts, {readout}; the Ask tab and the server decide with the same "
+        f"`rlcd_lab.routing` rule). "
+        f"Expected cost per item = ({cost_wrong:g} × wrong automated decisions + "
+        f"{cost_escalate:g} × escalations) / N; lowest here: **{labels[best]}** "
+        f"({numbers[best]['cost']:.3f}). For calibrated confidences the cost-optimal "
+        f"threshold is **{bayes:.3f}** (max p ≥ 1 − {cost_escalate:g}/{cost_wrong:g}). "
+        f"Error budget ε = {eps:g}: Cov@ε is the largest share decidable at observed error "
+        f"≤ ε (oracle); the dev threshold is the lowest t with dev error ≤ ε, applied to test."
+    )
+    unfitted = [labels[n] for n, x in numbers.items() if not x["fitted"]]
+    if calibrated and unfitted:
+        summary += (
+            f" T {NOT_FITTED} (no dev dump) for {', '.join(unfitted)}: shown unscaled, "
+            "without a dev threshold."
+        )
+    if notes:
+        summary += (
+            f"\n\n**Nothing decided for {len(notes)} of {len(numbers)} runs.** A threshold "
+            "above every confidence of a run escalates all of its items: that is the rule "
+            "working, not a failure. After temperature scaling the tiny models' confidences "
+            "are honest, and they are rarely this high. Lower t (or pick a cost) to decide "
+            "some:\n" + "\n".join(f"- {note}" for note in notes)
+        )
+    return summary
+
+
+def _risk_figure(
+    ranked: dict[str, Scores], numbers: dict[str, dict], rule: DecisionRule, eps: float, kind: str
+) -> go.Figure:
+    """Risk-coverage curves of the runs (by label) with each one's point at the threshold."""
+    fig = plots.risk_coverage_figure(
+        {label: (s.confidence, s.correct) for label, s in ranked.items()},
+        eps=eps,
+        oracle="none",
+        title=f"Risk-coverage, {kind}<br><sub>◆ at t, ▲ Cov@ε</sub>",
+        max_points=MAX_POINTS,
+        marks={label: (numbers[label]["coverage"], numbers[label]["risk"]) for label in ranked},
+        mark_label=f"at t = {rule.threshold:.3f}",
+        cov_style="markers",
+    )
+    fig.update_layout(legend=LEGEND_BELOW, margin=MARGIN)
+    return plots.apply_theme(fig)
+
+
 def routing_update(
     runs: Sequence[str] | None,
     threshold: float,
@@ -396,10 +418,9 @@ def routing_update(
     rule = make_rule(threshold, measure, aggregate)
     runs = list(runs or [])
     if not runs:
-        empty = {"headers": ROUTING_COLUMNS, "data": []}
         return (
             "Select one or more runs.",
-            empty,
+            {"headers": ROUTING_COLUMNS, "data": []},
             {"headers": METRIC_COLUMNS, "data": []},
             plots.apply_theme(go.Figure()),
             {},
@@ -407,113 +428,21 @@ def routing_update(
     if not 0 < eps < 1:
         raise gr.Error("the error budget eps must be in (0, 1)")
     labels = short_labels(runs)
-    kind = "temperature-scaled" if calibrated else "raw"
-    curves, marks, numbers, route_rows, metric_rows, notes = {}, {}, {}, [], [], []
-    ks = []
+    costs = (cost_wrong, cost_escalate)
+    numbers, ranked, route_rows, metric_rows, notes, ks = {}, {}, [], [], [], []
     for name in runs:
         data = load_run(name, root)
         ks.append(_k(data))
-        s = data.scores(calibrated, rule.measure, rule.aggregate)
-        r = route(s, rule.threshold, cost_wrong, cost_escalate)
-        t_dev = (
-            threshold_for_risk(s.dev_confidence, s.dev_correct, eps)
-            if s.dev_confidence is not None
-            else math.inf
-        )
-        at_dev = selective_risk(s.confidence, s.correct, t_dev)
-        cov_eps = metrics.coverage_at_risk(s.confidence, s.correct, eps)
-        table = data.table_metrics(calibrated, rule.aggregate, eps)
-        T = (data.T if data.fitted else None) if calibrated else 1.0  # None: not fitted
-        t_cell = NOT_FITTED if T is None else f"{T:.3f}"
-        label = labels[name]
-        curves[label] = (s.confidence, s.correct)
-        marks[label] = (r["coverage"], r["risk"])
-        n = s.confidence.size
-        m = data.mixture_m() if rule.aggregate == "mixture" else 1
-        numbers[name] = {
-            "n": n,
-            "m": m,
-            "T": T,
-            "fitted": data.fitted,
-            **r,
-            "cov_at_eps": cov_eps,
-            "pred_cov_at_eps": table["pred_cov_at_eps"],
-            "dev_threshold": None if math.isinf(t_dev) else t_dev,
-            "test_coverage_at_dev_threshold": at_dev["coverage"],
-            "test_risk_at_dev_threshold": at_dev["risk"],
-            "threshold_for_half": threshold_for_coverage(s.confidence, HALF),
-            "max_confidence": float(s.confidence.max()),
-            **{k: table[k] for k in ("accuracy", "brier", "nll", "ece", "aurc")},
-        }
-        note = nothing_decided_note(label, s, rule.threshold)
-        if note:
+        x, s = _run_numbers(data, rule, eps, costs, calibrated)
+        numbers[name], ranked[labels[name]] = x, s
+        route_rows.append(_route_row(labels[name], x))
+        metric_rows.append(_metric_row(labels[name], x, data))
+        if note := nothing_decided_note(labels[name], s, rule.threshold):
             notes.append(note)
-        route_rows.append(
-            [
-                label,
-                t_cell,
-                f"{_pct(r['coverage'])} ({int(r['decided'])}/{n})",
-                f"{_pct(r['risk'])} ({int(r['errors'])} wrong)",
-                f"{int(r['escalated'])}",
-                f"{r['cost']:.3f}",
-                _thr(t_dev),
-                _pct(at_dev["coverage"]),
-                _pct(at_dev["risk"]),
-            ]
-        )
-        x = numbers[name]
-        metric_rows.append(
-            [label]
-            + [f"{x[k]:.4f}" for k in ("accuracy", "brier", "nll", "ece", "aurc")]
-            + [f"{cov_eps:.3f}", f"{x['pred_cov_at_eps']:.3f}", t_cell]
-            + [f"{data.summary['mean_length']:.1f}"]
-        )
-    fig = plots.risk_coverage_figure(
-        curves,
-        eps=eps,
-        oracle="none",
-        title=f"Risk-coverage, {kind}<br><sub>◆ at t, ▲ Cov@ε</sub>",
-        max_points=MAX_POINTS,
-        marks=marks,
-        mark_label=f"at t = {rule.threshold:.3f}",
-        cov_style="markers",
-    )
-    fig.update_layout(legend=LEGEND_BELOW, margin=MARGIN)
-    plots.apply_theme(fig)
-    best = min(numbers, key=lambda k: numbers[k]["cost"])
-    bayes = bayes_threshold(cost_wrong, cost_escalate, rule.measure, max(ks))
-    mixed = sorted({numbers[n]["m"] for n in runs})
-    readout = (
-        "single query (first rationale)"
-        if rule.aggregate == "single"
-        else f"mixture of M = {'/'.join(map(str, mixed))} rationales per item"
-        + (" (M = 1: the run's dumps hold one rationale per item)" if 1 in mixed else "")
-    )
-    summary = (
-        f"**Rule:** {rule.describe(max(ks) if len(set(ks)) == 1 else None)} "
-        f"({kind} readouts, {readout}; the Ask tab and the server decide with the same "
-        f"`rlcd_lab.routing` rule). "
-        f"Expected cost per item = ({cost_wrong:g} × wrong automated decisions + "
-        f"{cost_escalate:g} × escalations) / N; lowest here: **{labels[best]}** "
-        f"({numbers[best]['cost']:.3f}). For calibrated confidences the cost-optimal "
-        f"threshold is **{bayes:.3f}** (max p ≥ 1 − {cost_escalate:g}/{cost_wrong:g}). "
-        f"Error budget ε = {eps:g}: Cov@ε is the largest share decidable at observed error "
-        f"≤ ε (oracle); the dev threshold is the lowest t with dev error ≤ ε, applied to test."
-    )
-    unfitted = [labels[n] for n in runs if not numbers[n]["fitted"]]
-    if calibrated and unfitted:
-        summary += (
-            f" T {NOT_FITTED} (no dev dump) for {', '.join(unfitted)}: shown unscaled, "
-            "without a dev threshold."
-        )
-    if notes:
-        summary += (
-            f"\n\n**Nothing decided for {len(notes)} of {len(runs)} runs.** A threshold above "
-            "every confidence of a run escalates all of its items: that is the rule working, "
-            "not a failure. After temperature scaling the tiny models' confidences are "
-            "honest, and they are rarely this high. Lower t (or pick a cost) to decide some:\n"
-            + "\n".join(f"- {note}" for note in notes)
-        )
+    kind = "temperature-scaled" if calibrated else "raw"
+    by_label = {labels[n]: x for n, x in numbers.items()}
+    fig = _risk_figure(ranked, by_label, rule, eps, kind)
+    summary = _summary(rule, numbers, labels, ks, eps, costs, calibrated, notes)
     result = {
         "threshold": rule.threshold,
         "measure": rule.measure,

@@ -8,7 +8,6 @@ norms (gradient dilution: the second is several times the first) and the dev met
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,8 +15,8 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import plots
-from ..assets import ASSETS, read_jsonl
+from .. import plots, rundir
+from ..assets import ASSETS
 from ..models import read_meta
 from .common import compact_layout, resolve_dir, short_labels
 
@@ -41,9 +40,9 @@ PANEL_HEIGHT = 230
 
 
 def _log(run: str, root: str | Path) -> tuple[Path, list[dict]]:
-    path = resolve_dir(run, root, "log.jsonl", "run")
+    path = resolve_dir(run, root, rundir.LOG, "run")
     try:
-        return path, read_jsonl(path / "log.jsonl")
+        return path, rundir.read_log(path)
     except (OSError, ValueError) as err:
         raise gr.Error(f"run {run!r}: could not read log.jsonl ({err})") from None
 
@@ -66,9 +65,7 @@ def _rms(rows: Sequence[dict], key: str) -> float:
 def run_summary(path: Path, rows: Sequence[dict]) -> str:
     """A few lines on a run: method and settings from ``config.json``, the gradient
     dilution ratio RMS(score-function) / RMS(pathwise) when logged, final test metrics."""
-    config = {}
-    if (path / "config.json").exists():
-        config = json.loads((path / "config.json").read_text())
+    config = rundir.read_config(path)
     keys = ("method", "init", "steps", "m", "lr", "beta", "sf_weight", "lam", "rule")
     parts = [f"**{k}** {config[k]}" for k in keys if config.get(k) is not None]
     lines = [" · ".join(parts) or "no config.json", f"{len(rows)} logged steps."]
@@ -78,8 +75,8 @@ def run_summary(path: Path, rows: Sequence[dict]) -> str:
             f"Gradient norms: RMS(score function) / RMS(pathwise) = **{ratio:.1f}×** "
             "(the paper reports 7-12× at scale: gradient dilution)."
         )
-    if (path / "final" / "rlcd.json").exists():
-        test = read_meta(path / "final").get("metrics", {}).get("test", {})
+    if rundir.has_final(path):
+        test = read_meta(rundir.final_dir(path)).get("metrics", {}).get("test", {})
         if test:
             keys = ("ts_accuracy", "ts_brier", "ts_ece", "ts_aurc", "ts_cov_at_eps", "T")
             vals = [f"{k.removeprefix('ts_')} {test[k]:.3f}" for k in keys if k in test]

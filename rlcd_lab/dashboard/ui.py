@@ -42,8 +42,8 @@ from typing import Any
 import gradio as gr
 from gradio import queueing
 
+from .. import rundir
 from ..assets import ASSETS, default_checkpoint, read_jsonl
-from ..io import jsonl_path
 from ..routing import DEFAULT_EPS, DEFAULT_THRESHOLD
 from . import ask_tab, batch_tab, compare_tab, help_tab, playground, routing_tab, runs_tab
 from .common import (
@@ -82,11 +82,17 @@ th[role="columnheader"] span {
   word-break: normal !important;
   overflow-wrap: normal !important;
 }
+.js-plotly-plot .plotly .modebar { opacity: 0; transition: opacity 0.3s ease; }
+.js-plotly-plot .plotly:hover .modebar,
+.js-plotly-plot .plotly:focus-within .modebar { opacity: 1; }
 """
 """Dark mode for the plotly figures: their text takes the theme's text colour (the figures
 themselves are transparent, :func:`rlcd_lab.plots.apply_theme`). Table headers break
 between words only (gradio's ``break-word`` split "escalated" across lines in a narrow
-column; the column widens to its longest word instead)."""
+column; the column widens to its longest word instead). Plotly's mode bar (toolbar)
+shows while the pointer is over a figure or a button in it has the focus: plotly does
+that itself (``displayModeBar: "hover"``) only where the browser reports a pointer that
+can hover, and gradio passes no plotly config."""
 
 QUEUE_MAX_SIZE = 128
 """Events that may wait in the queue at once (all events and users together; a page load
@@ -371,7 +377,7 @@ def _batch_tab(root: Path, runs_root: Path, places: tuple[Path, ...]) -> tuple:
         "decided by the rule below; download the answers as CSV."
     )
     with gr.Row():
-        with gr.Column(scale=2, min_width=320):
+        with gr.Column(scale=1, min_width=320):
             checkpoint = gr.Dropdown(
                 names,
                 value=first,
@@ -384,19 +390,20 @@ def _batch_tab(root: Path, runs_root: Path, places: tuple[Path, ...]) -> tuple:
                 file_types=list(batch_tab.SUFFIXES),
                 type="filepath",
             )
+        with gr.Column(scale=1, min_width=320):
             m, temperature, max_new, seed = _sampling_controls()
             measure, aggregate, threshold = _rule_controls()
             button = gr.Button("Answer all", variant="primary")
-        with gr.Column(scale=3, min_width=320):
-            summary = gr.Markdown()
-            table = gr.Dataframe(
-                value={"headers": batch_tab.RESULT_COLUMNS, "data": []},
-                label="Answers",
-                interactive=False,
-                wrap=True,
-                column_widths=batch_tab.COLUMN_WIDTHS,
-            )
-            download = gr.File(label="answers.csv", interactive=False)
+    # the answers below, across the page: the table's columns need its whole width
+    summary = gr.Markdown()
+    table = gr.Dataframe(
+        value={"headers": batch_tab.RESULT_COLUMNS, "data": []},
+        label="Answers",
+        interactive=False,
+        wrap=True,
+        column_widths=batch_tab.COLUMN_WIDTHS,
+    )
+    download = gr.File(label="answers.csv", interactive=False, visible=False)
     button.click(
         confine(partial(batch_tab.batch_answers, root=root), places),
         [checkpoint, upload, m, temperature, max_new, seed, threshold, measure, aggregate],
@@ -404,8 +411,13 @@ def _batch_tab(root: Path, runs_root: Path, places: tuple[Path, ...]) -> tuple:
         api_name="batch",
         concurrency_limit=MODEL_CONCURRENCY,
         concurrency_id=MODEL_CONCURRENCY_ID,
-    )
+    ).success(_shown, None, download, api_visibility="private", show_progress="hidden")
     return measure, aggregate, threshold
+
+
+def _shown() -> dict:
+    """Show a component hidden until it has a value (the Batch tab's answers.csv)."""
+    return gr.update(visible=True)
 
 
 def _routing_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, ...]) -> tuple:
@@ -486,11 +498,11 @@ def _routing_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Pat
 def _runs_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, ...]) -> None:
     names = run_choices(root)
     defaults = default_runs(names)
-    names += [n for n in local_run_choices(runs_root, "log.jsonl") if n not in names]
+    names += [n for n in local_run_choices(runs_root, rundir.LOG) if n not in names]
     columns: dict[str, None] = {}
     for name in names:
-        log = jsonl_path(root / name / "log.jsonl")  # shipped logs are packed (.jsonl.xz)
-        log = log if log.exists() else jsonl_path(Path(name) / "log.jsonl")
+        log = rundir.log_path(root / name)  # shipped logs are packed (.jsonl.xz)
+        log = log if log.exists() else rundir.log_path(Path(name))
         if log.exists():
             rows = read_jsonl(log)
             columns.update(dict.fromkeys(runs_tab.numeric_columns(rows)))

@@ -1,5 +1,8 @@
-"""Small helpers every training loop shares: the run directory, the question stream,
-optimizer state on disk, data parallelism, and what to log about a batch of rationales.
+"""Small helpers every training loop shares: the question stream, optimizer state and
+step checkpoints on disk (``save_step``), data parallelism, and what to log about a batch
+of rationales. The run directory itself (``RunDir``, ``read_log``, ``is_run_dir``,
+``releases_run``, ``config_dict``, ``config_diff``) lives in :mod:`rlcd_lab.rundir`
+(standard library only) and is re-exported here.
 
 Data parallelism runs on ``accelerate`` (one code path for one process, N CPU processes
 with gloo, N GPUs with NCCL): launched by ``accelerate launch`` or ``torchrun``, each
@@ -27,17 +30,13 @@ naming the holder.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import math
 import os
-import re
-import shutil
 import time
 import warnings
-import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,14 +52,22 @@ from tqdm import trange
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
 from ..evaluate import check_items, run_eval, summarize
-from ..io import FolderLock, atomic_write_jsonl, atomic_write_text, read_jsonl
 from ..models import CheckpointError, check_checkpoint, load_checkpoint, save_checkpoint
 from ..reader import Sampler, default_sampler, mix_seed, sample_questions, score_rationales
+from ..rundir import (  # noqa: F401  re-exported: the run-directory format lives there
+    OPTIMIZER_FILE,
+    RUN_OPTIONS,
+    STATE_FILE,
+    RunDir,
+    config_dict,
+    config_diff,
+    final_dir,
+    is_run_dir,
+    read_log,
+    releases_run,
+)
 from ..tasks import TaskItem, load_task_items
-from .configs import RUN_OPTIONS, GRPOConfig, RLCDConfig, TrainConfig, config_dict, config_diff
-
-OPTIMIZER_FILE = "optimizer.safetensors"
-STATE_FILE = "trainer_state.json"
+from .configs import GRPOConfig, RLCDConfig, TrainConfig
 
 
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -156,222 +163,28 @@ def load_optimizer(path: Path, opt: torch.optim.Optimizer) -> None:
         ) from err
 
 
-_RUN_KEYS = frozenset({"method", "init", "out", "steps"})
+def save_step(
+    run: RunDir,
+    step: int,
+    model: PreTrainedModel,
+    tok: PreTrainedTokenizerBase,
+    opt,
+    meta: dict,
+    keep: int = 2,
+) -> Path:
+    """Atomic ``checkpoints/step-N`` of ``run`` (model, tokenizer, rlcd.json, optimizer,
+    state, and the checksums of the model and optimizer weights); keeps the ``keep``
+    newest (``RunDir.prune``)."""
+    ckpt = run.checkpoint(step)
 
+    def trainer_state(tmp: Path) -> None:
+        save_optimizer(tmp, opt)
+        RunDir.write_state(tmp, step)  # marks it complete
 
-def is_run_dir(path: str | Path) -> bool:
-    """Whether ``path`` is a run directory: its ``config.json`` is a training config (it
-    records ``method``, ``init``, ``out``, ``steps``; a model's ``config.json`` does not)."""
-    try:
-        cfg = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and _RUN_KEYS <= cfg.keys() and "model_type" not in cfg
-
-
-class RunDir:
-    """``config.json``, ``log.jsonl``, ``checkpoints/step-N/`` and ``eval/`` of one run.
-
-    Opening an existing run directory with ``resume`` resumes it: the config must match
-    (except ``steps`` and ``RUN_OPTIONS``), the latest complete checkpoint gives
-    ``start_step``, and log lines past it (written after that checkpoint by a run that
-    was killed) are dropped. Without ``resume`` an existing run is an error
-    (``FileExistsError``) unless ``overwrite``: the old run is then moved aside (to
-    ``.<name>.replaced`` beside it), deleted by ``commit()`` once the new run has started,
-    or put back by ``abandon()``. A path that exists and is neither a run directory nor
-    empty is never written to or deleted (``FileExistsError``).
-
-    Before anything else it takes the run folder's lock (``io.FolderLock`` on
-    ``.<name>.lock`` beside it, so it also covers the move aside): while another process
-    holds it, opening fails at once with ``io.FolderInUseError`` (an ``OSError``) naming
-    the folder and the holder, whatever ``resume`` and ``overwrite`` say. ``close()``
-    (after the run) and ``abandon()`` release it, as does the process's exit.
-    """
-
-    def __init__(self, path: Path, cfg, resume: bool, overwrite: bool = False):
-        # ``..`` resolved by its text: "x/../run" with no folder x is still the run "run"
-        self.path = Path(os.path.normpath(path))
-        self.config = config_dict(cfg)
-        self._fresh = False  # a new run: abandon removes what opening it wrote
-        self._made_dir = False  # ... including the directory itself
-        self._replaced: Path | None = None  # the old run, moved aside by overwrite
-        cfg_file = self.path / "config.json"
-        if resume and overwrite:
-            raise ValueError("--resume and --overwrite exclude each other; pass one")
-        self._lock = FolderLock(self.path).acquire(
-            "wait for that training to end, or choose another --out", what="run folder"
-        )
-        self._release = weakref.finalize(self, self._lock.release)  # also if never closed
-        _OPEN_RUNS[self._lock.file] = self
-        try:
-            self._open(cfg, resume, overwrite, cfg_file)
-        except BaseException:
-            self.close()
-            raise
-
-    def _open(self, cfg, resume: bool, overwrite: bool, cfg_file: Path) -> None:
-        if self.path.exists() and not self.path.is_dir():
-            raise FileExistsError(f"run directory {self.path} exists and is not a directory")
-        occupied = self.path.is_dir() and any(self.path.iterdir())
-        if occupied and not is_run_dir(self.path):
-            raise FileExistsError(
-                f"{self.path} exists and is not a run directory (no training config.json); "
-                "choose another --out"
-            )
-        if occupied and not resume:
-            if not overwrite:
-                raise FileExistsError(
-                    f"{self.path} already holds a run; pass --resume to continue it or "
-                    "--overwrite to replace it"
-                )
-            self._move_aside()
-            occupied = False
-        if occupied:
-            old = json.loads(cfg_file.read_text())
-            diff = config_diff(old, cfg, ignore=("steps", *RUN_OPTIONS))
-            if diff:
-                raise ValueError(
-                    f"cannot resume {self.path}: config differs in {diff} (--overwrite "
-                    "replaces the run)"
-                )
-        self._fresh, self._made_dir = not occupied, not self.path.exists()
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(cfg_file, json.dumps(self.config, indent=2))
-            self.latest = self._latest()
-            self.start_step = 0 if self.latest is None else self._step_of(self.latest)
-            self._truncate_log()
-        except BaseException:
-            self.abandon()
-            raise
-
-    def close(self) -> None:
-        """Release the run folder's lock (the run has ended; idempotent)."""
-        self._release()
-        if _OPEN_RUNS.get(self._lock.file) is self:
-            del _OPEN_RUNS[self._lock.file]
-
-    def _move_aside(self) -> None:
-        if self.path.is_symlink():
-            raise FileExistsError(f"{self.path} is a symbolic link; --overwrite replaces folders")
-        aside = self.path.with_name(f".{self.path.name}.replaced")
-        if aside.exists():  # left by an overwrite that was killed: it was to be deleted
-            shutil.rmtree(aside)
-        os.replace(self.path, aside)
-        self._replaced = aside
-
-    def commit(self) -> None:
-        """The new run has started: delete the run that ``overwrite`` moved aside."""
-        if self._replaced is not None:
-            shutil.rmtree(self._replaced, ignore_errors=True)
-            self._replaced = None
-        self._fresh = False
-
-    def abandon(self) -> None:
-        """The run could not start: remove what opening it created, put back a run that
-        ``overwrite`` moved aside (a resumed run keeps its files) and release the lock."""
-        try:
-            if self._fresh and self._made_dir:
-                shutil.rmtree(self.path, ignore_errors=True)
-            elif self._fresh:  # an empty folder given as --out: empty it again
-                for sub in self.path.iterdir():
-                    shutil.rmtree(sub) if sub.is_dir() else sub.unlink()
-            if self._replaced is not None:
-                os.replace(self._replaced, self.path)
-                self._replaced = None
-            self._fresh = False
-        finally:
-            self.close()
-
-    @staticmethod
-    def _step_of(ckpt: Path) -> int:
-        file = ckpt / STATE_FILE
-        try:
-            step = json.loads(file.read_text())["step"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{file}: not a trainer state ({err!r})") from err
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise CheckpointError(f"{file}: 'step' must be an integer >= 0, got {step!r}")
-        return step
-
-    def _latest(self) -> Path | None:
-        steps = []
-        for d in (self.path / "checkpoints").glob("step-*"):
-            m = re.fullmatch(r"step-(\d+)", d.name)
-            if m and (d / STATE_FILE).exists():
-                steps.append((int(m.group(1)), d))
-        return max(steps)[1] if steps else None
-
-    def _truncate_log(self) -> None:
-        log = self.path / "log.jsonl"
-        if not log.exists():
-            return
-        keep = [
-            line
-            for line in log.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] < self.start_step
-        ]
-        atomic_write_text(log, "".join(line + "\n" for line in keep))
-
-    def log(self, row: dict) -> None:
-        """Append one JSON line (``row`` must hold ``step``)."""
-        with open(self.path / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, default=float) + "\n")
-
-    def save(
-        self,
-        step: int,
-        model: PreTrainedModel,
-        tok: PreTrainedTokenizerBase,
-        opt,
-        meta: dict,
-        keep: int = 2,
-    ) -> Path:
-        """Atomic ``checkpoints/step-N`` (model, tokenizer, rlcd.json, optimizer, state,
-        and the checksums of the model and optimizer weights); keeps the ``keep`` newest."""
-        ckpt = self.path / "checkpoints" / f"step-{step}"
-
-        def trainer_state(tmp: Path) -> None:
-            save_optimizer(tmp, opt)
-            (tmp / STATE_FILE).write_text(json.dumps({"step": step}))  # marks it complete
-
-        meta = {**meta, "step": step, "stream_end": meta["stream_start"] + step}
-        save_checkpoint(ckpt, model, tok, meta, extra=trainer_state)
-        done = sorted(
-            (int(d.name.split("-")[1]), d)
-            for d in (self.path / "checkpoints").glob("step-*")
-            if (d / STATE_FILE).exists()
-        )
-        for _, d in done[:-keep]:
-            shutil.rmtree(d, ignore_errors=True)
-        return ckpt
-
-    def write_eval(self, name: str, rows: list[dict]) -> Path:
-        """Eval dump ``eval/<name>.jsonl`` (one row per item), atomically."""
-        return atomic_write_jsonl(self.path / "eval" / f"{name}.jsonl", rows)
-
-
-_OPEN_RUNS: weakref.WeakValueDictionary[Path, RunDir] = weakref.WeakValueDictionary()
-"""The runs this process has open (holding their folder's lock), by lock file."""
-
-
-def releases_run(loop: Callable[[Any], Path]) -> Callable[[Any], Path]:
-    """Decorate a training loop ``train(cfg)``: however it ends (returned, raised,
-    interrupted), the lock on ``cfg.out`` that its run took in this process is released,
-    so the same process can resume or replace the run right away."""
-
-    @functools.wraps(loop)
-    def run(cfg: Any) -> Path:
-        key = FolderLock(cfg.out).file
-        before = _OPEN_RUNS.get(key)  # a run open before the call is not this loop's
-        try:
-            return loop(cfg)
-        finally:
-            opened = _OPEN_RUNS.get(key)
-            if opened is not None and opened is not before:
-                opened.close()
-
-    return run
+    meta = {**meta, "step": step, "stream_end": meta["stream_start"] + step}
+    save_checkpoint(ckpt, model, tok, meta, extra=trainer_state)
+    run.prune(keep)
+    return ckpt
 
 
 def rationale_stats(
@@ -620,7 +433,7 @@ class Session:
             if cfg.tracker != "none":
                 self.acc.log({k: v for k, v in row.items() if isinstance(v, float)}, step=step)
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                self.run.save(step + 1, self.model, self.tok, self.opt, self.meta)
+                save_step(self.run, step + 1, self.model, self.tok, self.opt, self.meta)
 
     def _average(self, rows: list[dict]) -> dict:
         """Numbers averaged over ``rows`` and then over processes; others from ``rows[0]``."""
@@ -675,7 +488,7 @@ class Session:
         }
         if cfg.save_dtype != "float32":
             self.model.to(getattr(torch, cfg.save_dtype))
-        save_checkpoint(run.path / "final", self.model, self.tok, meta)
+        save_checkpoint(final_dir(run.path), self.model, self.tok, meta)
 
 
 def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Session:
@@ -874,9 +687,3 @@ def token_kl(
     mask = rats.logp_mask
     per_token = torch.where(mask, k3_kl(tok_lp, ref_lp), 0.0)
     return (per_token.sum(-1) / mask.sum(-1).clamp_min(1)).mean()
-
-
-def read_log(run: str | Path) -> list[dict]:
-    """The rows of a run's ``log.jsonl`` (``run`` is the run directory or the file)."""
-    path = Path(run)
-    return read_jsonl(path / "log.jsonl" if path.is_dir() else path)

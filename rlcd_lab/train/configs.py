@@ -9,31 +9,17 @@ configs load no torch; the loops (``rlcd.py``, ``sft.py``, ``rft.py``, ``grpo.py
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tyro
 
-
-def config_dict(cfg: Any) -> dict:
-    """A frozen config dataclass as JSON-ready dict (paths as strings)."""
-    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
-
-
-RUN_OPTIONS = ("resume", "overwrite", "verify")
-"""Settings about opening the run, not about what it trains: never compared."""
-
-
-def config_diff(old: dict, cfg: Any, ignore: tuple[str, ...] = RUN_OPTIONS) -> list[str]:
-    """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
-    setting the record lacks (added to the code after it was written) counts as its
-    default, and one the code no longer has is not compared, so runs recorded before stay
-    resumable and reusable. ``ignore``: settings never compared (default ``RUN_OPTIONS``)."""
-    new, defaults = config_dict(cfg), config_dict(type(cfg)())
-    return sorted(k for k in new if k not in ignore and old.get(k, defaults.get(k)) != new[k])
+from ..rundir import (  # noqa: F401  re-exported: a run's config.json lives in rundir
+    RUN_OPTIONS,
+    config_dict,
+    config_diff,
+)
 
 
 @dataclass(frozen=True)
