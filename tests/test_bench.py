@@ -9,7 +9,6 @@ items; the attack bench also over the wire, against ``server.create_app`` in a
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -198,9 +197,7 @@ def test_bench_typed_command_end_to_end(checkpoint, tmp_path, capsys):
     out = tmp_path / "typed"
     args = ["bench", "typed", str(checkpoint), "--n-items", "16", "--n-sim", "200"]
     args += ["--latency-states", "2", "--options-grid", "2", "3", "--questions-grid", "1", "2"]
-    t0 = time.perf_counter()
     main([*args, "--out", str(out), "--m", "2"])
-    assert time.perf_counter() - t0 < 30
     printed = json.loads(capsys.readouterr().out)
     s = _check_report(out, "typed")
     assert printed["paths"]["summary"] == str(out / "summary.json")
@@ -226,9 +223,7 @@ def test_bench_attack_command_end_to_end(checkpoint, tmp_path, capsys):
 
     out = tmp_path / "attack"
     args = ["bench", "attack", str(checkpoint), "--n-items", "16", "--reruns", "1", "--m", "2"]
-    t0 = time.perf_counter()
     main([*args, "--n-boot", "300", "--out", str(out)])
-    assert time.perf_counter() - t0 < 30
     printed = json.loads(capsys.readouterr().out)
     s = _check_report(out, "attack")
     assert set(s["attacks"]) == set(ATTACKS) and s["threshold"] == 0.8

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..routing import DEFAULT_CHANCE_CORRECTED_THRESHOLD, check_threshold
-from .backends import Backend, Outcome, Request, open_backend, slug
+from .backends import Backend, Outcome, Request, open_target, slug
 from .common import (
     bench_items,
     cpu_name,
@@ -175,12 +175,7 @@ def run_attack(
     threshold = check_threshold(
         DEFAULT_CHANCE_CORRECTED_THRESHOLD if cfg.threshold is None else cfg.threshold
     )
-    task = cfg.task
-    if backend is None:
-        backend, ckpt_task = open_backend(cfg)
-        task = task or ckpt_task
-    if not task:
-        raise ValueError("name the task's items with --task (a server does not say its task)")
+    backend, task = open_target(cfg, backend)
     items = bench_items(task, cfg.split, cfg.n_items, need_labels=False)
 
     def run(seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -226,6 +226,19 @@ def resolve_checkpoint(cfg: BenchTarget) -> Path | None:
     return found[name]
 
 
+def open_target(cfg: BenchTarget, backend: Backend | None = None) -> tuple[Backend, str]:
+    """``(backend, task)`` for ``cfg``: ``backend`` when given, else :func:`open_backend`;
+    the task is ``cfg.task``, else the checkpoint's (a server does not say its task).
+    Raises ``ValueError`` when neither names one."""
+    task = cfg.task
+    if backend is None:
+        backend, ckpt_task = open_backend(cfg)
+        task = task or ckpt_task
+    if not task:
+        raise ValueError("name the task's items with --task (a server does not say its task)")
+    return backend, task
+
+
 def open_backend(cfg: BenchTarget) -> tuple[Backend, str | None]:
     """``(backend, task)`` for ``cfg``: a checkpoint in-process (``task`` from its
     ``rlcd.json``) or the server at ``cfg.url`` (``task`` None). Raises ``ValueError`` /

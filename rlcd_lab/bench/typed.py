@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import metrics
-from .backends import Backend, Outcome, Request, open_backend, slug
+from .backends import Backend, Outcome, Request, open_target, slug
 from .common import (
     INSTRUCTION_TEMPLATES,
     asymmetric_cost_matrices,
@@ -153,12 +153,7 @@ def run_typed(
     files)."""
     say = progress or (lambda msg: None)
     t_start = time.perf_counter()
-    task = cfg.task
-    if backend is None:
-        backend, ckpt_task = open_backend(cfg)
-        task = task or ckpt_task
-    if not task:
-        raise ValueError("name the task's items with --task (a server does not say its task)")
+    backend, task = open_target(cfg, backend)
     kind = "score" if cfg.ordinal else "choice"
     items = bench_items(task, cfg.split, cfg.n_items)
     y = np.array([it.label for it in items])
