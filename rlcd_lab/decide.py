@@ -2,8 +2,10 @@
 
 A request names a *state* (text, a JSON object or an array) and typed questions about it
 (the Jev wire form; see docs/server.md). Each question becomes a prompt
-that ends in the marker and a set of K option tokens; the answer is read, not sampled
-(``readout``), with the checkpoint's fitted temperature ``T`` applied to the option logits ``z``:
+that ends in the marker and a set of K option tokens; the answer is read, not sampled,
+through the checkpoint's :class:`rlcd_lab.reader.Reader` (prompt format, context budget,
+sampler), with its fitted temperature ``T`` applied to the option logits ``z``
+(``Reader.calibrate``):
 
     p = softmax(z / T)  in Delta_K.
 
@@ -23,9 +25,12 @@ Modes (``DecideOptions.mode``):
 
 * ``direct``: the prompt ends with a bare ``Answer:``; one forward pass per batch. All
   questions about one state share the state's token prefix: its keys and values are
-  computed once and reused for every question (``shared_prefix_readout``).
-* ``reason``: M rationales are sampled per prompt (``reader.sample_rationales``), each
-  ends in the marker and is read out (``readout.readout``); the answer uses the mixture
+  computed once and reused for every question (``Reader.direct``,
+  ``reader.shared_prefix_readout``).
+* ``reason``: M rationales are sampled per prompt (``Reader.sample``'s call to
+  ``reader.sample_rationales`` with the Reader's marker and sampler), each ends in the
+  marker and is read out with the scoring pass (``Reader.score``,
+  ``reader.score_rationales``, as training and evaluation read); the answer uses the mixture
   ``p = (1/M) sum_i u_i`` (``aggregate="mixture"``) or the first rationale's readout
   (``aggregate="single"``, the paper's single query).
 * ``auto`` (an AutoThink-style cascade): ``direct`` first; a question is answered again in
@@ -35,14 +40,15 @@ Modes (``DecideOptions.mode``):
   where it was not).
 
 Stopping early. ``decide_batch(..., cancelled)`` drops a request whose caller went away:
-before planning, between phases and, through ``sample_rationales(should_stop=...)``,
+before planning, between phases and, through ``Reader.sample(should_stop=...)``,
 before every decoding step of its rationales (``reader.SamplingStopped``), so abandoned
 work ends within one step. ``DecideOptions.deadline`` (a ``time.monotonic()`` instant)
 bounds a request the same way and returns the best answer so far: a question whose
 reasoning is cut by the deadline is answered by its direct readout (details
 ``deadline_passed``).
 
-How questions map to prompts depends on the checkpoint (``DecisionModel.prompt_format``):
+How questions map to prompts depends on the checkpoint (``DecisionModel.prompt_format``,
+the Reader's):
 
 * ``chat`` / ``plain`` (real BPE models; ``chat`` when the tokenizer has a chat template):
   the prompt is the rendered state, then the question's instructions and one line per
@@ -62,13 +68,13 @@ How questions map to prompts depends on the checkpoint (``DecisionModel.prompt_f
 
 A question that cannot be represented raises :class:`DecisionError` naming it (too many
 options, a label that is not a single token, characters the tokenizer maps to its unknown
-token, a prompt longer than the model's context). The state is only ever rendered into the
+token, a prompt longer than the model's context: ``Reader.check_fits``, the rule the
+Ask tab applies too). The state is only ever rendered into the
 prompt: its content never selects which questions, options or fields are read.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import string
 import time
@@ -100,19 +106,21 @@ from .jev import (
     score_answer,
     state_text,
 )
-from .metrics import apply_temperature
-from .models import DEFAULT_META, META_FILE, load_checkpoint
-from .reader import (
+from .models import load_checkpoint
+from .reader import (  # re-exported: the Reader's names decide used to define
+    DEFAULT_NEW_TOKENS,
+    PRETRAINED_METHODS,
+    ContextTooLong,
+    PromptFormat,
+    Reader,
     SamplingStopped,
-    build_prompt,
-    encode_prompts,
-    left_pad,
-    pad_id,
-    prefix_then_suffix,
+    common_prefix_len,
+    raw_meta,
     sample_rationales,
+    shared_prefix_readout,
+    temperature_fitted,
 )
-from .readout import OptionTokens, option_logits, option_token_ids
-from .readout import readout as readout_fn
+from .readout import OptionTokens
 from .routing import (
     DEFAULT_CHANCE_CORRECTED_THRESHOLD,
     Aggregate,
@@ -155,12 +163,6 @@ __all__ = [  # the wire contract and the typed answers live in jev.py; re-export
 ]
 
 Mode = Literal["direct", "reason", "auto"]
-PromptFormat = Literal["auto", "task", "chat", "plain"]
-
-DEFAULT_NEW_TOKENS = 64
-"""Rationale tokens when the checkpoint records none (a converted pretrained model such as
-SmolLM2): the Ask tab's and ``reader.read``'s default; a request's ``max_new_tokens``
-overrides it."""
 CODES = string.ascii_uppercase + string.ascii_lowercase + string.digits
 YES_LIKE = ("y", "yes", "true", "t", "1")
 NO_LIKE = ("n", "no", "false", "f", "0")
@@ -169,26 +171,6 @@ DEFAULT_INSTRUCTIONS = {
     "choice": "Which option applies?",
     "score": "Which level applies?",
 }
-PRETRAINED_METHODS = ("pretrain", "pretrained")
-"""``rlcd.json`` methods of checkpoints whose temperature was never fitted: a base model
-from ``rlcd-lab pretrain``, a converted pretrained model (``rlcd-lab gguf smollm2``)."""
-
-
-def temperature_fitted(raw_meta: Mapping[str, Any] | None) -> tuple[bool, str]:
-    """``(fitted, note)``: whether a checkpoint's calibration temperature T was fitted,
-    from its own ``rlcd.json`` as written (``raw_meta``; None: there is none), not merged
-    over the defaults. Fitted means the file records ``"temperature"`` and the method is
-    not a pretraining one (:data:`PRETRAINED_METHODS`: a base checkpoint's T = 1 is a
-    default, not a fit). ``note`` says why not (else ``""``)."""
-    raw = raw_meta if isinstance(raw_meta, Mapping) else {}
-    method = raw.get("method")
-    if method in PRETRAINED_METHODS:
-        return False, f"method {method}: a base model, never calibrated"
-    if "temperature" not in raw:
-        return False, "no temperature in rlcd.json"
-    return True, ""
-
-
 _temperature_fitted = temperature_fitted  # for DecisionModel, whose argument has its name
 
 
@@ -300,42 +282,6 @@ class _Job:
 
 
 # --------------------------------------------------------------------------- the engine
-@torch.no_grad()
-def shared_prefix_readout(
-    model: PreTrainedModel,
-    groups: Sequence[Sequence[Sequence[int]]],
-    option_ids: Tensor | Sequence[Sequence[int]],
-    pad_id: int = 0,
-) -> tuple[Tensor, Tensor]:
-    """Readout of many prompts that share a prefix within each group, in two passes.
-
-    ``groups[g]`` holds the token ids of the prompts about one state (each ending with the
-    marker and the bridge); their longest common token prefix (at most all but one token of
-    the shortest prompt) is run once, its key/value cache is copied to the group's rows,
-    and the remaining suffixes run on top of it. Equals ``readout.readout`` on the full
-    prompts up to float rounding. ``option_ids`` is ``(R, K)`` for the ``R`` prompts in
-    order (-1 = absent option). Returns ``(u, logits)``, both ``(R, K)`` float32.
-    """
-    prefixes, suffixes, owner = [], [], []
-    for seqs in groups:
-        if min(len(s) for s in seqs) < 2:
-            raise ValueError("each prompt needs at least 2 tokens")
-        lcp = _common_prefix_len(seqs)
-        # a group without a common prefix: each prompt is its own group
-        for part in [seqs] if lcp else [[s] for s in seqs]:
-            cut = lcp if lcp else len(part[0]) - 1
-            prefixes.append(list(part[0][:cut]))
-            suffixes.extend(list(s[cut:]) for s in part)
-            owner.extend([len(prefixes) - 1] * len(part))
-    device = model.device
-    p_ids, p_mask = left_pad(prefixes, pad_id, device)
-    s_ids, s_mask = left_pad(suffixes, pad_id, device)
-    rows = torch.tensor(owner, device=device)
-    _, last = prefix_then_suffix(model, p_ids, p_mask, rows, s_ids, s_mask, last_only=True)
-    logits = option_logits(last[:, -1], torch.as_tensor(option_ids, dtype=torch.long))
-    return logits.softmax(-1), logits
-
-
 def _union(rows: Sequence[Sequence[int]]) -> tuple[list[list[int]], Tensor]:
     """Per row the union of its option ids (first-seen order), padded with -1 ``(R, K)``."""
     unions = [list(dict.fromkeys(ids)) for ids in rows]
@@ -344,10 +290,12 @@ def _union(rows: Sequence[Sequence[int]]) -> tuple[list[list[int]], Tensor]:
 
 
 class DecisionModel:
-    """A checkpoint answering typed questions (see the module docstring).
+    """A checkpoint answering typed questions (see the module docstring), read through its
+    :class:`rlcd_lab.reader.Reader` (``self.reader``).
 
     ``prompt_format``: ``auto`` picks ``chat`` when the tokenizer has a chat template,
-    ``task`` when ``meta`` lists the checkpoint's ``options``, else ``plain``.
+    ``task`` when ``meta`` lists the checkpoint's ``options``, else ``plain``
+    (``reader.detect_prompt_format``).
     ``temperature`` overrides ``meta["temperature"]`` (the fitted T). ``max_state_tokens``
     bounds the rendered state; ``batch_rows`` the rows of one forward pass (a rationale
     counts once per sample); ``prefix_cache=False`` runs every prompt in full instead of
@@ -370,37 +318,18 @@ class DecisionModel:
         prefix_cache: bool = True,
         temperature_fitted: bool | None = None,
     ):
-        self.model, self.tokenizer = model.eval(), tokenizer
-        if temperature_fitted is None:
-            temperature_fitted = temperature is not None or _temperature_fitted(meta)[0]
-        self.temperature_fitted = bool(temperature_fitted)
-        self.meta = {**DEFAULT_META, **(meta or {})}
-        self.marker, self.sep = self.meta["marker"], self.meta["sep"]
-        self.temperature = float(self.meta["temperature"] if temperature is None else temperature)
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"temperature must be positive and finite, got {self.temperature}")
-        self.task_options = tuple(self.meta.get("options") or ())
-        if prompt_format == "auto":
-            if getattr(tokenizer, "chat_template", None):
-                prompt_format = "chat"
-            elif len(self.task_options) >= 2:
-                prompt_format = "task"
-            else:
-                prompt_format = "plain"
-        if prompt_format == "task" and len(self.task_options) < 2:
-            raise ValueError("prompt_format 'task' needs the checkpoint's options in rlcd.json")
-        if prompt_format not in ("task", "chat", "plain"):
-            raise ValueError(f"unknown prompt_format {prompt_format!r}")
-        self.prompt_format = prompt_format
+        self.reader = Reader(
+            model.eval(), tokenizer, meta, prompt_format=prompt_format, T=temperature,
+            T_fitted=temperature_fitted,
+        )  # fmt: skip
+        r = self.reader  # what the engine reads with, decided once (see Reader)
+        self.model, self.tokenizer, self.meta = r.model, r.tokenizer, r.meta
+        self.marker, self.sep, self.task_options = r.marker, r.sep, r.task_options
+        self.temperature, self.temperature_fitted = r.T, r.T_fitted
+        self.prompt_format, self.n_ctx = r.prompt_format, r.n_ctx
+        self.default_new_tokens, self.pad_id = r.default_new_tokens, r.pad_id
         self.max_state_tokens, self.batch_rows = max_state_tokens, batch_rows
         self.prefix_cache = prefix_cache
-        self.n_ctx = getattr(model.config, "max_position_embeddings", None)
-        cfg = self.meta.get("config") if isinstance(self.meta.get("config"), dict) else {}
-        self.default_new_tokens = int(
-            self.meta.get("max_new_tokens") or cfg.get("max_new_tokens") or DEFAULT_NEW_TOKENS
-        )
-        self.pad_id = pad_id(tokenizer)
-        self._marker_len = len(tokenizer(self.marker, add_special_tokens=False)["input_ids"])
         self._option_cache: dict[tuple[str, ...], OptionTokens | str] = {}
         self._encoded: dict[str, list[int]] = {}
 
@@ -417,11 +346,7 @@ class DecisionModel:
         ``rlcd.json`` (none: not fitted)."""
         model, tokenizer, meta = load_checkpoint(path, device=device, verify=verify)
         if "temperature_fitted" not in kwargs and kwargs.get("temperature") is None:
-            try:
-                raw = json.loads((Path(path) / META_FILE).read_text())
-            except (OSError, ValueError):
-                raw = None
-            kwargs["temperature_fitted"] = _temperature_fitted(raw)[0]
+            kwargs["temperature_fitted"] = _temperature_fitted(raw_meta(path))[0]
         return cls(model, tokenizer, meta, **kwargs)
 
     # ------------------------------------------------------------------ option tokens
@@ -431,9 +356,7 @@ class DecisionModel:
             if len(self._option_cache) >= 1024:  # labels come from requests: stay bounded
                 self._option_cache.clear()
             try:
-                found: OptionTokens | str = option_token_ids(
-                    self.tokenizer, labels, self.marker, self.sep
-                )
+                found: OptionTokens | str = self.reader.options(labels)
             except ValueError as err:
                 found = str(err)
             self._option_cache[labels] = found
@@ -498,7 +421,7 @@ class DecisionModel:
 
     def _encode(self, text: str) -> list[int]:
         if text not in self._encoded:  # the prompts of one request repeat (task format)
-            self._encoded[text] = encode_prompts(self.tokenizer, [text])[0]
+            self._encoded[text] = self.reader.encode(text)
         return list(self._encoded[text])
 
     def _unknown_chars(self, text: str) -> list[str]:
@@ -532,7 +455,6 @@ class DecisionModel:
                 f"the state contains characters this model cannot read: {bad[:10]}", ("state",)
             )
         new_tokens = options.max_new_tokens or self.default_new_tokens
-        chat = self.prompt_format == "chat"
         items = []
         for name, raw in questions.items():
             loc = ("questions", name)
@@ -543,8 +465,6 @@ class DecisionModel:
                 raise DecisionError(f"question {name!r}: {err.msg}", loc + err.loc) from None
             if self.prompt_format == "task":
                 text = state_str
-                direct = build_prompt(self.tokenizer, text, direct=True, marker=self.marker)
-                reason = build_prompt(self.tokenizer, text, marker=self.marker)
             else:
                 try:
                     text = self.question_text(state_str, q, opts.labels)
@@ -556,23 +476,26 @@ class DecisionModel:
                         f"question {name!r} contains characters this model cannot read: {bad[:10]}",
                         loc,
                     )
-                # the question text lists the options already
-                direct = build_prompt(
-                    self.tokenizer, text, direct=True, marker=self.marker, chat=chat
-                )
-                reason = build_prompt(self.tokenizer, text, marker=self.marker, chat=chat)
+            # the question text lists the options already (chat, plain)
+            direct = self.reader.prompt(text, direct=True)
+            reason = self.reader.prompt(text)
             direct_ids = self._encode(direct) + list(opts.bridge)
             reason_len = len(self._encode(reason))
-            needed = len(direct_ids)
-            if options.mode != "direct":
-                needed = reason_len + new_tokens + self._marker_len + len(opts.bridge)
-            if self.n_ctx is not None and needed > self.n_ctx:
-                raise DecisionError(
-                    f"question {name!r} needs {needed} positions (prompt"
-                    + ("" if options.mode == "direct" else f" + {new_tokens} rationale tokens")
-                    + f"), but the model reads at most {self.n_ctx}; shorten the state",
-                    ("state",),
+            direct_mode = options.mode == "direct"
+            try:  # the Reader's context rule (the Ask tab's too)
+                self.reader.check_fits(
+                    len(direct_ids) - len(opts.bridge) if direct_mode else reason_len,
+                    len(opts.bridge),
+                    mode="direct" if direct_mode else "reason",
+                    max_new_tokens=new_tokens,
                 )
+            except ContextTooLong as err:
+                raise DecisionError(
+                    f"question {name!r} needs {err.needed} positions (prompt"
+                    + ("" if options.mode == "direct" else f" + {new_tokens} rationale tokens")
+                    + f"), but the model reads at most {err.n_ctx}; shorten the state",
+                    ("state",),
+                ) from None
             items.append(_Item(name, q, opts, direct_ids, reason, reason_len))
         return _Job(items, options, new_tokens)
 
@@ -651,8 +574,8 @@ class DecisionModel:
         return out
 
     def _calibrated(self, logits: Tensor) -> np.ndarray:
-        """``softmax(z / T)`` in float64 (``metrics.apply_temperature``)."""
-        return apply_temperature(logits.detach().double().cpu().numpy(), self.temperature)
+        """``softmax(z / T)`` in float64 (``Reader.calibrate``)."""
+        return self.reader.calibrate(logits)
 
     def _direct_phase(self, jobs: Sequence[_Job]) -> None:
         """Direct readouts of every item of ``jobs``, one group of rows per request."""
@@ -662,7 +585,7 @@ class DecisionModel:
             for it in job.items:  # identical prompts (task format) share one row
                 rows.setdefault(tuple(it.direct_ids), []).append(it)
             seqs = [list(s) for s in rows]
-            lcp = _common_prefix_len(seqs)
+            lcp = common_prefix_len(seqs)
             job.usage["input_tokens"] += lcp + sum(len(s) - lcp for s in seqs)
             ids = [[i for it in its for i in it.opts.ids] for its in rows.values()]
             groups.append((seqs, ids, list(rows.values())))
@@ -677,14 +600,10 @@ class DecisionModel:
 
     def _direct_chunk(self, chunk: Sequence[tuple]) -> None:
         unions, option_ids = _union([ids for _, rows, _ in chunk for ids in rows])
-        if self.prefix_cache and any(len(seqs) > 1 for seqs, _, _ in chunk):
-            _, logits = shared_prefix_readout(
-                self.model, [seqs for seqs, _, _ in chunk], option_ids, self.pad_id
-            )
-        else:  # one prompt per state (task format): nothing to share, one pass
-            flat = [s for seqs, _, _ in chunk for s in seqs]
-            ids, mask = left_pad(flat, self.pad_id, self.model.device)
-            _, logits = readout_fn(self.model, ids, mask, option_ids)
+        # the state's prefix once per request; one prompt per state (task format): one pass
+        _, logits = self.reader.direct(
+            [seqs for seqs, _, _ in chunk], option_ids, share_prefix=self.prefix_cache
+        )
         row_items = [its for _, _, items in chunk for its in items]
         for r, (union, its) in enumerate(zip(unions, row_items, strict=True)):
             for it in its:
@@ -712,7 +631,7 @@ class DecisionModel:
                 if not part:
                     continue
                 unwanted = partial(_unwanted, [e[0] for e in part])
-                try:
+                try:  # Reader.sample's call, spelled out: decide.sample_rationales is a hook
                     rats = sample_rationales(
                         self.model,
                         self.tokenizer,
@@ -720,9 +639,10 @@ class DecisionModel:
                         m,
                         new_tokens,
                         bridge=bridge,
-                        marker=self.marker,
+                        marker=self.reader.marker,
                         temperature=temp,
                         seed=seed + start,
+                        sampler=self.reader.sampler,
                         should_stop=unwanted,
                     )
                 except SamplingStopped:  # every request of the chunk is gone or out of time
@@ -730,9 +650,7 @@ class DecisionModel:
                 unions, option_ids = _union(
                     [[i for it in its for i in it.opts.ids] for _, _, its in part]
                 )
-                _, logits = readout_fn(
-                    self.model, rats.input_ids, rats.attention_mask, option_ids[rats.prompt_index]
-                )
+                _, logits, _ = self.reader.score(rats, option_ids)
                 lengths = rats.lengths.cpu().tolist()
                 forced = rats.forced.cpu().tolist()
                 for j, ((job, _, its), union) in enumerate(zip(part, unions, strict=True)):
@@ -771,16 +689,6 @@ class DecisionModel:
 def _unwanted(jobs: Sequence[_Job]) -> bool:
     """Whether every one of ``jobs`` is cancelled or past its deadline (stop sampling)."""
     return all(job.gone() or job.expired() for job in jobs)
-
-
-def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common prefix, at most all but the last token of the shortest
-    sequence (the token count ``shared_prefix_readout`` computes once)."""
-    n = min(len(s) for s in seqs) - 1
-    k = 0
-    while k < n and all(s[k] == seqs[0][k] for s in seqs):
-        k += 1
-    return k
 
 
 def with_options(options: DecideOptions, overrides: Mapping[str, Any]) -> DecideOptions:

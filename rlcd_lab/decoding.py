@@ -3,7 +3,7 @@
 :func:`kv_sampler` has the signature and the output of ``reader.hf_sampler`` and draws the
 same tokens under the same seeds. Both sample by greedy decoding of ``logits / T`` (top-p
 filtered) plus Gumbel noise, the noise of row ``i`` drawn as one ``torch.rand(V)`` per
-generated token from a generator seeded by ``row_seeds[i]`` (``reader.GumbelSampler``,
+generated token from a generator seeded by ``row_seeds[i]`` (``sampling.GumbelSampler``,
 reused here), so a row's tokens depend only on its seed and its logits. What differs is
 the work around the model:
 
@@ -23,7 +23,7 @@ the work around the model:
 The stop check is ``reader._MarkerStop``'s: a row stops once the decoded text of its last
 ``len(marker) + 1`` tokens contains the marker, or its last token is in ``eos``. A
 ``should_stop`` callable, when given, is asked before every forward pass (the prompt's and
-each step's); once it returns True the loop raises ``reader.SamplingStopped``: work that
+each step's); once it returns True the loop raises ``sampling.SamplingStopped``: work that
 nobody waits for any more stops within one decoding step.
 
 Identical tokens, not always identical bits: encoding a prompt once and dropping finished
@@ -51,8 +51,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from .reader import Generated, GumbelSampler, SamplingStopped, forward_args, pad_id
 from .readout import position_ids
+from .sampling import Generated, GumbelSampler, SamplingStopped, forward_args, pad_id
 
 
 def prompt_groups(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -74,7 +74,7 @@ def kv_sampler(
     *,
     row_seeds: Sequence[int],
     max_new_tokens: int,
-    marker: str,
+    marker: str | None,
     eos: Sequence[int],
     temperature: float = 1.0,
     top_p: float = 1.0,
@@ -82,13 +82,14 @@ def kv_sampler(
 ) -> Generated:
     """``reader.hf_sampler``'s tokens from a compact decoding loop (see the module
     docstring): left-padded rows ``ids, mask (N, T)``, one seeded noise generator per row,
-    each row stopped once its decoded text contains ``marker`` or it emitted a token of
-    ``eos``. Returns a ``reader.Generated`` (CPU tensors): ``tokens`` and ``token_lp``
-    ``(N, S)``, ``S`` the steps taken (the longest row's), pad ids after a row's stop;
-    ``token_lp`` is the log-softmax of the temperature-1 logits at the sampled token.
+    each row stopped once its decoded text contains ``marker`` (None: free text, no marker)
+    or it emitted a token of ``eos``. Returns a ``sampling.Generated`` (CPU tensors):
+    ``tokens`` and ``token_lp`` ``(N, S)``, ``S`` the steps taken (the longest row's), pad
+    ids after a row's stop; ``token_lp`` is the log-softmax of the temperature-1 logits at
+    the sampled token.
 
     ``should_stop``: asked before every forward pass; once it returns True,
-    ``reader.SamplingStopped`` is raised (nothing is returned)."""
+    ``sampling.SamplingStopped`` is raised (nothing is returned)."""
     n, width = ids.shape
     if len(row_seeds) != n:
         raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
@@ -148,14 +149,17 @@ class _StopCheck:
     remembered, so a window that recurs (rows of one prompt often write the same text)
     is decoded once."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, marker: str, eos: Sequence[int]):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, marker: str | None, eos: Sequence[int]):
         self.tokenizer, self.marker = tokenizer, marker
-        self.window = len(marker) + 1
+        self.window = 1 if marker is None else len(marker) + 1
         self.eos = {int(e) for e in eos}
         self.seen: dict[tuple[int, ...], bool] = {}
 
     def check(self, seqs: list[list[int]]) -> list[bool | None]:
-        """Per sequence: None (go on), True (it wrote the marker) or False (EOS)."""
+        """Per sequence: None (go on), True (it wrote the marker) or False (EOS). Without
+        a marker (None: free text) only EOS stops a row."""
+        if self.marker is None:
+            return [False if s[-1] in self.eos else None for s in seqs]
         keys = [tuple(s[-self.window :]) for s in seqs]
         new = list({k for k in keys if k not in self.seen})
         if new:
@@ -361,7 +365,7 @@ def plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> PreTrainedModel:
 
 
 class CopySampler:
-    """``reader.Sampler`` drawing with :func:`kv_sampler` from :func:`plain_copy` of the
+    """``sampling.Sampler`` drawing with :func:`kv_sampler` from :func:`plain_copy` of the
     trained model in ``dtype``, made at the first draw after each :meth:`sync` (the
     training session calls it after every optimizer step).
 

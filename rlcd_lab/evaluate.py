@@ -32,7 +32,7 @@ from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .models import context_length
-from .reader import Mode, build_prompt, encode_prompts, item_options, read
+from .reader import Mode, build_prompt, encode_prompts, item_options, read, reading_length
 from .readout import MARKER, SEP, OptionTokens
 from .results import summarize as summarize  # re-exported: Table 1's row of dump rows
 from .tasks import TaskItem
@@ -54,7 +54,9 @@ def reading_positions(
     ``max_new_tokens`` rationale tokens, the marker and the bridge to the answer token (a
     rationale that writes the marker itself stops sooner); ``direct``: the prompt, which
     ends with the marker, and the bridge. The answer token is read at the last position,
-    so it takes none. ``options``: each prompt's ``OptionTokens`` (``reader.item_options``)."""
+    so it takes none (``reader.reading_length``, the context rule the Reader applies in the
+    decision server and the Ask tab). ``options``: each prompt's ``OptionTokens``
+    (``reader.item_options``)."""
     direct = mode == "direct"
     texts = [
         build_prompt(tokenizer, q, direct=direct, marker=marker, options=o.labels)
@@ -63,9 +65,16 @@ def reading_positions(
     if not texts:
         return []
     ids = encode_prompts(tokenizer, texts)
-    extra = 0 if direct else int(max_new_tokens)
-    extra += 0 if direct else len(tokenizer(marker, add_special_tokens=False)["input_ids"])
-    return [(len(i), len(i) + extra + len(o.bridge)) for i, o in zip(ids, options, strict=True)]
+    n_marker = len(tokenizer(marker, add_special_tokens=False)["input_ids"])
+    return [
+        (
+            len(i),
+            reading_length(
+                len(i), len(o.bridge), n_marker, mode=mode, max_new_tokens=max_new_tokens
+            ),
+        )
+        for i, o in zip(ids, options, strict=True)
+    ]
 
 
 def check_items(

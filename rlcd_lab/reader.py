@@ -19,17 +19,28 @@ reads a model through this module (OpenJev-RLCD sec. 2 and Algorithm 1):
    prompt once and its rationales on its cached keys and values) and returns the readout
    ``u = softmax(logits[options])`` at the last column and ``log pi(r | x)`` with
    gradients (sample without gradient, score with it);
-4. :func:`direct_readout` reads texts that already end with the marker (direct mode);
+4. :func:`direct_readout` reads texts that already end with the marker (direct mode;
+   :func:`direct_logits` gives the whole vocabulary's logits there, for SFT, and
+   :func:`shared_prefix_readout` reads many prompts about one state on one shared prefix);
 5. :func:`read` does all of it for a list of questions with per-question option lists
-   (2..K options each) and returns one :class:`Reading` per question.
+   (2..K options each) and returns one :class:`Reading` per question;
+6. :func:`generate_text` samples free text (no marker) with the same samplers.
+
+:class:`Reader` is the faces' entry (the decision engine, the dashboard tabs, the GSM8K
+proposer): one checkpoint with its prompt format, context rule (:func:`reading_length`),
+fitted temperature ``T`` and sampler, over the functions above, which the training loops
+call directly. Samplers follow :class:`Sampler` (``rlcd_lab.sampling``, the floor below
+this module and ``rlcd_lab.decoding``; its names are re-exported here).
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -37,16 +48,26 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import (
     DynamicCache,
-    LogitsProcessor,
     LogitsProcessorList,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     StoppingCriteria,
-    TopPLogitsWarper,
 )
 
+from .decoding import kv_sampler
+from .metrics import apply_temperature
+from .models import DEFAULT_META, META_FILE, context_length, load_checkpoint
 from .readout import MARKER, SEP, OptionTokens, option_logits, option_token_ids, position_ids
 from .readout import readout as readout_at_end
+from .sampling import (  # re-exported: the names every sampler shares
+    Generated,
+    GumbelSampler,
+    Sampler,
+    SamplingStopped,
+    base_model,
+    forward_args,
+    pad_id,
+)
 
 Mode = Literal["direct", "reason"]
 
@@ -107,10 +128,35 @@ def build_prompt(
         reply = f"{marker} {answer}" if direct else f"{rationale}\n{marker} {answer}"
         messages += [user(q, opts), {"role": "assistant", "content": reply}]
     messages.append(user(question, options))
-    text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    return chat_text(tokenizer, messages, enable_thinking=False) + (marker if direct else "")
+
+
+def chat_text(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Mapping], **kwargs) -> str:
+    """``messages`` (``{"role", "content"}`` dicts) rendered by the tokenizer's chat template,
+    ending with the generation prompt (the assistant turn begins); ``kwargs`` go to the
+    template (``enable_thinking=False``: Qwen3's non-thinking mode). The one place a chat
+    prompt is rendered (:func:`build_prompt`, the GSM8K proposer's prompt)."""
+    return tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=True, **kwargs
     )
-    return text + (marker if direct else "")
+
+
+def direct_prompts(
+    tokenizer: PreTrainedTokenizerBase,
+    questions: Sequence[str],
+    option_lists: Sequence[Sequence[str]],
+    marker: str = MARKER,
+    sep: str = SEP,
+    chat: bool | None = None,
+) -> tuple[list[str], list[OptionTokens]]:
+    """Direct-mode prompts (ending with the marker, :func:`build_prompt`) of questions with
+    their own option labels, and each question's option tokens (:func:`item_options`)."""
+    opts = item_options(tokenizer, option_lists, marker, sep)
+    texts = [
+        build_prompt(tokenizer, q, direct=True, marker=marker, chat=chat, options=o.labels)
+        for q, o in zip(questions, opts, strict=True)
+    ]
+    return texts, opts
 
 
 def item_options(
@@ -186,12 +232,6 @@ class Rationales:
         return mask
 
 
-class SamplingStopped(Exception):
-    """A sampler gave up before its rows were done because its ``should_stop`` callable
-    said so (checked before every decoding step): the caller no longer wants the
-    rationales (a client that went away, a deadline that passed). Nothing is returned."""
-
-
 class _MarkerStop(StoppingCriteria):
     """Stops a row once the decoded text of its newest tokens contains the marker, or it
     emitted EOS; records the number of generated tokens at the stop and why. When
@@ -200,14 +240,14 @@ class _MarkerStop(StoppingCriteria):
     def __init__(
         self,
         tokenizer,
-        marker: str,
+        marker: str | None,
         prompt_len: int,
         n: int,
         eos: Sequence[int],
         should_stop: Callable[[], bool] | None = None,
     ):
         self.tokenizer, self.marker, self.prompt_len = tokenizer, marker, prompt_len
-        self.window = len(marker) + 1  # every token decodes to >= 1 character
+        self.window = 1 if marker is None else len(marker) + 1  # a token decodes to >= 1 char
         self.eos = torch.tensor(list(eos), dtype=torch.long)
         self.end = torch.full((n,), -1, dtype=torch.long)
         self.hit_marker = torch.zeros(n, dtype=torch.bool)
@@ -219,9 +259,10 @@ class _MarkerStop(StoppingCriteria):
             return torch.ones(len(input_ids), dtype=torch.bool, device=input_ids.device)
         gen = input_ids[:, self.prompt_len :].cpu()
         live = (self.end < 0).nonzero()[:, 0]
-        texts = self.tokenizer.batch_decode(gen[live, -self.window :])
         marker = torch.zeros(len(gen), dtype=torch.bool)
-        marker[live] = torch.tensor([self.marker in t for t in texts], dtype=torch.bool)
+        if self.marker is not None:  # None: free text, only EOS stops a row
+            texts = self.tokenizer.batch_decode(gen[live, -self.window :])
+            marker[live] = torch.tensor([self.marker in t for t in texts], dtype=torch.bool)
         new = (marker | torch.isin(gen[:, -1], self.eos)) & (self.end < 0)
         self.end[new] = gen.shape[1]
         self.hit_marker |= new & marker
@@ -295,14 +336,6 @@ def _per_prompt(bridge, n: int) -> list[tuple[int, ...]]:
     return [tuple(bridge)] * n
 
 
-def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
-    """The id that pads batches: the pad token, else EOS, else 0 (padded positions are
-    masked, so the choice never changes a result)."""
-    if tokenizer.pad_token_id is not None:
-        return tokenizer.pad_token_id
-    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-
-
 def direct_readout(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -317,55 +350,43 @@ def direct_readout(
     return readout_at_end(model, ids, mask, option_ids)
 
 
+def direct_logits(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    questions: Sequence[str],
+    option_lists: Sequence[Sequence[str]],
+    *,
+    marker: str = MARKER,
+    sep: str = SEP,
+    chat: bool | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, list[OptionTokens]]:
+    """The direct reading's next-token logits over the whole vocabulary, ``(B, V)``, and
+    each question's option tokens: the questions' direct prompts (:func:`direct_prompts`)
+    plus their bridge, one forward pass over the left-padded rows (``model`` may be
+    wrapped: DDP, PEFT), the logits at the last column, where the readout is taken
+    (``readout.option_logits`` of them is its ``z``). With gradient when called with it:
+    the SFT loss is the cross-entropy of these logits against the label's option token.
+    ``device``: where the rows go (None: the model's)."""
+    texts, opts = direct_prompts(tokenizer, questions, option_lists, marker, sep, chat)
+    rows = encode_prompts(tokenizer, texts, [o.bridge for o in opts])
+    device = base_model(model).device if device is None else device
+    ids, mask = left_pad(rows, pad_id(tokenizer), device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
+    return out.logits[:, -1], opts
+
+
+def eos_ids(model: torch.nn.Module) -> list[int]:
+    """The token ids that end a sample: the model's ``generation_config.eos_token_id`` as a
+    list (empty when it sets none)."""
+    eos = base_model(model).generation_config.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
 def mix_seed(seed: int, index: int) -> int:
     """A 63-bit seed for item ``index`` of a stream seeded by ``seed`` (independent
     streams for different ``(seed, index)``)."""
     return int(np.random.default_rng([seed, index]).integers(2**63 - 1))
-
-
-class GumbelSampler(LogitsProcessor):
-    """Sampling as greedy decoding of ``logits / temperature + G``, ``G`` i.i.d. Gumbel(0, 1)
-    noise drawn from one generator per row (the Gumbel-max trick: ``argmax`` is then an
-    exact draw from ``softmax(logits / temperature)``, restricted to the nucleus when
-    ``top_p < 1``). Row ``i`` draws its noise from ``torch.Generator`` seeded by
-    ``row_seeds[i]``, so what a row samples depends on its seed and its logits only, never
-    on the batch it shares (batch size, padding, other rows, sharding across processes)."""
-
-    def __init__(self, row_seeds: Sequence[int], temperature: float, top_p: float, device):
-        self.gens = [torch.Generator(device=device).manual_seed(s) for s in row_seeds]
-        self.temperature = temperature
-        self.top_p = TopPLogitsWarper(top_p) if top_p < 1.0 else None
-
-    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        return self.perturb(scores, self.gens)
-
-    def perturb(self, scores: Tensor, gens: Sequence[torch.Generator]) -> Tensor:
-        """``scores / temperature`` (top-p filtered) plus Gumbel noise, row ``i`` of
-        ``scores`` drawing one ``torch.rand(V)`` from ``gens[i]`` (a subset of ``self.gens``
-        when a decoding loop drops finished rows: ``decoding.kv_sampler``)."""
-        scores = scores.float() / self.temperature
-        if self.top_p is not None:
-            scores = self.top_p(None, scores)
-        u = torch.stack(
-            [torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in gens]
-        )
-        return scores - torch.log(-torch.log(u))
-
-
-@dataclass(frozen=True)
-class Generated:
-    """What a sampler returns for ``N`` rows (CPU tensors): ``tokens (N, S)`` the generated
-    ids (anything after a row's stop is ignored), ``end (N,)`` tokens up to and including
-    the one that stopped the row (-1: it ran to ``max_new_tokens``), ``hit_marker (N,)``
-    whether that stop was the marker (else EOS), and ``token_lp (N, S)`` the sampler's
-    log-probability of each token at temperature 1. ``token_lp`` only fills
-    ``Rationales.logp_r`` for display: training and the readout recompute log-probs with
-    the model (``score_rationales``), so a sampler's numerics never reach a gradient."""
-
-    tokens: Tensor
-    end: Tensor
-    hit_marker: Tensor
-    token_lp: Tensor
 
 
 @torch.no_grad()
@@ -377,7 +398,7 @@ def hf_sampler(
     *,
     row_seeds: Sequence[int],
     max_new_tokens: int,
-    marker: str,
+    marker: str | None,
     eos: Sequence[int],
     temperature: float = 1.0,
     top_p: float = 1.0,
@@ -391,10 +412,12 @@ def hf_sampler(
     criteria); once it returns True, generation ends and :class:`SamplingStopped` is
     raised, so abandoned work stops within one decoding step.
 
-    Any function with this signature can replace it (``sample_rationales(sampler=...)``,
-    ``--sampler`` in training): a faster decoding loop (``decoding.kv_sampler``, the
-    default), or an inference engine (which need only accept ``should_stop`` to be
-    cancellable)."""
+    ``marker=None`` samples free text (only EOS stops a row; :func:`generate_text`).
+
+    Any :class:`Sampler` (a callable with this signature) can replace it
+    (``sample_rationales(sampler=...)``, ``--sampler`` in training): a faster decoding
+    loop (``decoding.kv_sampler``, the default), or an inference engine (which need only
+    accept ``should_stop`` to be cancellable)."""
     stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(ids), eos, should_stop)
     noise = GumbelSampler(row_seeds, temperature, top_p, ids.device)
     out = model.generate(
@@ -420,12 +443,8 @@ def hf_sampler(
     return Generated(gen, stop.end.clone(), stop.hit_marker.clone(), token_lp)
 
 
-Sampler = Callable[..., Generated]
-"""The signature of ``hf_sampler``."""
-
-
 def written_sampler(rows: Sequence[Sequence[int]]) -> Sampler:
-    """A :data:`Sampler` that writes given token ids instead of sampling (teacher forcing):
+    """A :class:`Sampler` that writes given token ids instead of sampling (teacher forcing):
     row ``i`` of the batch gets ``rows[i]`` (which must end with the marker) and stops
     there as if it had sampled the marker. ``sample_rationales`` then builds the rows
     exactly as for the model's own text, so a worked rationale is read and scored as any
@@ -450,8 +469,6 @@ def default_sampler(model: PreTrainedModel) -> Sampler:
     """The sampler used when none is given: ``decoding.kv_sampler`` (``hf_sampler``'s
     tokens from a faster decoding loop) for a transformers model, PEFT-wrapped or not;
     :func:`hf_sampler` for any other object offering ``generate``."""
-    from .decoding import kv_sampler
-
     return kv_sampler if isinstance(base_model(model), PreTrainedModel) else hf_sampler
 
 
@@ -504,8 +521,7 @@ def sample_rationales(
     if len(seeds) != len(prompts):
         raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
     ids, mask = left_pad(prompt_rows, pad, device)
-    eos = model.generation_config.eos_token_id
-    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    eos = eos_ids(model)
     cancel = {} if should_stop is None else {"should_stop": should_stop}
     out = sampler(
         model,
@@ -566,6 +582,58 @@ def sample_rationales(
     )
 
 
+@torch.no_grad()
+def generate_text(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int | Sequence[int] = 0,
+    sampler: Sampler | None = None,
+) -> list[str]:
+    """Free text: one sample per prompt, drawn by the same :class:`Sampler` as rationales
+    (None: :func:`default_sampler`) but with no marker: a row stops at EOS
+    (``generation_config.eos_token_id``) or after ``max_new_tokens``. Returns the new
+    tokens of each row decoded without special tokens (an EOS dropped).
+
+    ``prompts`` are complete texts (e.g. :func:`chat_text` of a user message); ``seed``:
+    one per prompt, or an int (prompt ``i`` then gets ``mix_seed(seed, i)``); a prompt with
+    seed ``s`` is drawn with row seed ``mix_seed(s, 0)`` (``GumbelSampler``), so a text
+    depends on its prompt and seed only, not on what else is in the batch."""
+    if max_new_tokens < 1:
+        raise ValueError(f"need max_new_tokens >= 1, got {max_new_tokens}")
+    if not prompts:
+        return []
+    seeds = (
+        [mix_seed(seed, i) for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
+    )
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    sampler = default_sampler(model) if sampler is None else sampler
+    ids, mask = left_pad(encode_prompts(tokenizer, prompts), pad_id(tokenizer), model.device)
+    out = sampler(
+        model,
+        tokenizer,
+        ids,
+        mask,
+        row_seeds=[mix_seed(s, 0) for s in seeds],
+        max_new_tokens=max_new_tokens,
+        marker=None,
+        eos=eos_ids(model),
+        temperature=temperature,
+        top_p=top_p,
+    )
+    width = out.tokens.shape[1]
+    ends = [int(e) if e >= 0 else width for e in out.end.tolist()]
+    return [
+        tokenizer.decode(out.tokens[i, :end].tolist(), skip_special_tokens=True)
+        for i, end in enumerate(ends)
+    ]
+
+
 SHARE_MIN_PROMPT = 32
 """``score_rationales`` encodes each prompt once (when it has ``m >= 2`` rationales) if the
 longest prompt of the batch has at least this many tokens. The rule looks at the prompts
@@ -574,23 +642,6 @@ rounding; a rerun takes the same one). Measured by ``benchmarks/scoring.py`` on 
 thread: SmolLM2-135M, 2 prompts of 103 tokens x 4 rationales: 2.30x faster with gradient
 (LoRA), 2.34x without; the tiny verify model, 8 prompts of 14 tokens x 4 rationales of
 ~45: 0.99-1.15x (the second forward call costs about what the shorter one saves)."""
-
-
-def base_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model inside ``model`` (unwrapping DDP, then PEFT)."""
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        model = model.module
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def forward_args(model: torch.nn.Module) -> tuple[str | None, bool]:
-    """``(cache, keep)`` for a transformers causal LM (wrapped or not, :func:`base_model`):
-    the name of its forward's KV-cache argument (``cache`` from transformers 5.24, before
-    it ``past_key_values``; None if it has neither) and whether it takes
-    ``logits_to_keep``."""
-    params = inspect.signature(base_model(model).forward).parameters
-    cache = next((k for k in ("cache", "past_key_values") if k in params), None)
-    return cache, "logits_to_keep" in params
 
 
 def score_rationales(
@@ -765,14 +816,15 @@ def sample_questions(
     temperature: float = 1.0,
     seed: int | Sequence[int] | None = None,
     sampler: Sampler | None = None,
+    chat: bool | None = None,
 ) -> tuple[Rationales, Tensor]:
     """Rationales for questions with their own option lists: ``(rationales, option_ids
     (B, K_max))`` (-1 pads), ready for :func:`score_rationales`. The prompt names each
     question's options (chat models). ``seed`` and ``sampler``: see
-    :func:`sample_rationales`."""
+    :func:`sample_rationales`; ``chat``: see :func:`build_prompt`."""
     opts = item_options(tokenizer, option_lists, marker, sep)
     prompts = [
-        build_prompt(tokenizer, q, marker=marker, options=o.labels)
+        build_prompt(tokenizer, q, marker=marker, chat=chat, options=o.labels)
         for q, o in zip(questions, opts, strict=True)
     ]
     rats = sample_rationales(
@@ -806,6 +858,8 @@ def read(
     sep: str = SEP,
     batch_size: int = 64,
     on_batch: Callable[[int], object] | None = None,
+    chat: bool | None = None,
+    sampler: Sampler | None = None,
 ) -> list[Reading]:
     """Read ``questions`` (each with its own option labels) in batches of ``batch_size``.
 
@@ -813,7 +867,9 @@ def read(
     ``mix_seed(seed, i)`` (``None``: unseeded), so the readings do not depend on
     ``batch_size``; ``direct``: one empty
     rationale (the prompt ends with the marker). ``on_batch(n)`` is called after each
-    batch with its number of questions (a progress bar's ``update``).
+    batch with its number of questions (a progress bar's ``update``). ``chat``: the prompt
+    format (:func:`build_prompt`; None: the tokenizer's chat template decides); ``sampler``:
+    see :func:`sample_rationales`.
     Returns one :class:`Reading` per question, in order.
     """
     if mode not in ("direct", "reason"):
@@ -825,11 +881,7 @@ def read(
         qs = questions[start : start + batch_size]
         labels = option_lists[start : start + batch_size]
         if mode == "direct":
-            opts = item_options(tokenizer, labels, marker, sep)
-            texts = [
-                build_prompt(tokenizer, q, direct=True, marker=marker, options=o.labels)
-                for q, o in zip(qs, opts, strict=True)
-            ]
+            texts, opts = direct_prompts(tokenizer, qs, labels, marker, sep, chat)
             ids = padded_option_ids(opts)
             u, logits = direct_readout(model, tokenizer, texts, ids, [o.bridge for o in opts])
             u, logits, mm = u[:, None], logits[:, None], 1
@@ -841,6 +893,7 @@ def read(
                 model, tokenizer, qs, labels, m, max_new_tokens,
                 marker=marker, sep=sep, temperature=temperature,
                 seed=None if seed is None else [mix_seed(seed, start + i) for i in range(len(qs))],
+                sampler=sampler, chat=chat,
             )  # fmt: skip
             u, logits, lp = score_rationales(model, rats, ids)
             mm = m
@@ -866,3 +919,388 @@ def read(
         if on_batch is not None:
             on_batch(len(qs))
     return out
+
+
+# ------------------------------------------------------------------- shared-prefix readout
+@torch.no_grad()
+def shared_prefix_readout(
+    model: PreTrainedModel,
+    groups: Sequence[Sequence[Sequence[int]]],
+    option_ids: Tensor | Sequence[Sequence[int]],
+    pad_id: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """Readout of many prompts that share a prefix within each group, in two passes.
+
+    ``groups[g]`` holds the token ids of the prompts about one state (each ending with the
+    marker and the bridge); their longest common token prefix (at most all but one token of
+    the shortest prompt) is run once, its key/value cache is copied to the group's rows,
+    and the remaining suffixes run on top of it. Equals ``readout.readout`` on the full
+    prompts up to float rounding. ``option_ids`` is ``(R, K)`` for the ``R`` prompts in
+    order (-1 = absent option). Returns ``(u, logits)``, both ``(R, K)`` float32.
+    """
+    prefixes, suffixes, owner = [], [], []
+    for seqs in groups:
+        if min(len(s) for s in seqs) < 2:
+            raise ValueError("each prompt needs at least 2 tokens")
+        lcp = common_prefix_len(seqs)
+        # a group without a common prefix: each prompt is its own group
+        for part in [seqs] if lcp else [[s] for s in seqs]:
+            cut = lcp if lcp else len(part[0]) - 1
+            prefixes.append(list(part[0][:cut]))
+            suffixes.extend(list(s[cut:]) for s in part)
+            owner.extend([len(prefixes) - 1] * len(part))
+    device = model.device
+    p_ids, p_mask = left_pad(prefixes, pad_id, device)
+    s_ids, s_mask = left_pad(suffixes, pad_id, device)
+    rows = torch.tensor(owner, device=device)
+    _, last = prefix_then_suffix(model, p_ids, p_mask, rows, s_ids, s_mask, last_only=True)
+    logits = option_logits(last[:, -1], torch.as_tensor(option_ids, dtype=torch.long))
+    return logits.softmax(-1), logits
+
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix, at most all but the last token of the shortest
+    sequence (the token count ``shared_prefix_readout`` computes once)."""
+    n = min(len(s) for s in seqs) - 1
+    k = 0
+    while k < n and all(s[k] == seqs[0][k] for s in seqs):
+        k += 1
+    return k
+
+
+# ----------------------------------------------------------------------------- the Reader
+PromptFormat = Literal["auto", "task", "chat", "plain"]
+DEFAULT_NEW_TOKENS = 64
+"""Rationale tokens when the checkpoint records none (a converted pretrained model such as
+SmolLM2): the Ask tab's and ``reader.read``'s default; a request's ``max_new_tokens``
+overrides it."""
+PRETRAINED_METHODS = ("pretrain", "pretrained")
+"""``rlcd.json`` methods of checkpoints whose temperature was never fitted: a base model
+from ``rlcd-lab pretrain``, a converted pretrained model (``rlcd-lab gguf smollm2``)."""
+
+
+def temperature_fitted(raw_meta: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """``(fitted, note)``: whether a checkpoint's calibration temperature T was fitted,
+    from its own ``rlcd.json`` as written (``raw_meta``; None: there is none), not merged
+    over the defaults. Fitted means the file records ``"temperature"`` and the method is
+    not a pretraining one (:data:`PRETRAINED_METHODS`: a base checkpoint's T = 1 is a
+    default, not a fit). ``note`` says why not (else ``""``)."""
+    raw = raw_meta if isinstance(raw_meta, Mapping) else {}
+    method = raw.get("method")
+    if method in PRETRAINED_METHODS:
+        return False, f"method {method}: a base model, never calibrated"
+    if "temperature" not in raw:
+        return False, "no temperature in rlcd.json"
+    return True, ""
+
+
+def raw_meta(path: str | Path) -> dict | None:
+    """A checkpoint's ``rlcd.json`` as written (not merged over the defaults); None when it
+    has none or it cannot be read."""
+    try:
+        raw = json.loads((Path(path) / META_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def detect_prompt_format(chat_template: bool, meta: Mapping[str, Any]) -> str:
+    """How a checkpoint is prompted: ``chat`` when its tokenizer has a chat template,
+    ``task`` when its ``rlcd.json`` lists its own ``options`` (a character-level model that
+    only knows its task's format), else ``plain``. The one rule (:class:`Reader`, the Ask
+    tab's model card, which reads the template from the files without loading the model)."""
+    if chat_template:
+        return "chat"
+    return "task" if len(meta.get("options") or ()) >= 2 else "plain"
+
+
+def reading_length(
+    prompt_tokens: int,
+    bridge_tokens: int,
+    marker_tokens: int,
+    *,
+    mode: str = "reason",
+    max_new_tokens: int = DEFAULT_NEW_TOKENS,
+) -> int:
+    """Positions a reading uses at most (the context rule). ``direct``: the prompt, which
+    ends with the marker, and the bridge to the answer token; otherwise (``reason``,
+    ``auto``): the prompt, ``max_new_tokens`` rationale tokens, the marker and the bridge
+    (a rationale that writes the marker itself stops sooner). The answer token is read at
+    the last position, so it takes none."""
+    if mode == "direct":
+        return prompt_tokens + bridge_tokens
+    return prompt_tokens + int(max_new_tokens) + marker_tokens + bridge_tokens
+
+
+class ContextTooLong(ValueError):
+    """A reading needs more positions than the model reads (:meth:`Reader.check_fits`):
+    ``prompt_tokens``, ``needed`` (:func:`reading_length`), ``n_ctx`` (the model's limit,
+    ``models.context_length``), ``mode`` and ``max_new_tokens``. Each face words it."""
+
+    def __init__(self, prompt_tokens: int, needed: int, n_ctx: int, mode: str, max_new: int):
+        self.prompt_tokens, self.needed, self.n_ctx = prompt_tokens, needed, n_ctx
+        self.mode, self.max_new_tokens = mode, max_new
+        super().__init__(
+            f"a reading needs {needed:,} positions (prompt {prompt_tokens:,} tokens"
+            + ("" if mode == "direct" else f", {max_new} rationale tokens")
+            + f"), but the model reads at most {n_ctx:,}"
+        )
+
+
+class Reader:
+    """A checkpoint's calibrated readouts, the one entry the faces read through (the
+    decision engine, the dashboard's Ask, Compare and Batch tabs, the GSM8K proposer).
+
+    It owns, decided once from the checkpoint:
+
+    * the prompt format ``prompt_format`` (``auto``: :func:`detect_prompt_format`;
+      ``chat`` renders through the chat template, :func:`build_prompt`) and
+      :meth:`prompt`;
+    * the context budget: ``n_ctx`` (``models.context_length``) and :meth:`check_fits`,
+      the rule (:func:`reading_length`) every face checks a question with;
+    * the fitted calibration temperature ``T`` (``rlcd.json`` ``"temperature"``, 1 when
+      none is recorded; ``T`` overrides it) and ``T_fitted`` (:func:`temperature_fitted`;
+      a base model's recorded T = 1 is not a fit): :meth:`calibrate` is ``softmax(z / T)``;
+      :meth:`read` returns raw readings (``u = softmax(z)``), :meth:`calibrated` their
+      calibrated readouts;
+    * the shared-prefix direct readout :meth:`direct`;
+    * sampling through a :class:`Sampler` (``sampler``; None: :func:`default_sampler`):
+      :meth:`sample` (rationales), :meth:`generate_text` (free text), and scoring
+      :meth:`score` (:func:`score_rationales`).
+
+    The module-level functions are the implementation (training calls them directly).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        meta: Mapping[str, Any] | None = None,
+        *,
+        prompt_format: PromptFormat = "auto",
+        T: float | None = None,
+        T_fitted: bool | None = None,
+        sampler: Sampler | None = None,
+    ):
+        self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
+        self.meta = {**DEFAULT_META, **(meta or {})}
+        self.marker, self.sep = self.meta["marker"], self.meta["sep"]
+        if T_fitted is None:
+            T_fitted = T is not None or temperature_fitted(meta)[0]
+        self.T_fitted = bool(T_fitted)
+        recorded = self.meta.get("temperature")
+        self.T = float((1.0 if recorded is None else recorded) if T is None else T)
+        if not (math.isfinite(self.T) and self.T > 0):
+            raise ValueError(f"temperature must be positive and finite, got {self.T}")
+        self.task_options = tuple(self.meta.get("options") or ())
+        if prompt_format == "auto":
+            chat = getattr(tokenizer, "chat_template", None) is not None
+            prompt_format = detect_prompt_format(chat, self.meta)  # type: ignore[assignment]
+        if prompt_format == "task" and len(self.task_options) < 2:
+            raise ValueError("prompt_format 'task' needs the checkpoint's options in rlcd.json")
+        if prompt_format not in ("task", "chat", "plain"):
+            raise ValueError(f"unknown prompt_format {prompt_format!r}")
+        self.prompt_format: str = prompt_format
+        self.chat = prompt_format == "chat"
+        self.n_ctx = context_length(model, tokenizer)
+        cfg = self.meta.get("config") if isinstance(self.meta.get("config"), dict) else {}
+        self.default_new_tokens = int(
+            self.meta.get("max_new_tokens") or cfg.get("max_new_tokens") or DEFAULT_NEW_TOKENS
+        )
+        self.pad_id = pad_id(tokenizer)
+        self.marker_len = len(tokenizer(self.marker, add_special_tokens=False)["input_ids"])
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        verify: bool = True,
+        **kwargs: Any,
+    ) -> Reader:
+        """A checkpoint directory (``models.load_checkpoint``; ``verify=False`` skips its
+        checksums) as a reader; ``T_fitted`` from its own ``rlcd.json`` (none: not fitted)
+        unless given (or ``T`` is)."""
+        model, tokenizer, meta = load_checkpoint(path, device=device, verify=verify)
+        if "T_fitted" not in kwargs and kwargs.get("T") is None:
+            kwargs["T_fitted"] = temperature_fitted(raw_meta(path))[0]
+        return cls(model, tokenizer, meta, **kwargs)
+
+    # ------------------------------------------------------------------ prompts
+    def prompt(
+        self, question: str, *, direct: bool = False, options: Sequence[str] | None = None
+    ) -> str:
+        """:func:`build_prompt` in this checkpoint's format, with its marker."""
+        return build_prompt(
+            self.tokenizer, question, direct=direct, marker=self.marker, chat=self.chat,
+            options=options,
+        )  # fmt: skip
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids of a complete prompt (no special tokens added)."""
+        return encode_prompts(self.tokenizer, [text])[0]
+
+    def options(self, labels: Sequence[str]) -> OptionTokens:
+        """The option tokens of ``labels`` after this checkpoint's marker and separator
+        (``readout.option_token_ids``; ``ValueError`` naming bad labels)."""
+        return option_token_ids(self.tokenizer, tuple(labels), self.marker, self.sep)
+
+    # ------------------------------------------------------------------ context budget
+    def check_fits(
+        self,
+        prompt_tokens: int,
+        bridge_tokens: int,
+        *,
+        mode: str = "reason",
+        max_new_tokens: int | None = None,
+    ) -> int:
+        """The positions a reading needs (:func:`reading_length` with this checkpoint's
+        marker; ``max_new_tokens`` None: ``default_new_tokens``); raises
+        :class:`ContextTooLong` when that is more than ``n_ctx`` (a model stating no limit
+        is not checked). The one context rule of every face."""
+        new = self.default_new_tokens if max_new_tokens is None else int(max_new_tokens)
+        needed = reading_length(
+            prompt_tokens, bridge_tokens, self.marker_len, mode=mode, max_new_tokens=new
+        )
+        if self.n_ctx is not None and needed > self.n_ctx:
+            raise ContextTooLong(prompt_tokens, needed, self.n_ctx, mode, new)
+        return needed
+
+    def _sizes(self, question: str, labels: Sequence[str], mode: str) -> tuple[int, int]:
+        """``(prompt tokens, bridge tokens)`` of the prompt :meth:`read` builds for
+        ``question`` (chat template and worked example included)."""
+        opts = self.options(labels)
+        prompt = self.prompt(question, direct=mode == "direct", options=opts.labels)
+        return len(self.encode(prompt)), len(opts.bridge)
+
+    def question_positions(
+        self,
+        question: str,
+        labels: Sequence[str],
+        *,
+        mode: str = "reason",
+        max_new_tokens: int | None = None,
+    ) -> tuple[int, int]:
+        """``(prompt tokens, positions)`` a reading of ``question`` uses at most: the prompt
+        :meth:`read` builds for it, then (not ``direct``) ``max_new_tokens`` rationale
+        tokens and the marker, then the bridge. Raises ``ValueError`` for bad labels or an
+        empty question; not the context check (:meth:`check_question`)."""
+        n_prompt, n_bridge = self._sizes(question, labels, mode)
+        new = self.default_new_tokens if max_new_tokens is None else int(max_new_tokens)
+        return n_prompt, reading_length(
+            n_prompt, n_bridge, self.marker_len, mode=mode, max_new_tokens=new
+        )
+
+    def check_question(
+        self,
+        question: str,
+        labels: Sequence[str],
+        *,
+        mode: str = "reason",
+        max_new_tokens: int | None = None,
+    ) -> tuple[int, int]:
+        """:meth:`question_positions`, refused past the context (:meth:`check_fits`:
+        :class:`ContextTooLong`)."""
+        n_prompt, n_bridge = self._sizes(question, labels, mode)
+        return n_prompt, self.check_fits(
+            n_prompt, n_bridge, mode=mode, max_new_tokens=max_new_tokens
+        )
+
+    # ------------------------------------------------------------------ readouts
+    def calibrate(self, logits: Tensor | np.ndarray | Sequence) -> np.ndarray:
+        """Calibrated readouts ``softmax(z / T)`` ``(..., K)`` in float64
+        (``metrics.apply_temperature``) of option logits ``z``."""
+        if isinstance(logits, Tensor):
+            logits = logits.detach().double().cpu().numpy()
+        return apply_temperature(np.asarray(logits, dtype=np.float64), self.T)
+
+    def calibrated(self, reading: Reading) -> np.ndarray:
+        """A reading's calibrated readouts ``(M, K)``: ``softmax(logits / T)`` per rationale
+        (its ``u`` is the raw ``softmax(logits)``)."""
+        return self.calibrate(reading.logits)
+
+    def read(
+        self,
+        questions: Sequence[str],
+        option_lists: Sequence[Sequence[str]],
+        *,
+        mode: Mode = "reason",
+        m: int = 1,
+        max_new_tokens: int | None = None,
+        sampling_temperature: float = 1.0,
+        seed: int | None = 0,
+        batch_size: int = 64,
+        on_batch: Callable[[int], object] | None = None,
+    ) -> list[Reading]:
+        """Raw readings (:func:`read`) in this checkpoint's prompt format, marker and
+        sampler; ``max_new_tokens`` None: ``default_new_tokens``. Calibrate them with
+        :meth:`calibrated`."""
+        return read(
+            self.model, self.tokenizer, questions, option_lists, mode=mode, m=m,
+            max_new_tokens=self.default_new_tokens if max_new_tokens is None else max_new_tokens,
+            temperature=sampling_temperature, seed=seed, marker=self.marker, sep=self.sep,
+            batch_size=batch_size, on_batch=on_batch, chat=self.chat, sampler=self.sampler,
+        )  # fmt: skip
+
+    @torch.no_grad()
+    def direct(
+        self,
+        groups: Sequence[Sequence[Sequence[int]]],
+        option_ids: Tensor | Sequence[Sequence[int]],
+        *,
+        share_prefix: bool = True,
+    ) -> tuple[Tensor, Tensor]:
+        """Raw direct readouts ``(u, logits)`` ``(R, K)`` of token-id prompts that end with
+        the marker and bridge, grouped by what they share (the questions about one state):
+        :func:`shared_prefix_readout` when ``share_prefix`` and a group holds more than one
+        prompt, else one plain pass (``readout.readout``). ``option_ids`` ``(R, K)`` for the
+        ``R`` prompts in order (-1 = absent option)."""
+        if share_prefix and any(len(g) > 1 for g in groups):
+            return shared_prefix_readout(self.model, groups, option_ids, self.pad_id)
+        flat = [list(s) for g in groups for s in g]
+        ids, mask = left_pad(flat, self.pad_id, self.model.device)
+        return readout_at_end(self.model, ids, mask, option_ids)
+
+    # ------------------------------------------------------------------ sampling
+    def sample(
+        self,
+        prompts: Sequence[str],
+        m: int,
+        max_new_tokens: int | None = None,
+        *,
+        bridge: Sequence[int] | Sequence[Sequence[int]] = (),
+        sampling_temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Rationales:
+        """``m`` rationales per prompt (:func:`sample_rationales`) with this checkpoint's
+        marker and sampler; ``max_new_tokens`` None: ``default_new_tokens``."""
+        return sample_rationales(
+            self.model, self.tokenizer, prompts, m,
+            self.default_new_tokens if max_new_tokens is None else max_new_tokens,
+            bridge=bridge, marker=self.marker, temperature=sampling_temperature, top_p=top_p,
+            seed=seed, sampler=self.sampler, should_stop=should_stop,
+        )  # fmt: skip
+
+    def score(
+        self, rats: Rationales, option_ids: Tensor | Sequence[int]
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Raw ``(u, logits, logp_r)`` of sampled rationales (:func:`score_rationales`);
+        ``option_ids`` ``(K,)`` shared or ``(B, K)`` per prompt."""
+        return score_rationales(self.model, rats, option_ids)
+
+    def generate_text(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int,
+        *,
+        sampling_temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] = 0,
+    ) -> list[str]:
+        """Free text, one sample per prompt (:func:`generate_text`) with this sampler."""
+        return generate_text(
+            self.model, self.tokenizer, prompts, max_new_tokens, temperature=sampling_temperature,
+            top_p=top_p, seed=seed, sampler=self.sampler,
+        )  # fmt: skip

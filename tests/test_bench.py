@@ -186,7 +186,7 @@ def _check_report(out, bench: str) -> dict:
     summary = json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
     assert summary["bench"] == bench
     html = (out / "report.html").read_text()
-    assert "plotly.min.js\"></script>" in html and len(html) < 300_000  # referenced, not inlined
+    assert 'plotly.min.js"></script>' in html and len(html) < 300_000  # referenced, not inlined
     assert "plotly.js v" not in html and (out / "report.md").read_text().startswith("# ")
     return summary
 

@@ -343,3 +343,147 @@ def test_shared_prompt_pass_under_ddp(tokenizer, tiny_lm, tmp_path):
     finally:
         dist.destroy_process_group()
     assert plain  # the fixture model has gradients at all
+
+
+# ------------------------------------------------------------------------ the Reader
+def test_reader_calibrated_readout_is_softmax_of_logits_over_T(tokenizer, tiny_lm):
+    from rlcd_lab.reader import Reader
+
+    T = 1.7
+    reader = Reader(tiny_lm, tokenizer, {"temperature": T, "method": "calibrate"})
+    assert reader.T == T and reader.T_fitted and reader.prompt_format == "plain"
+    opts = option_token_ids(tokenizer, ["Y", "N"])
+    questions = ["Q: 1?", "Q: 22?"]
+    readings = reader.read(questions, [["Y", "N"]] * 2, mode="direct")
+    for q, r in zip(questions, readings, strict=True):
+        # by hand: one forward pass over "question \n Answer:" + the bridge, the option
+        # logits at the last position, softmax(z / T) in float64
+        ids = tokenizer(q + "\nAnswer:", add_special_tokens=False)["input_ids"] + list(opts.bridge)
+        with torch.no_grad():
+            last = tiny_lm(input_ids=torch.tensor([ids])).logits[0, -1]
+        z = last[list(opts.ids)].double()
+        torch.testing.assert_close(r.logits[0].double(), z, atol=1e-5, rtol=0)
+        by_hand = torch.softmax(z / T, -1).numpy()
+        assert reader.calibrated(r)[0] == pytest.approx(by_hand, abs=1e-6)
+        assert r.u[0].numpy() == pytest.approx(torch.softmax(z, -1).numpy(), abs=1e-6)  # raw
+        # calibrate is exactly softmax(logits / T) of the reading's own logits
+        exact = torch.softmax(r.logits.double() / T, -1).numpy()
+        assert reader.calibrate(r.logits) == pytest.approx(exact, abs=1e-15)
+    # reason mode: the readings read() gives, calibrated row by row
+    (r,) = reader.read(["Q: 1?"], [["Y", "N"]], m=3, max_new_tokens=6, seed=4)
+    assert reader.calibrated(r) == pytest.approx(
+        torch.softmax(r.logits.double() / T, -1).numpy(), abs=1e-15
+    )
+    # a base checkpoint's recorded T = 1 is not a fit; an explicit T is
+    assert not Reader(tiny_lm, tokenizer, {"method": "pretrain", "temperature": 1.0}).T_fitted
+    assert Reader(tiny_lm, tokenizer, {}, T=2.0).T_fitted
+    with pytest.raises(ValueError, match="positive and finite"):
+        Reader(tiny_lm, tokenizer, {}, T=0.0)
+
+
+def test_reader_direct_shares_the_prefix_and_matches_one_pass(tokenizer, tiny_lm):
+    from rlcd_lab.reader import Reader
+
+    reader = Reader(tiny_lm, tokenizer)
+    opts = option_token_ids(tokenizer, ["Y", "N"])
+    rows = [
+        reader.encode(reader.prompt(q, direct=True)) + list(opts.bridge)
+        for q in ("state 1. Q: a?", "state 1. Q: bb?", "other. Q: c?")
+    ]
+    groups = [rows[:2], rows[2:]]
+    option_ids = torch.tensor([list(opts.ids)] * 3)
+    u, z = reader.direct(groups, option_ids)
+    u1, z1 = reader.direct(groups, option_ids, share_prefix=False)
+    torch.testing.assert_close(z, z1, atol=1e-5, rtol=0)
+    texts = [reader.prompt(q, direct=True) for q in ("state 1. Q: a?",)]
+    u_ref, _ = direct_readout(tiny_lm, tokenizer, texts, opts.ids, opts.bridge)
+    torch.testing.assert_close(u[:1], u_ref, atol=1e-5, rtol=0)
+
+
+def test_context_rule_is_one_function_for_decide_and_the_ask_tab(tokenizer, marker_lm, monkeypatch):
+    """decide (task format: the state is the prompt) and the Ask tab read "1" * n as the
+    same prompt "1" * n + "\\n"; with 8 rationale tokens, the marker (7) and the bridge (1)
+    it needs n + 17 positions of marker_lm's 512: both accept 495 and refuse 496, through
+    the same ``Reader.check_fits``."""
+    from rlcd_lab.dashboard.ask_tab import ask_model
+    from rlcd_lab.decide import DecisionError, DecisionModel
+    from rlcd_lab.reader import ContextTooLong, Reader
+
+    calls = []
+    real = Reader.check_fits
+
+    def spy(self, *args, **kwargs):
+        try:
+            return real(self, *args, **kwargs)
+        except ContextTooLong as err:
+            calls.append((err.prompt_tokens, err.needed, err.n_ctx))
+            raise
+
+    monkeypatch.setattr(Reader, "check_fits", spy)
+    meta = {"options": ["Y", "N"]}
+    dm = DecisionModel(marker_lm, tokenizer, meta)
+    assert dm.prompt_format == "task" and dm.n_ctx == 512
+    noul = {"q": {"type": "noul"}}
+    assert dm.decide("1" * 495, noul, mode="reason", m=1, max_new_tokens=8).answers["q"]
+    with pytest.raises(DecisionError, match="needs 513 positions.*at most 512"):
+        dm.decide("1" * 496, noul, mode="reason", m=1, max_new_tokens=8)
+    assert ask_model(marker_lm, tokenizer, meta, "1" * 495, ["Y", "N"], m=1, max_new_tokens=8)
+    with pytest.raises(ValueError, match="prompt is 497 tokens.*needs 513 positions"):
+        ask_model(marker_lm, tokenizer, meta, "1" * 496, ["Y", "N"], m=1, max_new_tokens=8)
+    assert calls == [(497, 513, 512)] * 2  # the same refusal, from the same rule
+    # direct mode needs the prompt (with the marker) and the bridge only
+    reader = Reader(marker_lm, tokenizer, meta)
+    assert reader.check_question("1" * 496, ["Y", "N"], mode="direct") == (504, 505)
+
+
+def test_decoding_does_not_import_the_reader():
+    """The sampler floor (rlcd_lab.sampling) sits below both: importing the decoding loop
+    first loads neither the reader nor a cycle through it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rlcd_lab.decoding\n"
+        "assert 'rlcd_lab.reader' not in sys.modules, sorted(sys.modules)\n"
+        "import rlcd_lab.reader as r, rlcd_lab.sampling as s\n"
+        "assert r.Generated is s.Generated and r.Sampler is s.Sampler\n"
+        "assert r.SamplingStopped is s.SamplingStopped and r.pad_id is s.pad_id\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_generate_text_is_seeded_per_prompt_and_stops_at_eos(tokenizer, tiny_lm):
+    from rlcd_lab.decoding import kv_sampler
+    from rlcd_lab.reader import generate_text, hf_sampler, mix_seed
+
+    prompts = ["Q: 1?\n", "Q: 22?\n", "Q: 333?\n"]
+    seeds = [mix_seed(7, i) for i in range(3)]
+    both = generate_text(tiny_lm, tokenizer, prompts, 12, seed=7)
+    assert len(both) == 3 and all(len(t) <= 12 for t in both)
+    alone = [
+        generate_text(tiny_lm, tokenizer, [p], 12, seed=[s])[0]
+        for p, s in zip(prompts, seeds, strict=True)
+    ]
+    assert alone == both  # a text depends on its prompt and seed, not on the batch
+    assert generate_text(tiny_lm, tokenizer, prompts, 12, seed=7, sampler=hf_sampler) == both
+    assert generate_text(tiny_lm, tokenizer, prompts, 12, seed=8) != both
+    # EOS ends a row (and is not decoded): a head whose logits put EOS far ahead
+    eos = tokenizer.eos_token_id
+    model = copy.deepcopy(tiny_lm)
+    model.generation_config.eos_token_id = eos
+    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[eos] = 100.0
+    model.lm_head = head
+    seen = []
+
+    def spy(*args, **kwargs):  # the default sampler, its arguments and output recorded
+        seen.append((kwargs, kv_sampler(*args, **kwargs)))
+        return seen[-1][1]
+
+    assert generate_text(model, tokenizer, prompts, 12, seed=7, sampler=spy) == [""] * 3
+    ((kwargs, out),) = seen
+    assert kwargs["marker"] is None and kwargs["eos"] == [eos]  # free text: no marker
+    assert out.end.tolist() == [1, 1, 1] and out.tokens[:, 0].tolist() == [eos] * 3

@@ -1,13 +1,15 @@
 """Ask tab: sample M rationales from a checkpoint, read each one's calibrated readout, route.
 
 For a question and its option labels the model writes ``M`` rationales that end in the
-marker and one forward pass reads each rationale's option logits, through
-:func:`rlcd_lab.reader.read` (as training and :func:`rlcd_lab.evaluate.run_eval` do).
-The checkpoint's fitted temperature T (``rlcd.json`` ``"temperature"``) is applied to those logits:
-``u_i = softmax(logits_i / T)``; a checkpoint whose T was never fitted (a ``pretrain`` base
-model, a converted pretrained model) is read raw and said to be "not fitted"
-(:func:`temperature_status`). The single-query answer is the first rationale's readout
-(what the eval dumps and the Routing tab use); the mixture is ``p = mean_i u_i``.
+marker and one forward pass reads each rationale's option logits, through the checkpoint's
+:class:`rlcd_lab.reader.Reader` (``Reader.read``: :func:`rlcd_lab.reader.read`, as training
+and :func:`rlcd_lab.evaluate.run_eval` read). The Reader owns the prompt format, the
+context rule and the fitted temperature T (``rlcd.json`` ``"temperature"``), applied to
+those logits: ``u_i = softmax(logits_i / T)`` (``Reader.calibrated``); a checkpoint whose
+T was never fitted (a ``pretrain`` base model, a converted pretrained model; its recorded
+T is 1) is read raw and said to be "not fitted" (:func:`temperature_status`). The
+single-query answer is the first rationale's readout (what the eval dumps and the Routing
+tab use); the mixture is ``p = mean_i u_i``.
 The routing decision is a :class:`rlcd_lab.routing.DecisionRule`: by default max p of the
 single query against the threshold; the tab can switch to the mixture and to the
 chance-corrected confidence (the server's measure), and says which rule it applied.
@@ -19,7 +21,8 @@ waits (the app runs one model request at a time, see :mod:`.ui`): a question lon
 :data:`MAX_QUESTION_CHARS` (options text: :data:`MAX_OPTIONS_CHARS`) is refused before
 anything is tokenised or loaded, and a prompt that, with ``max_new_tokens`` rationale tokens,
 the marker and the answer, needs more positions than the model reads
-(:func:`context_length`) is refused before sampling. Both come back as ``gr.Error`` naming
+(:func:`context_length`) is refused before sampling (``Reader.check_question``, the rule
+the decision server applies too). Both come back as ``gr.Error`` naming
 the limit and the actual size.
 """
 
@@ -36,13 +39,12 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
-from .. import metrics, plots
+from .. import plots
 from ..assets import ASSETS
-from ..decide import temperature_fitted
 from ..models import META_FILE, load_checkpoint, read_meta
-from ..reader import build_prompt, encode_prompts, item_options, read
+from ..models import context_length as context_length  # re-exported: the tab's limit
+from ..reader import ContextTooLong, Reader, detect_prompt_format, temperature_fitted
 from ..routing import DEFAULT_THRESHOLD, DecisionRule
 from ..tasks import TaskItem, load_task_items
 from .common import checkpoint_dir, compact_layout
@@ -133,20 +135,6 @@ def check_sizes(question: str | None, options: str | None = None) -> None:
             )
 
 
-def context_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int | None:
-    """The most positions the model reads: the smaller of the config's
-    ``max_position_embeddings`` (``n_positions`` in GPT-2-style configs) and the tokenizer's
-    ``model_max_length``, of those that are set (transformers stores a huge sentinel,
-    ``VERY_LARGE_INTEGER``, when the tokenizer does not know it); None when neither is."""
-    config = model.config
-    limits = [
-        getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None),
-        getattr(tokenizer, "model_max_length", None),
-    ]
-    known = [int(n) for n in limits if isinstance(n, int) and 0 < n < VERY_LARGE_INTEGER]
-    return min(known) if known else None
-
-
 def positions_needed(
     tokenizer: PreTrainedTokenizerBase,
     meta: dict,
@@ -156,14 +144,11 @@ def positions_needed(
 ) -> tuple[int, int]:
     """``(prompt tokens, positions)`` a reading of ``question`` uses at most: the prompt
     :func:`rlcd_lab.reader.read` builds for it (chat template and worked example included),
-    then ``max_new_tokens`` rationale tokens, the marker and the bridge to the answer token.
+    then ``max_new_tokens`` rationale tokens, the marker and the bridge to the answer token
+    (``Reader.question_positions``; a reader without a model, which only builds prompts).
     Raises ``ValueError`` for bad labels or an empty question (as ``read`` would)."""
-    marker, sep = meta.get("marker", "Answer:"), meta.get("sep", " ")
-    (opts,) = item_options(tokenizer, [list(labels)], marker, sep)
-    prompt = build_prompt(tokenizer, question, marker=marker, options=opts.labels)
-    (ids,) = encode_prompts(tokenizer, [prompt])
-    marker_ids = tokenizer(marker, add_special_tokens=False)["input_ids"]
-    return len(ids), len(ids) + int(max_new_tokens) + len(marker_ids) + len(opts.bridge)
+    reader = Reader(None, tokenizer, meta)  # type: ignore[arg-type]
+    return reader.question_positions(question, list(labels), max_new_tokens=int(max_new_tokens))
 
 
 @lru_cache(maxsize=8)
@@ -225,28 +210,27 @@ def ask_model(
     (first rationale): ``probs``, ``answer``, ``confidence``. Raises ``ValueError`` for
     bad labels (:func:`rlcd_lab.readout.option_token_ids`), an empty question, or a
     question whose reading needs more positions than the model reads
-    (:func:`positions_needed` > :func:`context_length`; checked before sampling).
+    (``Reader.check_question``: :func:`positions_needed` > :func:`context_length`; checked
+    before sampling).
     """
-    marker, sep = meta.get("marker", "Answer:"), meta.get("sep", " ")
-    T = float(meta.get("temperature") or 1.0)
+    reader = Reader(model, tokenizer, meta)
     labels = list(labels)
-    n_ctx = context_length(model, tokenizer)
-    if n_ctx is not None:
-        n_prompt, needed = positions_needed(tokenizer, meta, question, labels, max_new_tokens)
-        if needed > n_ctx:
-            raise ValueError(
-                f"the question is too long for this model: its prompt is {n_prompt:,} tokens, "
-                f"and with {int(max_new_tokens)} rationale tokens, the marker and the answer a "
-                f"reading needs {needed:,} positions, but the model reads at most {n_ctx:,}; "
-                "shorten the question or lower the max rationale tokens"
-            )
-    (r,) = read(
-        model, tokenizer, [question], [labels], m=int(m), max_new_tokens=int(max_new_tokens),
-        temperature=float(temperature), seed=None if seed is None else int(seed),
-        marker=marker, sep=sep,
+    try:
+        reader.check_question(question, labels, max_new_tokens=int(max_new_tokens))
+    except ContextTooLong as err:
+        raise ValueError(
+            f"the question is too long for this model: its prompt is {err.prompt_tokens:,} "
+            f"tokens, and with {int(max_new_tokens)} rationale tokens, the marker and the "
+            f"answer a reading needs {err.needed:,} positions, but the model reads at most "
+            f"{err.n_ctx:,}; shorten the question or lower the max rationale tokens"
+        ) from None
+    (r,) = reader.read(
+        [question], [labels], m=int(m), max_new_tokens=int(max_new_tokens),
+        sampling_temperature=float(temperature), seed=None if seed is None else int(seed),
     )  # fmt: skip
     u_raw, logits = r.u, r.logits.numpy().astype(np.float64)
-    u = metrics.apply_temperature(logits, T)
+    u = reader.calibrated(r)
+    T, marker = reader.T, reader.marker
     p = u.mean(0)
     single = u[0]
     rows = [
@@ -506,7 +490,7 @@ def _example_label(item: TaskItem) -> str:
 
 def temperature_status(path: Path, meta: dict) -> tuple[bool, str]:
     """``(fitted, note)``: whether the checkpoint's T was fitted, and a note saying why not
-    (else ``""``): :func:`rlcd_lab.decide.temperature_fitted` of its own ``rlcd.json``
+    (else ``""``): :func:`rlcd_lab.reader.temperature_fitted` of its own ``rlcd.json``
     (the method taken from ``meta`` when the file does not record one)."""
     try:
         raw = json.loads((path / META_FILE).read_text())
@@ -520,10 +504,9 @@ def prompt_format(path: Path, meta: dict) -> str:
     """How the Ask tab and the server prompt this checkpoint: ``task`` (its rlcd.json lists
     its own ``options``: a character-level model that only knows its task's format),
     ``chat`` (its tokenizer has a chat template) or ``plain`` (see
-    :class:`rlcd_lab.decide.DecisionModel`)."""
-    if has_chat_template(path):
-        return "chat"
-    return "task" if len(meta.get("options") or ()) >= 2 else "plain"
+    :class:`rlcd_lab.decide.DecisionModel`): ``reader.detect_prompt_format``, the rule the
+    Reader applies, with the template read from the files (the model is not loaded)."""
+    return detect_prompt_format(has_chat_template(path), meta)
 
 
 FORMATS = {

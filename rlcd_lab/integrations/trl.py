@@ -206,7 +206,7 @@ def rlcd_dataset(
 
 # ---------------------------------------------------------------- completions -> rationales
 def replay_sampler(completions: Sequence[Sequence[int]]) -> Sampler:
-    """A ``reader`` :data:`Sampler` that returns given completions (token ids, row ``i``
+    """A ``reader`` :class:`Sampler` that returns given completions (token ids, row ``i``
     for row ``i`` of the batch) and stops each where our loop's sampler would have: at
     the first token whose decoded window contains the marker, or at a token of ``eos``
     (``decoding._StopCheck``, the rule of ``reader._MarkerStop``). A completion that

@@ -451,10 +451,13 @@ PROPOSER_INSTRUCTION = (
 def proposer_prompt(tokenizer: Any, question: str, instruction: str = PROPOSER_INSTRUCTION) -> str:
     """The text a proposer model continues: ``instruction``, a blank line and the question
     as one user message through the tokenizer's chat template (with the generation
-    prompt) when it has one, else ``"<instruction>\\n\\nQuestion: <q>\\nSolution:"``."""
+    prompt, ``reader.chat_text``) when it has one, else
+    ``"<instruction>\\n\\nQuestion: <q>\\nSolution:"``."""
     if getattr(tokenizer, "chat_template", None):
+        from ..reader import chat_text
+
         message = [{"role": "user", "content": f"{instruction}\n\n{question.strip()}"}]
-        return tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+        return chat_text(tokenizer, message)
     return f"{instruction}\n\nQuestion: {question.strip()}\nSolution:"
 
 
@@ -471,52 +474,39 @@ def hf_proposer(
     progress: bool = False,
 ) -> Callable[[list[str]], list[str]]:
     """A ``propose`` for ``convert_gsm8k_verify``: sample one solution per question from a
-    causal LM (e.g. ``rlcd_lab.models.load_checkpoint(...)[:2]``) with ``model.generate``.
+    causal LM (e.g. ``rlcd_lab.models.load_checkpoint(...)[:2]``) through the reader's
+    sampler (``reader.generate_text``: the seeded KV-cached sampler rationales are drawn
+    with, here without a marker).
 
     The prompt is ``proposer_prompt`` (the tokenizer's chat template when it has one).
     Questions go in batches of ``batch_size``, left-padded, sampled (``temperature``,
     ``top_p``) for at most ``max_new_tokens``, stopping at the model's EOS; the new tokens
     are decoded without special tokens. The model is used as given (device, dtype,
-    eval mode: ``load_checkpoint`` returns it so). Each call is reproducible (for the same
-    questions and ``batch_size``): the torch generator is seeded with ``seed`` once per
-    call inside ``torch.random.fork_rng``, so the global RNG is untouched.
+    eval mode: ``load_checkpoint`` returns it so). Reproducible: question ``i`` of a call
+    is drawn with seed ``mix_seed(seed, i)`` (``reader.mix_seed``), so its proposal does
+    not depend on ``batch_size`` or the other questions; the global RNG is untouched.
     """
-    import torch
-
-    from ..reader import left_pad, pad_id
+    from ..reader import generate_text, mix_seed
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(
             f"need batch_size >= 1 and max_new_tokens >= 1, got {batch_size}, {max_new_tokens}"
         )
 
-    pad = pad_id(tokenizer)
-
-    @torch.no_grad()
     def propose(questions: list[str]) -> list[str]:
         out: list[str] = []
         starts = range(0, len(questions), batch_size)
-        devices = [model.device] if model.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            for start in tqdm(starts, desc="proposals", disable=not progress):
-                texts = [
-                    proposer_prompt(tokenizer, q, instruction)
-                    for q in questions[start : start + batch_size]
-                ]
-                rows = tokenizer(texts, add_special_tokens=False)["input_ids"]
-                ids, mask = left_pad([list(r) for r in rows], pad, model.device)
-                gen = model.generate(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_p=top_p,
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=pad,
-                )
-                new = gen[:, ids.shape[1] :].cpu()
-                out += tokenizer.batch_decode(new, skip_special_tokens=True)
+        for start in tqdm(starts, desc="proposals", disable=not progress):
+            batch = questions[start : start + batch_size]
+            out += generate_text(
+                model,
+                tokenizer,
+                [proposer_prompt(tokenizer, q, instruction) for q in batch],
+                max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=[mix_seed(seed, start + i) for i in range(len(batch))],
+            )
         return out
 
     return propose

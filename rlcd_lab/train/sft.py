@@ -15,8 +15,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..reader import build_prompt, encode_prompts, item_options, left_pad, pad_id
-from ..readout import position_ids
+from ..reader import direct_logits
 from .common import releases_run, setup
 from .configs import SFTConfig  # the settings (no torch); re-exported here
 
@@ -26,24 +25,17 @@ def train(cfg: SFTConfig) -> Path:
     """Run (or resume) SFT; returns the run directory."""
     s = setup(cfg, needs_ref=False, eval_mode="direct")
     marker, sep = s.meta["marker"], s.meta["sep"]
-    pad = pad_id(s.tok)
     for step in (bar := s.steps("sft")):
         t0, rows = time.perf_counter(), []
         for batch in s.micro_batches(step):
-            opts = item_options(s.tok, [it.options for it in batch.items], marker, sep)
-            texts = [
-                build_prompt(s.tok, it.prompt, direct=True, marker=marker, options=o.labels)
-                for it, o in zip(batch.items, opts, strict=True)
-            ]
-            rows_ids = encode_prompts(s.tok, texts, [o.bridge for o in opts])
-            ids, mask = left_pad(rows_ids, pad, s.device)
+            # the direct reading's logits over the whole vocabulary (reader.direct_logits)
+            logits, opts = direct_logits(
+                s.wrapped, s.tok, [it.prompt for it in batch.items],
+                [it.options for it in batch.items], marker=marker, sep=sep, device=s.device,
+            )  # fmt: skip
             target = torch.tensor(
                 [o.ids[int(y)] for o, y in zip(opts, batch.y, strict=True)], device=s.device
             )
-
-            logits = s.wrapped(
-                input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)
-            ).logits[:, -1]
             loss = F.cross_entropy(logits.float(), target)
             s.backward(loss)
             rows.append({"loss": loss.item()})

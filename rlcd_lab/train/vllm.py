@@ -1,6 +1,6 @@
 """An optional vLLM sampler for the training loops (``--sampler vllm``, CUDA only).
 
-vLLM draws the rationales (``reader.Sampler`` signature); everything after the draw is the
+vLLM draws the rationales (a ``sampling.Sampler``); everything after the draw is the
 same as with ``reader.hf_sampler``: the marker is matched on decoded text, and the readout
 and ``log pi(r | x)`` are recomputed by the trained model (``score_rationales``), so the
 estimator is exact whatever engine sampled. The engine runs in the training process
@@ -17,14 +17,14 @@ Install with ``pip install 'rlcd_lab[vllm]'``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from peft import PeftModel
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..reader import Generated
+from ..sampling import Generated, SamplingStopped
 from .configs import TrainConfig
 
 
@@ -48,7 +48,8 @@ def hf_weights(model: PreTrainedModel) -> list[tuple[str, Tensor]]:
 
 
 class VLLMSampler:
-    """``reader.Sampler`` on a vLLM engine built from ``cfg.init`` at the first call."""
+    """A ``sampling.Sampler`` on a vLLM engine built from ``cfg.init`` at the first call
+    (``should_stop`` is asked once, before the draw: vLLM draws a batch in one call)."""
 
     def __init__(self, cfg: TrainConfig, gpu_memory_utilization: float = 0.3):
         self.cfg, self.memory = cfg, gpu_memory_utilization
@@ -81,12 +82,16 @@ class VLLMSampler:
         *,
         row_seeds: Sequence[int],
         max_new_tokens: int,
-        marker: str,
+        marker: str | None,
         eos: Sequence[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Generated:
         from vllm import SamplingParams
+
+        if should_stop is not None and should_stop():
+            raise SamplingStopped("should_stop() asked the sampler to stop")
 
         llm = self._engine()
         if self._stale:
@@ -104,7 +109,7 @@ class VLLMSampler:
                 top_p=top_p,
                 max_tokens=max_new_tokens,
                 seed=int(seed) % 2**63,
-                stop=[marker],
+                stop=[] if marker is None else [marker],
                 include_stop_str_in_output=True,
             )
             for seed in row_seeds
@@ -113,7 +118,7 @@ class VLLMSampler:
         return generated(outputs, marker, eos)
 
 
-def generated(outputs, marker: str, eos: Sequence[int]) -> Generated:
+def generated(outputs, marker: str | None, eos: Sequence[int]) -> Generated:
     """vLLM's ``RequestOutput`` list as ``Generated``: a row that stopped on the marker
     ends there; one that stopped on EOS ends with the EOS token (appended when vLLM left it
     out); one that ran out of tokens has ``end = -1``."""
@@ -121,7 +126,7 @@ def generated(outputs, marker: str, eos: Sequence[int]) -> Generated:
     for out in outputs:
         done = out.outputs[0]
         tokens = list(done.token_ids)
-        hit = done.finish_reason == "stop" and done.stop_reason == marker
+        hit = marker is not None and done.finish_reason == "stop" and done.stop_reason == marker
         ended_eos = done.finish_reason == "stop" and not hit
         if ended_eos and eos and (not tokens or tokens[-1] not in eos):
             tokens.append(eos[0])
