@@ -165,7 +165,7 @@ class DataConvert:
     """gsm8k-verify: show the proposal's final number, or its whole solution."""
     max_new_tokens: int = 256
     """gsm8k-verify: tokens per proposal."""
-    temperature: float = 1.0
+    sampling_temperature: float = 1.0
     """gsm8k-verify: sampling temperature of the proposals."""
     batch_size: int = 8
     """gsm8k-verify: questions per generate call."""
@@ -558,7 +558,7 @@ def _run(cfg) -> None:
                 model,
                 tok,
                 max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
+                sampling_temperature=cfg.sampling_temperature,
                 batch_size=cfg.batch_size,
                 seed=cfg.seed,
                 progress=True,

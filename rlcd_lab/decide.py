@@ -78,6 +78,7 @@ from __future__ import annotations
 import math
 import string
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -171,7 +172,26 @@ DEFAULT_INSTRUCTIONS = {
     "choice": "Which option applies?",
     "score": "Which level applies?",
 }
-_temperature_fitted = temperature_fitted  # for DecisionModel, whose argument has its name
+_OLD_KEYWORDS = {"temperature": "T", "temperature_fitted": "T_fitted"}
+"""``DecisionModel`` keywords renamed (still accepted, with a ``DeprecationWarning``)."""
+
+
+def _renamed_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the old keyword names of :data:`_OLD_KEYWORDS` under their new ones
+    (a ``DeprecationWarning`` each; ``TypeError`` when both names are given)."""
+    out = dict(kwargs)
+    for old, new in _OLD_KEYWORDS.items():
+        if old in out:
+            if new in out:
+                raise TypeError(f"DecisionModel got both {old}= and {new}= (use {new}=)")
+            warnings.warn(
+                f"DecisionModel({old}=) is deprecated: use {new}= (the fitted calibration "
+                "temperature, not the sampling temperature)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            out[new] = out.pop(old)
+    return out
 
 
 # --------------------------------------------------------------------------- options
@@ -296,13 +316,15 @@ class DecisionModel:
     ``prompt_format``: ``auto`` picks ``chat`` when the tokenizer has a chat template,
     ``task`` when ``meta`` lists the checkpoint's ``options``, else ``plain``
     (``reader.detect_prompt_format``).
-    ``temperature`` overrides ``meta["temperature"]`` (the fitted T). ``max_state_tokens``
+    ``T`` overrides the fitted calibration temperature of ``meta`` (``rlcd.json`` ``"T"``).
+    ``max_state_tokens``
     bounds the rendered state; ``batch_rows`` the rows of one forward pass (a rationale
     counts once per sample); ``prefix_cache=False`` runs every prompt in full instead of
     reusing the state's prefix (same answers, for models whose cache cannot be reordered).
-    ``temperature_fitted``: whether T is a fitted calibration temperature (None: an
-    explicit ``temperature`` counts as fitted, else :func:`temperature_fitted` of ``meta``;
-    :meth:`from_checkpoint` reads the checkpoint's own ``rlcd.json``).
+    ``T_fitted``: whether T is a fitted calibration temperature (None: an explicit ``T``
+    counts as fitted, else :func:`temperature_fitted` of ``meta``; :meth:`from_checkpoint`
+    reads the checkpoint's own ``rlcd.json``). The old keywords ``temperature`` and
+    ``temperature_fitted`` still work, with a ``DeprecationWarning``.
     """
 
     def __init__(
@@ -312,20 +334,26 @@ class DecisionModel:
         meta: Mapping[str, Any] | None = None,
         *,
         prompt_format: PromptFormat = "auto",
-        temperature: float | None = None,
+        T: float | None = None,
         max_state_tokens: int = 4096,
         batch_rows: int = 64,
         prefix_cache: bool = True,
-        temperature_fitted: bool | None = None,
+        T_fitted: bool | None = None,
+        **old: Any,
     ):
+        unknown = set(old) - set(_OLD_KEYWORDS)
+        if unknown:
+            raise TypeError(f"DecisionModel got unexpected keyword(s) {sorted(unknown)}")
+        given = {k: v for k, v in (("T", T), ("T_fitted", T_fitted)) if v is not None}
+        kw = _renamed_keywords({**given, **old})
+        T, T_fitted = kw.get("T"), kw.get("T_fitted")
         self.reader = Reader(
-            model.eval(), tokenizer, meta, prompt_format=prompt_format, T=temperature,
-            T_fitted=temperature_fitted,
-        )  # fmt: skip
+            model.eval(), tokenizer, meta, prompt_format=prompt_format, T=T, T_fitted=T_fitted
+        )
         r = self.reader  # what the engine reads with, decided once (see Reader)
         self.model, self.tokenizer, self.meta = r.model, r.tokenizer, r.meta
         self.marker, self.sep, self.task_options = r.marker, r.sep, r.task_options
-        self.temperature, self.temperature_fitted = r.T, r.T_fitted
+        self.T, self.T_fitted = r.T, r.T_fitted
         self.prompt_format, self.n_ctx = r.prompt_format, r.n_ctx
         self.default_new_tokens, self.pad_id = r.default_new_tokens, r.pad_id
         self.max_state_tokens, self.batch_rows = max_state_tokens, batch_rows
@@ -345,9 +373,24 @@ class DecisionModel:
         its checksums) as a decision model; whether its T was fitted comes from its own
         ``rlcd.json`` (none: not fitted)."""
         model, tokenizer, meta = load_checkpoint(path, device=device, verify=verify)
-        if "temperature_fitted" not in kwargs and kwargs.get("temperature") is None:
-            kwargs["temperature_fitted"] = _temperature_fitted(raw_meta(path))[0]
+        kwargs = _renamed_keywords(kwargs)
+        if "T_fitted" not in kwargs and kwargs.get("T") is None:
+            kwargs["T_fitted"] = temperature_fitted(raw_meta(path))[0]
         return cls(model, tokenizer, meta, **kwargs)
+
+    @property
+    def temperature(self) -> float:
+        """Deprecated name of :attr:`T` (the fitted calibration temperature)."""
+        warnings.warn("DecisionModel.temperature is deprecated: use .T", DeprecationWarning, 2)
+        return self.T
+
+    @property
+    def temperature_fitted(self) -> bool:
+        """Deprecated name of :attr:`T_fitted`."""
+        warnings.warn(
+            "DecisionModel.temperature_fitted is deprecated: use .T_fitted", DeprecationWarning, 2
+        )
+        return self.T_fitted
 
     # ------------------------------------------------------------------ option tokens
     def _options(self, labels: tuple[str, ...]) -> OptionTokens | str:
@@ -640,7 +683,7 @@ class DecisionModel:
                         new_tokens,
                         bridge=bridge,
                         marker=self.reader.marker,
-                        temperature=temp,
+                        sampling_temperature=temp,
                         seed=seed + start,
                         sampler=self.reader.sampler,
                         should_stop=unwanted,

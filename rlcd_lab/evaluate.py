@@ -152,7 +152,7 @@ def run_eval(
     m: int = 1,
     max_new_tokens: int = 64,
     batch_size: int = 64,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     seed: int = 0,
     marker: str = MARKER,
     sep: str = SEP,
@@ -182,7 +182,8 @@ def run_eval(
     try:
         readings = read(
             model, tokenizer, [it.prompt for it in items], [it.options for it in items],
-            mode=mode, m=m, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+            mode=mode, m=m, max_new_tokens=max_new_tokens,
+            sampling_temperature=sampling_temperature, seed=seed,
             marker=marker, sep=sep, batch_size=batch_size,
             on_batch=None if bar is None else bar.update,
         )  # fmt: skip
@@ -208,7 +209,8 @@ def run_eval(
     if stated and mode == "reason":
         said = read_stated(
             model, tokenizer, [it.prompt for it in items], [it.options for it in items],
-            max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, marker=marker,
+            max_new_tokens=max_new_tokens, sampling_temperature=sampling_temperature, seed=seed,
+            marker=marker,
             sep=sep, cue=cue, batch_size=batch_size,
         )  # fmt: skip
         for row, s in zip(rows, said, strict=True):

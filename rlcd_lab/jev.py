@@ -339,7 +339,7 @@ def response_body(
         shown["deadline_s"] = deadline_s
         out["rlcd"] = {
             "options": shown,
-            "temperature": decider.temperature,
+            "temperature": decider.T,  # the fitted calibration T (wire key kept)
             "prompt_format": decider.prompt_format,
             "answers": result.details,
         }

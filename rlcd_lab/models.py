@@ -13,10 +13,10 @@ import math
 import os
 import string
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -124,7 +124,11 @@ CHECKSUM_VERSION = 2
 """``checksums.json`` format: version 2 lists every file of the checkpoint (config,
 ``rlcd.json``, tokenizer files, adapter config, weights, optimizer state); a manifest
 without ``version`` (version 1, written before) lists the weight files only."""
-DEFAULT_META = {"marker": MARKER, "sep": SEP, "temperature": 1.0}
+DEFAULT_META = {"marker": MARKER, "sep": SEP, "T": 1.0}
+T_KEY = "T"
+"""The ``rlcd.json`` key of the fitted calibration temperature T."""
+OLD_T_KEY = "temperature"
+"""Its name in checkpoints written before (still read: :func:`calibration_T`)."""
 _CHECKPOINT_MARKERS = ("adapter_config.json", META_FILE, CHECKSUM_FILE)
 
 
@@ -159,10 +163,29 @@ def _read_json_object(file: Path) -> dict:
     return data
 
 
+def calibration_T(meta: Mapping[str, Any] | None) -> Any:
+    """The fitted calibration temperature T an ``rlcd.json`` dict records: its ``"T"``,
+    else the old key ``"temperature"`` (checkpoints written before the rename); None when
+    it records neither. The one place that knows both keys."""
+    if not meta:
+        return None
+    return meta[T_KEY] if T_KEY in meta else meta.get(OLD_T_KEY)
+
+
+def upgrade_meta(meta: Mapping[str, Any] | None) -> dict:
+    """A copy of an ``rlcd.json`` dict with the old key ``"temperature"`` renamed to
+    ``"T"`` (``"T"`` wins when both are present), so nothing downstream sees the old key."""
+    out = dict(meta or {})
+    if OLD_T_KEY in out:
+        old = out.pop(OLD_T_KEY)
+        out.setdefault(T_KEY, old)
+    return out
+
+
 def validate_meta(meta: object, file: str | os.PathLike = META_FILE) -> dict:
     """Check an ``rlcd.json`` dict (merged over ``DEFAULT_META``); returns it unchanged.
 
-    ``marker`` a non-empty string, ``sep`` a string, ``temperature`` a finite number > 0,
+    ``marker`` a non-empty string, ``sep`` a string, ``T`` a finite number > 0,
     ``options`` (when set) a list of at least two distinct non-empty strings; the
     bookkeeping keys (``task``, ``method``, ``step``, ...) of the right type when set.
     Unknown keys pass. Raises ``CheckpointError`` naming ``file`` and the key.
@@ -178,9 +201,9 @@ def validate_meta(meta: object, file: str | os.PathLike = META_FILE) -> dict:
         raise bad("marker", "a non-empty string")
     if not isinstance(meta.get("sep"), str):
         raise bad("sep", "a string")
-    t = meta.get("temperature")
+    t = meta.get(T_KEY)
     if not _is_number(t) or not math.isfinite(t) or t <= 0:
-        raise bad("temperature", "a finite number > 0")
+        raise bad(T_KEY, "a finite number > 0")
     opts = meta.get("options")
     if opts is not None and (
         not isinstance(opts, list)
@@ -485,13 +508,14 @@ def save_checkpoint(
 
     A full model is saved with ``save_pretrained`` (safetensors); a PEFT model saves its
     adapter, whose config names the base model. ``meta`` holds the marker, option format,
-    task, method, step, fitted temperature and metrics (JSON-serialisable). ``extra(dir)``
+    task, method, step, fitted calibration temperature ``T`` and metrics (JSON-serialisable;
+    an old ``"temperature"`` key is written as ``"T"``, :func:`upgrade_meta`). ``extra(dir)``
     writes more files into the checkpoint (a training checkpoint's optimizer state) before
     the checksums (sha256 of every weight file, ``verify_checksums``) are taken. The
     directory appears complete or not at all (written to a temp dir, then renamed); an
     existing ``path`` must be a checkpoint directory or empty (``check_replaceable``).
     """
-    meta = {**DEFAULT_META, **(meta or {})}
+    meta = {**DEFAULT_META, **upgrade_meta(meta)}
     check_replaceable(path)
     with atomic_dir(path) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -519,10 +543,11 @@ def _has_weights(path: Path, stem: str) -> bool:
 
 def read_meta(path: str | os.PathLike) -> dict:
     """The checkpoint's ``rlcd.json`` merged over the defaults (defaults alone for a plain
-    HF model directory without one), checked by ``validate_meta`` (``CheckpointError``)."""
+    HF model directory without one), checked by ``validate_meta`` (``CheckpointError``).
+    The fitted T is under ``"T"``, whichever key the file uses (:func:`upgrade_meta`)."""
     file = Path(path) / META_FILE
     meta = _read_json_object(file) if file.exists() else {}
-    return validate_meta({**DEFAULT_META, **meta}, file)
+    return validate_meta({**DEFAULT_META, **upgrade_meta(meta)}, file)
 
 
 def _has_tokenizer(path: Path) -> bool:

@@ -56,7 +56,14 @@ from transformers import (
 
 from .decoding import kv_sampler
 from .metrics import apply_temperature
-from .models import DEFAULT_META, META_FILE, context_length, load_checkpoint
+from .models import (
+    DEFAULT_META,
+    META_FILE,
+    calibration_T,
+    context_length,
+    load_checkpoint,
+    upgrade_meta,
+)
 from .readout import MARKER, SEP, OptionTokens, option_logits, option_token_ids, position_ids
 from .readout import readout as readout_at_end
 from .sampling import (  # re-exported: the names every sampler shares
@@ -482,7 +489,7 @@ def sample_rationales(
     *,
     bridge: Sequence[int] | Sequence[Sequence[int]] = (),
     marker: str = MARKER,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int | Sequence[int] | None = None,
     sampler: Sampler | None = None,
@@ -492,7 +499,7 @@ def sample_rationales(
 
     ``prompts`` are complete texts (``build_prompt``); ``bridge`` is ``OptionTokens.bridge``
     (one shared, or one per prompt; appended after the marker so the readout sits at the
-    last column). ``temperature`` and ``top_p`` shape the sampling only; ``logp_r`` is
+    last column). ``sampling_temperature`` and ``top_p`` shape the sampling only; ``logp_r`` is
     always the model's own log-probability at temperature 1. See the module docstring for
     how the marker is matched and how EOS counts. ``sampler`` draws the tokens (None:
     :func:`default_sampler`); everything after it is shared.
@@ -532,7 +539,7 @@ def sample_rationales(
         max_new_tokens=max_new_tokens,
         marker=marker,
         eos=eos,
-        temperature=temperature,
+        temperature=sampling_temperature,
         top_p=top_p,
         **cancel,
     )
@@ -589,7 +596,7 @@ def generate_text(
     prompts: Sequence[str],
     max_new_tokens: int,
     *,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     top_p: float = 1.0,
     seed: int | Sequence[int] = 0,
     sampler: Sampler | None = None,
@@ -623,7 +630,7 @@ def generate_text(
         max_new_tokens=max_new_tokens,
         marker=None,
         eos=eos_ids(model),
-        temperature=temperature,
+        temperature=sampling_temperature,
         top_p=top_p,
     )
     width = out.tokens.shape[1]
@@ -813,7 +820,7 @@ def sample_questions(
     *,
     marker: str = MARKER,
     sep: str = SEP,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     seed: int | Sequence[int] | None = None,
     sampler: Sampler | None = None,
     chat: bool | None = None,
@@ -835,7 +842,7 @@ def sample_questions(
         max_new_tokens,
         bridge=[o.bridge for o in opts],
         marker=marker,
-        temperature=temperature,
+        sampling_temperature=sampling_temperature,
         seed=seed,
         sampler=sampler,
     )
@@ -852,7 +859,7 @@ def read(
     mode: Mode = "reason",
     m: int = 1,
     max_new_tokens: int = 64,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     seed: int | None = 0,
     marker: str = MARKER,
     sep: str = SEP,
@@ -891,7 +898,7 @@ def read(
         else:
             rats, ids = sample_questions(
                 model, tokenizer, qs, labels, m, max_new_tokens,
-                marker=marker, sep=sep, temperature=temperature,
+                marker=marker, sep=sep, sampling_temperature=sampling_temperature,
                 seed=None if seed is None else [mix_seed(seed, start + i) for i in range(len(qs))],
                 sampler=sampler, chat=chat,
             )  # fmt: skip
@@ -975,22 +982,23 @@ DEFAULT_NEW_TOKENS = 64
 SmolLM2): the Ask tab's and ``reader.read``'s default; a request's ``max_new_tokens``
 overrides it."""
 PRETRAINED_METHODS = ("pretrain", "pretrained")
-"""``rlcd.json`` methods of checkpoints whose temperature was never fitted: a base model
+"""``rlcd.json`` methods of checkpoints whose calibration T was never fitted: a base model
 from ``rlcd-lab pretrain``, a converted pretrained model (``rlcd-lab gguf smollm2``)."""
 
 
 def temperature_fitted(raw_meta: Mapping[str, Any] | None) -> tuple[bool, str]:
     """``(fitted, note)``: whether a checkpoint's calibration temperature T was fitted,
     from its own ``rlcd.json`` as written (``raw_meta``; None: there is none), not merged
-    over the defaults. Fitted means the file records ``"temperature"`` and the method is
+    over the defaults. Fitted means the file records T (``"T"``, or the old key
+    ``"temperature"``: :func:`rlcd_lab.models.calibration_T`) and the method is
     not a pretraining one (:data:`PRETRAINED_METHODS`: a base checkpoint's T = 1 is a
     default, not a fit). ``note`` says why not (else ``""``)."""
     raw = raw_meta if isinstance(raw_meta, Mapping) else {}
     method = raw.get("method")
     if method in PRETRAINED_METHODS:
         return False, f"method {method}: a base model, never calibrated"
-    if "temperature" not in raw:
-        return False, "no temperature in rlcd.json"
+    if calibration_T(raw) is None:
+        return False, "no T in rlcd.json"
     return True, ""
 
 
@@ -1058,7 +1066,7 @@ class Reader:
       :meth:`prompt`;
     * the context budget: ``n_ctx`` (``models.context_length``) and :meth:`check_fits`,
       the rule (:func:`reading_length`) every face checks a question with;
-    * the fitted calibration temperature ``T`` (``rlcd.json`` ``"temperature"``, 1 when
+    * the fitted calibration temperature ``T`` (``rlcd.json`` ``"T"``, 1 when
       none is recorded; ``T`` overrides it) and ``T_fitted`` (:func:`temperature_fitted`;
       a base model's recorded T = 1 is not a fit): :meth:`calibrate` is ``softmax(z / T)``;
       :meth:`read` returns raw readings (``u = softmax(z)``), :meth:`calibrated` their
@@ -1083,15 +1091,15 @@ class Reader:
         sampler: Sampler | None = None,
     ):
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
-        self.meta = {**DEFAULT_META, **(meta or {})}
+        self.meta = {**DEFAULT_META, **upgrade_meta(meta)}
         self.marker, self.sep = self.meta["marker"], self.meta["sep"]
         if T_fitted is None:
             T_fitted = T is not None or temperature_fitted(meta)[0]
         self.T_fitted = bool(T_fitted)
-        recorded = self.meta.get("temperature")
+        recorded = self.meta.get("T")
         self.T = float((1.0 if recorded is None else recorded) if T is None else T)
         if not (math.isfinite(self.T) and self.T > 0):
-            raise ValueError(f"temperature must be positive and finite, got {self.T}")
+            raise ValueError(f"T must be positive and finite, got {self.T}")
         self.task_options = tuple(self.meta.get("options") or ())
         if prompt_format == "auto":
             chat = getattr(tokenizer, "chat_template", None) is not None
@@ -1238,7 +1246,7 @@ class Reader:
         return read(
             self.model, self.tokenizer, questions, option_lists, mode=mode, m=m,
             max_new_tokens=self.default_new_tokens if max_new_tokens is None else max_new_tokens,
-            temperature=sampling_temperature, seed=seed, marker=self.marker, sep=self.sep,
+            sampling_temperature=sampling_temperature, seed=seed, marker=self.marker, sep=self.sep,
             batch_size=batch_size, on_batch=on_batch, chat=self.chat, sampler=self.sampler,
         )  # fmt: skip
 
@@ -1279,7 +1287,8 @@ class Reader:
         return sample_rationales(
             self.model, self.tokenizer, prompts, m,
             self.default_new_tokens if max_new_tokens is None else max_new_tokens,
-            bridge=bridge, marker=self.marker, temperature=sampling_temperature, top_p=top_p,
+            bridge=bridge, marker=self.marker, sampling_temperature=sampling_temperature,
+            top_p=top_p,
             seed=seed, sampler=self.sampler, should_stop=should_stop,
         )  # fmt: skip
 
@@ -1301,6 +1310,7 @@ class Reader:
     ) -> list[str]:
         """Free text, one sample per prompt (:func:`generate_text`) with this sampler."""
         return generate_text(
-            self.model, self.tokenizer, prompts, max_new_tokens, temperature=sampling_temperature,
+            self.model, self.tokenizer, prompts, max_new_tokens,
+            sampling_temperature=sampling_temperature,
             top_p=top_p, seed=seed, sampler=self.sampler,
         )  # fmt: skip

@@ -172,10 +172,32 @@ def seed_dir(root: str | Path, seed: int) -> Path:
 
 
 # ---------------------------------------------------------------------------- reading
+RENAMED_SETTINGS = {"temperature": "sampling_temperature"}
+"""Training settings renamed since runs were recorded: ``{old: new}`` (read, never
+rewritten: :func:`upgrade_config`)."""
+
+
+def upgrade_config(cfg: dict) -> dict:
+    """A recorded ``config.json`` dict with its settings under their current names
+    (:data:`RENAMED_SETTINGS`; a current name already present wins). Returns a new dict in
+    the same key order; the file is not touched."""
+    if not isinstance(cfg, dict) or not any(old in cfg for old in RENAMED_SETTINGS):
+        return cfg
+    out: dict = {}
+    for key, value in cfg.items():
+        new = RENAMED_SETTINGS.get(key)
+        if new is None:
+            out[key] = value
+        elif new not in cfg:
+            out[new] = value
+    return out
+
+
 def read_config(run: str | Path) -> dict:
-    """The run's ``config.json`` as a dict; ``{}`` when the run has none."""
+    """The run's ``config.json`` as a dict (settings under their current names,
+    :func:`upgrade_config`); ``{}`` when the run has none."""
     path = config_file(run)
-    return json.loads(path.read_text()) if path.exists() else {}
+    return upgrade_config(json.loads(path.read_text())) if path.exists() else {}
 
 
 def read_log(run: str | Path) -> list[dict]:
@@ -236,7 +258,9 @@ def config_diff(old: dict, cfg: Any, ignore: tuple[str, ...] = RUN_OPTIONS) -> l
     """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
     setting the record lacks (added to the code after it was written) counts as its
     default, and one the code no longer has is not compared, so runs recorded before stay
-    resumable and reusable. ``ignore``: settings never compared (default ``RUN_OPTIONS``)."""
+    resumable and reusable; a renamed one is compared under its new name
+    (:func:`upgrade_config`). ``ignore``: settings never compared (default ``RUN_OPTIONS``)."""
+    old = upgrade_config(old)
     new, defaults = config_dict(cfg), config_dict(type(cfg)())
     return sorted(k for k in new if k not in ignore and old.get(k, defaults.get(k)) != new[k])
 

@@ -97,7 +97,9 @@ class Sampler(Protocol):
 
     Called with the model, its tokenizer and left-padded rows ``ids, mask (N, T)``: draw
     up to ``max_new_tokens`` tokens per row, row ``i`` with noise seeded by
-    ``row_seeds[i]`` at ``temperature`` (nucleus ``top_p``), stopping a row once its
+    ``row_seeds[i]`` at the sampling temperature ``temperature`` (nucleus ``top_p``; the
+    protocol's keyword, which every sampler takes, is what callers pass as
+    ``sampling_temperature``), stopping a row once its
     decoded text contains ``marker`` (None: no marker, free text) or it emitted a token of
     ``eos``. ``should_stop`` (only passed when the caller has one): asked during the
     draw; once it returns True the sampler raises :class:`SamplingStopped`. Returns a

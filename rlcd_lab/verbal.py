@@ -219,7 +219,7 @@ def read_stated(
     option_lists: Sequence[Sequence[str]],
     *,
     max_new_tokens: int = 64,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     seed: int = 0,
     marker: str = MARKER,
     sep: str = SEP,
@@ -245,7 +245,8 @@ def read_stated(
         labels = option_lists[start : start + batch_size]
         rats, ids = sample_questions(
             model, tokenizer, qs, labels, 1, max_new_tokens, marker=marker, sep=sep,
-            temperature=temperature, seed=[mix_seed(seed, start + i) for i in range(len(qs))],
+            sampling_temperature=sampling_temperature,
+            seed=[mix_seed(seed, start + i) for i in range(len(qs))],
         )  # fmt: skip
         u, _, _ = score_rationales(model, rats, ids)
         answer = u.argmax(-1)

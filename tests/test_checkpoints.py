@@ -14,11 +14,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from rlcd_lab.decide import DecisionModel
 from rlcd_lab.models import (
     CHECKSUM_FILE,
     CheckpointError,
     CheckpointMissingError,
     UnverifiedCheckpointWarning,
+    calibration_T,
     check_replaceable,
     checksum_coverage,
     load_checkpoint,
@@ -29,6 +31,7 @@ from rlcd_lab.models import (
     verify_checksums,
     write_checksums,
 )
+from rlcd_lab.reader import Reader, raw_meta, temperature_fitted
 
 X = torch.tensor([[10, 11, 12, 13]])
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "checkpoints"
@@ -90,7 +93,7 @@ def test_save_writes_the_sha256_of_every_file(ck):
     ("name", "change"),
     [
         ("config.json", lambda c: {**c, "rms_norm_eps": 0.5}),  # valid, and changes answers
-        ("rlcd.json", lambda m: {**m, "temperature": 3.0}),
+        ("rlcd.json", lambda m: {**m, "T": 3.0}),
         ("tokenizer_config.json", lambda t: {**t, "padding_side": "right"}),
     ],
 )
@@ -142,11 +145,11 @@ def test_sign_checkpoint_upgrades_but_never_blesses_a_changed_file(ck):
     weights_only_manifest(ck)
     sign_checkpoint(ck)  # the weights verify: the manifest now covers every file
     assert checksum_coverage(ck) == "all" and verify_checksums(ck) is True
-    edit_json(ck / "rlcd.json", lambda m: {**m, "temperature": 2.0})
+    edit_json(ck / "rlcd.json", lambda m: {**m, "T": 2.0})
     with pytest.raises(CheckpointError, match="rlcd.json: sha256 .* pass --force"):
         sign_checkpoint(ck)
     sign_checkpoint(ck, force=True)  # the change is ours
-    assert load_checkpoint(ck)[2]["temperature"] == 2.0
+    assert load_checkpoint(ck)[2]["T"] == 2.0
     (ck / CHECKSUM_FILE).unlink()
     sign_checkpoint(ck)  # none yet: written over the files as they are
     assert verify_checksums(ck) is True
@@ -308,10 +311,10 @@ def test_config_not_json(ck):
     ("meta", "message"),
     [
         ([1], "must hold a JSON object, got list"),
-        ({"temperature": None}, "'temperature' must be a finite number > 0, got None"),
-        ({"temperature": 0}, "'temperature' must be a finite number > 0, got 0"),
-        ({"temperature": float("nan")}, "'temperature' must be a finite number > 0, got nan"),
-        ({"temperature": "1.5"}, "'temperature' must be a finite number > 0, got '1.5'"),
+        ({"T": None}, "'T' must be a finite number > 0, got None"),
+        ({"T": 0}, "'T' must be a finite number > 0, got 0"),
+        ({"T": float("nan")}, "'T' must be a finite number > 0, got nan"),
+        ({"T": "1.5"}, "'T' must be a finite number > 0, got '1.5'"),
         ({"marker": ""}, "'marker' must be a non-empty string"),
         ({"sep": None}, "'sep' must be a string"),
         ({"options": ["Y"]}, "'options' must be a list of at least two distinct"),
@@ -454,3 +457,41 @@ def test_an_adapter_on_a_cached_hub_base_loads_offline(
     want = load_checkpoint(adapter)[0](X).logits
     set_base(adapter, "someorg/tiny")
     torch.testing.assert_close(load_checkpoint(adapter)[0](X).logits, want)
+
+
+def test_an_old_rlcd_json_with_temperature_loads_with_T(ck, tmp_path, tiny_lm, tokenizer):
+    """Checkpoints written before the rename hold the fitted calibration T under
+    ``"temperature"``: every reader takes it as ``T``; saving writes ``"T"`` only."""
+    edit_json(ck / "rlcd.json", lambda m: {**{k: v for k, v in m.items() if k != "T"},
+                                           "temperature": 2.0})  # fmt: skip
+    write_checksums(ck)
+    raw = raw_meta(ck)
+    assert "T" not in raw and calibration_T(raw) == 2.0
+    assert temperature_fitted(raw) == (True, "")
+    meta = load_checkpoint(ck)[2]
+    assert meta["T"] == 2.0 and "temperature" not in meta and read_meta(ck) == meta
+    reader = Reader.load(ck)
+    assert reader.T == 2.0 and reader.T_fitted
+    decider = DecisionModel.from_checkpoint(ck)
+    assert decider.T == 2.0 and decider.T_fitted
+    assert Reader(tiny_lm, tokenizer, {"temperature": 2.0}).T == 2.0  # a dict passed in
+    assert calibration_T({"T": 3.0, "temperature": 2.0}) == 3.0  # the new key wins
+    assert calibration_T({}) is None and calibration_T(None) is None
+    # saved again (an old meta dict passed through): "T" only
+    save_checkpoint(tmp_path / "re", tiny_lm, tokenizer, {"temperature": 2.0})
+    written = json.loads((tmp_path / "re" / "rlcd.json").read_text())
+    assert written["T"] == 2.0 and "temperature" not in written
+
+
+def test_decision_model_old_keywords_warn(tiny_lm, tokenizer):
+    with pytest.warns(DeprecationWarning, match="use T="):
+        decider = DecisionModel(tiny_lm, tokenizer, {}, temperature=3.0)
+    assert decider.T == 3.0 and decider.T_fitted  # an explicit T counts as fitted
+    with pytest.warns(DeprecationWarning, match="use T_fitted="):
+        assert DecisionModel(tiny_lm, tokenizer, {}, temperature_fitted=False).T_fitted is False
+    with pytest.warns(DeprecationWarning, match="use .T"):
+        assert decider.temperature == 3.0
+    with pytest.raises(TypeError, match="both temperature= and T="):
+        DecisionModel(tiny_lm, tokenizer, {}, temperature=3.0, T=2.0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        DecisionModel(tiny_lm, tokenizer, {}, temprature=3.0)

@@ -364,7 +364,7 @@ def test_typo_in_init_leaves_no_run_folder(tmp_path, capsys, tiny_base):
         ("--batch-size", "-1", "--batch-size must be >= 1"),
         ("--save-every", "0", "--save-every must be >= 1"),
         ("--m", "0", "--m must be >= 1"),
-        ("--temperature", "0", "--temperature must be finite and > 0"),
+        ("--sampling-temperature", "0", "--sampling-temperature must be finite and > 0"),
         ("--lr", "nan", "--lr must be finite and > 0"),
         ("--beta", "-0.1", "--beta must be finite and >= 0"),
         ("--device", "gpu7", "device must be auto, cpu, cuda"),

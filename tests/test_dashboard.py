@@ -299,7 +299,7 @@ def tiny_root(tmp_path_factory, marker_lm, tokenizer):
     """An assets root with one checkpoint: the conftest model that writes ``ab Answer:``,
     with a fitted temperature of 2 and the verify task."""
     root = tmp_path_factory.mktemp("assets")
-    meta = {"temperature": 2.0, "task": "verify", "method": "calibrate", "options": ["Y", "N"]}
+    meta = {"T": 2.0, "task": "verify", "method": "calibrate", "options": ["Y", "N"]}
     save_checkpoint(root / "checkpoints" / "tiny", marker_lm, tokenizer, meta)
     (root / "checkpoints" / "broken").mkdir()
     (root / "checkpoints" / "broken" / "config.json").write_text("{}")
@@ -310,7 +310,7 @@ def tiny_root(tmp_path_factory, marker_lm, tokenizer):
 
 
 def test_ask_model_applies_the_fitted_temperature(marker_lm, tokenizer):
-    meta = {"temperature": 2.0}
+    meta = {"T": 2.0}
     r = ask_model(marker_lm, tokenizer, meta, "Q: 1?", ["Y", "N"], m=3, max_new_tokens=16)
     assert [x["text"] for x in r["rationales"]] == ["ab"] * 3
     assert not any(x["forced"] for x in r["rationales"])
@@ -743,12 +743,13 @@ def test_model_card_base_vs_trained(tiny_root, tmp_path):
     # a trained checkpoint: its fitted T (2.0 in tiny_root's rlcd.json)
     trained = model_card("checkpoints/tiny", tiny_root)
     assert "**fitted T** 2.000" in trained and "not fitted" not in trained
-    # what decides: the method, and whether rlcd.json records a temperature at all
+    # what decides: the method, and whether rlcd.json records T at all (old key too)
     for meta, fitted in (
-        ({"method": "pretrain", "temperature": 1.0}, False),
-        ({"method": "pretrained", "temperature": 1.0}, False),
+        ({"method": "pretrain", "T": 1.0}, False),
+        ({"method": "pretrained", "temperature": 1.0}, False),  # the old key of T
+        ({"method": "calibrate", "temperature": 1.3}, True),
         ({"method": "calibrate"}, False),
-        ({"method": "calibrate", "temperature": 1.0}, True),
+        ({"method": "calibrate", "T": 1.0}, True),
     ):
         (tmp_path / "rlcd.json").write_text(json.dumps(meta))
         assert temperature_status(tmp_path, meta)[0] is fitted
@@ -768,7 +769,7 @@ def runs_dir(tmp_path, marker_lm, tokenizer):
     cfg = {"method": "reinforce", "init": "base", "out": str(run), "steps": 3}
     (run / "eval").mkdir(parents=True)
     (run / "config.json").write_text(json.dumps(cfg))
-    meta = {"temperature": 1.5, "method": "reinforce", "task": "verify", "options": ["Y", "N"]}
+    meta = {"T": 1.5, "method": "reinforce", "task": "verify", "options": ["Y", "N"]}
     save_checkpoint(run / "final", marker_lm, tokenizer, meta)
     for split, items in (("test", TEST), ("dev", DEV)):
         text = "".join(json.dumps(r) + "\n" for r in _rows(items, split))
@@ -1074,7 +1075,7 @@ def _message(err: pytest.ExceptionInfo, *names: str) -> str:
 def test_the_dashboard_opens_only_allowed_folders(tiny_root, tmp_path, marker_lm, tokenizer):
     """A typed path outside the shipped assets, runs/ and the operator's folders is
     refused with one message, whether or not it exists (no file-system probe)."""
-    meta = {"temperature": 2.0, "task": "verify", "method": "calibrate", "options": ["Y", "N"]}
+    meta = {"T": 2.0, "task": "verify", "method": "calibrate", "options": ["Y", "N"]}
     outside, allowed = tmp_path / "outside", tmp_path / "allowed"
     save_checkpoint(outside / "ck", marker_lm, tokenizer, meta)
     save_checkpoint(allowed / "ck", marker_lm, tokenizer, meta)

@@ -56,9 +56,7 @@ def chat():
     """A tiny random model whose tokenizer has a chat template (the chat prompt format)."""
     tok = char_tokenizer()
     tok.chat_template = CHAT_TEMPLATE
-    return DecisionModel(
-        tiny_model(tok, seed=0, hidden_size=32, layers=2), tok, {"temperature": 1.3}
-    )
+    return DecisionModel(tiny_model(tok, seed=0, hidden_size=32, layers=2), tok, {"T": 1.3})
 
 
 def close(a, b, tol: float = 1e-5) -> bool:
@@ -77,7 +75,7 @@ def reference(dm: DecisionModel, text: str, labels, direct: bool = True) -> np.n
     opts = option_token_ids(dm.tokenizer, labels)
     prompt = build_prompt(dm.tokenizer, text, direct=direct)
     _, z = direct_readout(dm.model, dm.tokenizer, [prompt], opts.ids, opts.bridge)
-    return (z[0].double() / dm.temperature).softmax(-1).detach().numpy()
+    return (z[0].double() / dm.T).softmax(-1).detach().numpy()
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -124,7 +122,7 @@ def test_question_from_wire_validates():
 def test_direct_answers_equal_the_temperature_scaled_readout(verify):
     path = shipped_checkpoints()["results/verify/seed-17/reinforce/final"]
     assert verify.prompt_format == "task"
-    assert verify.temperature == pytest.approx(read_meta(path)["temperature"], 1e-12)
+    assert verify.T == pytest.approx(read_meta(path)["T"], 1e-12)
     state = STATES[0]
     qs = {
         "right": {"type": "noul", "instructions": "Is the sum right?"},
@@ -222,7 +220,7 @@ def test_reason_mode_mixture_and_single(verify):
     )
     with torch.no_grad():
         _, z = readout(verify.model, rats.input_ids, rats.attention_mask, opts.ids)
-    assert u == pytest.approx((z.double() / verify.temperature).softmax(-1).numpy(), abs=1e-6)
+    assert u == pytest.approx((z.double() / verify.T).softmax(-1).numpy(), abs=1e-6)
     assert det["rationales"] == rats.texts
 
 
@@ -350,14 +348,14 @@ def test_the_decision_rule_is_routings():
 
 # --------------------------------------------------------------------------- stopping early
 def test_temperature_fitted_comes_from_the_checkpoints_own_file(verify, facts, chat):
-    assert verify.temperature_fitted  # trained, T fitted on dev
-    assert not facts.temperature_fitted  # a base checkpoint: rlcd.json says 1.0, a default
-    assert chat.temperature_fitted  # its meta records a temperature, no pretraining method
-    assert temperature_fitted(None) == (False, "no temperature in rlcd.json")
-    assert temperature_fitted({"method": "pretrained", "temperature": 1.0})[0] is False
+    assert verify.T_fitted  # trained, T fitted on dev
+    assert not facts.T_fitted  # a base checkpoint: rlcd.json says 1.0, a default
+    assert chat.T_fitted  # its meta records a T, no pretraining method
+    assert temperature_fitted(None) == (False, "no T in rlcd.json")
+    assert temperature_fitted({"method": "pretrained", "T": 1.0})[0] is False
     assert temperature_fitted({"method": "calibrate", "temperature": 1.3}) == (True, "")
-    explicit = DecisionModel(facts.model, facts.tokenizer, facts.meta, temperature=2.0)
-    assert explicit.temperature_fitted  # an explicit T is the caller's calibration
+    explicit = DecisionModel(facts.model, facts.tokenizer, facts.meta, T=2.0)
+    assert explicit.T_fitted  # an explicit T is the caller's calibration
 
 
 def test_a_passed_deadline_answers_with_the_direct_readout(verify):

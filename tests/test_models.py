@@ -18,14 +18,12 @@ X = torch.tensor([[10, 11, 12, 13]])
 
 
 def test_round_trip(tmp_path, tokenizer, tiny_lm):
-    path = save_checkpoint(
-        tmp_path / "ck", tiny_lm, tokenizer, {"task": "verify", "temperature": 1.7}
-    )
+    path = save_checkpoint(tmp_path / "ck", tiny_lm, tokenizer, {"task": "verify", "T": 1.7})
     model, tok, meta = load_checkpoint(path)
     torch.testing.assert_close(model(X).logits, tiny_lm(X).logits)
     assert tok("Answer: Y").input_ids == tokenizer("Answer: Y").input_ids
     assert tok.padding_side == "left" and tok.pad_token_id == tokenizer.pad_token_id
-    assert meta["task"] == "verify" and meta["temperature"] == 1.7 and meta["marker"] == "Answer:"
+    assert meta["task"] == "verify" and meta["T"] == 1.7 and meta["marker"] == "Answer:"
     assert sorted(p.name for p in path.iterdir()) == sorted(
         [
             "checksums.json",
@@ -116,4 +114,4 @@ def test_plain_hf_directory_gets_default_meta(tmp_path, tokenizer, tiny_lm):
     tokenizer.save_pretrained(tmp_path / "hf")
     with pytest.warns(UnverifiedCheckpointWarning, match="has no checksums.json"):
         _, _, meta = load_checkpoint(tmp_path / "hf")
-    assert meta == {"marker": "Answer:", "sep": " ", "temperature": 1.0}
+    assert meta == {"marker": "Answer:", "sep": " ", "T": 1.0}

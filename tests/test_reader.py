@@ -350,7 +350,7 @@ def test_reader_calibrated_readout_is_softmax_of_logits_over_T(tokenizer, tiny_l
     from rlcd_lab.reader import Reader
 
     T = 1.7
-    reader = Reader(tiny_lm, tokenizer, {"temperature": T, "method": "calibrate"})
+    reader = Reader(tiny_lm, tokenizer, {"T": T, "method": "calibrate"})
     assert reader.T == T and reader.T_fitted and reader.prompt_format == "plain"
     opts = option_token_ids(tokenizer, ["Y", "N"])
     questions = ["Q: 1?", "Q: 22?"]
@@ -375,7 +375,7 @@ def test_reader_calibrated_readout_is_softmax_of_logits_over_T(tokenizer, tiny_l
         torch.softmax(r.logits.double() / T, -1).numpy(), abs=1e-15
     )
     # a base checkpoint's recorded T = 1 is not a fit; an explicit T is
-    assert not Reader(tiny_lm, tokenizer, {"method": "pretrain", "temperature": 1.0}).T_fitted
+    assert not Reader(tiny_lm, tokenizer, {"method": "pretrain", "T": 1.0}).T_fitted
     assert Reader(tiny_lm, tokenizer, {}, T=2.0).T_fitted
     with pytest.raises(ValueError, match="positive and finite"):
         Reader(tiny_lm, tokenizer, {}, T=0.0)

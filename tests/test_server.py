@@ -292,7 +292,7 @@ def test_extensions_are_opt_in(client, decider):
     rlcd = {"mode": "auto", "threshold": 0.5, "m": 2, "rationales": True, "seed": 3}
     ext = client.post("/v1/systemone", json=body(rlcd=rlcd)).json()
     assert ext["rlcd"]["options"]["mode"] == "auto"
-    fitted = read_meta(default_checkpoint())["temperature"]  # the checkpoint's fitted T
+    fitted = read_meta(default_checkpoint())["T"]  # the checkpoint's fitted T
     assert fitted != 1.0 and ext["rlcd"]["temperature"] == pytest.approx(fitted)
     for name, det in ext["rlcd"]["answers"].items():
         direct = decider.decide(STATES[0], QUESTIONS).details[name]["confidence"]
@@ -746,7 +746,7 @@ def test_an_unfitted_checkpoint_answers_directly_by_default(decider):
     from rlcd_lab.assets import shipped_checkpoints
 
     base = DecisionModel.from_checkpoint(shipped_checkpoints()["checkpoints/base-verify"])
-    assert not base.temperature_fitted and decider.temperature_fitted
+    assert not base.T_fitted and decider.T_fitted
     for dm, kwargs, mode in (
         (base, {}, "direct"),
         (base, {"unfitted_auto": True}, "auto"),
@@ -785,7 +785,7 @@ def test_official_sdk_on_smollm2_within_its_timeout(smollm2_dir):
         assert elapsed < 10.0, (kwargs, elapsed)
         assert set(r.nouls) == {"positive", "recommend"} and r.choices["topic"].choice
         assert 0.0 <= r.scores["stars"].score <= 2.0
-    assert not decider.temperature_fitted  # why the default is direct
+    assert not decider.T_fitted  # why the default is direct
 
 
 def test_decide_batch_skips_cancelled_requests(decider, monkeypatch):

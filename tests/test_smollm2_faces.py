@@ -169,7 +169,7 @@ def test_server_direct_matches_the_reader(server, smollm2):
         opts = option_token_ids(tok, codes[name])
         with torch.no_grad():
             _, logits = direct_readout(model, tok, [prompt], opts.ids, opts.bridge)
-        want = metrics.apply_temperature(logits.double().numpy(), decider.temperature)[0]
+        want = metrics.apply_temperature(logits.double().numpy(), decider.T)[0]
         got = out["answers"][name]
         if name == "gazeuse":
             assert got["noul"] == pytest.approx(want[0], abs=2e-4)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlcd_lab import rundir
 from rlcd_lab.metrics import fit_temperature
 from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks.synthetic import get_task
@@ -53,13 +54,13 @@ def test_calibrate_logs_saves_and_evaluates(tmp_path, tiny_base):
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2", "step-4"]
     model, _, meta = load_checkpoint(run / "final")
     assert meta["method"] == "calibrate" and meta["step"] == 4
-    assert meta["temperature"] == meta["metrics"]["dev"]["T"]
+    assert meta["T"] == meta["metrics"]["dev"]["T"]
     # the final evaluation honours --eval-items: T is fitted on the first 4 dev items only
     dev_rows = [json.loads(line) for line in (run / "eval" / "dev.jsonl").read_text().splitlines()]
     dev_items = get_task("aleatoric").split("dev")[: TINY["eval_items"]]
     assert [r["uid"] for r in dev_rows] == [it.uid for it in dev_items]
     refit = fit_temperature([r["logits"] for r in dev_rows], [r["label"] for r in dev_rows])
-    assert meta["temperature"] == refit
+    assert meta["T"] == refit
     test_rows = [
         json.loads(line) for line in (run / "eval" / "test.jsonl").read_text().splitlines()
     ]
@@ -253,3 +254,22 @@ def test_settings_that_fail_at_the_first_step_are_refused_before_the_run(
     with pytest.raises(ValueError, match=match):
         train(cfg)
     assert not cfg.out.exists()
+
+
+def test_a_record_with_the_old_temperature_key_resumes(tmp_path, tiny_base):
+    """config.json files written before the rename hold the sampling temperature under
+    ``"temperature"``: read (never rewritten) as ``sampling_temperature``."""
+    cfg = preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=2, **TINY)
+    train(cfg)
+    record = json.loads((cfg.out / "config.json").read_text())
+    old = {("temperature" if k == "sampling_temperature" else k): v for k, v in record.items()}
+    assert "sampling_temperature" not in old and old["temperature"] == 1.0
+    assert config_diff(old, cfg) == []  # compares equal to the new field
+    assert config_diff(old, replace(cfg, sampling_temperature=2.0)) == ["sampling_temperature"]
+    assert config_diff({**old, "temperature": 2.0}, cfg) == ["sampling_temperature"]
+    (cfg.out / "config.json").write_text(json.dumps(old))
+    read = rundir.read_config(cfg.out)  # under the new name, in the same place
+    assert read == record and list(read) == list(record)
+    assert json.loads((cfg.out / "config.json").read_text()) == old  # the file untouched
+    train(replace(cfg, steps=3, resume=True))  # resumes instead of refusing
+    assert [r["step"] for r in read_log(cfg.out)] == [0, 1, 2]

@@ -153,7 +153,7 @@ def our_step(method: str, init: Path, out: Path, grad_accum: int, monkeypatch) -
         method, init=init, ref=BASE, out=out, task="verify", steps=1,
         batch_size=B * grad_accum, grad_accum=grad_accum, m=M, max_new_tokens=MAX_NEW,
         dtype="float64", device="cpu", eval_every=0, eval_items=1, test_items=0,
-        grad_terms_every=0, grad_clip=1e9, seed=1, temperature=2.0,
+        grad_terms_every=0, grad_clip=1e9, seed=1, sampling_temperature=2.0,
     )  # fmt: skip
     rlcd_loop.train(cfg)
     monkeypatch.undo()
@@ -269,7 +269,7 @@ def test_short_run_descends_as_its_first_order_expansion_predicts(tmp_path):
     y = torch.tensor([it.label for it in items])
     rats, option_ids = sample_questions(
         model, tok, [it.prompt for it in items], [it.options for it in items], M, MAX_NEW,
-        seed=5, temperature=2.0,
+        seed=5, sampling_temperature=2.0,
     )  # fmt: skip
     with torch.no_grad():
         start = float(pathwise_loss(model, rats, option_ids, y))

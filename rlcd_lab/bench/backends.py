@@ -83,8 +83,8 @@ class InProcessBackend:
             "mode": self.mode,
             "m": self.m,
             "prompt_format": d.prompt_format,
-            "calibration_T": d.temperature,
-            "temperature_fitted": d.temperature_fitted,
+            "calibration_T": d.T,
+            "temperature_fitted": d.T_fitted,
             "options": list(d.task_options),
         }
 

@@ -4,7 +4,7 @@ For a question and its option labels the model writes ``M`` rationales that end 
 marker and one forward pass reads each rationale's option logits, through the checkpoint's
 :class:`rlcd_lab.reader.Reader` (``Reader.read``: :func:`rlcd_lab.reader.read`, as training
 and :func:`rlcd_lab.evaluate.run_eval` read). The Reader owns the prompt format, the
-context rule and the fitted temperature T (``rlcd.json`` ``"temperature"``), applied to
+context rule and the fitted calibration temperature T (``rlcd.json`` ``"T"``), applied to
 those logits: ``u_i = softmax(logits_i / T)`` (``Reader.calibrated``); a checkpoint whose
 T was never fitted (a ``pretrain`` base model, a converted pretrained model; its recorded
 T is 1) is read raw and said to be "not fitted" (:func:`temperature_status`). The
@@ -42,7 +42,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import plots
 from ..assets import ASSETS
-from ..models import META_FILE, load_checkpoint, read_meta
+from ..models import META_FILE, calibration_T, load_checkpoint, read_meta
 from ..models import context_length as context_length  # re-exported: the tab's limit
 from ..reader import ContextTooLong, Reader, detect_prompt_format, temperature_fitted
 from ..routing import DEFAULT_THRESHOLD, DecisionRule
@@ -195,14 +195,14 @@ def ask_model(
     question: str,
     labels: Sequence[str],
     m: int = 4,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     max_new_tokens: int = 64,
     seed: int | None = 0,
 ) -> dict:
     """Sample ``m`` rationales for ``question`` and read each one's calibrated readout.
 
-    Returns a JSON-ready dict: ``options``, ``T`` (the checkpoint's fitted temperature),
-    ``m``, ``max_new_tokens``, ``marker``, ``rationales`` (per rationale: ``text``,
+    Returns a JSON-ready dict: ``options``, ``T`` (the checkpoint's fitted calibration
+    temperature), ``m``, ``max_new_tokens``, ``marker``, ``rationales`` (per rationale: ``text``,
     ``forced`` (the model did not write the marker: it hit ``max_new_tokens`` or stopped;
     the marker was appended), ``length`` (sampled tokens), ``logp`` (``log pi(r | x)``), ``logits``,
     ``u_raw = softmax(logits)`` and ``u = softmax(logits / T)``), ``mixture`` (mean of
@@ -226,7 +226,7 @@ def ask_model(
         ) from None
     (r,) = reader.read(
         [question], [labels], m=int(m), max_new_tokens=int(max_new_tokens),
-        sampling_temperature=float(temperature), seed=None if seed is None else int(seed),
+        sampling_temperature=float(sampling_temperature), seed=None if seed is None else int(seed),
     )  # fmt: skip
     u_raw, logits = r.u, r.logits.numpy().astype(np.float64)
     u = reader.calibrated(r)
@@ -300,7 +300,7 @@ def decision(result: dict, rule: DecisionRule | float) -> str:
 
 def verdict_markdown(result: dict | None, rule: DecisionRule | float) -> str:
     """The decision, the rule that made it, both answers (single query and mixture) and
-    the temperature, in words."""
+    the calibration temperature T, in words."""
     if not result or "confidence" not in result:
         return ""
     rule = _as_rule(rule)
@@ -327,7 +327,7 @@ def verdict_markdown(result: dict | None, rule: DecisionRule | float) -> str:
     if result.get("T_fitted", True):
         lines.append(
             f"Readouts use the checkpoint's fitted temperature **T = {result['T']:.3f}** "
-            '(`rlcd.json` "temperature"): u = softmax(logits / T)'
+            '(`rlcd.json` "T"): u = softmax(logits / T)'
             + (" (T = 1: no scaling)." if result["T"] == 1.0 else ".")
         )
     else:
@@ -412,7 +412,7 @@ def ask(
     question: str,
     options: str,
     m: float = 4,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     max_new_tokens: float = 64,
     seed: float | None = 0,
     threshold: float = DEFAULT_THRESHOLD,
@@ -438,14 +438,15 @@ def ask(
     rule = make_rule(threshold, measure, aggregate)
     if not 1 <= int(m) <= 64:
         raise gr.Error("M must be between 1 and 64")
-    if not temperature or temperature <= 0:
+    if not sampling_temperature or sampling_temperature <= 0:
         raise gr.Error("the sampling temperature must be positive")
     model, tokenizer, meta = load_model(checkpoint, root)
     path = _checkpoint_dir(checkpoint, root)
     try:
         result = ask_model(
-            model, tokenizer, meta, question.strip(), labels, m, temperature, max_new_tokens, seed
-        )
+            model, tokenizer, meta, question.strip(), labels, m, sampling_temperature,
+            max_new_tokens, seed,
+        )  # fmt: skip
     except ValueError as err:
         raise gr.Error(str(err)) from None
     result["checkpoint"] = checkpoint
@@ -545,7 +546,7 @@ def _card_lines(rows: list[tuple[str, str]]) -> str:
 def model_card(checkpoint: str, root: str | Path = ASSETS) -> str:
     """A per-checkpoint card (markdown): model, method, task, training step, prompt format,
     options, an example question it understands with its true answer
-    (:func:`example_question`), the temperature (``fitted T 1.234``, or ``not fitted``
+    (:func:`example_question`), the calibration temperature (``fitted T 1.234``, or ``not fitted``
     for a base checkpoint, :func:`temperature_status`) and the stored test metrics after
     temperature scaling. Raises ``gr.Error`` for a missing checkpoint or a broken
     ``rlcd.json``."""
@@ -576,7 +577,7 @@ def model_card(checkpoint: str, root: str | Path = ASSETS) -> str:
         answer = "" if item.label is None else f" → **{item.options[item.label]}**"
         rows.append(("example", f"`{prompt}` (options {', '.join(item.options)}){answer}"))
     if fitted:
-        rows.append(("fitted T", f"{float(meta['temperature']):.3f} (fitted on dev)"))
+        rows.append(("fitted T", f"{float(calibration_T(meta)):.3f} (fitted on dev)"))
     else:
         rows.append(("T", f"not fitted ({note}): readouts are used raw"))
     test = (meta.get("metrics") or {}).get("test") or {}

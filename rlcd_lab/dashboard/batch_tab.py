@@ -215,7 +215,7 @@ def batch_answers(
     checkpoint: str,
     file: Any,
     m: float = 4,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     max_new_tokens: float = 64,
     seed: float | None = 0,
     threshold: float = DEFAULT_THRESHOLD,
@@ -238,7 +238,7 @@ def batch_answers(
     rule = ask_tab.make_rule(threshold, measure, aggregate)
     if not 1 <= int(m) <= 64:
         raise gr.Error("M must be between 1 and 64")
-    if not temperature or temperature <= 0:
+    if not sampling_temperature or sampling_temperature <= 0:
         raise gr.Error("the sampling temperature must be positive")
     model, tokenizer, meta = ask_tab.load_model(checkpoint, root)
     rows = []
@@ -248,7 +248,8 @@ def batch_answers(
         row["label"] = q.label or ""
         try:
             result = ask_tab.ask_model(
-                model, tokenizer, meta, q.question, q.options, m, temperature, max_new_tokens,
+                model, tokenizer, meta, q.question, q.options, m, sampling_temperature,
+                max_new_tokens,
                 None if seed is None else int(seed) + q.row,
             )  # fmt: skip
         except ValueError as err:

@@ -46,7 +46,7 @@ def compare_checkpoints(
     question: str,
     options: str,
     m: float = 4,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     max_new_tokens: float = 64,
     seed: float | None = 0,
     threshold: float = DEFAULT_THRESHOLD,
@@ -67,7 +67,7 @@ def compare_checkpoints(
     ask_tab.parse_options(options)
     ask_tab.make_rule(threshold, measure, aggregate)
     root = Path(root)
-    args = (question, options, m, temperature, max_new_tokens, seed)
+    args = (question, options, m, sampling_temperature, max_new_tokens, seed)
     md_a, fig_a, a = _side(checkpoint_a, args, threshold, measure, aggregate, root)
     md_b, fig_b, b = _side(checkpoint_b, args, threshold, measure, aggregate, root)
     if "error" in a and "error" in b:

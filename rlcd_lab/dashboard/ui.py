@@ -230,13 +230,13 @@ def _rule_controls() -> tuple[gr.Radio, gr.Radio, gr.Slider]:
 def _sampling_controls() -> tuple[gr.Slider, gr.Slider, gr.Slider, gr.Number]:
     with gr.Row():
         m = gr.Slider(1, 8, value=4, step=1, label="M rationales", min_width=140)
-        temperature = gr.Slider(
+        sampling_t = gr.Slider(
             0.05, 2.0, value=1.0, step=0.05, label="sampling temp.", min_width=140
         )
     with gr.Row():
         max_new = gr.Slider(4, 128, value=64, step=1, label="max rationale tokens", min_width=140)
         seed = gr.Number(0, precision=0, label="seed", min_width=100)
-    return m, temperature, max_new, seed
+    return m, sampling_t, max_new, seed
 
 
 def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, ...]) -> tuple:
@@ -264,7 +264,7 @@ def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, .
             options = gr.Textbox(
                 label="Options", info="comma-separated labels, each a single token (e.g. Y, N)"
             )
-            m, temperature, max_new, seed = _sampling_controls()
+            m, sampling_t, max_new, seed = _sampling_controls()
             measure, aggregate, threshold = _rule_controls()
             button = gr.Button("Ask", variant="primary")
         with gr.Column(scale=3, min_width=320):
@@ -275,7 +275,7 @@ def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, .
                 result = gr.JSON(label="result")
 
     fields = [checkpoint, question, options]
-    inputs = [checkpoint, question, options, m, temperature, max_new, seed, threshold]
+    inputs = [checkpoint, question, options, m, sampling_t, max_new, seed, threshold]
     inputs += [measure, aggregate]
     gr.on(
         [checkpoint.change, demo.load],
@@ -340,7 +340,7 @@ def _compare_tab(root: Path, runs_root: Path, ask_fields: tuple, places: tuple[P
             question = gr.Textbox("33+60+20=113?", label="Question", lines=2)
             options = gr.Textbox("Y, N", label="Options", info="comma-separated labels")
             copy = gr.Button("Use the Ask tab's question", size="sm")
-            m, temperature, max_new, seed = _sampling_controls()
+            m, sampling_t, max_new, seed = _sampling_controls()
             measure, aggregate, threshold = _rule_controls()
             button = gr.Button("Compare", variant="primary")
         with gr.Column(scale=3, min_width=320):
@@ -359,7 +359,7 @@ def _compare_tab(root: Path, runs_root: Path, ask_fields: tuple, places: tuple[P
     )
     button.click(
         confine(partial(compare_tab.compare_checkpoints, root=root), places),
-        [a, b, question, options, m, temperature, max_new, seed, threshold, measure, aggregate],
+        [a, b, question, options, m, sampling_t, max_new, seed, threshold, measure, aggregate],
         [summary, md_a, fig_a, md_b, fig_b, result],
         api_name="compare",
         concurrency_limit=MODEL_CONCURRENCY,
@@ -391,7 +391,7 @@ def _batch_tab(root: Path, runs_root: Path, places: tuple[Path, ...]) -> tuple:
                 type="filepath",
             )
         with gr.Column(scale=1, min_width=320):
-            m, temperature, max_new, seed = _sampling_controls()
+            m, sampling_t, max_new, seed = _sampling_controls()
             measure, aggregate, threshold = _rule_controls()
             button = gr.Button("Answer all", variant="primary")
     # the answers below, across the page: the table's columns need its whole width
@@ -406,7 +406,7 @@ def _batch_tab(root: Path, runs_root: Path, places: tuple[Path, ...]) -> tuple:
     download = gr.File(label="answers.csv", interactive=False, visible=False)
     button.click(
         confine(partial(batch_tab.batch_answers, root=root), places),
-        [checkpoint, upload, m, temperature, max_new, seed, threshold, measure, aggregate],
+        [checkpoint, upload, m, sampling_t, max_new, seed, threshold, measure, aggregate],
         [summary, table, download],
         api_name="batch",
         concurrency_limit=MODEL_CONCURRENCY,

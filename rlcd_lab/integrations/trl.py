@@ -151,7 +151,8 @@ class RLCDSettings:
 def rlcd_args(method: str, **overrides: Any) -> GRPOConfig:
     """TRL's ``GRPOConfig`` with the settings of ``configs.METHODS[method]`` that TRL
     names otherwise: ``beta``, ``learning_rate``, ``num_generations`` (``m``),
-    ``max_completion_length`` (``max_new_tokens``), ``temperature``, ``max_grad_norm``,
+    ``max_completion_length`` (``max_new_tokens``), ``temperature`` (``sampling_temperature``),
+    ``max_grad_norm``,
     ``weight_decay``, ``seed``, ``max_steps``, a constant learning rate, and
     ``per_device_train_batch_size = batch_size * m`` (completions, one process); float32
     without gradient checkpointing (TRL's defaults are bf16 and checkpointing on), no
@@ -162,7 +163,7 @@ def rlcd_args(method: str, **overrides: Any) -> GRPOConfig:
         learning_rate=cfg.lr,
         num_generations=cfg.m,
         max_completion_length=cfg.max_new_tokens,
-        temperature=cfg.temperature,
+        temperature=cfg.sampling_temperature,
         max_grad_norm=cfg.grad_clip,
         weight_decay=cfg.weight_decay,
         seed=cfg.seed,

@@ -218,7 +218,7 @@ class RLCDLM(LM):
             readings = read(
                 self.model, self.tokenizer, list(contexts), [list(o) for o in option_lists],
                 mode=self.mode, m=self.m if self.mode == "reason" else 1,
-                max_new_tokens=self.max_new_tokens, temperature=self.sampling_temperature,
+                max_new_tokens=self.max_new_tokens, sampling_temperature=self.sampling_temperature,
                 seed=self.seed, marker=marker, sep=sep, batch_size=self.read_batch_size,
                 on_batch=bar.update,
             )  # fmt: skip

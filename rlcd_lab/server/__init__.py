@@ -61,7 +61,8 @@ readout (the ``rlcd`` extension marks it ``deadline_passed``).
 
 Extensions are opt-in: a request may carry ``"rlcd": {"mode", "m", "threshold",
 "aggregate", "max_new_tokens", "seed", "deadline_s", "rationales"}``; only then does the
-response carry an ``"rlcd"`` object (the mode, deadline and temperature used and, per
+response carry an ``"rlcd"`` object (the mode, deadline and fitted calibration temperature T
+used, under the wire key ``"temperature"``, and, per
 question, the mode that answered it, the escalation flag and direct confidence in ``auto``
 mode, ``deadline_passed`` when the deadline cut its reasoning, the option tokens read and,
 with ``"rationales": true``, the rationales and their per-rationale readouts).

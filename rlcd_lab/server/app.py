@@ -312,8 +312,8 @@ def _model_list(
     meta = decider.meta
     info = (
         f"rlcd_lab checkpoint (task {meta.get('task')}, method {meta.get('method')}, "
-        f"{'fitted' if decider.temperature_fitted else 'unfitted'} T "
-        f"{decider.temperature:.3g}, prompt format {decider.prompt_format}, "
+        f"{'fitted' if decider.T_fitted else 'unfitted'} T "
+        f"{decider.T:.3g}, prompt format {decider.prompt_format}, "
         f"default mode {mode})"
     )
     released = _release_date(path)
@@ -426,7 +426,7 @@ def create_app(
         decider = DecisionModel.from_checkpoint(path, device=device, verify=verify)
     decider.max_state_tokens = min(decider.max_state_tokens, limits.max_state_tokens)
     options = options or DecideOptions(mode="auto")
-    if options.mode == "auto" and not (decider.temperature_fitted or unfitted_auto):
+    if options.mode == "auto" and not (decider.T_fitted or unfitted_auto):
         options = replace(options, mode="direct")
     if name is None:
         task = Path(str(decider.meta.get("task") or "model")).name.removesuffix(".jsonl")

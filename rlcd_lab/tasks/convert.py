@@ -466,7 +466,7 @@ def hf_proposer(
     tokenizer: Any,
     *,
     max_new_tokens: int = 256,
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     top_p: float = 1.0,
     batch_size: int = 8,
     seed: int = 0,
@@ -479,7 +479,7 @@ def hf_proposer(
     with, here without a marker).
 
     The prompt is ``proposer_prompt`` (the tokenizer's chat template when it has one).
-    Questions go in batches of ``batch_size``, left-padded, sampled (``temperature``,
+    Questions go in batches of ``batch_size``, left-padded, sampled (``sampling_temperature``,
     ``top_p``) for at most ``max_new_tokens``, stopping at the model's EOS; the new tokens
     are decoded without special tokens. The model is used as given (device, dtype,
     eval mode: ``load_checkpoint`` returns it so). Reproducible: question ``i`` of a call
@@ -503,7 +503,7 @@ def hf_proposer(
                 tokenizer,
                 [proposer_prompt(tokenizer, q, instruction) for q in batch],
                 max_new_tokens,
-                temperature=temperature,
+                sampling_temperature=sampling_temperature,
                 top_p=top_p,
                 seed=[mix_seed(seed, start + i) for i in range(len(batch))],
             )

@@ -280,8 +280,8 @@ def check_train_config(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and value < low:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
-    positive = ("temperature", "lr", "grad_clip")
-    for name in ("temperature", "lr", "grad_clip", "weight_decay", "beta"):
+    positive = ("sampling_temperature", "lr", "grad_clip")
+    for name in ("sampling_temperature", "lr", "grad_clip", "weight_decay", "beta"):
         value = getattr(cfg, name)
         if not math.isfinite(value) or value < 0 or (name in positive and value == 0):
             want = "> 0" if name in positive else ">= 0"
@@ -483,7 +483,7 @@ class Session:
             **self.meta,
             "step": cfg.steps,
             "stream_end": self.stream.start + cfg.steps,
-            "temperature": result["dev"]["T"],
+            "T": result["dev"]["T"],  # rlcd.json key of the fitted calibration T
             "metrics": result,
         }
         if cfg.save_dtype != "float32":
@@ -641,7 +641,7 @@ def sample_batch(s: Session, batch: Batch):
             s.cfg.max_new_tokens,
             marker=s.meta["marker"],
             sep=s.meta["sep"],
-            temperature=s.cfg.temperature,
+            sampling_temperature=s.cfg.sampling_temperature,
             seed=[mix_seed(base, j) for j in batch.index],
             sampler=s.sampler,
         )

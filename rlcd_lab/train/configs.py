@@ -45,8 +45,9 @@ class TrainConfig:
     max_new_tokens: int = 48
     """Token budget of one rationale; one that reaches it without writing the marker gets
     the marker appended and is flagged ``forced`` (``rlcd_lab.reader``)."""
-    temperature: float = 1.0
-    """Sampling temperature of the rationales."""
+    sampling_temperature: float = 1.0
+    """Sampling temperature of the rationales (``temperature`` in configs recorded before
+    the rename: ``rundir.upgrade_config``)."""
     lr: float = 1e-4
     """AdamW learning rate (the paper uses 2e-6 for 1.7B models)."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
