@@ -104,6 +104,8 @@ def run_name(info):
         return "rft-kl" if info["beta"] else "rft"
     if m == "endtoend":  # Table 4: one run per score-function weight; Figure 1 without KL
         return results.NO_KL if not info["beta"] else f"endtoend-c{info['sf_weight']:g}"
+    if m == "rlcr":  # its stated confidence is a second view of the same run (same config)
+        return "rlcr-stated" if "-stated" in info["variant"] else "rlcr"
     return m
 
 

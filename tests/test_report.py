@@ -306,6 +306,7 @@ def test_shipped_real_model_summary_recomputes_from_its_dumps():
     root = ASSETS / "results" / RUNG
     summary = json.loads((root / "summary.json").read_text())
     names = {"base", "calibrate", "reinforce", "sft-matched", "rft-kl-matched", "grpo-matched"}
+    names |= {"rlcr-matched", "rlcr-stated-matched"}
     assert set(summary["runs"]) == names
     for run, entry in summary["runs"].items():
         rows = []

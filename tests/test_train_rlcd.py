@@ -178,7 +178,8 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, tiny_base):
     kw = dict(TINY, steps=steps, eval_every=0, test_items=0, grad_terms_every=0, save_every=2)
     ref = train(preset("calibrate", init=tiny_base, out=tmp_path / "ref", **kw))
     killed = tmp_path / "killed"
-    code = (
+    code = (  # the parent's thread count: the same sums in the same order, bit for bit
+        f"import torch; torch.set_num_threads({torch.get_num_threads()}); "
         "from pathlib import Path; from rlcd_lab.train.rlcd import preset, train; "
         f"train(preset('calibrate', init=Path({str(tiny_base)!r}), "
         f"out=Path({str(killed)!r}), **{kw!r}))"
