@@ -174,7 +174,7 @@ def test_question_stream_is_a_function_of_seed_and_step():
 
 
 def test_sigkill_then_resume_is_bit_identical(tmp_path, tiny_base):
-    steps = 12
+    steps = 40  # long enough (about 0.5 s) that the poll below sees a checkpoint mid-run
     kw = dict(TINY, steps=steps, eval_every=0, test_items=0, grad_terms_every=0, save_every=2)
     ref = train(preset("calibrate", init=tiny_base, out=tmp_path / "ref", **kw))
     killed = tmp_path / "killed"
@@ -187,12 +187,17 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, tiny_base):
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+
+    def saved() -> list[int]:  # complete step checkpoints (older ones are pruned)
+        done = (killed / "checkpoints").glob("step-*/trainer_state.json")
+        return [int(p.parent.name.removeprefix("step-")) for p in done]
+
     deadline = time.time() + 120
-    while not (killed / "checkpoints" / "step-4" / "trainer_state.json").exists():
+    while not any(s >= 4 for s in saved()):
         assert proc.poll() is None and time.time() < deadline, (
             "the run ended before it could be killed"
         )
-        time.sleep(0.05)
+        time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (killed / "final").exists()
