@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from rlcd_lab.evaluate import run_eval, summarize
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.tasks.synthetic import get_task
 
 

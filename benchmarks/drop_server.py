@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 
 import httpx
-from kernel_rerun import cpu  # benchmarks/kernel_rerun.py: the CPU model, as lscpu names it
 from serve import free_port, wait_up  # benchmarks/serve.py, beside this script
+
+from rlcd_lab.bench.common import machine
 
 LONG_STATE = "1" * 200 + "?"
 """A state the tiny verify model cannot parse: it writes no marker, every row runs on."""
@@ -130,7 +131,7 @@ def main() -> None:
         proc.terminate()
         proc.join(30)
     idle_s, wait_s = statistics.median(idle), statistics.median(waits)
-    print(f"CPU: {cpu()}; server: 1 torch thread; checkpoint {checkpoint}")
+    print(f"CPU: {machine()}; server: 1 torch thread; checkpoint {checkpoint}")
     print(
         f"dropped: {clients} client(s) x 1 question, m = {args.m}, {args.max_new_tokens} "
         f"tokens, gone at {args.drop_after} s; {args.repeats} repeats"

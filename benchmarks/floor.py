@@ -1,15 +1,17 @@
 """The decoding step against the machine's own floor: SmolLM2 and the tiny model.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/floor.py [--settings tiny smollm2]
-        [--rows 8 64] [--dtypes float32 bfloat16] [--reps 20]
+        [--rows 8 64] [--dtypes float32 bfloat16] [--kernels blas onednn] [--reps 20]
 
-For each model, weight dtype and number of rows per step, measured in one run and
+For each model, weight dtype, kernel and number of rows per step, measured in one run and
 interleaved (every repetition times each measurement once, so a drift in the machine's
 load hits all alike):
 
 * ``step``: one KV-cached decoding step of ``rows`` rows after a ``PROMPT``-token prompt,
   the sampler's own step (``decoding._Steps``: ``_LlamaSteps`` where it applies), logits
-  of the whole vocabulary included; median seconds;
+  of the whole vocabulary included; median seconds. Kernel ``blas``: the model's own
+  products (``F.linear``, generate's bits); ``onednn``: the matrices packed for oneDNN
+  (``decoding.PackedLinears``, what ``--sampler fast``/``bf16`` decode with);
 * ``read``: reading every weight once (``sum`` over each parameter tensor: memory-bound,
   the bytes a step must read at least once); median seconds;
 * ``peak``: the matrix-product peak of this dtype on this machine (``torch.mm`` of two
@@ -21,7 +23,8 @@ load hits all alike):
 * ``sampler``: one ``decoding.kv_sampler`` call drawing ``rows`` rationales of
   ``NEW`` tokens (``rows / 4`` prompts x 4, every row forced to the full length: an
   unreachable marker, no EOS), its seconds per generated step against the floor: the
-  prompt's encoding and the Python loop around the steps are in it.
+  prompt's encoding and the Python loop around the steps are in it; ``rows/s``: rows
+  advanced one token per second (``rows / sampler``), what a wider batch buys.
 
 The CPU (model name and the flags that decide the kernels) is printed first: a figure
 means something only beside the machine it was measured on. The ratios are the numbers
@@ -39,33 +42,19 @@ from pathlib import Path
 
 import torch
 
-from rlcd_lab.decoding import _Steps, kv_sampler
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.bench.common import machine
+from rlcd_lab.decoding import PackedLinears, _Steps, kv_sampler
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
 
 PROMPT = 96
 """Prompt tokens before the timed steps (the rung's prompts are about 120)."""
 NEW = 32
 """Tokens per rationale in the ``sampler`` measurement."""
-FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
 SETTINGS = {
     "tiny": Path("assets/checkpoints/base-verify"),
     "smollm2": SMOLLM2_DEFAULT_DIR.expanduser(),
 }
-
-
-def cpu() -> str:
-    """The CPU's model name and which of :data:`FLAGS` it has."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    name = next(
-        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
-        "unknown CPU",
-    )
-    flags = next(
-        (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []
-    )
-    have = " ".join(f for f in FLAGS if f in flags) or "none of " + " ".join(FLAGS)
-    return f"{name}, {os.cpu_count()} cores, flags: {have}"
 
 
 def matmul_params(model: torch.nn.Module) -> int:
@@ -83,13 +72,14 @@ def timer(fn) -> float:
     return time.perf_counter() - t0
 
 
-def measure(model, tok, rows: int, reps: int, dtype: torch.dtype) -> dict:
-    """Median step and read seconds, peak GFLOP/s and the sampler's seconds per step."""
+def measure(model, tok, rows: int, reps: int, dtype: torch.dtype, packed) -> dict:
+    """Median step and read seconds, peak GFLOP/s and the sampler's seconds per step
+    (``packed``: a ``PackedLinears`` of ``model`` or None)."""
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     ids = torch.randint(10, vocab, (rows, PROMPT), generator=g)
     mask = torch.ones_like(ids)
-    steps = _Steps(model, ids, mask, PROMPT + reps + 2)
+    steps = _Steps(model, ids, mask, PROMPT + reps + 2, packed)
     steps.prefill()
     tokens = torch.randint(10, vocab, (rows,), generator=g)
     steps(tokens)  # first step: picks the fast path
@@ -98,7 +88,13 @@ def measure(model, tok, rows: int, reps: int, dtype: torch.dtype) -> dict:
     b = torch.randn(1024, 1024, generator=g).to(dtype)
     sampler_ids = torch.randint(10, vocab, (max(1, rows // 4), PROMPT), generator=g)
     sampler_ids = sampler_ids.repeat_interleave(rows // max(1, rows // 4), 0)
-    kw = dict(row_seeds=list(range(len(sampler_ids))), max_new_tokens=NEW, marker="\x00@@", eos=[])
+    kw = dict(
+        row_seeds=list(range(len(sampler_ids))),
+        max_new_tokens=NEW,
+        marker="\x00@@",
+        eos=[],
+        packed=packed,
+    )
     step_s, read_s, mm_s, samp_s = [], [], [], []
     with torch.inference_mode():
         for _ in range(reps):
@@ -127,20 +123,21 @@ def main() -> None:
     ap.add_argument(
         "--dtypes", nargs="+", choices=["float32", "bfloat16"], default=["float32", "bfloat16"]
     )
+    ap.add_argument("--kernels", nargs="+", choices=["blas", "onednn"], default=["blas", "onednn"])
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    print(f"CPU: {cpu()}")
+    print(f"CPU: {machine()}")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"load {os.getloadavg()[0]:.2f}"
     )
     print()
     print(
-        "| model | dtype | rows | step ms | read ms | peak GFLOP/s | floor ms | step / floor "
-        "| sampler ms/step | sampler / floor |"
+        "| model | dtype | kernel | rows | step ms | read ms | peak GFLOP/s | floor ms "
+        "| step / floor | sampler ms/step | sampler / floor | sampler rows/s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.settings:
         path = SETTINGS[name]
         if not (path / "config.json").is_file():
@@ -152,15 +149,20 @@ def main() -> None:
             model = (
                 model32 if dtype == torch.float32 else load_checkpoint(path, "cpu", dtype=dtype)[0]
             )
-            for rows in args.rows:
-                r = measure(model, tok, rows, args.reps, dtype)
-                print(
-                    f"| {name} | {dtype_name} | {rows} | {1e3 * r['step']:.2f} "
-                    f"| {1e3 * r['read']:.2f} "
-                    f"| {r['peak']:.0f} | {1e3 * r['floor']:.2f} | {r['step'] / r['floor']:.2f} "
-                    f"| {1e3 * r['sampler']:.2f} | {r['sampler'] / r['floor']:.2f} |",
-                    flush=True,
-                )
+            for kernel in args.kernels:
+                if kernel == "onednn" and not PackedLinears.available(model):
+                    print(f"| {name} | {dtype_name} | {kernel} | not available on this CPU |")
+                    continue
+                packed = PackedLinears(model) if kernel == "onednn" else None
+                for rows in args.rows:
+                    r = measure(model, tok, rows, args.reps, dtype, packed)
+                    print(
+                        f"| {name} | {dtype_name} | {kernel} | {rows} | {1e3 * r['step']:.2f} "
+                        f"| {1e3 * r['read']:.2f} | {r['peak']:.0f} | {1e3 * r['floor']:.2f} "
+                        f"| {r['step'] / r['floor']:.2f} | {1e3 * r['sampler']:.2f} "
+                        f"| {r['sampler'] / r['floor']:.2f} | {rows / r['sampler']:.0f} |",
+                        flush=True,
+                    )
     print(f"\nload at the end {os.getloadavg()[0]:.2f}")
 
 

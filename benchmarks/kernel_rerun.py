@@ -19,15 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rlcd_lab.bench.common import machine
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "assets" / "results" / "verify" / "seed-17" / "reinforce"
-
-
-def cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def kernels() -> list[str]:
@@ -62,7 +57,7 @@ def main() -> int:
     args = ap.parse_args()
     cfg = json.loads((args.run / "config.json").read_text())
     shipped = args.run / "eval" / "test.jsonl"
-    print(f"{args.run.relative_to(ROOT)} on {cpu()}, one thread")
+    print(f"{args.run.relative_to(ROOT)} on {machine()}, one thread")
     print(f"{'kernel':8s} {'bytes identical':>15s} {'same rationales':>15s} "
           f"{'logits bit-equal':>16s} {'max |d logit|':>13s}")  # fmt: skip
     for k in kernels():

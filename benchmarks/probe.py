@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from kernel_rerun import cpu  # benchmarks/: the CPU's model name
 
+from rlcd_lab.bench.common import machine
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.metrics import auroc
-from rlcd_lab.models import load_checkpoint
 from rlcd_lab.pretrained import MODELS, convert_gguf
 from rlcd_lab.reader import read
 from rlcd_lab.stats import wilson_interval
@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    print(f"CPU: {cpu()}, torch threads {torch.get_num_threads()}")
+    print(f"CPU: {machine()}, torch threads {torch.get_num_threads()}")
     print(
         "| model | task | mode | n | accuracy [95% CI] | chance | margin | self-marker "
         "| AUROC | meets the bar | wall s |"

@@ -1,4 +1,5 @@
-"""Time per sampler call: ``reader.hf_sampler`` (``generate``) against ``decoding.kv_sampler``.
+"""Time per sampler call: ``reader.hf_sampler`` (``generate``) against ``decoding.kv_sampler``
+and ``decoding.fast_sampler`` (``--sampler fast``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sampler.py [--settings tiny smollm2] [--reps N]
 
@@ -6,9 +7,13 @@ Both samplers get the same batch, built as ``reader.sample_questions`` builds it
 question's prompt with its options, left-padded, repeated ``M = 4`` times, row seeds
 ``mix_seed(mix_seed(0, i), j)``, the model's EOS), and are called side by side: every
 repetition calls one then the other, alternating which goes first, so a drift in the
-machine's load hits both alike. Every call's tokens (up to each row's stop), ``end`` and
-``hit_marker`` must equal ``hf_sampler``'s (an ``AssertionError`` otherwise), ``token_lp``
-must agree within 1e-5 + 1e-5 |log-prob| (``torch.testing.assert_close``).
+machine's load hits all alike. Every ``kv_sampler`` call's tokens (up to each row's stop),
+``end`` and ``hit_marker`` must equal ``hf_sampler``'s (an ``AssertionError`` otherwise),
+``token_lp`` must agree within 1e-5 + 1e-5 |log-prob| (``torch.testing.assert_close``).
+``fast`` draws from a packed copy (bfloat16 where the CPU has native bfloat16 products) on
+models of at least ``decoding.FAST_MIN_PARAMS`` parameters, else it is ``kv_sampler``
+itself: its rows identical to ``generate``'s are counted, not required; the copy is made
+once per optimizer step in training, here once in the warm-up call (its seconds printed).
 
 * ``tiny``: ``assets/checkpoints/base-verify`` (381k-parameter Llama, character tokenizer),
   8 verify questions x 4 rationales, 48 new tokens;
@@ -36,8 +41,9 @@ from pathlib import Path
 import torch
 
 from rlcd_lab import decoding
+from rlcd_lab.bench.common import machine
 from rlcd_lab.decoding import kv_sampler
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
 from rlcd_lab.reader import (
     Generated,
@@ -54,6 +60,7 @@ from rlcd_lab.tasks import load_task_items
 M = 4
 SEED = 0
 SAMPLERS: dict[str, Callable[..., Generated]] = {"hf": hf_sampler, "kv": kv_sampler}
+"""The samplers compared; ``fast`` (``decoding.fast_sampler`` of the model) joins them."""
 
 
 @dataclass(frozen=True)
@@ -126,24 +133,37 @@ def check_identical(ref: Generated, out: Generated) -> None:
         torch.testing.assert_close(out.token_lp[i, :n], ref.token_lp[i, :n], atol=1e-5, rtol=1e-5)
 
 
+def same_rows(ref: Generated, out: Generated) -> int:
+    """Rows whose tokens up to their stop equal ``ref``'s."""
+    n = 0
+    for i in range(len(ref.end)):
+        stop = int(ref.end[i]) if ref.end[i] >= 0 else ref.tokens.shape[1]
+        n += out.tokens.shape[1] >= stop and torch.equal(ref.tokens[i, :stop], out.tokens[i, :stop])
+    return n
+
+
 def run_setting(s: Setting, reps: int) -> dict:
     model, tok, ids, mask, kw = batch(s)
+    samplers = {**SAMPLERS, "fast": decoding.fast_sampler(model)}
     load = [os.getloadavg()[0]]
-    times: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in SAMPLERS}
-    ref = None
-    for rep in range(reps + 1):  # repetition 0 warms up both
-        order = list(SAMPLERS) if rep % 2 == 0 else list(SAMPLERS)[::-1]
+    times: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in samplers}
+    ref, same, copy_s = None, [], 0.0
+    for rep in range(reps + 1):  # repetition 0 warms up all (and makes fast's copy)
+        order = list(samplers) if rep % 2 == 0 else list(samplers)[::-1]
         outs = {}
         for name in order:
             t0, c0 = time.perf_counter(), time.process_time()
-            outs[name] = SAMPLERS[name](model, tok, ids, mask, **kw)
+            outs[name] = samplers[name](model, tok, ids, mask, **kw)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             if rep:
                 times[name]["wall"].append(wall)
                 times[name]["cpu"].append(cpu)
+            elif name == "fast" and samplers["fast"] is not kv_sampler:
+                copy_s = wall - min(times["fast"]["wall"] or [0.0])
         ref = outs["hf"] if ref is None else ref
-        for out in outs.values():
-            check_identical(ref, out)  # every call, both samplers: identical and reproducible
+        for name in ("hf", "kv"):  # every call: identical and reproducible
+            check_identical(ref, outs[name])
+        same.append(same_rows(ref, outs["fast"]))
     load.append(os.getloadavg()[0])
     fast = fast_steps(model, tok, ids, mask, kw)
     ended = torch.where(ref.end >= 0, ref.end, ref.tokens.shape[1])
@@ -156,7 +176,18 @@ def run_setting(s: Setting, reps: int) -> dict:
         "marker": int(ref.hit_marker.sum()),
         "load": load,
         "fast": fast,
+        "fast_kind": describe(samplers["fast"]),
+        "fast_same": min(same),
+        "copy_s": copy_s,
     }
+
+
+def describe(sampler) -> str:
+    """``kv_sampler`` or the copy's dtype and whether its matrices are packed."""
+    if sampler is kv_sampler:
+        return "kv_sampler itself (model under FAST_MIN_PARAMS)"
+    dtype = str(sampler.dtype).removeprefix("torch.")
+    return f"a {dtype} copy, " + ("packed for oneDNN" if sampler.packed else "unpacked")
 
 
 def fast_steps(model, tok, ids, mask, kw) -> int:
@@ -196,6 +227,7 @@ def main() -> None:
 
     start = os.getloadavg()
     omp = os.environ.get("OMP_NUM_THREADS", "unset")
+    print(f"CPU: {machine()}")
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}; torch threads "
         f"{torch.get_num_threads()} (OMP_NUM_THREADS={omp}), {os.cpu_count()} CPUs; "
@@ -222,12 +254,17 @@ def main() -> None:
             "after the prefill",
             flush=True,
         )
+        print(
+            f"  fast: {r['fast_kind']}; rows identical to generate's: at least "
+            f"{r['fast_same']} of {r['rows']} in every call",
+            flush=True,
+        )
     if not results:
         print("\nno setting could run")
         return
     print(
         "\nSeconds per sampler call (wall and process CPU; min and median over the "
-        "repetitions); hf/kv: how many times faster kv_sampler is"
+        "repetitions); hf/kv, hf/fast: how many times faster than generate"
     )
     print(
         f"{'setting':<8} {'rows':>4} {'prompt':>6} {'steps':>5} {'tokens':>6} {'marker':>6} "
@@ -243,9 +280,10 @@ def main() -> None:
             }
             for k, v in r["times"].items()
         }
-        stats["hf/kv"] = {c: stats["hf"][c] / stats["kv"][c] for c in stats["hf"]}
+        for k in ("kv", "fast"):
+            stats[f"hf/{k}"] = {c: stats["hf"][c] / stats[k][c] for c in stats["hf"]}
         for k, st in stats.items():
-            spec = ".2f" if k == "hf/kv" else ".3f"
+            spec = ".2f" if k.startswith("hf/") else ".3f"
             print(
                 f"{name:<8} {r['rows']:>4} {r['prompt']:>6} {r['steps']:>5} {r['tokens']:>6.1f} "
                 f"{r['marker']:>6} {k:<8} "

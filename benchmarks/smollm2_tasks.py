@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrained import convert_gguf
 from rlcd_lab.reader import read
 from rlcd_lab.stats import paired_bootstrap

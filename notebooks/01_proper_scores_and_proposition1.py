@@ -55,7 +55,7 @@ from plotly.subplots import make_subplots
 from rlcd_lab import assets, plots, tutorial
 from rlcd_lab.decomposition import sampled_answer_decomposition, variance_decomposition
 from rlcd_lab.evaluate import run_eval
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.scoring import expected_score
 from rlcd_lab.tasks import load_task_items
 

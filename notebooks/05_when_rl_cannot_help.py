@@ -70,7 +70,8 @@ from IPython.display import display
 from rlcd_lab import assets, metrics, paper, plots, report, results, tutorial
 from rlcd_lab.decomposition import variance_decomposition
 from rlcd_lab.evaluate import run_eval
-from rlcd_lab.models import load_checkpoint, read_meta
+from rlcd_lab.loading import load_checkpoint
+from rlcd_lab.models import read_meta
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import TRAINERS, launch_command, train
 from rlcd_lab.train.common import read_log

@@ -56,7 +56,7 @@ from IPython.display import display
 
 from rlcd_lab import assets, metrics, plots, report, results, routing, tutorial
 from rlcd_lab.evaluate import run_eval
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.tasks import load_task_items
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import classroom
+from . import exercises
 
 FORMATS = ("nbgrader", "otter")
 """The grader formats :func:`write_assignments` writes."""
@@ -97,7 +97,7 @@ def _check_name(node: ast.AST) -> str | None:
         name = func.id
     else:
         return None
-    return name if name.startswith("check_") and callable(getattr(classroom, name, None)) else None
+    return name if name.startswith("check_") and callable(getattr(exercises, name, None)) else None
 
 
 def _calls_with_guards(tree: ast.AST) -> list[tuple[ast.Call, tuple[str, ...]]]:
@@ -144,7 +144,7 @@ def _bind(call: ast.Call) -> dict[str, ast.expr]:
     name = _checked(call)
     keywords = {k.arg: k.value for k in call.keywords if k.arg is not None}
     try:
-        bound = inspect.signature(getattr(classroom, name)).bind_partial(*call.args, **keywords)
+        bound = inspect.signature(getattr(exercises, name)).bind_partial(*call.args, **keywords)
     except TypeError as err:
         raise ValueError(f"{ast.unparse(call)}: {err}") from err
     return dict(bound.arguments)
@@ -173,7 +173,8 @@ def parse_exercises(nb: Any) -> Exercises:
     ``jupytext.read``).
 
     The answer cell is the one code cell without the ``solution`` tag that calls checks
-    of :mod:`rlcd_lab.classroom`; each of its top-level statements calls at most one.
+    of :mod:`rlcd_lab.exercises` (as ``classroom.check_...``: :mod:`rlcd_lab.classroom`
+    re-exports them); each of its top-level statements calls at most one.
     Raises ``ValueError`` when there is no such cell or more than one, when a statement
     calls two checks, or when an answer has no solution (no solution cell passes a value
     to that parameter of that check).
@@ -182,7 +183,7 @@ def parse_exercises(nb: Any) -> Exercises:
         i
         for i, cell in enumerate(nb.cells)
         if cell.cell_type == "code"
-        and not classroom.is_solution(cell)
+        and not exercises.is_solution(cell)
         and _calls_with_guards(_parse(cell.source))
     ]
     if len(answer_cells) != 1:
@@ -191,7 +192,7 @@ def parse_exercises(nb: Any) -> Exercises:
     source = nb.cells[index].source
     tree = ast.parse(source)
     worked = "\n\n".join(
-        c.source for c in nb.cells if c.cell_type == "code" and classroom.is_solution(c)
+        c.source for c in nb.cells if c.cell_type == "code" and exercises.is_solution(c)
     )
     solved: dict[str, tuple[dict[str, ast.expr], tuple[str, ...]]] = {}
     for call, guards in _calls_with_guards(ast.parse(worked)):  # the last call of each check
@@ -278,7 +279,7 @@ def _kept_cells(cells: Sequence[Any]) -> list[Any]:
     """Copies of ``cells`` without solution cells, outputs and execution counts."""
     kept = []
     for cell in cells:
-        if classroom.is_solution(cell):
+        if exercises.is_solution(cell):
             continue
         cell = copy.deepcopy(cell)
         if cell.cell_type == "code":
@@ -407,9 +408,9 @@ def write_assignments(
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown grader format {fmt!r}: use one of {FORMATS}")
-    sources = sorted(Path(src_dir).glob(classroom.NOTEBOOK_GLOB))
+    sources = sorted(Path(src_dir).glob(exercises.NOTEBOOK_GLOB))
     if not sources:
-        raise FileNotFoundError(f"no tutorial notebooks ({classroom.NOTEBOOK_GLOB}) in {src_dir}")
+        raise FileNotFoundError(f"no tutorial notebooks ({exercises.NOTEBOOK_GLOB}) in {src_dir}")
     written = []
     for path in sources:
         nb, name = jupytext.read(path), path.stem

@@ -320,7 +320,7 @@ def run_eval_command(cfg: Eval) -> dict:
         raise IsADirectoryError(f"--out {cfg.out} is a directory; give a .jsonl file")
     from .evaluate import run_eval, summarize
     from .io import atomic_write_jsonl
-    from .models import load_checkpoint
+    from .loading import load_checkpoint
     from .tasks import load_task_items
 
     items = load_task_items(cfg.task, cfg.split)[: cfg.limit]
@@ -342,10 +342,11 @@ def run_eval_command(cfg: Eval) -> dict:
 
 def check_serve_checksums(checkpoint: Path) -> None:
     """What ``serve`` checks before it starts (unless ``--no-verify``): the checkpoint
-    exists and looks sound (``models.check_checkpoint``) and carries a ``checksums.json``;
+    exists and looks sound (``loading.check_checkpoint``) and carries a ``checksums.json``;
     one without is refused (``ValueError``), since its files could have been edited
     unseen. An older one over its weights only is accepted; the load warns about it."""
-    from .models import CHECKSUM_FILE, check_checkpoint, checksum_coverage
+    from .loading import check_checkpoint
+    from .models import CHECKSUM_FILE, checksum_coverage
 
     check_checkpoint(checkpoint)
     if checksum_coverage(checkpoint) == "none":
@@ -548,7 +549,7 @@ def _run(cfg) -> None:
         if cfg.kind in ("gsm8k-verify-synthetic", "clinc150", "bigbench"):
             kw["seed"] = cfg.seed
         if cfg.kind == "gsm8k-verify":
-            from .models import load_checkpoint
+            from .loading import load_checkpoint
             from .tasks.convert import hf_proposer
 
             proposer = cfg.proposer.expanduser()

@@ -52,7 +52,7 @@ from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from .readout import position_ids
-from .sampling import Generated, GumbelSampler, SamplingStopped, forward_args, pad_id
+from .sampling import Generated, GumbelSampler, Sampler, SamplingStopped, forward_args, pad_id
 
 
 def prompt_groups(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -79,6 +79,7 @@ def kv_sampler(
     temperature: float = 1.0,
     top_p: float = 1.0,
     should_stop: Callable[[], bool] | None = None,
+    packed: PackedLinears | None = None,
 ) -> Generated:
     """``reader.hf_sampler``'s tokens from a compact decoding loop (see the module
     docstring): left-padded rows ``ids, mask (N, T)``, one seeded noise generator per row,
@@ -89,7 +90,9 @@ def kv_sampler(
     the sampled token.
 
     ``should_stop``: asked before every forward pass; once it returns True,
-    ``sampling.SamplingStopped`` is raised (nothing is returned)."""
+    ``sampling.SamplingStopped`` is raised (nothing is returned). ``packed``: the model's
+    matrices packed for oneDNN (:class:`PackedLinears`, :class:`CopySampler`'s): the
+    decoding steps multiply with them (faster, other rounding: not ``generate``'s bits)."""
     n, width = ids.shape
     if len(row_seeds) != n:
         raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
@@ -103,7 +106,7 @@ def kv_sampler(
             raise SamplingStopped("should_stop() asked the sampler to stop")
 
     check()
-    steps = _Steps(model, ids, mask, width + max_new_tokens)
+    steps = _Steps(model, ids, mask, width + max_new_tokens, packed)
     logits = steps.prefill()
     live = list(range(n))  # the original index of each row still in the batch
     seqs: list[list[int]] = [[] for _ in range(n)]
@@ -175,9 +178,17 @@ class _StopCheck:
 class _Steps:
     """Next-token logits of the live rows, one call per generated token: the model's
     forward pass on a ``DynamicCache`` (position ids from the attention mask, as
-    ``generate``), or :class:`_LlamaSteps` once its first step matched it bit for bit."""
+    ``generate``), or :class:`_LlamaSteps` once its first step matched it bit for bit
+    (with ``packed`` weights, :class:`PackedLinears`: within their rounding)."""
 
-    def __init__(self, model: PreTrainedModel, ids: Tensor, mask: Tensor, length: int):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        ids: Tensor,
+        mask: Tensor,
+        length: int,
+        packed: PackedLinears | None = None,
+    ):
         self.model, self.ids, self.mask = model, ids, mask
         self.cache_key, self.keep_one = forward_args(model)
         self.cache = DynamicCache(config=model.config)
@@ -189,7 +200,7 @@ class _Steps:
         self.width = ids.shape[1]  # keys and values held per row
         self.fast: _LlamaSteps | None = None
         self.try_fast = _LlamaSteps.supports(model)
-        self.length = length
+        self.length, self.packed = length, packed
 
     def prefill(self) -> Tensor:
         """Logits ``(N, V)`` float32 after each row's prompt; distinct prompts are encoded
@@ -227,7 +238,7 @@ class _Steps:
         check = None
         if self.try_fast:  # the first step: run both, keep the fast one if bit-identical
             self.try_fast = False
-            fast = _LlamaSteps(self.model, self.cache, self.length)
+            fast = _LlamaSteps(self.model, self.cache, self.length, self.packed)
             check = fast(tokens[:, None], self.pos, mask)
         out = self.model(
             input_ids=tokens[:, None],
@@ -237,7 +248,9 @@ class _Steps:
             **{self.cache_key: self.cache},
         )
         logits = out.logits[:, -1]
-        if check is not None and torch.equal(check, logits):
+        if check is not None and (
+            torch.equal(check, logits) if self.packed is None else self.packed.agrees(check, logits)
+        ):
             self.fast, self.cache = fast, None
         return logits.float()
 
@@ -249,6 +262,17 @@ def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     h = x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(dtype)
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    """``softmax(q k^T scale, masked) v`` with the scores in float32: ``q (B, Hkv, G, d)``
+    (one query's ``G`` heads per key/value head), ``k, v (B, Hkv, T, d)``, ``mask``
+    ``(B, 1, 1, T)`` bool (True: attend) or None; returns ``(B, Hkv, G, d)`` in ``v``'s
+    dtype. Two batched products, the form a single query is fastest in."""
+    s = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.matmul(s.softmax(-1).to(v.dtype), v)
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -283,12 +307,20 @@ class _LlamaSteps:
             )
         )
 
-    def __init__(self, model: LlamaForCausalLM, cache: DynamicCache, length: int):
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        cache: DynamicCache,
+        length: int,
+        packed: PackedLinears | None = None,
+    ):
         inner = model.model
+        w = (lambda p: p) if packed is None else packed.get
+        self.linear = F.linear if packed is None else _packed_linear
         self.embed = inner.embed_tokens.weight
         self.rotary = inner.rotary_emb
         self.norm = (inner.norm.weight, inner.norm.variance_epsilon)
-        self.head = model.lm_head.weight
+        self.head = w(model.lm_head.weight)
         self.layers, self.keys, self.values = [], [], []
         for layer, cached in zip(inner.layers, cache.layers, strict=True):
             a, mlp = layer.self_attn, layer.mlp
@@ -296,10 +328,10 @@ class _LlamaSteps:
             self.layers.append(
                 (
                     (n1.weight, n1.variance_epsilon),
-                    a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight,
-                    a.head_dim, a.scaling, a.num_key_value_groups,
+                    w(a.q_proj.weight), w(a.k_proj.weight), w(a.v_proj.weight),
+                    w(a.o_proj.weight), a.head_dim, a.scaling, a.num_key_value_groups,
                     (n2.weight, n2.variance_epsilon),
-                    mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
+                    w(mlp.gate_proj.weight), w(mlp.up_proj.weight), w(mlp.down_proj.weight),
                 )
             )  # fmt: skip
             b, h, t, d = cached.keys.shape
@@ -317,36 +349,92 @@ class _LlamaSteps:
     def __call__(self, tokens: Tensor, pos: Tensor, mask: Tensor | None) -> Tensor:
         """Logits ``(B, V)`` after ``tokens (B, 1)`` at positions ``pos (B, 1)``; ``mask``
         ``(B, >= t + 1)``: the 2D attention mask (None: no padding)."""
-        x = F.embedding(tokens, self.embed)
+        x, lin = F.embedding(tokens, self.embed), self.linear
         b, t = x.shape[0], self.t
         am = None if mask is None else mask[:, None, None, : t + 1].bool()
         cos, sin = self.rotary(x, pos)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         for i, (n1, wq, wk, wv, wo, hd, scale, groups, n2, wg, wu, wd) in enumerate(self.layers):
             h = _rms(x, *n1)
-            q = F.linear(h, wq).view(b, 1, -1, hd).transpose(1, 2)
-            k = F.linear(h, wk).view(b, 1, -1, hd).transpose(1, 2)
-            v = F.linear(h, wv).view(b, 1, -1, hd).transpose(1, 2)
+            q = lin(h, wq).view(b, 1, -1, hd).transpose(1, 2)
+            k = lin(h, wk).view(b, 1, -1, hd).transpose(1, 2)
+            v = lin(h, wv).view(b, 1, -1, hd).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
             self.keys[i][:, :, t : t + 1] = k
             self.values[i][:, :, t : t + 1] = v
-            extra = {}
-            if groups > 1:
-                if am is None:
-                    extra["enable_gqa"] = True
-                else:  # one query: its heads side by side on their key/value head
-                    q = q.reshape(b, -1, groups, hd)
-            o = F.scaled_dot_product_attention(
-                q, self.keys[i][:, :, : t + 1], self.values[i][:, :, : t + 1],
-                attn_mask=am, scale=scale, **extra,
-            )  # fmt: skip
+            o = self._attend(i, q, am, scale, groups)
             o = o.reshape(b, -1, 1, hd).transpose(1, 2).contiguous().reshape(b, 1, -1)
-            x = x + F.linear(o.contiguous(), wo)
+            x = x + lin(o.contiguous(), wo)
             h = _rms(x, *n2)
-            x = x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
+            x = x + lin(F.silu(lin(h, wg)) * lin(h, wu), wd)
         self.t = t + 1
-        return F.linear(_rms(x, *self.norm), self.head)[:, -1]
+        return lin(_rms(x, *self.norm), self.head)[:, -1]
+
+    def _attend(self, i: int, q: Tensor, am: Tensor | None, scale: float, groups: int) -> Tensor:
+        """One query's attention ``q (B, H, 1, d)`` over layer ``i``'s cached keys and
+        values: ``F.scaled_dot_product_attention`` as transformers calls it (one query's
+        ``groups`` heads side by side on their key/value head where it masks), or with
+        packed weights :func:`_attention` (bfloat16 SDPA is slow on the CPU)."""
+        keys, values = self.keys[i][:, :, : self.t + 1], self.values[i][:, :, : self.t + 1]
+        if self.linear is _packed_linear or (groups > 1 and am is not None):
+            q = q.reshape(q.shape[0], -1, groups, q.shape[-1])
+        if self.linear is _packed_linear:
+            return _attention(q, keys, values, am, scale)
+        extra = {"enable_gqa": True} if groups > 1 and am is None else {}
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=am, scale=scale, **extra)
+
+
+def _packed_linear(x: Tensor, packed: Tensor) -> Tensor:
+    """``F.linear(x, W)`` with ``W`` packed by :class:`PackedLinears` (oneDNN's product)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
+class PackedLinears:
+    """Every ``nn.Linear`` matrix of ``model`` packed once for oneDNN's matrix product
+    (``torch.ops.mkldnn._reorder_linear_weight``), for :class:`_LlamaSteps`.
+
+    Why: a decoding step multiplies a few rows (``B x d``) by every matrix (``d_out x d``):
+    skinny products, which the CPU's default BLAS runs far below both the memory and the
+    arithmetic floor (``benchmarks/floor.py``); oneDNN's products on weights laid out
+    for them ahead of time come closer. The rounding differs from ``F.linear``'s (float32:
+    about 1e-6 relative), so the logits are not ``generate``'s bits: used only by the
+    copy that :class:`CopySampler` already draws from (off-policy by its rounding), never
+    by the default sampler. Packing SmolLM2's 135M weights takes about 0.3 s.
+
+    ``rows``: the batch size the layout is tuned for (any batch size works)."""
+
+    def __init__(self, model: torch.nn.Module, rows: int = 8):
+        self.dtype = next(model.parameters()).dtype
+        self.packed = {
+            m.weight.data_ptr(): torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), rows)
+            for m in model.modules()
+            if isinstance(m, torch.nn.Linear) and m.bias is None
+        }
+
+    @staticmethod
+    def available(model: torch.nn.Module) -> bool:
+        """Whether the packed products apply: a CPU model in float32, or in bfloat16 on a
+        CPU with native bfloat16 products (``avx512_bf16`` or AMX), oneDNN built in."""
+        p = next(model.parameters())
+        if p.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+            return False
+        return p.dtype == torch.float32 or (
+            p.dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        )
+
+    def get(self, weight: Tensor) -> Tensor:
+        """The packed form of ``weight`` (a matrix of the packed model)."""
+        return self.packed[weight.data_ptr()]
+
+    def agrees(self, packed_logits: Tensor, logits: Tensor) -> bool:
+        """Whether the packed steps' logits equal the model's own within this dtype's
+        rounding: ``||a - b|| <= tol ||b||`` over the whole ``(B, V)`` block, ``tol`` 1e-5
+        in float32, 2^-5 in bfloat16 (SmolLM2 measured: 7e-7 and 0.007; a structural
+        difference, e.g. a transformers that computes otherwise, is of order 1)."""
+        tol = 2.0**-5 if self.dtype == torch.bfloat16 else 1e-5
+        a, b = packed_logits.float(), logits.float()
+        return bool((a - b).norm() <= tol * b.norm())
 
 
 # ------------------------------------------------------------- a copy of the weights
@@ -364,28 +452,79 @@ def plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> PreTrainedModel:
     return clone.to(dtype).eval().requires_grad_(False)
 
 
+FAST_MIN_PARAMS = 10_000_000
+"""Below this many parameters a decoding step is bound by the overhead of its operations,
+not by its products: on the tiny 381k-parameter models a bfloat16 or packed copy decodes
+more slowly than the model itself (``benchmarks/floor.py``), so ``fast_sampler`` keeps
+:func:`kv_sampler` there."""
+
+
+WIDE_ROWS = 64
+"""Rows per decoding step past which a model of at least :data:`FAST_MIN_PARAMS`
+parameters advances no more rows per second, only holds more keys and values: SmolLM2 on
+an AMD EPYC (avx512_bf16, one thread) advanced 75, 102, 122, 144 and 145 rows/s at 8, 16,
+32, 64 and 128 rows in float32, 150, 206, 225, 260 and 251 in the packed bfloat16 copy
+(``benchmarks/floor.py``, benchmarks/RESULTS.md)."""
+
+
+def questions_per_call(model: torch.nn.Module, m: int, default: int = 64) -> int:
+    """How many questions one sampler call takes, their ``m`` rows decoded together:
+    ``default`` for a model under :data:`FAST_MIN_PARAMS` parameters (its steps are bound
+    by per-operation overhead, which a wider batch only amortises: the tiny model's rows
+    per second grow up to 256 rows), else :data:`WIDE_ROWS` ``// m``, at least 1."""
+    if sum(p.numel() for p in model.parameters()) < FAST_MIN_PARAMS:
+        return default
+    return max(1, WIDE_ROWS // max(1, m))
+
+
+def fast_dtype(device: torch.device | str = "cpu") -> torch.dtype:
+    """The dtype a decoding copy is fastest in on ``device``: bfloat16 where its products
+    are native (a CUDA device that supports them; a CPU with ``avx512_bf16`` or AMX, as
+    oneDNN reports), else float32 (bfloat16 there is emulated and slower)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    if device.type == "cpu" and torch.backends.mkldnn.is_available():
+        return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+    return torch.float32
+
+
+def fast_sampler(model: torch.nn.Module) -> Sampler:
+    """``--sampler fast``: the fastest draw this machine offers for ``model``. A
+    :class:`CopySampler` in :func:`fast_dtype` of the model's device (packed on the CPU)
+    for a model of at least :data:`FAST_MIN_PARAMS` parameters; :func:`kv_sampler`
+    itself (``generate``'s tokens) for a smaller one."""
+    if sum(p.numel() for p in model.parameters()) < FAST_MIN_PARAMS:
+        return kv_sampler
+    return CopySampler(fast_dtype(next(model.parameters()).device))
+
+
 class CopySampler:
     """``sampling.Sampler`` drawing with :func:`kv_sampler` from :func:`plain_copy` of the
     trained model in ``dtype``, made at the first draw after each :meth:`sync` (the
-    training session calls it after every optimizer step).
+    training session calls it after every optimizer step); on the CPU its matrices are
+    packed for oneDNN (:class:`PackedLinears`) where that applies and ``pack`` is set.
 
     What it buys: bfloat16 matrix products where the machine has them (CPUs with
-    ``avx512_bf16`` or AMX, GPUs), and the compact decoding steps for a LoRA-wrapped model
-    (merged, it is a plain model). What it costs: the rationales are drawn from the copy,
-    whose next-token distribution differs from the trained model's by the copy's rounding
-    (bfloat16 keeps 8 bits of mantissa), so the draw is slightly off-policy; tokens differ
-    from the float32 draw once rounding reverses the order of the two best noisy scores
-    (measured in ``tests/test_decoding.py``). The estimator's exact parts stay exact:
-    ``score_rationales`` recomputes ``log pi(r)`` and the readout with the trained float32
-    model, and the optimizer's master weights are that model's."""
+    ``avx512_bf16`` or AMX, GPUs), products on prepacked weights, and the compact decoding
+    steps for a LoRA-wrapped model (merged, it is a plain model). What it costs: the
+    rationales are drawn from the copy, whose next-token distribution differs from the
+    trained model's by the copy's rounding (bfloat16 keeps 8 bits of mantissa; packed
+    float32 products round differently from the default BLAS, about 1e-6 relative), so the
+    draw is slightly off-policy; tokens differ from the float32 draw once rounding
+    reverses the order of the two best noisy scores (measured in ``tests/test_bf16.py``).
+    The estimator's exact parts stay exact: ``score_rationales`` recomputes ``log pi(r)``
+    and the readout with the trained float32 model, and the optimizer's master weights are
+    that model's."""
 
-    def __init__(self, dtype: torch.dtype = torch.bfloat16):
-        self.dtype = dtype
+    def __init__(self, dtype: torch.dtype = torch.bfloat16, pack: bool = True):
+        self.dtype, self.pack = dtype, pack
         self.copy: PreTrainedModel | None = None
+        self.packed: PackedLinears | None = None
 
     def sync(self) -> None:
         """The trained weights changed: the next draw copies them first."""
-        self.copy = None
+        self.copy = self.packed = None
 
     def __call__(
         self,
@@ -399,4 +538,6 @@ class CopySampler:
         copy's."""
         if self.copy is None:
             self.copy = plain_copy(model, self.dtype)
-        return kv_sampler(self.copy, tokenizer, ids, mask, **kwargs)
+            if self.pack and PackedLinears.available(self.copy):
+                self.packed = PackedLinears(self.copy)
+        return kv_sampler(self.copy, tokenizer, ids, mask, packed=self.packed, **kwargs)

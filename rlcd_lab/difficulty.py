@@ -8,8 +8,8 @@ Each level is one reproduction (``rlcd-lab reproduce --task verify --init BASE -
 calibrate reinforce grpo-matched``); its ``summary.json`` holds the paired differences
 two-stage RLCD minus GRPO+TS (matched budget), after temperature scaling, with the same
 95% CIs and sign-flip p-values as docs/results.md's claims (``rlcd_lab.results``), and they
-are judged by the same verdict rules against the paper's GSM8K-Verify effect
-(``rlcd_lab.paper``, section 5.1).
+are judged by the same verdict rules (``rlcd_lab.verdicts``) against the paper's
+GSM8K-Verify effect (``rlcd_lab.paper``, section 5.1).
 
 ``python -m rlcd_lab.difficulty OUT SLIP=REPRODUCTION ...`` writes ``OUT/map.json``,
 ``OUT/report.md`` and ``OUT/figures/difficulty.png`` (with kaleido);
@@ -26,7 +26,9 @@ from pathlib import Path
 
 from . import paper
 from .io import atomic_write_text
+from .pages import write_pngs
 from .rundir import SUMMARY
+from .verdicts import fmt_diff, verdict
 
 RLCD_RUN, GRPO_RUN = "reinforce", "grpo-matched"
 PAIR = f"{RLCD_RUN} - {GRPO_RUN}"
@@ -48,8 +50,6 @@ def level_row(slip: float, summary: Mapping) -> dict:
     """One level of the map from its reproduction's ``summary``: the base model's
     accuracy (mean and s.d. over seeds), RLCD's and GRPO's, and for each of
     :data:`METRICS` the paired difference RLCD minus GRPO with its verdict."""
-    from .report import verdict
-
     runs, pair = summary["runs"], summary["paired"][PAIR]
     row = {
         "slip": slip,
@@ -92,8 +92,6 @@ def _acc(cell: Mapping) -> str:
 
 def difficulty_table(dmap: Mapping) -> str:
     """The map as a markdown table: one row per level."""
-    from .report import fmt_diff
-
     cov = f"Cov@{dmap['eps']:.0%}"
     head = (
         f"| slip | base acc | RLCD acc | GRPO acc | RLCD - GRPO: AURC | verdict | "
@@ -167,8 +165,6 @@ def write_difficulty_map(out: Path, levels: Mapping[float, Path]) -> dict:
     """Write ``out/map.json``, ``out/report.md`` and (with kaleido)
     ``out/figures/difficulty.png`` from ``{slip: reproduction folder holding
     summary.json}``; returns the map."""
-    from .report import write_pngs
-
     out = Path(out)
     summaries = {
         s: json.loads((Path(p) / SUMMARY).read_text(encoding="utf-8")) for s, p in levels.items()

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .decoding import questions_per_call
 from .models import context_length
 from .reader import Mode, build_prompt, encode_prompts, item_options, read, reading_length
 from .readout import MARKER, SEP, OptionTokens
@@ -151,7 +152,7 @@ def run_eval(
     mode: Mode = "reason",
     m: int = 1,
     max_new_tokens: int = 64,
-    batch_size: int = 64,
+    batch_size: int | None = None,
     sampling_temperature: float = 1.0,
     seed: int = 0,
     marker: str = MARKER,
@@ -164,6 +165,8 @@ def run_eval(
     """Eval-dump rows for ``items`` (see the module docstring), read by
     :func:`rlcd_lab.reader.read` (batched, seeded); each item over its own options.
 
+    ``batch_size``: questions per sampler call (None: ``decoding.questions_per_call``, 64
+    for the tiny models, 64 rows' worth for larger ones); no row's seed depends on it.
     ``progress``: a tqdm bar on stderr over the items read, advancing one batch of
     ``batch_size`` at a time (``TQDM_DISABLE=1`` in the environment hides it). The rows do
     not depend on it. Items are checked first (:func:`check_items`: single-token option
@@ -178,6 +181,8 @@ def run_eval(
         model, tokenizer, items, mode=mode, max_new_tokens=max_new_tokens, marker=marker,
         sep=sep, where=where,
     )  # fmt: skip
+    if batch_size is None:
+        batch_size = questions_per_call(model, m if mode == "reason" else 1)
     bar = tqdm(total=len(items), desc=f"eval {mode}", unit="item") if progress else None
     try:
         readings = read(

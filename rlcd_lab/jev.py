@@ -16,9 +16,9 @@ in-process question with the same schema and reports the first problem as a
 (the official client does); those need no model (:attr:`Question.single_option`), so the
 engine itself asks for at least :data:`MIN_OPTIONS`.
 
-A response is ``{"model", "answers": {name: answer}, "usage", "rlcd"?}``
-(:func:`response_body`); the answers come from probabilities ``p`` over a question's
-labels (all values floats in [0, 1] unless said otherwise):
+A response is ``{"model", "answers": {name: answer}, "usage", "rlcd"?}`` (the server writes
+it: ``rlcd_lab.server.app.response_body``); the answers come from probabilities ``p`` over
+a question's labels (all values floats in [0, 1] unless said otherwise):
 
 * noul: ``{"type": "noul", "noul": p_yes}``;
 * choice: ``choice = argmax_k p_k`` (ties: the first label in request order),
@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
@@ -56,9 +56,6 @@ from pydantic import (
 )
 
 from .routing import Kind, chance_corrected_confidence, confidence, score_confidence
-
-if TYPE_CHECKING:
-    from .decide import DecideOptions, Decision, DecisionModel
 
 MIN_OPTIONS = 2
 """Options the model needs to answer a choice or score (the wire allows one: no model)."""
@@ -320,27 +317,3 @@ def question_from_wire(raw: Mapping[str, Any]) -> Question:
     if len(q.labels) < MIN_OPTIONS:
         raise _count_error(q.kind, len(q.labels))
     return q
-
-
-# --------------------------------------------------------------------------- the response
-def response_body(
-    name: str,
-    result: Decision,
-    opts: DecideOptions | None,
-    decider: DecisionModel,
-    deadline_s: float | None = None,
-) -> dict:
-    """The wire response for ``result``; the ``rlcd`` extension only when the request asked
-    (``opts``: its options), with the request's deadline as seconds from its arrival."""
-    out = {"model": name, "answers": result.answers, "usage": result.usage}
-    if opts is not None:
-        shown = {k: v for k, v in asdict(opts).items() if k not in ("details", "deadline")}
-        shown["max_new_tokens"] = opts.max_new_tokens or decider.default_new_tokens
-        shown["deadline_s"] = deadline_s
-        out["rlcd"] = {
-            "options": shown,
-            "temperature": decider.T,  # the fitted calibration T (wire key kept)
-            "prompt_format": decider.prompt_format,
-            "answers": result.details,
-        }
-    return out

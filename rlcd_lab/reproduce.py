@@ -223,7 +223,7 @@ def run_job(job: Job) -> str:
     """Run one job in this process (reusing or resuming it); returns its directory."""
 
     from .evaluate import run_eval
-    from .models import load_checkpoint
+    from .loading import load_checkpoint
     from .tasks import load_task_items
     from .train import train
     from .train.configs import TrainConfig

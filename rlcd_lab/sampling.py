@@ -4,9 +4,9 @@ model helpers the decoding loops need (:func:`pad_id`, :func:`base_model`,
 :func:`forward_args`).
 
 The lowest floor of the sampling path: :mod:`rlcd_lab.decoding` (the compact KV-cached
-loop, ``kv_sampler``) and :mod:`rlcd_lab.reader` (``hf_sampler``, the rationale pipeline,
-the :class:`~rlcd_lab.reader.Reader`) both import it, so neither imports the other at
-module load in a cycle; ``reader`` re-exports every name here.
+loop, ``kv_sampler``) and the reader's modules (:mod:`rlcd_lab.rationales`: ``hf_sampler``,
+the rationale pipeline; :mod:`rlcd_lab.reading`; the :class:`~rlcd_lab.reader.Reader`)
+import it, so decoding imports none of them; ``reader`` re-exports every name here.
 """
 
 from __future__ import annotations

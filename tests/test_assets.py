@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlcd_lab.evaluate import run_eval, summarize
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.tasks.synthetic import get_task
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "checkpoints"

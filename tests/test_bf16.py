@@ -1,11 +1,14 @@
-"""The bfloat16 sampling path (``--sampler bf16``, ``decoding.CopySampler``): a merged,
-bfloat16 copy of the weights draws the rationales; the trained float32 model scores them.
+"""The copy sampling paths (``--sampler bf16`` and ``fast``, ``decoding.CopySampler``): a
+merged copy of the weights (bfloat16, or float32 with its matrices packed for oneDNN)
+draws the rationales; the trained float32 model scores them.
 
 Stated tolerances (the shipped verify base, 32 test questions x 4 rationales, 48 tokens;
 measured on an AMD EPYC with avx512_bf16: 253 of 256 rationales identical on 64
 questions, the copy's readout within 7e-6 of float32's, its log pi(r) within 0.14):
 at least 90% of the rationales identical to the float32 draw, the copy's own readout
-within 1e-3 of float32's. What the estimator uses (the readout and log pi(r) of the
+within 1e-3 of float32's. Packed float32 steps (``decoding.PackedLinears``): logits within
+1e-5 of the model's own (relative, whole batch; measured 7e-7 on SmolLM2), at least 95% of
+the rationales identical. What the estimator uses (the readout and log pi(r) of the
 trained model) stays float32 and bit-equal to the float32 path on identical rationales.
 """
 
@@ -15,10 +18,12 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from rlcd_lab import decoding
 from rlcd_lab.assets import ASSETS
-from rlcd_lab.decoding import CopySampler, kv_sampler, plain_copy
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.decoding import CopySampler, PackedLinears, _attention, _Steps, kv_sampler, plain_copy
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.reader import sample_questions, score_rationales
 from rlcd_lab.tasks import load_task_items
 
@@ -110,3 +115,70 @@ def test_training_with_the_bf16_sampler(tmp_path):
     assert len(log) == 2 and all(r["grad_norm"] > 0 for r in log)
     trained = load_checkpoint(run / "final", "cpu")[0]
     assert next(trained.parameters()).dtype == torch.float32
+
+
+needs_onednn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN"
+)
+
+
+@needs_onednn
+def test_packed_steps_agree_with_the_model(verify_base):
+    """Packed float32 steps run the compact path and stay within 1e-5 (relative) of the
+    model's own forward pass at every step; their draw is nearly the float32 one."""
+    model, tok, meta = verify_base
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, model.config.vocab_size, (6, 20), generator=g)
+    mask = torch.ones_like(ids)
+    mask[:2, :5] = 0  # padded rows: the masked attention
+    packed, exact = _Steps(model, ids, mask, 40, PackedLinears(model)), _Steps(model, ids, mask, 40)
+    assert torch.equal(packed.prefill(), exact.prefill())  # the prompt: the model's own pass
+    tokens = torch.randint(3, model.config.vocab_size, (6,), generator=g)
+    for _ in range(12):
+        a, b = packed(tokens), exact(tokens)
+        assert (a - b).norm() <= 1e-5 * b.norm()
+        tokens = b.argmax(-1)
+    assert packed.fast is not None and packed.fast.linear is decoding._packed_linear
+    r32, _ = draws(model, tok, meta, kv_sampler)
+    rpk, _ = draws(model, tok, meta, CopySampler(torch.float32))
+    same = sum(a == b for a, b in zip(r32.texts, rpk.texts, strict=True))
+    assert same >= 0.95 * len(r32.texts), f"{same} of {len(r32.texts)} identical"
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_single_query_attention_is_sdpa(masked):
+    """``_attention`` (scores in float32, two batched products) computes what
+    ``F.scaled_dot_product_attention`` computes for one query per head, grouped heads
+    on their key/value head, to float32 rounding."""
+    g = torch.Generator().manual_seed(1)
+    b, kv, groups, t, d = 3, 2, 3, 7, 8
+    q = torch.randn(b, kv * groups, 1, d, generator=g)
+    k, v = torch.randn(b, kv, t, d, generator=g), torch.randn(b, kv, t, d, generator=g)
+    mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    mask[0, ..., :3] = False
+    m = mask if masked else None
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3, enable_gqa=True)
+    got = _attention(q.reshape(b, kv, groups, d), k, v, m, 0.3).reshape(b, -1, 1, d)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_fast_sampler_keeps_small_models_exact(verify_base, monkeypatch):
+    """``--sampler fast``: the model itself below ``FAST_MIN_PARAMS`` parameters (a copy
+    would be slower there), else a packed copy in the machine's fast dtype."""
+    model = verify_base[0]
+    assert decoding.fast_sampler(model) is kv_sampler
+    monkeypatch.setattr(decoding, "FAST_MIN_PARAMS", 0)
+    sampler = decoding.fast_sampler(model)
+    assert isinstance(sampler, CopySampler) and sampler.dtype == decoding.fast_dtype("cpu")
+    assert decoding.fast_dtype("cpu") in (torch.float32, torch.bfloat16)
+
+
+def test_questions_per_call_by_model_size(verify_base, monkeypatch):
+    """Eval's sampler calls: 64 questions on the tiny models (overhead-bound: wider never
+    hurts), ``WIDE_ROWS`` rows' worth on larger ones, at least one question."""
+    model = verify_base[0]
+    assert decoding.questions_per_call(model, 4) == 64
+    monkeypatch.setattr(decoding, "FAST_MIN_PARAMS", 0)
+    assert decoding.questions_per_call(model, 4) == decoding.WIDE_ROWS // 4
+    assert decoding.questions_per_call(model, 1) == decoding.WIDE_ROWS
+    assert decoding.questions_per_call(model, 10 * decoding.WIDE_ROWS) == 1

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlcd_lab.decide import DecisionModel
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.models import (
     CHECKSUM_FILE,
     CheckpointError,
@@ -23,7 +24,6 @@ from rlcd_lab.models import (
     calibration_T,
     check_replaceable,
     checksum_coverage,
-    load_checkpoint,
     read_meta,
     save_checkpoint,
     sign_checkpoint,

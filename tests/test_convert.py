@@ -302,7 +302,8 @@ def test_proposer_prompt_uses_the_chat_template_when_there_is_one(tokenizer):
 def test_hf_proposer_plumbing_on_a_tiny_checkpoint(tmp_path, tokenizer):
     """A tiny random model writes gibberish; what is checked is the plumbing: one string
     per question, seeded, and labels that follow the parse rule on whatever came out."""
-    from rlcd_lab.models import load_checkpoint, save_checkpoint, tiny_model
+    from rlcd_lab.loading import load_checkpoint
+    from rlcd_lab.models import save_checkpoint, tiny_model
     from rlcd_lab.tasks.convert import canonical_number, hf_proposer
 
     path = save_checkpoint(tmp_path / "proposer", tiny_model(tokenizer, seed=1), tokenizer)

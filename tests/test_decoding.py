@@ -201,7 +201,7 @@ def test_smollm2_same_tokens_as_generate(smollm2_dir):
     """SmolLM2-135M-Instruct (grouped-query attention, byte-level BPE, chat prompts with
     the few-shot example): 2 prompts x 4 rows, 16 tokens, rows ending at the marker, at
     EOS and at the limit; identical tokens and stops, log-probs within 1e-5."""
-    from rlcd_lab.models import load_checkpoint
+    from rlcd_lab.loading import load_checkpoint
 
     model, tok, meta = load_checkpoint(smollm2_dir)
     prompts = [

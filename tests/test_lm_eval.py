@@ -28,7 +28,7 @@ from rlcd_lab.cli import Eval, run_eval_command  # noqa: E402
 from rlcd_lab.evaluate import run_eval  # noqa: E402
 from rlcd_lab.lm_eval_tasks import TASK_DIR, register  # noqa: E402
 from rlcd_lab.lm_eval_tasks.tasks import METRICS  # noqa: E402
-from rlcd_lab.models import load_checkpoint  # noqa: E402
+from rlcd_lab.loading import load_checkpoint  # noqa: E402
 from rlcd_lab.tasks import TaskItem, load_task_items, write_items  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

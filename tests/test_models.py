@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.models import (
     char_tokenizer,
-    load_checkpoint,
     read_meta,
     save_checkpoint,
     tiny_model,

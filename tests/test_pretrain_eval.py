@@ -8,7 +8,7 @@ import pytest
 
 from rlcd_lab import metrics
 from rlcd_lab.evaluate import run_eval, summarize
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrain import (
     PretrainConfig,
     demonstrations,

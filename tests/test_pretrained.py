@@ -16,7 +16,8 @@ import time
 import pytest
 import torch
 
-from rlcd_lab.models import CHECKSUM_FILE, META_FILE, load_checkpoint, write_checksums
+from rlcd_lab.loading import load_checkpoint
+from rlcd_lab.models import CHECKSUM_FILE, META_FILE, write_checksums
 from rlcd_lab.pretrained import MODELS, SMOLLM2, by_source, convert_gguf, gguf_path
 from rlcd_lab.reader import build_prompt, direct_readout
 from rlcd_lab.readout import option_token_ids

@@ -324,7 +324,7 @@ def test_shipped_adapter_loads_on_the_smollm2_base(smollm2_dir):
     loads on the offline SmolLM2 and changes its output."""
     import torch
 
-    from rlcd_lab.models import load_checkpoint
+    from rlcd_lab.loading import load_checkpoint
 
     final = ASSETS / "results" / RUNG / "seed-17" / "reinforce" / "final"
     assert not (final / "tokenizer.json").exists()

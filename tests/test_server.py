@@ -789,8 +789,6 @@ def test_official_sdk_on_smollm2_within_its_timeout(smollm2_dir):
 
 
 def test_decide_batch_skips_cancelled_requests(decider, monkeypatch):
-    import rlcd_lab.decide as decide_mod
-
     opts = DecideOptions(mode="direct")
     out = decider.decide_batch(
         [(STATES[0], QUESTIONS, opts), (STATES[1], QUESTIONS, opts)], lambda i: i == 1
@@ -798,10 +796,8 @@ def test_decide_batch_skips_cancelled_requests(decider, monkeypatch):
     assert close(out[0].answers, decider.decide(STATES[0], QUESTIONS, mode="direct").answers)
     assert isinstance(out[1], DecisionError) and "cancelled" in out[1].msg
     calls = []
-    real = decide_mod.sample_rationales
-    monkeypatch.setattr(
-        decide_mod, "sample_rationales", lambda *a, **k: calls.append(1) or real(*a, **k)
-    )
+    real = decider.reader.sample
+    monkeypatch.setattr(decider.reader, "sample", lambda *a, **k: calls.append(1) or real(*a, **k))
     checks = iter([False])  # alive when planned, gone before the reason phase
     out = decider.decide_batch(
         [(STATES[0], QUESTIONS, DecideOptions(mode="reason", m=2))], lambda i: next(checks, True)

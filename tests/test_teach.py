@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.tasks import TaskItem, load_task_items, write_items
 from rlcd_lab.tasks.worked import arithmetic
 from rlcd_lab.train import TRAINERS, train

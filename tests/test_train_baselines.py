@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import TRAINERS, train
 from rlcd_lab.train.common import QuestionStream, k3_kl, read_log

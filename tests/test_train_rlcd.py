@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from rlcd_lab import rundir
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.metrics import fit_temperature
-from rlcd_lab.models import load_checkpoint
 from rlcd_lab.tasks.synthetic import get_task
 from rlcd_lab.train.common import QuestionStream, RunDir, config_diff, read_log
 from rlcd_lab.train.rlcd import preset, train

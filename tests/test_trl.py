@@ -12,7 +12,8 @@ from peft import LoraConfig
 from transformers import TrainerCallback
 
 from rlcd_lab.estimators import surrogate_terms
-from rlcd_lab.models import load_checkpoint, save_checkpoint
+from rlcd_lab.loading import load_checkpoint
+from rlcd_lab.models import save_checkpoint
 from rlcd_lab.reader import Rationales, sample_questions, sample_rationales, score_rationales
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import rlcd as rlcd_loop

@@ -17,6 +17,7 @@ single-edit attacks of :mod:`rlcd_lab.bench.attack`.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..io import atomic_write_text
 from ..metrics import ArrayLike, bin_index, to_numpy
+from ..pages import html_page, plotly_src
 from ..routing import realized_costs
 from ..stats import paired_bootstrap
 
@@ -312,6 +314,24 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+"""The CPU flags that decide torch's and oneDNN's kernels (vector width, bfloat16, AMX)."""
+
+
+def machine() -> str:
+    """The CPU as every performance figure names it: model name, cores and which of
+    :data:`CPU_FLAGS` it has (a figure means something only beside its machine)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), []
+    )
+    have = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + " ".join(CPU_FLAGS)
+    return f"{cpu_name()}, {os.cpu_count()} cores, flags: {have}"
+
+
 # ------------------------------------------------------------------------- reports
 def fmt(x: Any, digits: int = 3) -> str:
     """A number for a Markdown cell (``-`` for None or NaN)."""
@@ -348,10 +368,8 @@ def write_report(
 ) -> dict[str, Path]:
     """``summary.json``, ``report.md`` and ``report.html`` in ``out``, each written
     atomically (:func:`rlcd_lab.io.atomic_write_text`); the HTML is
-    :func:`rlcd_lab.report.html_page`, loading the nearest shared plotly.js
-    (:func:`rlcd_lab.report.plotly_src`). Returns the paths."""
-    from ..report import html_page, plotly_src
-
+    :func:`rlcd_lab.pages.html_page`, loading the nearest shared plotly.js
+    (:func:`rlcd_lab.pages.plotly_src`). Returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"summary": out / "summary.json", "markdown": out / "report.md"}
     atomic_write_text(

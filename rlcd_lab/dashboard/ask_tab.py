@@ -13,8 +13,8 @@ tab use); the mixture is ``p = mean_i u_i``.
 The routing decision is a :class:`rlcd_lab.routing.DecisionRule`: by default max p of the
 single query against the threshold; the tab can switch to the mixture and to the
 chance-corrected confidence (the server's measure), and says which rule it applied.
-:func:`model_card` describes a checkpoint: its prompt format, options, an example question
-it understands (one dev item of its task), whether T was fitted, its stored test metrics.
+The checkpoint side of the tab (its model card, the examples it offers: :func:`model_card`,
+:func:`checkpoint_info`, :func:`example_fields`) is :mod:`.ask_checkpoint`'s, re-exported here.
 
 Size limits keep one request from holding the model for minutes while every other user
 waits (the app runs one model request at a time, see :mod:`.ui`): a question longer than
@@ -29,7 +29,6 @@ the limit and the actual size.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -42,11 +41,25 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import plots
 from ..assets import ASSETS
-from ..models import META_FILE, calibration_T, load_checkpoint, read_meta
+from ..loading import load_checkpoint
 from ..models import context_length as context_length  # re-exported: the tab's limit
-from ..reader import ContextTooLong, Reader, detect_prompt_format, temperature_fitted
+from ..reader import ContextTooLong, Reader
 from ..routing import DEFAULT_THRESHOLD, DecisionRule
-from ..tasks import TaskItem, load_task_items
+from .ask_checkpoint import (  # noqa: F401  re-exported: the checkpoint side of the tab
+    FORMATS,
+    GENERIC_EXAMPLES,
+    MAX_CARD_EXAMPLE,
+    N_EXAMPLES,
+    checkpoint_info,
+    example_fields,
+    example_items,
+    example_question,
+    has_chat_template,
+    model_card,
+    prompt_format,
+    task_items,
+    temperature_status,
+)
 from .common import checkpoint_dir, compact_layout
 
 MAX_QUESTION_CHARS = 2000
@@ -57,28 +70,6 @@ MAX_OPTIONS_CHARS = 1000
 """Longest options text the Ask tab takes, in characters (checked before it is split)."""
 MODEL_CACHE = 4
 """Loaded checkpoints kept in memory (least recently used evicted)."""
-N_EXAMPLES = 100
-"""Task examples offered per checkpoint (the first of its task's test split)."""
-GENERIC_EXAMPLES = (
-    TaskItem("example-yes-no", "Is the Pacific the largest ocean on Earth?", ("yes", "no"), 0),
-    TaskItem(
-        "example-planets",
-        "Quelle planète est la plus grande ? 🌍\n"
-        "A) Mercure\nB) Vénus\nC) Terre\nD) Mars\nE) Jupiter\n"
-        "F) Saturne\nG) Uranus\nH) Neptune\nI) Pluton\nJ) la Lune",
-        tuple("ABCDEFGHIJ"),
-        4,
-    ),
-    TaskItem(
-        "example-score",
-        "How hot is a cup of freshly brewed coffee?\n"
-        "0) cold\n1) cool\n2) warm\n3) hot\n4) scalding",
-        ("0", "1", "2", "3", "4"),
-        3,
-    ),
-)
-"""Examples for a chat checkpoint without a task (e.g. SmolLM2-135M-Instruct): labels that
-are single tokens after ``"Answer: "`` for BPE tokenizers (yes/no, letters, digits)."""
 
 
 @lru_cache(maxsize=MODEL_CACHE)
@@ -92,22 +83,11 @@ def load_model(
     """``(model, tokenizer, meta)`` of a shipped checkpoint name or a checkpoint path, from
     a small LRU cache (reloaded when the directory changes). Raises ``gr.Error`` with the
     loader's message for a missing or unreadable checkpoint."""
-    path = _checkpoint_dir(checkpoint, root)
+    path = checkpoint_dir(checkpoint, root)
     try:
         return _load(str(path.resolve()), path.stat().st_mtime_ns)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise gr.Error(f"could not load checkpoint {checkpoint!r}: {err}") from None
-
-
-def _checkpoint_dir(checkpoint: str, root: str | Path) -> Path:
-    return checkpoint_dir(checkpoint, root)
-
-
-def _meta(path: Path) -> dict:
-    try:
-        return read_meta(path)
-    except (OSError, ValueError) as err:
-        raise gr.Error(f"could not read {path / 'rlcd.json'}: {err}") from None
 
 
 def parse_options(text: str | None) -> list[str]:
@@ -135,6 +115,15 @@ def check_sizes(question: str | None, options: str | None = None) -> None:
             )
 
 
+def check_sampling(m: float, sampling_temperature: float) -> None:
+    """Refuse ``M`` rationales outside 1..64 or a sampling temperature that is not positive
+    (``gr.Error``); the Ask and Batch tabs check their controls alike."""
+    if not 1 <= int(m) <= 64:
+        raise gr.Error("M must be between 1 and 64")
+    if not sampling_temperature or sampling_temperature <= 0:
+        raise gr.Error("the sampling temperature must be positive")
+
+
 def positions_needed(
     tokenizer: PreTrainedTokenizerBase,
     meta: dict,
@@ -149,42 +138,6 @@ def positions_needed(
     Raises ``ValueError`` for bad labels or an empty question (as ``read`` would)."""
     reader = Reader(None, tokenizer, meta)  # type: ignore[arg-type]
     return reader.question_positions(question, list(labels), max_new_tokens=int(max_new_tokens))
-
-
-@lru_cache(maxsize=8)
-def _task_items(task: str) -> tuple[TaskItem, ...]:
-    return tuple(load_task_items(task, "test"))
-
-
-def has_chat_template(path: Path) -> bool:
-    """Whether the checkpoint at ``path`` ships a chat template (read from its files, the
-    model is not loaded)."""
-    if (path / "chat_template.jinja").is_file():
-        return True
-    try:
-        return bool(json.loads((path / "tokenizer_config.json").read_text()).get("chat_template"))
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def example_items(path: Path, meta: dict) -> tuple[TaskItem, ...]:
-    """The examples offered for a checkpoint: its task's test items; for a chat checkpoint
-    without a task, :data:`GENERIC_EXAMPLES`; else none."""
-    if meta.get("task"):
-        return task_items(meta)
-    return GENERIC_EXAMPLES if has_chat_template(path) else ()
-
-
-def task_items(meta: dict) -> tuple[TaskItem, ...]:
-    """Test items of the checkpoint's task (``rlcd.json`` ``"task"``); empty when it names
-    none or the task cannot be loaded."""
-    task = meta.get("task")
-    if not task:
-        return ()
-    try:
-        return _task_items(str(task))
-    except (OSError, ValueError):
-        return ()
 
 
 @torch.no_grad()
@@ -436,12 +389,9 @@ def ask(
         raise gr.Error("type a question, or pick a task example")
     labels = parse_options(options)
     rule = make_rule(threshold, measure, aggregate)
-    if not 1 <= int(m) <= 64:
-        raise gr.Error("M must be between 1 and 64")
-    if not sampling_temperature or sampling_temperature <= 0:
-        raise gr.Error("the sampling temperature must be positive")
+    check_sampling(m, sampling_temperature)
     model, tokenizer, meta = load_model(checkpoint, root)
-    path = _checkpoint_dir(checkpoint, root)
+    path = checkpoint_dir(checkpoint, root)
     try:
         result = ask_model(
             model, tokenizer, meta, question.strip(), labels, m, sampling_temperature,
@@ -482,159 +432,3 @@ def reroute(
     rule = make_rule(threshold, measure, aggregate)
     result = _routed(result, rule)
     return verdict_markdown(result, rule), result
-
-
-def _example_label(item: TaskItem) -> str:
-    truth = "" if item.label is None else f" → {item.options[item.label]}"
-    return f"{item.uid} · {item.prompt}{truth}"
-
-
-def temperature_status(path: Path, meta: dict) -> tuple[bool, str]:
-    """``(fitted, note)``: whether the checkpoint's T was fitted, and a note saying why not
-    (else ``""``): :func:`rlcd_lab.reader.temperature_fitted` of its own ``rlcd.json``
-    (the method taken from ``meta`` when the file does not record one)."""
-    try:
-        raw = json.loads((path / META_FILE).read_text())
-    except (OSError, ValueError):
-        raw = {}
-    raw = raw if isinstance(raw, dict) else {}
-    return temperature_fitted({"method": meta.get("method"), **raw})
-
-
-def prompt_format(path: Path, meta: dict) -> str:
-    """How the Ask tab and the server prompt this checkpoint: ``task`` (its rlcd.json lists
-    its own ``options``: a character-level model that only knows its task's format),
-    ``chat`` (its tokenizer has a chat template) or ``plain`` (see
-    :class:`rlcd_lab.decide.DecisionModel`): ``reader.detect_prompt_format``, the rule the
-    Reader applies, with the template read from the files (the model is not loaded)."""
-    return detect_prompt_format(has_chat_template(path), meta)
-
-
-FORMATS = {
-    "task": "the question is the task's own string (as in the example), answered with the "
-    "checkpoint's options; its vocabulary knows nothing else",
-    "chat": "the question and its option lines become a user message of its chat template",
-    "plain": "plain text: the question, then the options",
-}
-MAX_CARD_EXAMPLE = 160
-"""Characters of the example question shown on a model card."""
-
-
-@lru_cache(maxsize=8)
-def _dev_item(task: str) -> TaskItem | None:
-    items = load_task_items(task, "dev")
-    return items[0] if items else None
-
-
-def example_question(path: Path, meta: dict) -> TaskItem | None:
-    """A question the checkpoint understands: the first dev item of its task
-    (``rlcd.json`` ``"task"``, via :func:`rlcd_lab.tasks.load_task_items`); for a chat
-    checkpoint without a task the first generic example; else None."""
-    task = meta.get("task")
-    if task:
-        try:
-            return _dev_item(str(task))
-        except (OSError, ValueError):
-            return None
-    return GENERIC_EXAMPLES[0] if has_chat_template(path) else None
-
-
-def _card_lines(rows: list[tuple[str, str]]) -> str:
-    return "\n".join(f"- **{k}** {v}" for k, v in rows)
-
-
-def model_card(checkpoint: str, root: str | Path = ASSETS) -> str:
-    """A per-checkpoint card (markdown): model, method, task, training step, prompt format,
-    options, an example question it understands with its true answer
-    (:func:`example_question`), the calibration temperature (``fitted T 1.234``, or ``not fitted``
-    for a base checkpoint, :func:`temperature_status`) and the stored test metrics after
-    temperature scaling. Raises ``gr.Error`` for a missing checkpoint or a broken
-    ``rlcd.json``."""
-    path = _checkpoint_dir(checkpoint, root)
-    meta = _meta(path)
-    fitted, note = temperature_status(path, meta)
-    fmt = prompt_format(path, meta)
-    rows = [("checkpoint", f"`{checkpoint}`")]
-    for key in ("model", "method", "task", "step"):
-        if meta.get(key) is not None:
-            rows.append((key, f"{meta[key]}"))
-    rows.append(("prompt format", f"`{fmt}`: {FORMATS[fmt]}"))
-    opts = meta.get("options")
-    rows.append(
-        (
-            "options",
-            ", ".join(f"`{o}`" for o in opts)
-            if opts
-            else "any single-token labels (yes/no, letters, digits)",
-        )
-    )
-    item = example_question(path, meta)
-    if item is not None:
-        prompt = " · ".join(line.strip() for line in item.prompt.splitlines() if line.strip())
-        prompt = prompt.replace("`", "'")
-        if len(prompt) > MAX_CARD_EXAMPLE:
-            prompt = prompt[: MAX_CARD_EXAMPLE - 1] + "…"
-        answer = "" if item.label is None else f" → **{item.options[item.label]}**"
-        rows.append(("example", f"`{prompt}` (options {', '.join(item.options)}){answer}"))
-    if fitted:
-        rows.append(("fitted T", f"{float(calibration_T(meta)):.3f} (fitted on dev)"))
-    else:
-        rows.append(("T", f"not fitted ({note}): readouts are used raw"))
-    test = (meta.get("metrics") or {}).get("test") or {}
-    shown = [
-        f"{k.removeprefix('ts_')} {test[k]:.3f}"
-        for k in ("ts_accuracy", "ts_ece", "ts_aurc", "ts_cov_at_eps")
-        if isinstance(test.get(k), (int, float))
-    ]
-    if shown:
-        rows.append(("test metrics", ", ".join(shown) + " (stored, after T)"))
-    return _card_lines(rows)
-
-
-def checkpoint_info(
-    checkpoint: str, question: str, options: str, root: str | Path = ASSETS
-) -> tuple[str, gr.Dropdown, str, str]:
-    """What the Ask tab shows when a checkpoint is chosen: ``(model card, examples
-    dropdown, question, options)``. The question and options are replaced by the task's
-    first example only when the current options do not fit the checkpoint's task; for a
-    chat checkpoint without a task (SmolLM2) by the first generic example only when the
-    question is empty."""
-    try:
-        path = _checkpoint_dir(checkpoint, root)
-        meta = _meta(path)
-        info = model_card(checkpoint, root)
-    except gr.Error as err:
-        return (
-            f"**Checkpoint not usable:** {err}",
-            gr.Dropdown(choices=[], value=None),
-            question,
-            options,
-        )
-    items = example_items(path, meta)
-    if meta.get("task") and not items:
-        info += f"\n\nTask {meta['task']!r} could not be loaded; type your own question."
-    choices = [(_example_label(it), it.uid) for it in items[:N_EXAMPLES]]
-    current = [s.strip() for s in (options or "").replace(",", " ").split()]
-    if meta.get("task"):
-        label = "Task example (test split)"
-        if items and current != list(items[0].options):
-            question, options = items[0].prompt, ", ".join(items[0].options)
-    else:
-        label = "Example question"
-        if items:
-            info += "\n\nNo task: pick an example or type your own question and labels."
-            if not (question or "").strip():
-                question, options = items[0].prompt, ", ".join(items[0].options)
-    return info, gr.Dropdown(choices=choices, value=None, label=label), question, options
-
-
-def example_fields(checkpoint: str, uid: str | None, root: str | Path = ASSETS) -> tuple:
-    """``(question, options)`` of the example ``uid`` of the checkpoint (a test item of its
-    task, or a generic example; no change when ``uid`` is empty)."""
-    if not uid:
-        return gr.skip(), gr.skip()
-    path = _checkpoint_dir(checkpoint, root)
-    for item in example_items(path, _meta(path)):
-        if item.uid == uid:
-            return item.prompt, ", ".join(item.options)
-    raise gr.Error(f"no example {uid!r} for this checkpoint")

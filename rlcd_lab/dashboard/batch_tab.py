@@ -26,7 +26,7 @@ from typing import Any
 import gradio as gr
 
 from ..assets import ASSETS
-from ..routing import DEFAULT_THRESHOLD, decided_risk
+from ..routing import DEFAULT_THRESHOLD, DecisionRule, decided_risk
 from . import ask_tab
 
 MAX_BATCH_ROWS = 100
@@ -236,10 +236,7 @@ def batch_answers(
     except (OSError, ValueError) as err:
         raise gr.Error(f"cannot use this file: {err}") from None
     rule = ask_tab.make_rule(threshold, measure, aggregate)
-    if not 1 <= int(m) <= 64:
-        raise gr.Error("M must be between 1 and 64")
-    if not sampling_temperature or sampling_temperature <= 0:
-        raise gr.Error("the sampling temperature must be positive")
+    ask_tab.check_sampling(m, sampling_temperature)
     model, tokenizer, meta = ask_tab.load_model(checkpoint, root)
     rows = []
     for q in questions:
@@ -268,11 +265,19 @@ def batch_answers(
         if q.label is not None:
             row["correct"] = routed["answer"] == q.label
         rows.append(row)
-    path = write_csv(rows)
+    table = {"headers": RESULT_COLUMNS, "data": [[r[c] for c in RESULT_COLUMNS] for r in rows]}
+    summary = batch_summary(rows, rule, Path(_file_path(file)).name)
+    return summary, table, str(write_csv(rows))
+
+
+def batch_summary(rows: Sequence[dict], rule: DecisionRule, name: str) -> str:
+    """The Batch tab's summary of its result ``rows`` (file ``name``): how many questions
+    were decided automatically, escalated or could not be read, the rule, and on the
+    labelled ones the accuracy and the error among those decided automatically."""
     done = [r for r in rows if not r["error"]]
     auto = [r for r in done if r["decision"] == "automate"]
     lines = [
-        f"**{len(rows)} questions** from `{Path(_file_path(file)).name}`: "
+        f"**{len(rows)} questions** from `{name}`: "
         f"{len(auto)} decided automatically, {len(done) - len(auto)} escalated"
         + (
             f", {len(rows) - len(done)} could not be read (see `error`)"
@@ -292,5 +297,4 @@ def batch_answers(
             err, n_auto = auto_l["risk"], int(auto_l["decided"])
             line += f"; error among those decided automatically: {err:.1%} ({n_auto})"
         lines.append(line + ".")
-    table = {"headers": RESULT_COLUMNS, "data": [[r[c] for c in RESULT_COLUMNS] for r in rows]}
-    return "\n\n".join(lines), table, str(path)
+    return "\n\n".join(lines)

@@ -46,9 +46,8 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from rlcd_lab import metrics
 from rlcd_lab.evaluate import check_items
-from rlcd_lab.models import load_checkpoint
+from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.reader import Mode, Reading, read
 from rlcd_lab.tasks import TaskItem
 
@@ -57,20 +56,12 @@ log = logging.getLogger(__name__)
 
 
 def option_loglikelihoods(reading: Reading, readout: Readout = "single") -> np.ndarray:
-    """``(K,)`` float64 log-probabilities of a question's options from its reading.
-
-    ``single``: ``log_softmax(logits[0])``, the first rationale's readout (the
-    single-query readout ``rlcd-lab eval`` scores; ``softmax`` of it is ``u``);
-    ``mixture``: ``log p`` with ``p = (1/M) sum_i softmax(logits_i)`` computed in float64
-    (``-inf`` where ``p`` is 0).
-    """
-    if readout == "single":
-        return metrics.log_softmax(reading.logits[0])
-    if readout == "mixture":
-        p = metrics.softmax(reading.logits).mean(0)
-        with np.errstate(divide="ignore"):
-            return np.log(p)
-    raise ValueError(f"readout must be 'single' or 'mixture', got {readout!r}")
+    """``(K,)`` float64 log-probabilities of a question's options from its reading
+    (``Reading.log_probs``): ``single``, the first rationale's readout (the single-query
+    readout ``rlcd-lab eval`` scores); ``mixture``, ``log`` of the mean readout."""
+    if readout not in ("single", "mixture"):
+        raise ValueError(f"readout must be 'single' or 'mixture', got {readout!r}")
+    return reading.log_probs(readout)
 
 
 def resolve_device(device: str | None) -> torch.device:

@@ -4,8 +4,8 @@
 :class:`_Service`: read the body with bounds, validate it once with the Jev schema
 (:mod:`rlcd_lab.jev`), check the character limits and the cost budget, queue what needs
 the model in the :class:`DynamicBatcher`, answer single-option questions without it, and
-write the response. Everything that guards the door (limits, the error shape, the key,
-request ids, the capacity gate) is :mod:`.hardening`'s.
+write the response (:func:`response_body`). Everything that guards the door (limits, the
+error shape, the key, request ids, the capacity gate) is :mod:`.hardening`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,6 @@ from ..jev import (
     Question,
     RlcdOptions,
     SystemOneRequest,
-    response_body,
     state_text,
 )
 from .batching import DynamicBatcher, Overloaded, answer_unless_gone
@@ -152,6 +151,30 @@ def check_cost(
             "budget_exceeded",
             ["body", "rlcd"],
         )
+
+
+# --------------------------------------------------------------------------- the response
+def response_body(
+    name: str,
+    result: Decision,
+    opts: DecideOptions | None,
+    decider: DecisionModel,
+    deadline_s: float | None = None,
+) -> dict:
+    """The wire response for ``result``; the ``rlcd`` extension only when the request asked
+    (``opts``: its options), with the request's deadline as seconds from its arrival."""
+    out = {"model": name, "answers": result.answers, "usage": result.usage}
+    if opts is not None:
+        shown = {k: v for k, v in asdict(opts).items() if k not in ("details", "deadline")}
+        shown["max_new_tokens"] = opts.max_new_tokens or decider.default_new_tokens
+        shown["deadline_s"] = deadline_s
+        out["rlcd"] = {
+            "options": shown,
+            "temperature": decider.T,  # the fitted calibration T (wire key kept)
+            "prompt_format": decider.prompt_format,
+            "answers": result.details,
+        }
+    return out
 
 
 # --------------------------------------------------------------------------- the routes

@@ -474,7 +474,7 @@ def hf_proposer(
     progress: bool = False,
 ) -> Callable[[list[str]], list[str]]:
     """A ``propose`` for ``convert_gsm8k_verify``: sample one solution per question from a
-    causal LM (e.g. ``rlcd_lab.models.load_checkpoint(...)[:2]``) through the reader's
+    causal LM (e.g. ``rlcd_lab.loading.load_checkpoint(...)[:2]``) through the reader's
     sampler (``reader.generate_text``: the seeded KV-cached sampler rationales are drawn
     with, here without a marker).
 

@@ -52,7 +52,8 @@ from tqdm import trange
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
 from ..evaluate import check_items, run_eval, summarize
-from ..models import CheckpointError, check_checkpoint, load_checkpoint, save_checkpoint
+from ..loading import check_checkpoint, load_checkpoint
+from ..models import CheckpointError, save_checkpoint
 from ..reader import Sampler, default_sampler, mix_seed, sample_questions, score_rationales
 from ..rundir import (  # noqa: F401  re-exported: the run-directory format lives there
     OPTIMIZER_FILE,
@@ -236,10 +237,15 @@ def check_vllm(cfg: TrainConfig) -> None:
 def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
     """The sampler of ``cfg.sampler``: ``hf``, the in-process model's default
     (``reader.default_sampler``: ``decoding.kv_sampler``, the tokens of
-    ``reader.hf_sampler``, faster); ``bf16``, ``decoding.CopySampler`` (a bfloat16
-    copy of the weights); ``vllm``, a vLLM engine."""
+    ``reader.hf_sampler``, faster); ``fast``, ``decoding.fast_sampler`` (a packed copy of
+    the weights in the machine's fastest dtype, for models where that pays); ``bf16``,
+    ``decoding.CopySampler`` in bfloat16; ``vllm``, a vLLM engine."""
     if cfg.sampler == "hf":
         return default_sampler(model)
+    if cfg.sampler == "fast":
+        from ..decoding import fast_sampler
+
+        return fast_sampler(model)
     if cfg.sampler == "bf16":
         from ..decoding import CopySampler
 
@@ -254,7 +260,7 @@ def check_train_config(cfg: TrainConfig) -> None:
 
     Numbers in range, enough rationales per question for the method (``min_rationales``),
     a usable ``device``, ``init`` (and ``ref``) checkpoints that exist and look sound
-    (``models.check_checkpoint``, an adapter's base included; weights are checked at
+    (``loading.check_checkpoint``, an adapter's base included; weights are checked at
     load), the task's train and dev splits (and test, when ``test_items``), ``out`` not a
     file, and for ``overwrite`` no checkpoint to load inside the run it would delete.
     Raises ``ValueError`` (``CheckpointError`` for a checkpoint) or ``FileNotFoundError``

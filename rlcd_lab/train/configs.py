@@ -100,13 +100,16 @@ class TrainConfig:
     (``cpu``, or ``auto`` on a machine without CUDA: a gloo group)."""
     dtype: Literal["float32", "float64"] = "float32"
     """Dtype of the trained weights and of AdamW's state (float64 for exactness checks)."""
-    sampler: Literal["hf", "bf16", "vllm"] = "hf"
+    sampler: Literal["hf", "fast", "bf16", "vllm"] = "hf"
     """Who samples the rationales: the trained model itself (``hf``: ``generate``'s tokens
-    from ``decoding.kv_sampler``), a bfloat16 copy of its weights with any LoRA adapter
-    merged, refreshed after every optimizer step (``bf16``: ``decoding.CopySampler``;
-    faster where the machine multiplies in bfloat16, the draw off-policy by bfloat16
-    rounding), or a vLLM engine (CUDA only, ``pip install rlcd_lab[vllm]``). The readout
-    and ``log pi(r)`` are always recomputed by the trained model in its own dtype."""
+    from ``decoding.kv_sampler``, bit for bit); a copy of its weights with any LoRA adapter
+    merged, refreshed after every optimizer step, its matrices packed for oneDNN on the CPU
+    (``decoding.CopySampler``: ``fast`` in ``decoding.fast_dtype``, bfloat16 where the
+    machine multiplies in it natively, else float32, and for models under
+    ``decoding.FAST_MIN_PARAMS`` parameters the model itself as ``hf``; ``bf16`` always
+    bfloat16), the draw off-policy by the copy's rounding; or a vLLM engine (CUDA only,
+    ``pip install rlcd_lab[vllm]``). The readout and ``log pi(r)`` are always recomputed
+    by the trained model in its own dtype. See docs/performance.md for what each is worth."""
     tracker: Literal["none", "tensorboard", "trackio"] = "none"
     """Also send each log row to a tracker (``accelerate``'s trackers; the package must be
     installed); ``log.jsonl`` is always written."""

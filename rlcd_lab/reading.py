@@ -1,0 +1,384 @@
+"""Reading: the per-rationale readout and ``log pi(r | x)``, direct readouts, and
+:func:`read`, the whole path from questions to :class:`Reading` (OpenJev-RLCD sec. 2).
+
+The readout of a row is taken at its last column, over the question's own ``K`` options:
+
+    u = softmax(z),    z = logits[:, -1][options]    (readout.readout)
+
+* :func:`score_rationales` runs one forward pass over ``prompt + rationale (+ marker) +
+  bridge`` (left-padded ``(N, T)``; for prompts of :data:`SHARE_MIN_PROMPT` tokens or more,
+  each prompt once and its rationales on its cached keys and values,
+  :func:`prefix_then_suffix`) and returns ``u, z (N, K)`` and
+  ``log pi(r | x) = sum_t log pi(r_t | x, r_<t) (N,)`` with gradients;
+* :func:`direct_readout` reads texts that already end with the marker (direct mode;
+  :func:`direct_logits` gives the whole vocabulary's logits ``(B, V)`` there, for SFT, and
+  :func:`shared_prefix_readout` reads many prompts about one state on one shared prefix);
+* :func:`read` does all of it for a list of questions with per-question option lists
+  (2..K options each) and returns one :class:`Reading` per question.
+
+Above :mod:`rlcd_lab.prompts` and :mod:`rlcd_lab.rationales`; re-exported by
+:mod:`rlcd_lab.reader`. (Not :mod:`rlcd_lab.scoring`: that is the proper scoring rules.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from . import metrics
+from .prompts import Mode, direct_prompts, encode_prompts, left_pad, padded_option_ids
+from .rationales import Rationales, mix_seed, sample_questions
+from .readout import MARKER, SEP, OptionTokens, option_logits, position_ids
+from .readout import readout as readout_at_end
+from .sampling import Sampler, base_model, forward_args, pad_id
+
+SHARE_MIN_PROMPT = 32
+"""``score_rationales`` encodes each prompt once (when it has ``m >= 2`` rationales) if the
+longest prompt of the batch has at least this many tokens. The rule looks at the prompts
+only, so what a model writes never switches the pass (the two passes agree up to float
+rounding; a rerun takes the same one). Measured by ``benchmarks/scoring.py`` on one CPU
+thread: SmolLM2-135M, 2 prompts of 103 tokens x 4 rationales: 2.30x faster with gradient
+(LoRA), 2.34x without; the tiny verify model, 8 prompts of 14 tokens x 4 rationales of
+~45: 0.99-1.15x (the second forward call costs about what the shorter one saves)."""
+
+
+def score_rationales(
+    model: PreTrainedModel,
+    rats: Rationales,
+    option_ids: Tensor | Sequence[int],
+    per_token: bool = False,
+    share_prompts: bool | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The scoring pass over sampled rationales: ``(u, logits, logp_r)``.
+
+    ``option_ids``: ``(K,)`` shared, or ``(B, K)`` per prompt (-1 = absent option).
+    Returns ``u, logits (N, K)`` at the last column and ``logp_r (N,)`` (float32, or
+    float64 for a float64 model), the sum of the sampled tokens' log-probs (a sampled EOS
+    included), all differentiable w.r.t. the model. With ``per_token`` the third value is
+    instead ``(N, T - 1)``: at column ``t`` the log-prob of what was sampled after
+    position ``t`` where ``rats.logp_mask`` is set, 0 elsewhere.
+
+    One forward pass over the left-padded rows, or (``share_prompts``; None: when a
+    prompt has at least :data:`SHARE_MIN_PROMPT` tokens) two: the ``B`` prompts once,
+    keeping their keys and values, then the ``N = B m`` continuations (rationale, marker,
+    bridge) attending to their prompt's cached keys and values. The two give the same
+    values up to float rounding (``tests/test_reader.py``: outputs and gradients), the
+    gradient reaching the prompt pass through the cached keys and values. Not shared under
+    gradient checkpointing with gradients on (transformers drops the cache there) or for
+    a model whose forward takes no cache.
+    """
+    option_ids = torch.as_tensor(option_ids, dtype=torch.long, device=rats.input_ids.device)
+    if option_ids.dim() == 2:
+        option_ids = option_ids[rats.prompt_index]
+    mask = rats.logp_mask
+    targets = rats.input_ids[:, 1:].clone()  # token t + 1 is predicted at column t
+    eos_rows = (rats.eos_col >= 0).nonzero()[:, 0]
+    targets[eos_rows, rats.eos_col[eos_rows]] = rats.eos_id
+    if _share(model, rats, share_prompts):
+        last, predicting = _shared_pass(model, rats, mask)
+    else:
+        logits_all = model(
+            input_ids=rats.input_ids,
+            attention_mask=rats.attention_mask,
+            position_ids=position_ids(rats.attention_mask),
+        ).logits
+        last, predicting = logits_all[:, -1], logits_all[:, :-1][mask]
+    logits = option_logits(last, option_ids)
+    wide = torch.promote_types(predicting.dtype, torch.float32)  # bf16 up, float64 kept
+    token_lp = -F.cross_entropy(predicting.to(wide), targets[mask], reduction="none")
+    if per_token:
+        out = torch.zeros(mask.shape, device=token_lp.device, dtype=token_lp.dtype)
+        return logits.softmax(-1), logits, out.masked_scatter(mask, token_lp)
+    rows = mask.nonzero()[:, 0]
+    logp_r = token_lp.new_zeros(len(rats.texts)).index_add(0, rows, token_lp)
+    return logits.softmax(-1), logits, logp_r
+
+
+def _share(model: torch.nn.Module, rats: Rationales, share: bool | None) -> bool:
+    """Whether ``score_rationales`` encodes each prompt once (see its docstring)."""
+    if share is False or rats.m < 2 or forward_args(model)[0] is None:
+        return False
+    if torch.is_grad_enabled() and model.training:
+        if any(getattr(mod, "gradient_checkpointing", False) for mod in model.modules()):
+            return False
+    return share or int(rats.prompt_len.max()) >= SHARE_MIN_PROMPT
+
+
+def prefix_then_suffix(
+    model: torch.nn.Module,
+    prefix_ids: Tensor,
+    prefix_mask: Tensor,
+    rows: Tensor,
+    suffix_ids: Tensor,
+    suffix_mask: Tensor,
+    last_only: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """What one forward pass over ``cat(prefix[rows], suffix)`` computes, in two calls:
+    the ``P`` left-padded prefixes ``(P, Tp)`` once, their keys and values copied to the
+    ``R`` rows (``rows (R,)``: the prefix of each row), then the left-padded suffixes ``(R,
+    Ts)`` on top (the suffix pads inside the sequence are masked; positions skip them).
+
+    Returns the logits after each prefix ``(P, V)`` (they predict each suffix's first
+    token) and the suffix logits ``(R, Ts, V)``, ``(R, 1, V)`` with ``last_only``. Equal to
+    the one pass up to float rounding; differentiable (the gradient reaches the prefix
+    pass through the copied keys and values)."""
+    cache_arg, keep = forward_args(model)
+    cache = DynamicCache(config=base_model(model).config)
+    out = model(
+        input_ids=prefix_ids,
+        attention_mask=prefix_mask,
+        position_ids=position_ids(prefix_mask),
+        use_cache=True,
+        **{cache_arg: cache},
+        **({"logits_to_keep": 1} if keep else {}),
+    )
+    after_prefix = out.logits[:, -1]
+    cache.reorder_cache(rows)  # one copy of its prefix's keys and values per row
+    mask = torch.cat([prefix_mask[rows], suffix_mask], dim=1)
+    out = model(
+        input_ids=suffix_ids,
+        attention_mask=mask,
+        position_ids=position_ids(mask)[:, prefix_ids.shape[1] :],
+        use_cache=False,
+        **{cache_arg: cache},
+        **({"logits_to_keep": 1} if keep and last_only else {}),
+    )
+    return after_prefix, out.logits[:, -1:] if last_only else out.logits
+
+
+def _shared_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``score_rationales``'s two-call pass: ``(last (N, V), predicting (S, V))``, the
+    logits at each row's last column and, in ``mask``'s row-major order, those predicting
+    each of the ``S`` tokens ``mask (N, T - 1)`` marks (as ``logits[:, :-1][mask]`` of
+    the plain pass)."""
+    ids, m = rats.input_ids, rats.m
+    n, width = ids.shape
+    device = ids.device
+    cont = width - rats.attention_mask.sum(1) + rats.prompt_len  # first column after the prompt
+    c = width - int(cont.min())  # columns of the longest continuation
+    # the prompts (the first row of each group), left-padded to the longest; each row's
+    # continuation is its last c columns, the prompt's columns among them masked
+    heads = torch.arange(0, n, m, device=device)
+    p = int(rats.prompt_len.max())
+    cols = torch.arange(p, device=device)
+    prompt_mask = (cols >= p - rats.prompt_len[heads, None]).long()
+    prompt_ids = ids[heads].gather(1, (cont[heads, None] - p + cols).clamp_min(0))
+    cont_mask = (torch.arange(width - c, width, device=device) >= cont[:, None]).long()
+    after_prompt, logits = prefix_then_suffix(
+        model, prompt_ids, prompt_mask, rats.prompt_index, ids[:, width - c :], cont_mask
+    )
+    # continuation column k predicts column k + 1; the prompt's last column predicts the
+    # first; mask's column width - c - 1 + k predicts continuation column k
+    rows, k = mask[:, width - c - 1 :].nonzero(as_tuple=True)
+    first = k == cont[rows] - (width - c)
+    predicting = torch.where(
+        first[:, None], after_prompt[rows // m], logits[rows, (k - 1).clamp_min(0)]
+    )
+    return logits[:, -1], predicting
+
+
+def direct_readout(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    option_ids: Tensor | Sequence[int],
+    bridge: Sequence[int] | Sequence[Sequence[int]] = (),
+) -> tuple[Tensor, Tensor]:
+    """Readout ``(u, logits)`` ``(B, K)`` for texts that end with the marker (a direct
+    prompt, or a prompt plus a written rationale); ``bridge`` is ``OptionTokens.bridge``
+    (shared, or one per text). See ``readout.readout`` for ``option_ids``."""
+    ids, mask = left_pad(encode_prompts(tokenizer, texts, bridge), pad_id(tokenizer), model.device)
+    return readout_at_end(model, ids, mask, option_ids)
+
+
+def direct_logits(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    questions: Sequence[str],
+    option_lists: Sequence[Sequence[str]],
+    *,
+    marker: str = MARKER,
+    sep: str = SEP,
+    chat: bool | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, list[OptionTokens]]:
+    """The direct reading's next-token logits over the whole vocabulary, ``(B, V)``, and
+    each question's option tokens: the questions' direct prompts (:func:`direct_prompts`)
+    plus their bridge, one forward pass over the left-padded rows (``model`` may be
+    wrapped: DDP, PEFT), the logits at the last column, where the readout is taken
+    (``readout.option_logits`` of them is its ``z``). With gradient when called with it:
+    the SFT loss is the cross-entropy of these logits against the label's option token.
+    ``device``: where the rows go (None: the model's)."""
+    texts, opts = direct_prompts(tokenizer, questions, option_lists, marker, sep, chat)
+    rows = encode_prompts(tokenizer, texts, [o.bridge for o in opts])
+    device = base_model(model).device if device is None else device
+    ids, mask = left_pad(rows, pad_id(tokenizer), device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
+    return out.logits[:, -1], opts
+
+
+@torch.no_grad()
+def shared_prefix_readout(
+    model: PreTrainedModel,
+    groups: Sequence[Sequence[Sequence[int]]],
+    option_ids: Tensor | Sequence[Sequence[int]],
+    pad_id: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """Readout of many prompts that share a prefix within each group, in two passes.
+
+    ``groups[g]`` holds the token ids of the prompts about one state (each ending with the
+    marker and the bridge); their longest common token prefix (at most all but one token of
+    the shortest prompt) is run once, its key/value cache is copied to the group's rows,
+    and the remaining suffixes run on top of it. Equals ``readout.readout`` on the full
+    prompts up to float rounding. ``option_ids`` is ``(R, K)`` for the ``R`` prompts in
+    order (-1 = absent option). Returns ``(u, logits)``, both ``(R, K)`` float32.
+    """
+    prefixes, suffixes, owner = [], [], []
+    for seqs in groups:
+        if min(len(s) for s in seqs) < 2:
+            raise ValueError("each prompt needs at least 2 tokens")
+        lcp = common_prefix_len(seqs)
+        # a group without a common prefix: each prompt is its own group
+        for part in [seqs] if lcp else [[s] for s in seqs]:
+            cut = lcp if lcp else len(part[0]) - 1
+            prefixes.append(list(part[0][:cut]))
+            suffixes.extend(list(s[cut:]) for s in part)
+            owner.extend([len(prefixes) - 1] * len(part))
+    device = model.device
+    p_ids, p_mask = left_pad(prefixes, pad_id, device)
+    s_ids, s_mask = left_pad(suffixes, pad_id, device)
+    rows = torch.tensor(owner, device=device)
+    _, last = prefix_then_suffix(model, p_ids, p_mask, rows, s_ids, s_mask, last_only=True)
+    logits = option_logits(last[:, -1], torch.as_tensor(option_ids, dtype=torch.long))
+    return logits.softmax(-1), logits
+
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix, at most all but the last token of the shortest
+    sequence (the token count ``shared_prefix_readout`` computes once)."""
+    n = min(len(s) for s in seqs) - 1
+    k = 0
+    while k < n and all(s[k] == seqs[0][k] for s in seqs):
+        k += 1
+    return k
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One question read by a model: ``M`` rationales (one empty in direct mode) and each
+    one's readout over the question's own ``K`` options.
+
+    ``u``, ``logits``: ``(M, K)`` float32 tensors (CPU); ``logp (M,)``: ``log pi(r | x)``
+    (0 in direct mode); ``texts``, ``forced``, ``lengths``: per rationale.
+    """
+
+    options: tuple[str, ...]
+    texts: list[str]
+    forced: list[bool]
+    lengths: list[int]
+    logp: Tensor
+    u: Tensor
+    logits: Tensor
+
+    @property
+    def mixture(self) -> Tensor:
+        """``p = (1/M) sum_i u_i`` ``(K,)``: the mixture over rationales."""
+        return self.u.mean(0)
+
+    def log_probs(self, aggregate: Literal["single", "mixture"] = "single") -> np.ndarray:
+        """``(K,)`` float64 log-probabilities of the options: ``single``,
+        ``log_softmax(logits[0])`` (the first rationale's readout, the single query);
+        ``mixture``, ``log p`` with ``p = (1/M) sum_i softmax(logits_i)`` in float64
+        (``-inf`` where ``p`` is 0)."""
+        if aggregate == "single":
+            return metrics.log_softmax(self.logits[0])
+        if aggregate == "mixture":
+            with np.errstate(divide="ignore"):
+                return np.log(metrics.softmax(self.logits).mean(0))
+        raise ValueError(f"aggregate must be 'single' or 'mixture', got {aggregate!r}")
+
+
+@torch.no_grad()
+def read(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    questions: Sequence[str],
+    option_lists: Sequence[Sequence[str]],
+    *,
+    mode: Mode = "reason",
+    m: int = 1,
+    max_new_tokens: int = 64,
+    sampling_temperature: float = 1.0,
+    seed: int | None = 0,
+    marker: str = MARKER,
+    sep: str = SEP,
+    batch_size: int = 64,
+    on_batch: Callable[[int], object] | None = None,
+    chat: bool | None = None,
+    sampler: Sampler | None = None,
+) -> list[Reading]:
+    """Read ``questions`` (each with its own option labels) in batches of ``batch_size``.
+
+    ``reason``: ``m`` rationales per question, question ``i`` sampled with seed
+    ``mix_seed(seed, i)`` (``None``: unseeded), so the readings do not depend on
+    ``batch_size``; ``direct``: one empty
+    rationale (the prompt ends with the marker). ``on_batch(n)`` is called after each
+    batch with its number of questions (a progress bar's ``update``). ``chat``: the prompt
+    format (:func:`build_prompt`; None: the tokenizer's chat template decides); ``sampler``:
+    see :func:`sample_rationales`.
+    Returns one :class:`Reading` per question, in order.
+    """
+    if mode not in ("direct", "reason"):
+        raise ValueError(f"mode must be 'direct' or 'reason', got {mode!r}")
+    if len(questions) != len(option_lists):
+        raise ValueError(f"{len(questions)} questions but {len(option_lists)} option lists")
+    out: list[Reading] = []
+    for start in range(0, len(questions), batch_size):
+        qs = questions[start : start + batch_size]
+        labels = option_lists[start : start + batch_size]
+        if mode == "direct":
+            texts, opts = direct_prompts(tokenizer, qs, labels, marker, sep, chat)
+            ids = padded_option_ids(opts)
+            u, logits = direct_readout(model, tokenizer, texts, ids, [o.bridge for o in opts])
+            u, logits, mm = u[:, None], logits[:, None], 1
+            rat_texts = [[""] for _ in qs]
+            forced, lengths = [[False]] * len(qs), [[0]] * len(qs)
+            logp = torch.zeros(len(qs), 1)
+        else:
+            rats, ids = sample_questions(
+                model, tokenizer, qs, labels, m, max_new_tokens,
+                marker=marker, sep=sep, sampling_temperature=sampling_temperature,
+                seed=None if seed is None else [mix_seed(seed, start + i) for i in range(len(qs))],
+                sampler=sampler, chat=chat,
+            )  # fmt: skip
+            u, logits, lp = score_rationales(model, rats, ids)
+            mm = m
+            u, logits = u.view(len(qs), m, -1), logits.view(len(qs), m, -1)
+            rat_texts = [rats.texts[i * m : (i + 1) * m] for i in range(len(qs))]
+            forced = rats.forced.view(len(qs), m).tolist()
+            lengths = rats.lengths.view(len(qs), m).tolist()
+            logp = lp.view(len(qs), m)
+        u, logits, logp = u.float().cpu(), logits.float().cpu(), logp.float().cpu()
+        for i in range(len(qs)):
+            k = len(labels[i])
+            out.append(
+                Reading(
+                    tuple(labels[i]),
+                    rat_texts[i],
+                    forced[i],
+                    lengths[i],
+                    logp[i, :mm],
+                    u[i, :, :k],
+                    logits[i, :, :k],
+                )  # fmt: skip
+            )
+        if on_batch is not None:
+            on_batch(len(qs))
+    return out
