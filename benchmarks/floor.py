@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/floor.py [--settings tiny smollm2]
         [--rows 8 64] [--dtypes float32 bfloat16] [--kernels blas onednn] [--reps 20]
+        [--json benchmarks/results/CPU/speed.json]
 
 For each model, weight dtype, kernel and number of rows per step, measured in one run and
 interleaved (every repetition times each measurement once, so a drift in the machine's
@@ -26,7 +27,10 @@ load hits all alike):
   prompt's encoding and the Python loop around the steps are in it; ``rows/s``: rows
   advanced one token per second (``rows / sampler``), what a wider batch buys.
 
-The CPU (model name and the flags that decide the kernels) is printed first: a figure
+``--json``: the rows are also merged into that speed summary (``bench.speed.record_speed``,
+key ``floor``), from which ``python -m rlcd_lab.report --readme`` writes the speed tables of
+the README and docs/performance.md. The CPU (model name and the flags that decide the
+kernels) is printed first: a figure
 means something only beside the machine it was measured on. The ratios are the numbers
 to compare across machines.
 """
@@ -43,6 +47,7 @@ from pathlib import Path
 import torch
 
 from rlcd_lab.bench.common import machine
+from rlcd_lab.bench.speed import record_speed
 from rlcd_lab.decoding import PackedLinears, _Steps, kv_sampler
 from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
@@ -125,6 +130,7 @@ def main() -> None:
     )
     ap.add_argument("--kernels", nargs="+", choices=["blas", "onednn"], default=["blas", "onednn"])
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", type=Path, default=None, help="merge the rows into this summary")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     print(f"CPU: {machine()}")
@@ -138,6 +144,7 @@ def main() -> None:
         "| step / floor | sampler ms/step | sampler / floor | sampler rows/s |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    table: list[dict] = []
     for name in args.settings:
         path = SETTINGS[name]
         if not (path / "config.json").is_file():
@@ -156,6 +163,7 @@ def main() -> None:
                 packed = PackedLinears(model) if kernel == "onednn" else None
                 for rows in args.rows:
                     r = measure(model, tok, rows, args.reps, dtype, packed)
+                    table.append(dict(model=name, dtype=dtype_name, kernel=kernel, rows=rows, **r))
                     print(
                         f"| {name} | {dtype_name} | {kernel} | {rows} | {1e3 * r['step']:.2f} "
                         f"| {1e3 * r['read']:.2f} | {r['peak']:.0f} | {1e3 * r['floor']:.2f} "
@@ -164,6 +172,8 @@ def main() -> None:
                         flush=True,
                     )
     print(f"\nload at the end {os.getloadavg()[0]:.2f}")
+    if args.json is not None:
+        record_speed(args.json, "floor", table)
 
 
 if __name__ == "__main__":

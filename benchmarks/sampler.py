@@ -2,6 +2,7 @@
 and ``decoding.fast_sampler`` (``--sampler fast``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sampler.py [--settings tiny smollm2] [--reps N]
+        [--json benchmarks/results/CPU/speed.json]
 
 Both samplers get the same batch, built as ``reader.sample_questions`` builds it (each
 question's prompt with its options, left-padded, repeated ``M = 4`` times, row seeds
@@ -21,10 +22,11 @@ once per optimizer step in training, here once in the warm-up call (its seconds 
   rationales, 64 new tokens. Skipped, with a message, when the converted model is not there.
 
 Reported per sampler: wall and process CPU seconds per call (min and median over the
-repetitions after one warm-up call of each), and the ratios hf / kv (above 1: kv is faster).
-Threads as the environment sets them; on the shared 2-core machine use
-``OMP_NUM_THREADS=1``. Single-threaded on a loaded machine the defaults take about 10 s
-(tiny) and 2 min (smollm2).
+repetitions after one warm-up call of each), and the ratios hf / kv (above 1: kv is
+faster). ``--json``: the medians and ratios are also merged into that speed summary (key
+``sampler``; ``bench.speed.record_speed``). Threads as the environment sets them; on the
+shared 2-core machine use ``OMP_NUM_THREADS=1``. Single-threaded on a loaded machine the
+defaults take about 10 s (tiny) and 2 min (smollm2).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import torch
 
 from rlcd_lab import decoding
 from rlcd_lab.bench.common import machine
+from rlcd_lab.bench.speed import record_speed
 from rlcd_lab.decoding import kv_sampler
 from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
@@ -208,6 +211,21 @@ def fast_steps(model, tok, ids, mask, kw) -> int:
     return len(calls)
 
 
+def summary(name: str, r: dict) -> dict:
+    """One setting's row of the speed summary: median CPU seconds per call and the ratios
+    to ``generate``."""
+    cpu = {k: statistics.median(v["cpu"]) for k, v in r["times"].items()}
+    return {
+        "setting": name,
+        "rows": r["rows"],
+        "seconds": cpu,
+        "hf_over_kv": cpu["hf"] / cpu["kv"],
+        "hf_over_fast": cpu["hf"] / cpu["fast"],
+        "fast": r["fast_kind"],
+        "fast_same_rows": r["fast_same"],
+    }
+
+
 def fmt(x: float | None, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -218,6 +236,7 @@ def main() -> None:
     ap.add_argument(
         "--reps", type=int, default=None, help="timed calls of each sampler (20 tiny, 5 smollm2)"
     )
+    ap.add_argument("--json", type=Path, default=None, help="merge the results into this summary")
     args = ap.parse_args()
     if args.reps is not None and args.reps < 1:
         ap.error("--reps must be >= 1")
@@ -293,6 +312,8 @@ def main() -> None:
                 )
                 + f" {r['load'][0]:>5.2f}-{r['load'][1]:<5.2f}"
             )
+    if args.json is not None:
+        record_speed(args.json, "sampler", [summary(name, r) for name, r in results.items()])
     print(
         "(rows: batch rows; prompt: padded prompt width; steps: decoding steps of the batch; "
         "tokens: mean tokens per row up to its stop; marker: rows that wrote the marker; "

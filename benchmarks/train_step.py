@@ -64,6 +64,7 @@ from pathlib import Path
 import torch
 
 from rlcd_lab.bench.common import machine
+from rlcd_lab.bench.speed import record_speed
 from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.models import read_meta
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
@@ -436,6 +437,7 @@ def main() -> None:
         default=None,
         help="runs of every loop, in rotated order (default: 2 tiny, 1 smollm2)",
     )
+    ap.add_argument("--json", type=Path, default=None, help="merge the results into this summary")
     args = ap.parse_args()
     if args.steps is not None and args.steps < 2:
         ap.error("--steps must be >= 2 (the first step is warm-up)")
@@ -492,20 +494,30 @@ def main() -> None:
         "run (n steps); ratios ours / TRL"
     )
     print(
-        f"{'setting':<8} {'loop':<9} {'n':>3} {'wall':>8} {'/TRL':>5} {'cpu':>8} {'/TRL':>5} "
+        f"{'setting':<8} {'loop':<14} {'n':>3} {'wall':>8} {'/TRL':>5} {'cpu':>8} {'/TRL':>5} "
         f"{'sample':>8} {'/TRL':>5} {'load1':>11}"
     )
     for name, res in results.items():
         t = res["trl"]
         for method, r in res.items():
             print(
-                f"{name:<8} {'TRL GRPO' if method == 'trl' else method:<9} {r['n']:>3} "
+                f"{name:<8} {'TRL GRPO' if method == 'trl' else method:<14} {r['n']:>3} "
                 + " ".join(
                     f"{fmt(r[k]):>8} {fmt(ratio(r[k], t[k]), '.2f'):>5}"
                     for k in ("step", "cpu", "sample")
                 )
                 + f" {r['load'][0]:>5.2f}-{r['load'][1]:<5.2f}"
             )
+    if args.json is not None:
+        record_speed(
+            args.json,
+            "step",
+            [
+                {"setting": name, "target": SETTINGS[name].target, "loop": m, **r}
+                for name, res in results.items()
+                for m, r in res.items()
+            ],
+        )
     for name, res in results.items():
         target = SETTINGS[name].target
         rs = {m: ratio(res[m]["step"], res["trl"]["step"]) for m in ("reinforce", "reinforce-fast")}

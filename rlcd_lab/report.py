@@ -547,14 +547,19 @@ def load_summaries(folder: Path) -> dict[str, dict]:
     return dict(sorted(found.items(), key=lambda kv: (order[summary_kind(kv[1])], kv[0])))
 
 
-def readme_block(summary: Mapping) -> str:
+def readme_block(summary: Mapping, short: bool = False) -> str:
     """What the README shows for a shipped summary: the runs (Table 3 on aleatoric
     tasks), then the paper's claims; for a difficulty map (``rlcd_lab.difficulty``) its
-    table; for a bench report (``rlcd_lab.bench``) its Markdown below the title."""
+    table; for a bench report (``rlcd_lab.bench``) its Markdown below the title; for a
+    speed summary its targets (``short``: the README's few rows)."""
     if summary.get("kind") == "difficulty":
         from .difficulty import difficulty_table
 
         return difficulty_table(summary)
+    if summary.get("bench") == "speed":  # benchmarks/results/<cpu>/speed.json
+        from .bench.speed import speed_markdown
+
+        return speed_markdown(summary, short)
     if summary.get("bench") in ("typed", "attack"):  # a bench report, below its title
         from .bench.attack import attack_markdown
         from .bench.typed import typed_markdown
@@ -588,7 +593,8 @@ def update_readme(readme: Path) -> str:
         if path.is_dir():  # every reproduction under it: the "What reproduces" table
             only = HEADLINE if m.group(2) == "headline" else ""
             return m.group(1) + what_reproduces(load_summaries(path), only) + m.group(5)
-        text = readme_block(json.loads(path.read_text(encoding="utf-8")))
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        text = readme_block(summary, short=m.group(2).endswith("-short"))
         timing = path.parent / "timing.json"
         if timing.exists():
             t = json.loads(timing.read_text(encoding="utf-8"))
@@ -602,7 +608,7 @@ def update_readme(readme: Path) -> str:
     return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
 
 
-GENERATED = ("README.md", "docs/results.md", "docs/bench.md")
+GENERATED = ("README.md", "docs/results.md", "docs/bench.md", "docs/performance.md")
 """The Markdown files (relative to the repository) that hold generated blocks."""
 
 

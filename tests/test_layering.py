@@ -185,3 +185,28 @@ def test_the_decision_path_stays_small():
                 if n > MAX_FUNCTION_LINES:
                     bad.append(f"{path.name}:{node.lineno} {node.name}: {n} lines")
     assert not bad, "\n".join(bad)
+
+
+def test_moved_names_import_from_their_old_places():
+    """A restructuring moves code, not the names other code imports."""
+    from rlcd_lab import (
+        classroom,
+        decide,
+        exercises,
+        loading,
+        models,
+        pages,
+        reader,
+        reading,
+        report,
+        verdicts,
+    )
+
+    assert models.load_checkpoint is loading.load_checkpoint
+    assert models.check_checkpoint is loading.check_checkpoint
+    assert reader.read is reading.read and reader.score_rationales is reading.score_rationales
+    assert report.verdict is verdicts.verdict and report.html_page is pages.html_page
+    assert classroom.assert_correct is exercises.assert_correct
+    assert decide.DecideOptions.__module__ == "rlcd_lab.answering"
+    with pytest.raises(AttributeError):
+        models.not_a_name  # noqa: B018
