@@ -236,7 +236,7 @@ class _Steps:
         if self.fast is not None:
             return self.fast(tokens[:, None], self.pos, mask).float()
         check = None
-        if self.try_fast:  # the first step: run both, keep the fast one if bit-identical
+        if self.try_fast:  # the first step: run both, keep the fast one if it agrees
             self.try_fast = False
             fast = _LlamaSteps(self.model, self.cache, self.length, self.packed)
             check = fast(tokens[:, None], self.pos, mask)
@@ -286,7 +286,10 @@ class _LlamaSteps:
     grouped-query heads packed as it packs them for one query) on the model's weights,
     without the module machinery, keys and values in preallocated buffers. Exact only as
     long as transformers computes the same way: ``_Steps`` checks the first step against
-    the model's own forward pass and keeps to the latter unless the logits are equal."""
+    the model's own forward pass and keeps to the latter unless the logits are equal.
+    With ``packed`` matrices (:class:`PackedLinears`) the products are oneDNN's and one
+    query's attention is :func:`_attention`: faster, rounded otherwise (the check then
+    allows the packed rounding, :meth:`PackedLinears.agrees`)."""
 
     @staticmethod
     def supports(model: PreTrainedModel) -> bool:
