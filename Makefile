@@ -38,13 +38,16 @@ serve: $(STAMP)
 	$(PY) -m rlcd_lab.cli serve --host $(HOST) --port 8000
 
 # RLCD_LAB_REQUIRE_SMOLLM2: the SmolLM2 tests fail instead of skipping without the package.
-# Then the numerics tests again on torch's portable CPU kernel (ATEN_CPU_CAPABILITY=default):
-# another CPU rounds like neither this one's AVX2/AVX-512 kernels nor exactly like that,
-# so a tolerance that holds on both is one that does not depend on this CPU's bits.
+# Then the numerics tests (and the shipped summaries recomputed from their dumps) twice more,
+# as other CPUs compute them (tests/emulate_cpu.py): an AVX2-only machine (numpy without its
+# AVX-512 kernels, OpenBLAS Haswell, torch avx2, oneDNN AVX2), then every library's portable
+# path; a tolerance that holds on all three does not depend on this CPU's bits.
+NUMERICS := RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider
 test: $(STAMP)
 	$(PY) -m ruff check .
 	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q --durations=20
-	ATEN_CPU_CAPABILITY=default RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider
+	$(PY) tests/emulate_cpu.py avx2 -- env $(NUMERICS)
+	$(PY) tests/emulate_cpu.py portable -- env $(NUMERICS)
 
 # Classroom mode (docs/instructors.md): the tutorials without their solution cells, as
 # .ipynb in $(STUDENT_OUT) (student/ is git-ignored); STUDENT_FORMAT=nbgrader|otter writes

@@ -27,6 +27,7 @@ from pathlib import Path
 from . import paper
 from .io import atomic_write_text
 from .pages import write_pngs
+from .report import summary_json
 from .rundir import SUMMARY
 from .verdicts import fmt_diff, verdict
 
@@ -171,7 +172,7 @@ def write_difficulty_map(out: Path, levels: Mapping[float, Path]) -> dict:
     }
     dmap = difficulty_map(summaries)
     dmap["sources"] = {f"{s:g}": str(p) for s, p in levels.items()}
-    atomic_write_text(out / "map.json", json.dumps(dmap, indent=1, sort_keys=True))
+    atomic_write_text(out / "map.json", summary_json(dmap))
     title = "# When RLCD helps: a difficulty map of tiny verify\n\n"
     atomic_write_text(out / "report.md", title + difficulty_table(dmap))
     write_pngs({"difficulty": difficulty_figure(dmap)}, out / "figures")

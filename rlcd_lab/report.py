@@ -509,6 +509,32 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
     return figs
 
 
+SUMMARY_DIGITS = 10
+"""Significant digits of every float a summary file holds. The numbers recompute from
+the dumps to about 1e-14 (relative) on any CPU: numpy's AVX-512 and AVX2 kernels differ
+in the last bits of ``exp`` and ``log``, and the fitted T is a root found to float64
+precision (:func:`rlcd_lab.metrics.fit_temperature`). Rounded to 10 digits, a recomputed
+summary is byte-identical to the shipped one unless a value lies within that noise of a
+rounding boundary (about 1e-4 per value), far below anything a table shows (3 digits)."""
+
+
+def rounded(obj: object, digits: int = SUMMARY_DIGITS) -> object:
+    """``obj`` (JSON-like: dicts, lists, numbers, strings) with every finite float rounded
+    to ``digits`` significant digits; ints, bools, strings and non-finite floats as they are."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else obj
+    if isinstance(obj, Mapping):
+        return {k: rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [rounded(v, digits) for v in obj]
+    return obj
+
+
+def summary_json(summary: Mapping) -> str:
+    """The text of a summary file: :func:`rounded` floats, sorted keys, one-space indent."""
+    return json.dumps(rounded(summary), indent=1, sort_keys=True)
+
+
 def write_report(
     root: Path, seeds: Sequence[int], eps: float, title: str, task: str | None = None
 ) -> dict:
@@ -525,7 +551,8 @@ def write_report(
         for s in seeds
         for p in sorted(rundir.seed_dir(root, s).glob(f"*/{rundir.CONFIG}"))
     }
-    atomic_write_text(root / rundir.SUMMARY, json.dumps(summary, indent=1, sort_keys=True))
+    summary = rounded(summary)  # what the file holds is what the report shows
+    atomic_write_text(root / rundir.SUMMARY, summary_json(summary))
     md = report_markdown(summary, title)
     atomic_write_text(root / "report.md", md)
     figs = report_figures(summary, loaded)

@@ -272,31 +272,54 @@ STATED = "-stated"
 
 
 def stated_view(job: Job) -> Path | None:
-    """For an RLCR run ``<root>/rlcr[-matched]``, write ``<root>/rlcr-stated[-matched]``:
-    its ``config.json`` (the training budget) and its eval dumps with each row's
-    ``stated_logits`` (``evaluate.run_eval(..., stated=True)``) as ``logits``, ``probs``
-    their softmax, so the report scores the stated confidence as it scores every readout
-    (same metrics, T fitted on dev). Returns the view's directory (None for other runs)."""
-    import math
-    import shutil
-
+    """For an RLCR run ``<root>/rlcr[-matched]``, write ``<root>/rlcr-stated[-matched]``
+    (:func:`write_stated_view`). Returns the view's directory (None for other runs)."""
     from .results import MATCHED
 
     if job.train is None or job.train.method != "rlcr":
         return None
     matched = job.name.endswith(MATCHED)
     out = job.out.with_name(job.name.removesuffix(MATCHED) + STATED + (MATCHED if matched else ""))
+    return write_stated_view(job.out, out)
+
+
+def write_stated_view(run: Path, out: Path) -> Path:
+    """The stated-confidence view of the RLCR run ``run`` in ``out``: its ``config.json``
+    (the training budget) and its eval dumps with each row's stated distribution
+    (:func:`rlcd_lab.verbal.stated_logits` and :func:`~rlcd_lab.verbal.stated_probs` of
+    ``stated_answer`` and ``stated_confidence``) as ``logits`` and ``probs``, so the
+    report scores the stated confidence as it scores every readout (same metrics, T
+    fitted on dev). The
+    confidence is read at float32 resolution: a digit's bin centre was stored as float32
+    by the model's path and as float64 by the fallback (0.6499999761581421 vs 0.65), and
+    the same statement must tie with itself. Returns ``out``."""
+    import shutil
+
+    import numpy as np
+    import torch
+
+    from .verbal import stated_logits, stated_probs
+
     for split in ("dev", "test"):
-        if not rundir.has_eval(job.out, split):
+        if not rundir.has_eval(run, split):
             continue
         rows = []
-        for r in read_jsonl(rundir.eval_file(job.out, split)):
-            z = r["stated_logits"]
-            e = [math.exp(v - max(z)) for v in z]
-            p = [x / sum(e) for x in e]
-            rows.append(r | {"logits": z, "probs": p, "readouts": [p], "mixture": p})
+        for r in read_jsonl(rundir.eval_file(run, split)):
+            c = float(np.float32(r["stated_confidence"]))
+            k = len(r["stated_logits"])
+            z = stated_logits(torch.tensor([r["stated_answer"]]), torch.tensor([c]), k)[0]
+            p = stated_probs(torch.tensor([r["stated_answer"]]), torch.tensor([c]), k)[0]
+            rows.append(
+                r
+                | {
+                    "logits": z.tolist(),
+                    "probs": p.tolist(),
+                    "readouts": [p.tolist()],
+                    "mixture": p.tolist(),
+                }
+            )
         atomic_write_jsonl(rundir.eval_file(out, split), rows)
-    shutil.copy2(rundir.config_file(job.out), rundir.config_file(out))
+    shutil.copy2(rundir.config_file(run), rundir.config_file(out))
     return out
 
 

@@ -190,27 +190,26 @@ def threshold_for_risk(
 ) -> float:
     """The lowest confidence threshold whose decided set has error ``<= eps``.
 
-    Items are ranked by confidence (descending, stable on ties); the prefix is the
-    largest ``k`` whose error rate is ``<= eps`` (observed error when ``correct`` is
-    given, as :func:`rlcd_lab.metrics.coverage_at_risk`; else the label-free *predicted*
-    error ``mean(1 - confidence)``, as :func:`metrics.predicted_coverage_at_risk`).
-    Returns the confidence of the ``k``-th item, so that "decide when ``confidence >=
-    threshold``" reproduces the prefix (up to ties at the threshold, which are then all
-    decided); ``inf`` when no prefix qualifies (decide nothing). Fit it on dev, apply it
-    on test with :func:`selective_risk`.
+    Items are ranked by confidence (descending); the prefix is the largest ``k`` ending
+    between two distinct confidences whose error rate is ``<= eps`` (observed error when
+    ``correct`` is given, as :func:`rlcd_lab.metrics.coverage_at_risk`; else the
+    label-free *predicted* error ``mean(1 - confidence)``, as
+    :func:`metrics.predicted_coverage_at_risk`). Returns the confidence of the ``k``-th
+    item, so that "decide when ``confidence >= threshold``" decides exactly that prefix
+    (a tie group is taken whole); ``inf`` when no prefix qualifies (decide nothing). Fit
+    it on dev, apply it on test with :func:`selective_risk`.
     """
     c = to_numpy(confidence, np.float64).reshape(-1)
     if c.size == 0:
         raise ValueError("need at least one item")
-    order = metrics.confidence_order(c)
     if correct is None:
-        err = 1.0 - c[order]
+        err = 1.0 - c
     else:
         _, r = _conf_correct(c, correct)
-        err = (~r[order]).astype(np.float64)
-    risks = np.cumsum(err) / np.arange(1, c.size + 1)
-    ok = np.flatnonzero(risks <= eps + tol)
-    return float(c[order][ok[-1]]) if ok.size else float("inf")
+        err = (~r).astype(np.float64)
+    risks, ends = metrics.risk_curve_rows(c[None, :], err[None, :])
+    k = round(float(metrics.largest_covered(risks, ends, eps, tol)[0]) * c.size)
+    return float(np.sort(c)[::-1][k - 1]) if k else float("inf")
 
 
 def selective_risk(confidence: ArrayLike, correct: ArrayLike, threshold: float) -> dict[str, float]:

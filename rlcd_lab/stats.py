@@ -27,7 +27,7 @@ from itertools import product
 
 import numpy as np
 
-from .metrics import ArrayLike, to_numpy
+from .metrics import ArrayLike, largest_covered, risk_curve_rows, to_numpy
 
 EXACT_MAX = 16
 """Sign-flip tests enumerate all ``2^N`` flips when ``N <= EXACT_MAX`` (65 536 at most)."""
@@ -162,27 +162,18 @@ CurveStat = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """A whole-curve statistic of every row: ``(conf (R, N), correct (R, N)) -> (R,)``."""
 
 
-def _risks(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """Top-k error rates of every row, ``(R, N)`` (ranking rule of metrics.risk_coverage_curve)."""
-    order = np.argsort(-conf, axis=1, kind="stable")
-    errors = 1.0 - np.take_along_axis(correct, order, axis=1)
-    return np.cumsum(errors, axis=1) / np.arange(1, conf.shape[1] + 1)
-
-
 def aurc_rows(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """AURC of every row (lower is better): :func:`rlcd_lab.metrics.aurc` row by row."""
-    return _risks(conf, correct).mean(axis=1)
+    """AURC of every row (lower is better): :func:`rlcd_lab.metrics.aurc` row by row
+    (ties averaged: :func:`rlcd_lab.metrics.risk_curve_rows`)."""
+    return risk_curve_rows(conf, 1.0 - correct)[0].mean(axis=1)
 
 
 def cov_rows(eps: float, tol: float = 1e-12) -> CurveStat:
     """Cov@eps of every row (higher is better): :func:`rlcd_lab.metrics.coverage_at_risk`
-    row by row (the largest ``k/N`` whose top-k error rate is ``<= eps``)."""
+    row by row (the largest ``k/N`` at a tie-group end whose top-k error rate is ``<= eps``)."""
 
     def stat(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
-        ok = _risks(conf, correct) <= eps + tol
-        n = conf.shape[1]
-        last = n - np.argmax(ok[:, ::-1], axis=1)  # largest k with risk_k <= eps
-        return np.where(ok.any(axis=1), last / n, 0.0)
+        return largest_covered(*risk_curve_rows(conf, 1.0 - correct), eps, tol)
 
     return stat
 

@@ -205,10 +205,10 @@ def confidence_logprobs(
 
 
 def token_confidences(tokenizer: PreTrainedTokenizerBase, tokens: Sequence[int]) -> Tensor:
-    """``(N,)`` float32: :func:`parse_confidence` of each token's text, NaN where it is
+    """``(N,)`` float64: :func:`parse_confidence` of each token's text, NaN where it is
     not a confidence (a digit token ``d`` gives ``(d + 0.5) / 10``)."""
     values = [parse_confidence(tokenizer.decode([int(t)])) for t in tokens]
-    return torch.tensor([math.nan if v is None else v for v in values])
+    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
 
 
 @torch.no_grad()

@@ -28,8 +28,10 @@ NUMERICS = {
     "test_train_rlcd",
 }
 """Modules whose assertions compare floats that torch's CPU kernels compute: marked
-``numerics``, and run a second time by ``make test`` under ``ATEN_CPU_CAPABILITY=default``
-(the portable kernel), so that a developer on one CPU sees what another CPU would round."""
+``numerics`` (as are the tests recomputing shipped summaries from their dumps), and run
+twice more by ``make test`` with numpy, OpenBLAS, torch and oneDNN on other CPUs' paths
+(tests/emulate_cpu.py: an AVX2 machine, then every library's portable path), so that a
+developer on one CPU sees what another CPU would round."""
 
 
 def pytest_collection_modifyitems(config, items):

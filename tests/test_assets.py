@@ -102,6 +102,7 @@ def test_shipped_reports_load_one_shared_plotly_js():
     assert (RESULTS / "plotly.min.js").read_text(encoding="utf-8").startswith("/**\n* plotly.js v")
 
 
+@pytest.mark.numerics
 def test_a_shipped_summary_recomputes_byte_identically_from_packed_dumps(tmp_path, monkeypatch):
     """``write_report`` on a copy of a shipped reproduction (its packed dumps and logs)
     writes the shipped summary.json byte for byte."""

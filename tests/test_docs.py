@@ -68,3 +68,39 @@ def test_the_server_example_is_answered_as_docs_server_md_says():
     assert verdict["escalated"] and verdict["mode"] == "reason"
     assert verdict["direct_confidence"] < threshold
     assert answers["verdict"]["confidence"] < threshold
+
+
+def test_the_prose_about_the_tables_says_what_the_summaries_hold():
+    """docs/results.md's sentences that read the tables (numbers and rankings in prose)
+    are true of the shipped summaries: each number printed as the sentence prints it,
+    each ranking recomputed."""
+    import json
+
+    text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+
+    def runs(task):
+        path = REPO / "assets" / "results" / task / "summary.json"
+        return json.loads(path.read_text(encoding="utf-8"))["runs"]
+
+    def mean(task, run, key):
+        return runs(task)[run][key]["mean"]
+
+    stated = "rlcr-stated-matched"
+    rung = "basic-skills-arithmetic-verify"
+    assert (
+        f"fitted T {mean('verify', stated, 'T'):.2f} on `verify`, "
+        f"{mean('facts', stated, 'T'):.2f} on `facts`), on the rung much more "
+        f"({mean(rung, stated, 'T'):.2f})" in text
+    )
+    acc = {run: mean(rung, run, "accuracy") for run in runs(rung)}
+    temp = {run: mean(rung, run, "T") for run in runs(rung)}
+    reasoning = set(acc) - {"base", "sft-matched"}  # SFT answers directly
+    assert all(acc[r] < acc["base"] for r in set(acc) - {"base"})  # every run below base
+    assert min(reasoning, key=acc.get) == "reinforce" and acc["sft-matched"] < acc["reinforce"]
+    assert f"falls to {acc['reinforce']:.3f}" in text
+    above = sorted((r for r in temp if temp[r] > temp["reinforce"]), key=temp.get)
+    assert above == ["rft-kl-matched", "sft-matched"]
+    assert (
+        f"fitted T {temp['reinforce']:.1f}, where RFT+KL's is {temp['rft-kl-matched']:.1f} "
+        f"and SFT's {temp['sft-matched']:.1f}" in text
+    )

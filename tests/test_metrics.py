@@ -66,18 +66,30 @@ def ref_conf_correct(p, y):
     return conf, correct
 
 
-def ref_ranking(conf):
-    # Python's sort is stable: equal confidences keep their original order
-    return sorted(range(len(conf)), key=lambda i: -conf[i])
+def ref_groups(conf):
+    # tie groups of equal confidence, most confident first: [(confidence, [items])]
+    groups = {}
+    for i, c in enumerate(conf):
+        groups.setdefault(c, []).append(i)
+    return sorted(groups.items(), key=lambda g: -g[0])
+
+
+def ref_curve(conf, errors):
+    # (risks, ends): the k-th risk is the expected error rate of the top k when tied items
+    # come in random order: a group with e errors in n items adds e/n per position
+    risks, ends, before, k = [], [], 0.0, 0
+    for _, items in ref_groups(conf):
+        e = sum(errors[i] for i in items)
+        for j in range(1, len(items) + 1):
+            k += 1
+            risks.append((before + j * e / len(items)) / k)
+            ends.append(j == len(items))
+        before += e
+    return risks, ends
 
 
 def ref_risks(conf, correct):
-    order = ref_ranking(conf)
-    risks, errors = [], 0
-    for k, i in enumerate(order, start=1):
-        errors += 0 if correct[i] else 1
-        risks.append(errors / k)
-    return risks
+    return ref_curve(conf, [0 if ok else 1 for ok in correct])[0]
 
 
 def ref_aurc(conf, correct):
@@ -85,24 +97,21 @@ def ref_aurc(conf, correct):
     return sum(risks) / len(risks)
 
 
-def ref_cov_at_risk(conf, correct, eps):
-    risks = ref_risks(conf, correct)
+def ref_largest(risks, ends, eps):
     best = 0.0
     for k in range(1, len(risks) + 1):
-        if risks[k - 1] <= eps + 1e-12:
+        if ends[k - 1] and risks[k - 1] <= eps + 1e-12:
             best = k / len(risks)
     return best
 
 
+def ref_cov_at_risk(conf, correct, eps):
+    return ref_largest(*ref_curve(conf, [0 if ok else 1 for ok in correct]), eps)
+
+
 def ref_pred_cov(p, eps):
     conf = [max(row) for row in p]
-    order = ref_ranking(conf)
-    best, pred = 0.0, 0.0
-    for k, i in enumerate(order, start=1):
-        pred += 1.0 - conf[i]
-        if pred / k <= eps + 1e-12:
-            best = k / len(conf)
-    return best
+    return ref_largest(*ref_curve(conf, [1.0 - c for c in conf]), eps)
 
 
 def ref_temperature_nll(z, y, T):
@@ -281,18 +290,48 @@ def test_selective_metrics_match_brute_force(n, k, ties, seed, eps):
 def test_selective_hand_worked_with_ties():
     conf = [0.9, 0.6, 0.9, 0.3]
     correct = [1, 0, 0, 1]
-    # stable ranking: item 0 (0.9), item 2 (0.9, after item 0), item 1 (0.6), item 3
-    # errors in order: 0, 1, 1, 0 -> risks 0/1, 1/2, 2/3, 2/4
+    # groups: {0, 2} at 0.9 (one error), {1} at 0.6 (an error), {3} at 0.3
+    # expected errors in the top k: 0.5, 1, 2, 2 -> risks 0.5/1, 1/2, 2/3, 2/4
     assert M.confidence_order(conf).tolist() == [0, 2, 1, 3]
     _, risks = M.risk_coverage_curve(conf, correct)
-    assert risks.tolist() == pytest.approx([0.0, 0.5, 2 / 3, 0.5])
-    assert M.aurc(conf, correct) == pytest.approx((0 + 0.5 + 2 / 3 + 0.5) / 4)
-    # largest k with risk <= 0.5 is k = 4 (even though k = 3 is above)
+    assert risks.tolist() == pytest.approx([0.5, 0.5, 2 / 3, 0.5])
+    assert M.aurc(conf, correct) == pytest.approx((0.5 + 0.5 + 2 / 3 + 0.5) / 4)
+    # largest group end with risk <= 0.5 is k = 4 (even though k = 3 is above)
     assert M.coverage_at_risk(conf, correct, 0.5) == 1.0
-    assert M.coverage_at_risk(conf, correct, 0.1) == 0.25
-    # the tie rule matters: put the wrong 0.9 first and nothing is covered at eps = 0
-    assert M.coverage_at_risk([0.9, 0.9], [1, 0], 0.0) == 0.5
-    assert M.coverage_at_risk([0.9, 0.9], [0, 1], 0.0) == 0.0
+    # k = 1 (risk 0.5) splits the 0.9 group: no threshold selects it
+    assert M.coverage_at_risk(conf, correct, 0.1) == 0.0
+    # the order of tied items no longer matters
+    for pair in ([1, 0], [0, 1]):
+        assert M.coverage_at_risk([0.9, 0.9], pair, 0.0) == 0.0
+        assert M.coverage_at_risk([0.9, 0.9], pair, 0.5) == 1.0
+        assert M.aurc([0.9, 0.9], pair) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tied_risks_are_the_average_over_every_order_of_the_ties(seed):
+    """Brute force: each of the 7! orders of 7 items, ranked by a stable sort, puts tied
+    items in every relative order equally often; the mean of their curves is the
+    tie-averaged curve, and AURC is the mean AURC."""
+    rng = np.random.default_rng(seed)
+    conf = rng.choice([0.9, 0.7, 0.5], size=7).tolist()
+    correct = (rng.random(7) < 0.6).tolist()
+    curves = []
+    for perm in itertools.permutations(range(7)):
+        c = [conf[i] for i in perm]
+        ranked = sorted(range(7), key=lambda j: -c[j])  # stable: perm's order within ties
+        errs = np.cumsum([0 if correct[perm[j]] else 1 for j in ranked])
+        curves.append(errs / np.arange(1, 8))
+    np.testing.assert_allclose(
+        M.risk_coverage_curve(conf, correct)[1], np.mean(curves, 0), atol=1e-12
+    )
+    assert M.aurc(conf, correct) == pytest.approx(np.mean(curves), abs=1e-12)
+    # stats' row-wise versions agree with the scalar ones
+    from rlcd_lab import stats
+
+    c2, r2 = np.array([conf]), np.array([correct], dtype=float)
+    assert stats.aurc_rows(c2, r2)[0] == pytest.approx(M.aurc(conf, correct), abs=1e-15)
+    for eps in (0.0, 0.2, 0.5):
+        assert stats.cov_rows(eps)(c2, r2)[0] == M.coverage_at_risk(conf, correct, eps)
 
 
 def test_predicted_coverage_hand_worked():
@@ -490,3 +529,31 @@ def test_evaluate_probs_use_log_probs_as_logits():
     assert row["ts_brier"] == pytest.approx(M.brier(p_ts, y[:150]))
     # softmax(log p / 1) = p: temperature 1 is the identity on probabilities
     np.testing.assert_allclose(M.apply_temperature(np.log(p), 1.0), p, rtol=1e-12)
+
+
+def test_temperature_slope_is_the_derivative_of_the_nll_in_one_over_t():
+    """The slope in beta = 1/T matches a central difference of the brute-force NLL, is
+    non-decreasing in beta (convexity), and vanishes at the fitted T, which brackets the
+    root between float64 neighbours; an absent option (-inf) is no option at all."""
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(80, 3)) * 3.0
+    y = rng.integers(0, 3, size=80)
+    y[:40] = z[:40].argmax(1)
+    zl, yl = z.tolist(), y.tolist()
+    h = 1e-5
+    for beta in (0.1, 0.7, 2.0):
+        fd = (
+            ref_temperature_nll(zl, yl, 1 / (beta + h))
+            - ref_temperature_nll(zl, yl, 1 / (beta - h))
+        ) / (2 * h)
+        assert M.temperature_nll_slope(z, y, beta) == pytest.approx(fd, rel=1e-6, abs=1e-9)
+    slopes = [M.temperature_nll_slope(z, y, b) for b in np.geomspace(0.02, 20, 50)]
+    assert np.all(np.diff(slopes) >= -1e-12)
+    t = M.fit_temperature(z, y)
+    assert (
+        M.temperature_nll_slope(z, y, 1 / t * (1 - 1e-9))
+        < 0
+        < M.temperature_nll_slope(z, y, 1 / t * (1 + 1e-9))
+    )
+    padded = np.concatenate([z, np.full((80, 1), -np.inf)], 1)
+    assert M.fit_temperature(padded, y) == t

@@ -1,0 +1,61 @@
+"""Run a command as it would run on another kind of x86 CPU: numpy's SIMD dispatch,
+OpenBLAS's kernel, torch's ATen kernel and oneDNN's ISA limited together.
+
+    python tests/emulate_cpu.py avx2 -- python -m pytest -m numerics
+    python tests/emulate_cpu.py portable -- python -m pytest -m numerics
+
+* ``avx2``: the most common machine (AMD Zen 2, Intel Haswell..Comet Lake): numpy without
+  its AVX-512 kernels (NPY_DISABLE_CPU_FEATURES), OPENBLAS_CORETYPE=Haswell,
+  ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2.
+* ``portable``: every library on its baseline path: numpy with no dispatched kernel,
+  OPENBLAS_CORETYPE=Nehalem (SSE4), ATEN_CPU_CAPABILITY=default, ONEDNN_MAX_CPU_ISA=SSE41.
+
+Only features this CPU has are disabled (numpy refuses to disable its baseline), and
+OpenBLAS is forced to Haswell only where the CPU has AVX2. Make's ``test`` target runs
+the numerics tests (``-m numerics``: tolerances that must hold on any CPU, and the
+shipped summaries recomputed from their dumps) under both, so a developer on an AVX-512
+machine sees what an AVX2 or an old machine computes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def cpu_env(kind: str) -> dict[str, str]:
+    """The environment variables of ``kind`` (``avx2`` or ``portable``) on this CPU."""
+    from numpy._core import _multiarray_umath as npu
+
+    found = [f for f in npu.__cpu_dispatch__ if npu.__cpu_features__.get(f)]
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    if kind == "avx2":
+        off = [f for f in found if f.startswith(("AVX512", "X86_V4"))]
+        env = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+        if " avx2" in flags:
+            env["OPENBLAS_CORETYPE"] = "Haswell"
+    elif kind == "portable":
+        off = found
+        env = {
+            "ATEN_CPU_CAPABILITY": "default",
+            "ONEDNN_MAX_CPU_ISA": "SSE41",
+            "OPENBLAS_CORETYPE": "Nehalem",
+        }
+    else:
+        raise SystemExit(f"unknown CPU kind {kind!r}: avx2 or portable")
+    if off:
+        env["NPY_DISABLE_CPU_FEATURES"] = " ".join(off)
+    return env
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 3 or argv[1] != "--":
+        raise SystemExit("usage: emulate_cpu.py avx2|portable -- COMMAND ...")
+    env = cpu_env(argv[0])
+    sys.stderr.write(f"CPU kind {argv[0]}: {' '.join(f'{k}={v!r}' for k, v in env.items())}\n")
+    sys.stderr.flush()
+    os.execvpe(argv[2], argv[2:], {**os.environ, **env})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
