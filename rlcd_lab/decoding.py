@@ -44,6 +44,7 @@ at the model's ``generation_config.eos_token_id``; here ``eos`` alone decides
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import torch
@@ -51,8 +52,19 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from .prompts import left_pad
 from .readout import position_ids
-from .sampling import Generated, GumbelSampler, Sampler, SamplingStopped, forward_args, pad_id
+from .sampling import (
+    SHARE_MIN_PROMPT,
+    Generated,
+    GumbelSampler,
+    PromptCache,
+    Sampler,
+    SamplingStopped,
+    common_prefix_len,
+    forward_args,
+    pad_id,
+)
 
 
 def prompt_groups(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -80,6 +92,7 @@ def kv_sampler(
     top_p: float = 1.0,
     should_stop: Callable[[], bool] | None = None,
     packed: PackedLinears | None = None,
+    keep_prompt: bool = False,
 ) -> Generated:
     """``reader.hf_sampler``'s tokens from a compact decoding loop (see the module
     docstring): left-padded rows ``ids, mask (N, T)``, one seeded noise generator per row,
@@ -92,7 +105,9 @@ def kv_sampler(
     ``should_stop``: asked before every forward pass; once it returns True,
     ``sampling.SamplingStopped`` is raised (nothing is returned). ``packed``: the model's
     matrices packed for oneDNN (:class:`PackedLinears`, :class:`CopySampler`'s): the
-    decoding steps multiply with them (faster, other rounding: not ``generate``'s bits)."""
+    decoding steps multiply with them (faster, other rounding: not ``generate``'s bits).
+    ``keep_prompt``: also return a copy of the keys and values after the prompts
+    (``Generated.prompt_cache``, :class:`~rlcd_lab.sampling.PromptCache`)."""
     n, width = ids.shape
     if len(row_seeds) != n:
         raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
@@ -108,6 +123,9 @@ def kv_sampler(
     check()
     steps = _Steps(model, ids, mask, width + max_new_tokens, packed)
     logits = steps.prefill()
+    kept = None
+    if keep_prompt:  # the decoding steps append to the cache (or leave it): a copy
+        kept = PromptCache(copy.deepcopy(steps.cache), steps.full_mask[:, :width].clone())
     live = list(range(n))  # the original index of each row still in the batch
     seqs: list[list[int]] = [[] for _ in range(n)]
     lps: list[tuple[Tensor, Tensor]] = []  # (rows, log-probs) of each step
@@ -142,7 +160,7 @@ def kv_sampler(
     token_lp = torch.zeros((n, t))
     for s, (r, lp) in enumerate(lps):
         token_lp[r.cpu(), s] = lp.float().cpu()
-    return Generated(tokens, end, hit_marker, token_lp)
+    return Generated(tokens, end, hit_marker, token_lp, kept)
 
 
 class _StopCheck:
@@ -204,21 +222,59 @@ class _Steps:
 
     def prefill(self) -> Tensor:
         """Logits ``(N, V)`` float32 after each row's prompt; distinct prompts are encoded
-        once and their keys and values copied to their rows."""
+        once and their keys and values copied to their rows. When the distinct prompts
+        share a prefix of :data:`~rlcd_lab.sampling.SHARE_MIN_PROMPT` tokens or more (a
+        system text, worked examples), it is encoded once too (:meth:`_prefill_shared`)."""
         first, group = prompt_groups(self.ids, self.mask)
-        out = self.model(
-            input_ids=self.ids[first],
-            attention_mask=self.mask[first] if self.padded else None,
-            position_ids=position_ids(self.mask[first]),
-            use_cache=True,
-            **{self.cache_key: self.cache},
-            **({"logits_to_keep": 1} if self.keep_one else {}),
-        )
-        logits = out.logits[:, -1].float()
+        ids, mask = self.ids[first], self.mask[first]
+        seqs = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+        lcp = common_prefix_len(seqs) if len(seqs) > 1 else 0
+        if lcp >= SHARE_MIN_PROMPT:
+            logits = self._prefill_shared(seqs, lcp)
+        else:
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask if self.padded else None,
+                position_ids=position_ids(mask),
+                use_cache=True,
+                **{self.cache_key: self.cache},
+                **({"logits_to_keep": 1} if self.keep_one else {}),
+            )
+            logits = out.logits[:, -1].float()
         if len(logits) < len(self.ids):
             self.cache.batch_select_indices(group)
             logits = logits[group]
         return logits
+
+    def _prefill_shared(self, seqs: list[list[int]], lcp: int) -> Tensor:
+        """The ``G`` distinct prompts ``seqs`` sharing their first ``lcp`` tokens: the
+        prefix once (one row), its keys and values copied to ``G`` rows, then each
+        prompt's rest left-padded on top. The cache then holds, per row, the prefix and
+        the padded rest (``width`` columns as before, the pads inside masked), and every
+        row's positions are its own token counts, as in the one-call prefill."""
+        device = self.ids.device
+        prefix = torch.tensor([seqs[0][:lcp]], device=device)
+        self.model(
+            input_ids=prefix, use_cache=True, **{self.cache_key: self.cache},
+            **({"logits_to_keep": 1} if self.keep_one else {}),
+        )  # fmt: skip
+        self.cache.batch_select_indices(torch.zeros(len(seqs), dtype=torch.long, device=device))
+        rest, rest_mask = left_pad([s[lcp:] for s in seqs], 0, device)  # pads masked
+        mask = torch.cat(
+            [torch.ones((len(seqs), lcp), dtype=rest_mask.dtype, device=device), rest_mask], 1
+        )
+        out = self.model(
+            input_ids=rest,
+            attention_mask=mask,
+            position_ids=position_ids(mask)[:, lcp:],
+            use_cache=True,
+            **{self.cache_key: self.cache},
+            **({"logits_to_keep": 1} if self.keep_one else {}),
+        )
+        _, group = prompt_groups(self.ids, self.mask)
+        self.full_mask[:, : mask.shape[1]] = mask[group]
+        self.padded = not bool(mask.all())  # the rests are left-padded inside the rows
+        return out.logits[:, -1].float()
 
     def select(self, rows: Tensor) -> None:
         """Keep only ``rows`` (indices into the live rows)."""
@@ -445,8 +501,6 @@ def plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> PreTrainedModel:
     """A frozen, eval-mode copy of ``model``'s transformers model in ``dtype``, a PEFT
     adapter merged into its weights (``W + B A`` per adapted layer): a plain model, so the
     compact decoding steps (:class:`_LlamaSteps`) apply to it. Unwraps DDP."""
-    import copy
-
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model = model.module
     clone = copy.deepcopy(model)

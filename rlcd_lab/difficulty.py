@@ -27,7 +27,7 @@ from pathlib import Path
 from . import paper
 from .io import atomic_write_text
 from .pages import write_pngs
-from .report import summary_json
+from .results import summary_json
 from .rundir import SUMMARY
 from .verdicts import fmt_diff, verdict
 

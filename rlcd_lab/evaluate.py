@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .decoding import questions_per_call
+from .decoding import plain_copy, questions_per_call
 from .models import context_length
 from .reader import Mode, build_prompt, encode_prompts, item_options, read, reading_length
 from .readout import MARKER, SEP, OptionTokens
@@ -172,6 +172,9 @@ def run_eval(
     not depend on it. Items are checked first (:func:`check_items`: single-token option
     labels, readings that fit the model's context; ``ValueError`` naming the item, after
     ``where``, e.g. ``"task verify test split"``).
+    A PEFT model (a LoRA adapter) is read through a copy with the adapter merged into its
+    weights (:func:`rlcd_lab.decoding.plain_copy`: one matrix per layer instead of three,
+    the readouts within float32 rounding of the adapter's, about 1e-7).
     ``stated`` (reason mode): add the stated-confidence fields, read after the confidence
     ``cue`` (:mod:`rlcd_lab.verbal`) and the first rationale, sampled again with its seed
     (so the row's own; where a device does not reproduce the draw, the rationale read is
@@ -183,6 +186,8 @@ def run_eval(
     )  # fmt: skip
     if batch_size is None:
         batch_size = questions_per_call(model, m if mode == "reason" else 1)
+    if hasattr(model, "merge_and_unload"):  # a LoRA adapter: W + B A, read without it
+        model = plain_copy(model, next(model.parameters()).dtype)
     bar = tqdm(total=len(items), desc=f"eval {mode}", unit="item") if progress else None
     try:
         readings = read(

@@ -11,21 +11,16 @@ reaches ``max_new_tokens`` or emits EOS first gets the marker appended and is fl
 ``forced``; an EOS it sampled still counts in ``log pi(r)`` (the probability of the
 rationale includes that of stopping there). The result, :class:`Rationales`, holds the
 left-padded ``(N, T)`` rows ``prompt + rationale (+ marker) + bridge``, ``N = B m``, that
-``reading.score_rationales`` scores with gradient.
-
-:func:`sample_questions` does it for questions with their own option lists;
-:func:`generate_text` samples free text (no marker) with the same samplers;
-:func:`written_sampler` writes given rationales instead (teacher forcing).
-
-Above :mod:`rlcd_lab.prompts`, :mod:`rlcd_lab.sampling` (the :class:`Sampler` protocol)
-and :mod:`rlcd_lab.decoding` (which imports none of the reader's modules); re-exported by
-:mod:`rlcd_lab.reader`.
+``reading.score_rationales`` scores with gradient. :func:`sample_questions` does it for
+questions with their own option lists; :func:`generate_text` samples free text (no
+marker); :func:`written_sampler` writes given rationales instead (teacher forcing). Above
+:mod:`rlcd_lab.prompts`, :mod:`rlcd_lab.sampling` and :mod:`rlcd_lab.decoding`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -47,7 +42,15 @@ from .prompts import (
     padded_option_ids,
 )
 from .readout import MARKER, SEP
-from .sampling import Generated, GumbelSampler, Sampler, SamplingStopped, base_model, pad_id
+from .sampling import (
+    Generated,
+    GumbelSampler,
+    PromptCache,
+    Sampler,
+    SamplingStopped,
+    base_model,
+    pad_id,
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,9 @@ class Rationales:
       included) under the model at temperature 1, no gradient (``score_rationales``
       recomputes it with gradient);
     * ``prompt_len`` ``(N,)`` long: the tokens of each row's prompt (rows ``i m .. i m +
-      m - 1`` repeat prompt ``i``), which ``score_rationales`` may encode once.
+      m - 1`` repeat prompt ``i``), which ``score_rationales`` may encode once;
+    * ``prompt_cache``: the sampler's keys and values after the prompts, kept on request
+      (``sample_rationales(keep_prompt=True)``) for ``reading.readout_after``.
     """
 
     input_ids: Tensor
@@ -82,6 +87,7 @@ class Rationales:
     logp_r: Tensor
     m: int
     prompt_len: Tensor
+    prompt_cache: PromptCache | None = None
 
     @property
     def prompt_index(self) -> Tensor:
@@ -272,6 +278,7 @@ def sample_rationales(
     seed: int | Sequence[int] | None = None,
     sampler: Sampler | None = None,
     should_stop: Callable[[], bool] | None = None,
+    keep_prompt: bool = False,
 ) -> Rationales:
     """Sample ``m`` rationales for each prompt, batched and KV-cached, stopping at the marker.
 
@@ -290,6 +297,8 @@ def sample_rationales(
     ``should_stop``: passed to the sampler (only when given, so a sampler without the
     argument still works), which checks it before every decoding step and raises
     :class:`SamplingStopped` once it returns True (the work is no longer wanted).
+    ``keep_prompt``: ask the sampler (only when set) to keep its keys and values after the
+    prompts (``Rationales.prompt_cache``); only :func:`~rlcd_lab.decoding.kv_sampler` can.
     """
     if m < 1 or max_new_tokens < 1:
         raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
@@ -304,6 +313,7 @@ def sample_rationales(
     ids, mask = left_pad(prompt_rows, pad, model.device)
     eos = eos_ids(model)
     cancel = {} if should_stop is None else {"should_stop": should_stop}
+    cancel |= {"keep_prompt": True} if keep_prompt else {}
     out = sampler(
         model, tokenizer, ids.repeat_interleave(m, 0), mask.repeat_interleave(m, 0),
         row_seeds=[mix_seed(s, j) for s in seeds for j in range(m)],
@@ -314,10 +324,11 @@ def sample_rationales(
     marker_ids = list(tokenizer(marker, add_special_tokens=False)["input_ids"])
     cuts = [_cut(tokenizer, out, i, marker, marker_ids) for i in range(len(out.tokens))]
     # 3. assemble: prompt + rationale (+ marker completion) + bridge, left-padded
-    return _assemble(
+    rats = _assemble(
         cuts, [prompt_rows[i // m] for i in range(len(cuts))],
         [bridges[i // m] for i in range(len(cuts))], m, pad, eos, model.device,
     )  # fmt: skip
+    return replace(rats, prompt_cache=out.prompt_cache) if keep_prompt else rats
 
 
 def prompt_seeds(seed: int | Sequence[int], n: int) -> list[int]:
@@ -414,11 +425,12 @@ def sample_questions(
     seed: int | Sequence[int] | None = None,
     sampler: Sampler | None = None,
     chat: bool | None = None,
+    keep_prompt: bool = False,
 ) -> tuple[Rationales, Tensor]:
     """Rationales for questions with their own option lists: ``(rationales, option_ids
     (B, K_max))`` (-1 pads), ready for :func:`score_rationales`. The prompt names each
     question's options (chat models). ``seed`` and ``sampler``: see
-    :func:`sample_rationales`; ``chat``: see :func:`build_prompt`."""
+    :func:`sample_rationales` (as ``keep_prompt``); ``chat``: see :func:`build_prompt`."""
     opts = item_options(tokenizer, option_lists, marker, sep)
     prompts = [
         build_prompt(tokenizer, q, marker=marker, chat=chat, options=o.labels)
@@ -435,6 +447,7 @@ def sample_questions(
         sampling_temperature=sampling_temperature,
         seed=seed,
         sampler=sampler,
+        keep_prompt=keep_prompt,
     )
     return rats, padded_option_ids(opts).to(model.device)
 

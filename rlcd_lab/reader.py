@@ -81,11 +81,9 @@ from .rationales import (  # noqa: F401  re-exported: sampling rationales and fr
     written_sampler,
 )
 from .reading import (  # noqa: F401  re-exported: scoring and direct readouts
-    SHARE_MIN_PROMPT,
     Reading,
     _share,
     _shared_pass,
-    common_prefix_len,
     direct_logits,
     direct_readout,
     prefix_then_suffix,
@@ -103,11 +101,13 @@ from .readout import (  # noqa: F401  re-exported
 )
 from .readout import readout as readout_at_end
 from .sampling import (  # noqa: F401  re-exported: the names every sampler shares
+    SHARE_MIN_PROMPT,
     Generated,
     GumbelSampler,
     Sampler,
     SamplingStopped,
     base_model,
+    common_prefix_len,
     forward_args,
     pad_id,
 )

@@ -33,20 +33,19 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from . import metrics
+from .decoding import kv_sampler
 from .prompts import Mode, direct_prompts, encode_prompts, left_pad, padded_option_ids
-from .rationales import Rationales, mix_seed, sample_questions
+from .rationales import Rationales, default_sampler, mix_seed, sample_questions
 from .readout import MARKER, SEP, OptionTokens, option_logits, position_ids
 from .readout import readout as readout_at_end
-from .sampling import Sampler, base_model, forward_args, pad_id
-
-SHARE_MIN_PROMPT = 32
-"""``score_rationales`` encodes each prompt once (when it has ``m >= 2`` rationales) if the
-longest prompt of the batch has at least this many tokens. The rule looks at the prompts
-only, so what a model writes never switches the pass (the two passes agree up to float
-rounding; a rerun takes the same one). Measured by ``benchmarks/scoring.py`` on one CPU
-thread: SmolLM2-135M, 2 prompts of 103 tokens x 4 rationales: 2.30x faster with gradient
-(LoRA), 2.34x without; the tiny verify model, 8 prompts of 14 tokens x 4 rationales of
-~45: 0.99-1.15x (the second forward call costs about what the shorter one saves)."""
+from .sampling import (
+    SHARE_MIN_PROMPT,
+    Sampler,
+    base_model,
+    common_prefix_len,
+    forward_args,
+    pad_id,
+)
 
 
 def score_rationales(
@@ -184,6 +183,61 @@ def _shared_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tupl
     return logits[:, -1], predicting
 
 
+@torch.no_grad()
+def readout_after(
+    model: PreTrainedModel, rats: Rationales, option_ids: Tensor | Sequence[int]
+) -> tuple[Tensor, Tensor]:
+    """The readout ``(u, logits)`` ``(N, K)`` at each row's last column, without
+    ``log pi(r)`` (what evaluation keeps; the sampler's ``rats.logp_r`` stands for it),
+    encoding as little as it can, logits at the last column only:
+
+    * with the sampler's keys and values after the prompts (``rats.prompt_cache``, kept
+      by ``sample_rationales(keep_prompt=True)``), only what follows each prompt
+      (rationale, marker, bridge) runs, on top of them;
+    * else the longest token prefix common to every row (the system text and worked
+      examples every prompt starts with) is encoded once when it has
+      :data:`SHARE_MIN_PROMPT` tokens or more, the rest of each row on its keys and values;
+    * else one plain pass.
+
+    Equals :func:`score_rationales`'s ``u, logits`` up to float rounding
+    (``tests/test_reader.py``). ``option_ids``: ``(K,)`` shared, or ``(B, K)`` per prompt
+    (-1 = absent option)."""
+    option_ids = torch.as_tensor(option_ids, dtype=torch.long, device=rats.input_ids.device)
+    if option_ids.dim() == 2:
+        option_ids = option_ids[rats.prompt_index]
+    ids, mask = rats.input_ids, rats.attention_mask
+    width = ids.shape[1]
+    cache_arg, _ = forward_args(model)
+    if rats.prompt_cache is not None and cache_arg is not None:
+        cont = width - mask.sum(1) + rats.prompt_len  # each row's first column after its prompt
+        c = width - int(cont.min())
+        cont_mask = (torch.arange(width - c, width, device=ids.device) >= cont[:, None]).long()
+        full = torch.cat([rats.prompt_cache.mask.to(cont_mask), cont_mask], 1)
+        out = model(
+            input_ids=ids[:, width - c :],
+            attention_mask=full,
+            position_ids=position_ids(full)[:, -c:],
+            use_cache=False,
+            logits_to_keep=1,
+            **{cache_arg: rats.prompt_cache.cache},
+        )
+        logits = option_logits(out.logits[:, -1], option_ids)
+        return logits.softmax(-1), logits
+    lengths = mask.sum(1).tolist()
+    seqs = [ids[i, width - n :].tolist() for i, n in enumerate(lengths)]
+    lcp = common_prefix_len(seqs)
+    if lcp < SHARE_MIN_PROMPT or cache_arg is None:
+        return readout_at_end(model, ids, mask, option_ids)
+    suffix_ids, suffix_mask = left_pad([s[lcp:] for s in seqs], 0, ids.device)  # pads masked
+    prefix = torch.tensor([seqs[0][:lcp]], device=ids.device)
+    rows = torch.zeros(len(seqs), dtype=torch.long, device=ids.device)
+    _, last = prefix_then_suffix(
+        model, prefix, torch.ones_like(prefix), rows, suffix_ids, suffix_mask, last_only=True
+    )
+    logits = option_logits(last[:, -1], option_ids)
+    return logits.softmax(-1), logits
+
+
 def direct_readout(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -260,16 +314,6 @@ def shared_prefix_readout(
     return logits.softmax(-1), logits
 
 
-def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common prefix, at most all but the last token of the shortest
-    sequence (the token count ``shared_prefix_readout`` computes once)."""
-    n = min(len(s) for s in seqs) - 1
-    k = 0
-    while k < n and all(s[k] == seqs[0][k] for s in seqs):
-        k += 1
-    return k
-
-
 @dataclass(frozen=True)
 class Reading:
     """One question read by a model: ``M`` rationales (one empty in direct mode) and each
@@ -340,6 +384,8 @@ def read(
     if len(questions) != len(option_lists):
         raise ValueError(f"{len(questions)} questions but {len(option_lists)} option lists")
     out: list[Reading] = []
+    # the readout reuses the prompts' keys and values when the sampler is the model's own
+    keep_prompt = sampler is None and default_sampler(model) is kv_sampler
     for start in range(0, len(questions), batch_size):
         qs = questions[start : start + batch_size]
         labels = option_lists[start : start + batch_size]
@@ -356,10 +402,10 @@ def read(
                 model, tokenizer, qs, labels, m, max_new_tokens,
                 marker=marker, sep=sep, sampling_temperature=sampling_temperature,
                 seed=None if seed is None else [mix_seed(seed, start + i) for i in range(len(qs))],
-                sampler=sampler, chat=chat,
+                sampler=sampler, chat=chat, keep_prompt=keep_prompt,
             )  # fmt: skip
-            u, logits, lp = score_rationales(model, rats, ids)
-            mm = m
+            u, logits = readout_after(model, rats, ids)  # log pi(r): the sampler's
+            lp, mm = rats.logp_r, m
             u, logits = u.view(len(qs), m, -1), logits.view(len(qs), m, -1)
             rat_texts = [rats.texts[i * m : (i + 1) * m] for i in range(len(qs))]
             forced = rats.forced.view(len(qs), m).tolist()

@@ -56,7 +56,9 @@ from .results import (
     STAGE1,
     SWEEP_PREFIX,
     RunResult,
+    rounded,
     summarize_runs,
+    summary_json,
 )
 from .verdicts import (  # noqa: F401  re-exported: the verdict rules on the paper's claims
     SIGNIFICANCE,
@@ -507,32 +509,6 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
                 diffs, f"RLCD minus each run, {name}", f"Δ {name}"
             )
     return figs
-
-
-SUMMARY_DIGITS = 10
-"""Significant digits of every float a summary file holds. The numbers recompute from
-the dumps to about 1e-14 (relative) on any CPU: numpy's AVX-512 and AVX2 kernels differ
-in the last bits of ``exp`` and ``log``, and the fitted T is a root found to float64
-precision (:func:`rlcd_lab.metrics.fit_temperature`). Rounded to 10 digits, a recomputed
-summary is byte-identical to the shipped one unless a value lies within that noise of a
-rounding boundary (about 1e-4 per value), far below anything a table shows (3 digits)."""
-
-
-def rounded(obj: object, digits: int = SUMMARY_DIGITS) -> object:
-    """``obj`` (JSON-like: dicts, lists, numbers, strings) with every finite float rounded
-    to ``digits`` significant digits; ints, bools, strings and non-finite floats as they are."""
-    if isinstance(obj, float):
-        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else obj
-    if isinstance(obj, Mapping):
-        return {k: rounded(v, digits) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [rounded(v, digits) for v in obj]
-    return obj
-
-
-def summary_json(summary: Mapping) -> str:
-    """The text of a summary file: :func:`rounded` floats, sorted keys, one-space indent."""
-    return json.dumps(rounded(summary), indent=1, sort_keys=True)
 
 
 def write_report(

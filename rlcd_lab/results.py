@@ -27,6 +27,8 @@ card all read runs through it. File names come from :mod:`rlcd_lab.rundir`; nump
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -98,6 +100,32 @@ def summarize(
     out["mean_length"] = float(np.mean([np.mean(r["lengths"]) for r in rows]))
     out["forced_rate"] = float(np.mean([np.mean(r["forced"]) for r in rows]))
     return out
+
+
+SUMMARY_DIGITS = 10
+"""Significant digits of every float a summary file holds. The numbers recompute from
+the dumps to about 1e-14 (relative) on any CPU: numpy's AVX-512 and AVX2 kernels differ
+in the last bits of ``exp`` and ``log``, and the fitted T is a root found to float64
+precision (:func:`rlcd_lab.metrics.fit_temperature`). Rounded to 10 digits, a recomputed
+summary is byte-identical to the shipped one unless a value lies within that noise of a
+rounding boundary (about 1e-4 per value), far below anything a table shows (3 digits)."""
+
+
+def rounded(obj: object, digits: int = SUMMARY_DIGITS) -> object:
+    """``obj`` (JSON-like: dicts, lists, numbers, strings) with every finite float rounded
+    to ``digits`` significant digits; ints, bools, strings and non-finite floats as they are."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else obj
+    if isinstance(obj, Mapping):
+        return {k: rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [rounded(v, digits) for v in obj]
+    return obj
+
+
+def summary_json(summary: Mapping) -> str:
+    """The text of a summary file: :func:`rounded` floats, sorted keys, one-space indent."""
+    return json.dumps(rounded(summary), indent=1, sort_keys=True)
 
 
 # ----------------------------------------------------------------------- views of a run

@@ -249,3 +249,43 @@ def test_sample_rationales_passes_should_stop_only_when_given(tokenizer, marker_
             marker_lm, tokenizer, ["Q: 1?\n"], 2, 8, seed=0, sampler=plain, should_stop=lambda: True
         )
     assert "should_stop" in seen[-1]
+
+
+SHARED = "You check sums. Think step by step, then answer.\n"  # 49 tokens: above the rule
+
+
+@pytest.mark.parametrize("model_name", ["marker_lm", "tiny_lm"])
+def test_a_shared_prompt_prefix_is_encoded_once_with_generate_s_tokens(
+    tokenizer, model_name, request, monkeypatch
+):
+    """Prompts starting with the same system text (>= SHARE_MIN_PROMPT tokens, of unequal
+    lengths after it): the prefix runs once (a prefill call of one row), and the tokens,
+    stops and log-probs are generate's, rows stopping at different steps."""
+    from rlcd_lab.sampling import SHARE_MIN_PROMPT
+
+    model = request.getfixturevalue(model_name)
+    prompts = [SHARED + p for p in PROMPTS]
+    assert len(SHARED) >= SHARE_MIN_PROMPT
+    ids, mask, seeds = batch(tokenizer, prompts, 3, 1)
+    args = dict(row_seeds=seeds, max_new_tokens=20, marker=MARKER, eos=[2])
+    ref = hf_sampler(model, tokenizer, ids, mask, **args)
+    shapes = []
+    handle = model.register_forward_pre_hook(
+        lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True,
+    )
+    try:
+        out = kv_sampler(model, tokenizer, ids, mask, **args)
+    finally:
+        handle.remove()
+    assert_same(ref, out)
+    rest = max(len(p) for p in PROMPTS)
+    assert shapes[:2] == [(1, len(SHARED)), (len(PROMPTS), rest)]  # prefix once, then rests
+
+
+def test_the_shared_prefix_needs_the_rule_s_length(tokenizer, marker_lm, monkeypatch):
+    """A common prefix shorter than SHARE_MIN_PROMPT runs in one prefill call."""
+    calls = []
+    monkeypatch.setattr(decoding._Steps, "_prefill_shared", lambda *a: calls.append(a))
+    both(marker_lm, tokenizer, ["Q: 1?\n", "Q: 22?\n"], 2, 0, max_new_tokens=4)
+    assert calls == []

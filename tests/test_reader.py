@@ -11,6 +11,8 @@ from rlcd_lab.reader import (
     _MarkerStop,
     cut_at_marker,
     direct_readout,
+    mix_seed,
+    sample_questions,
     sample_rationales,
     score_rationales,
 )
@@ -487,3 +489,96 @@ def test_generate_text_is_seeded_per_prompt_and_stops_at_eos(tokenizer, tiny_lm)
     ((kwargs, out),) = seen
     assert kwargs["marker"] is None and kwargs["eos"] == [eos]  # free text: no marker
     assert out.end.tolist() == [1, 1, 1] and out.tokens[:, 0].tolist() == [eos] * 3
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_readout_after_shares_the_common_prefix_and_equals_the_scoring_pass(
+    tokenizer, tiny_lm, marker_lm, m
+):
+    """Evaluation's readout (``readout_after``): the prefix common to every row (>= 32
+    tokens) runs once, the rest on its keys and values, logits at the last column only;
+    ``u`` and ``logits`` equal the scoring pass's to float32 rounding (1e-5 relative,
+    values of order 1-10), rows ending at the marker, at EOS and forced, options per row.
+    Below 32 common tokens it is one plain pass."""
+    from rlcd_lab.reading import readout_after
+
+    system = "You check sums. Think step by step, then answer.\n"
+    opts = torch.tensor([[5, 6, -1], [5, 6, 7]])
+    for model in (marker_lm, tiny_lm):
+        r = sample_rationales(
+            model, tokenizer, [system + p for p in PROMPTS], m=m, max_new_tokens=12, seed=0
+        )
+        shapes = []
+        hook = model.register_forward_pre_hook(
+            lambda _, a, kw, seen=shapes: seen.append(tuple(kw["input_ids"].shape)),
+            with_kwargs=True,
+        )
+        try:
+            u, z = readout_after(model, r, opts)
+        finally:
+            hook.remove()
+        assert shapes[0] == (1, len(system + "Q: ")) and len(shapes) == 2  # common to all rows
+        with torch.no_grad():
+            u_ref, z_ref, _ = score_rationales(model, r, opts, share_prompts=False)
+        torch.testing.assert_close(u, u_ref, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(z, z_ref, atol=1e-5, rtol=1e-5)
+        assert torch.isinf(z[: m * 1, 2]).all()  # the first prompt's absent third option
+    short = sample_rationales(tiny_lm, tokenizer, PROMPTS, m=m, max_new_tokens=8, seed=0)
+    assert _forward_calls(tiny_lm, short) == 1
+    u, z = readout_after(tiny_lm, short, [5, 6])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            z, score_rationales(tiny_lm, short, [5, 6])[1], atol=1e-5, rtol=1e-5
+        )
+
+
+@pytest.mark.parametrize("system", ["", "You check sums. Think step by step, then answer.\n"])
+@pytest.mark.parametrize("m", [1, 3])
+def test_readout_on_the_samplers_prompt_cache_equals_the_scoring_pass(
+    tokenizer, tiny_lm, marker_lm, m, system
+):
+    """``sample_rationales(keep_prompt=True)`` keeps the keys and values after the prompts
+    (with and without a shared prefix in the prefill); ``readout_after`` then runs only
+    what follows each prompt (one call, as wide as the longest continuation) and equals
+    the scoring pass to float32 rounding; ``read`` takes that path by default."""
+    from rlcd_lab.reading import read, readout_after
+
+    opts = torch.tensor([[5, 6, -1], [5, 6, 7]])
+    for model in (marker_lm, tiny_lm):
+        prompts = [system + p for p in PROMPTS]
+        kw = dict(m=m, max_new_tokens=12, seed=0)
+        r = sample_rationales(model, tokenizer, prompts, keep_prompt=True, **kw)
+        assert r.prompt_cache is not None
+        plain = sample_rationales(model, tokenizer, prompts, **kw)
+        assert plain.prompt_cache is None and plain.texts == r.texts
+        shapes = []
+        hook = model.register_forward_pre_hook(
+            lambda _, a, kw, seen=shapes: seen.append(tuple(kw["input_ids"].shape)),
+            with_kwargs=True,
+        )
+        try:
+            u, z = readout_after(model, r, opts)
+        finally:
+            hook.remove()
+        width = r.input_ids.shape[1]
+        cont = width - r.attention_mask.sum(1) + r.prompt_len
+        assert shapes == [(len(r.texts), width - int(cont.min()))]
+        with torch.no_grad():
+            u_ref, z_ref, _ = score_rationales(model, plain, opts, share_prompts=False)
+        torch.testing.assert_close(u, u_ref, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(z, z_ref, atol=1e-5, rtol=1e-5)
+    labels = [["Y", "N"], ["Y", "N", "Q"]]
+    readings = read(marker_lm, tokenizer, [system + p for p in PROMPTS], labels, m=m, seed=3)
+    r, ids = sample_questions(
+        marker_lm, tokenizer, [system + p for p in PROMPTS], labels, m, 64,
+        seed=[mix_seed(3, i) for i in range(2)],
+    )  # fmt: skip
+    with torch.no_grad():
+        _, z_ref, _ = score_rationales(marker_lm, r, ids)
+    got = torch.cat(
+        [
+            torch.nn.functional.pad(x.logits, (0, 3 - x.logits.shape[1]), value=-math.inf)
+            for x in readings
+        ]
+    )
+    torch.testing.assert_close(got, z_ref, atol=1e-5, rtol=1e-5)

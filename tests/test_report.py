@@ -293,7 +293,7 @@ def test_a_shipped_aurc_ci_recomputes_from_the_dumps_with_the_joint_item_bootstr
     draws = np.random.default_rng(0).integers(0, items, size=(n, items))
     reps = [diff(i) for i in draws]
     shipped = summary["paired"][f"{a} - {b}"]["aurc"]
-    # the summary holds 10 significant digits (report.SUMMARY_DIGITS): rel 5e-10
+    # the summary holds 10 significant digits (results.SUMMARY_DIGITS): rel 5e-10
     assert shipped["diff"] == pytest.approx(diff(np.arange(items)), rel=1e-9)
     assert shipped["ci_low"] == pytest.approx(np.percentile(reps, 2.5), rel=1e-9)
     assert shipped["ci_high"] == pytest.approx(np.percentile(reps, 97.5), rel=1e-9)
@@ -316,7 +316,7 @@ def test_shipped_real_model_summary_recomputes_from_its_dumps():
         for seed in (17, 23, 29):
             ev = root / f"seed-{seed}" / run / "eval"
             rows.append(summarize(read_jsonl(ev / "test.jsonl"), read_jsonl(ev / "dev.jsonl")))
-        # the summary holds 10 significant digits (report.SUMMARY_DIGITS): rel 5e-10
+        # the summary holds 10 significant digits (results.SUMMARY_DIGITS): rel 5e-10
         assert np.mean([r["T"] for r in rows]) == pytest.approx(entry["T"]["mean"], rel=1e-9)
         acc = np.mean([r["ts_accuracy"] for r in rows])
         assert acc == pytest.approx(entry["accuracy"]["mean"], rel=1e-9)
