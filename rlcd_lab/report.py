@@ -40,6 +40,7 @@ import numpy as np
 
 from . import paper, rundir
 from .io import atomic_write_text
+from .mechanism import mechanism_table
 from .pages import (  # noqa: F401  re-exported: the reports' HTML pages and PNG figures
     PLOTLY_JS,
     html_page,
@@ -597,6 +598,9 @@ def update_readme(readme: Path) -> str:
             only = HEADLINE if m.group(2) == "headline" else ""
             return m.group(1) + what_reproduces(load_summaries(path), only) + m.group(5)
         summary = json.loads(path.read_text(encoding="utf-8"))
+        if m.group(2).startswith("why-"):  # the mechanism's steps, measured
+            names = [r for r in summary.get("mechanism", {}) if r in summary["runs"]]
+            return m.group(1) + mechanism_table(summary, {r: label(r) for r in names}) + m.group(5)
         text = readme_block(summary, short=m.group(2).endswith("-short"))
         timing = path.parent / "timing.json"
         if timing.exists():

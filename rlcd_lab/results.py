@@ -39,6 +39,7 @@ import numpy as np
 
 from . import metrics, routing, rundir, stats
 from .io import read_jsonl
+from .mechanism import mechanism
 from .metrics import DEFAULT_EPS
 
 RLCD = "reinforce"
@@ -72,6 +73,11 @@ METRICS = {  # summary key -> (column, key in evaluate.summarize's row)
 TABLE3_PAIRS = (("mixture", "endtoend"), ("sft", "endtoend"))
 """Table 3's comparisons besides RLCD's (same budget): mixture objective and cross-entropy
 against the per-rationale objective."""
+MECHANISM_RUNS = (
+    "base", "calibrate", "reinforce", "grpo", "grpo-matched", "rft-kl", "rft-kl-matched",
+    "sft", "sft-matched", "rlcr-matched",
+)  # fmt: skip
+"""The runs whose mechanism (:mod:`rlcd_lab.mechanism`) a summary measures."""
 N_BOOT = 2000
 """Bootstrap replicates and Monte Carlo sign-flip patterns of every paired test."""
 
@@ -593,7 +599,8 @@ def summarize_runs(
     :func:`paired` of each stage-2 fork against its stage-1 checkpoint, plus the mean
     +- s.d. change of ``T`` and ``length``; ``vs_readout[F]``: :func:`paired` of every
     other fork against ``readout-only`` (Figure 3: same checkpoint, stream and budget);
-    ``sweep[W]``: :func:`paired` of Table 4's
+    ``mechanism[name]``: :func:`rlcd_lab.mechanism.mechanism` of the runs of
+    :data:`MECHANISM_RUNS`; ``sweep[W]``: :func:`paired` of Table 4's
     run at score-function weight ``W`` (``SWEEP_PREFIX`` + W) against stage 1 (weight 0).
     """
     root = Path(root)
@@ -636,6 +643,11 @@ def summarize_runs(
             if all(np.isfinite(ratios)):
                 entry["grad_rms_ratio"] = mean_sd(ratios)
         summary["runs"][name] = entry
+    summary["mechanism"] = {
+        name: mechanism([g.path for g in loaded[name]], [g.T for g in loaded[name]])
+        for name in MECHANISM_RUNS
+        if name in loaded
+    }
     if RLCD in loaded:
         for other in loaded:
             if other != RLCD:

@@ -104,3 +104,39 @@ def test_the_prose_about_the_tables_says_what_the_summaries_hold():
         f"fitted T {temp['reinforce']:.1f}, where RFT+KL's is {temp['rft-kl-matched']:.1f} "
         f"and SFT's {temp['sft-matched']:.1f}" in text
     )
+
+
+def test_the_why_reading_says_what_the_mechanism_tables_hold():
+    """docs/results.md's reading of the "Why" tables: each number as the summaries'
+    ``mechanism`` entries hold it (mean over seeds), printed as the sentence prints it."""
+    import json
+
+    text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+
+    def mech(task):
+        path = REPO / "assets" / "results" / task / "summary.json"
+        return json.loads(path.read_text(encoding="utf-8"))["mechanism"]
+
+    v, rung, facts = mech("verify"), mech("basic-skills-arithmetic-verify"), mech("facts")
+    assert (
+        f"RLCD {v['reinforce']['accuracy']:.3f} and GRPO {v['grpo-matched']['accuracy']:.3f} "
+        f"against the base's {v['base']['accuracy']:.3f}" in text
+    )
+    assert f"saturated on {v['grpo-matched']['saturated']:.0%} of test items" in text
+    assert (
+        f"(T {v['grpo-matched']['T']:.2f}) while RLCD's hedges (T {v['reinforce']['T']:.2f})"
+        in text
+    )
+    assert v["reinforce"]["slipped_errors"] == v["grpo-matched"]["slipped_errors"] == 1.0
+    assert (
+        f"(AUROC clean vs slip {v['reinforce']['slip_auroc']:.3f} for RLCD, "
+        f"{v['grpo-matched']['slip_auroc']:.3f} for GRPO)" in text
+    )
+    assert (
+        f"(KL end {rung['reinforce']['kl_end']:.2f} nats, GRPO {rung['grpo-matched']['kl_end']:.2f})"
+        in text
+    )
+    assert f"verdict ({rung['reinforce']['follows']:.0%} of items" in text
+    assert rung["base"]["follows"] == rung["grpo-matched"]["follows"] == 1.0
+    best = max(facts, key=lambda r: facts[r]["auroc"])
+    assert best == "sft" and f"SFT's direct one (AUROC {facts['sft']['auroc']:.3f})" in text

@@ -1,0 +1,82 @@
+"""rlcd_lab.mechanism: the measures of the paper's mechanism, on hand-built runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from rlcd_lab import mechanism
+
+
+@pytest.mark.parametrize(
+    ("text", "slip", "verdict"),
+    [
+        ("33+60=93;93+20=113;113 vs 113:same", False, 0),
+        ("90+25=115;115+83=208;208 vs 218:diff", True, 1),  # 115 + 83 is 198
+        ("6 + 7 = 11. 11 vs 11: same.", True, 0),  # 6 + 7 is 13
+        ("13 + 8 = 21. 21 vs 22: different.", False, 1),
+        ("4 x 5 = 20; 20 - 3 = 18; 18 vs 18: same", True, 0),  # 20 - 3 is 17
+        ("recall zgc=F", None, None),  # no arithmetic, no verdict
+        ("maybe a", None, None),
+    ],
+)
+def test_slips_and_verdicts_by_hand(text, slip, verdict):
+    assert mechanism.slipped(text) is slip
+    assert mechanism.verdict(text) == verdict
+
+
+def _run(tmp_path, logits, labels, texts, forced=None, log=None):
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    rows = [
+        {"uid": str(i), "label": y, "q": None, "options": ["Y", "N"], "rationales": [t],
+         "forced": [bool(forced and forced[i])], "lengths": [3], "logits": list(z)}
+        for i, (z, y, t) in enumerate(zip(logits, labels, texts, strict=True))
+    ]  # fmt: skip
+    (run / "eval" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if log is not None:
+        (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    return run
+
+
+def test_one_run_by_hand(tmp_path):
+    """Four two-option items, readouts softmax([a, 0]): p(Y) = 0.999, 0.9, 0.8, 0.3.
+    Labels Y, Y, N, N: right, right, wrong, right. Item 2's rationale slips (its error);
+    item 3's rationale says "different" and its readout agrees; the others say "same"."""
+    p = np.array([0.999, 0.9, 0.8, 0.3])
+    logits = [[math.log(x / (1 - x)), 0.0] for x in p]
+    texts = ["1+1=2 vs 2:same", "2+2=4 vs 4:same", "2+2=5 vs 5:same", "3+3=6 vs 7:diff"]
+    log = [
+        {"kl": k, "reward": r}
+        for k, r in zip([0, 1, 2, 3, 4, 5, 6, 8], [0, 0, 0, 0, 0, 0.1, 0.2, 0.3], strict=True)
+    ]
+    run = _run(tmp_path, logits, [0, 0, 1, 1], texts, forced=[0, 0, 0, 1], log=log)
+    got = mechanism.run_mechanism(run, T=1.0)
+    assert got["accuracy"] == 0.75 and got["T"] == 1.0
+    assert got["saturated"] == 0.25  # only 0.999 > 0.99
+    assert got["confidence"] == pytest.approx(np.mean([0.999, 0.9, 0.8, 0.7]))
+    # confidences 0.999 (right), 0.9 (right), 0.8 (wrong), 0.7 (right): the wrong one
+    # is below two right ones and above one -> AUROC 2/3
+    assert got["auroc"] == pytest.approx(2 / 3)
+    # top half: 0.999 and 0.9, both right -> risk 0; all: 1/4 -> ratio 0
+    assert got["risk_ratio"] == 0.0
+    assert got["slipped_errors"] == 1.0  # the one error slipped
+    # clean (3 items: 0.999, 0.9, 0.7) vs slipped (0.8): 2 of 3 clean above -> 2/3
+    assert got["slip_auroc"] == pytest.approx(2 / 3)
+    assert got["follows"] == 1.0  # top options Y, Y, Y, N; verdicts same, same, same, diff
+    assert got["forced"] == 0.25
+    assert got["kl_end"] == 7.0  # last quarter of 8 steps: kl 6 and 8
+    # last quarter (0.2, 0.3) minus the quarter before (0, 0.1): 0.25 - 0.05
+    assert got["reward_trend"] == pytest.approx(0.2)
+
+
+def test_a_run_without_arithmetic_or_log_has_none_of_those(tmp_path):
+    run = _run(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [0, 0], ["recall a", "recall b"])
+    got = mechanism.run_mechanism(run, T=2.0)
+    assert got["slipped_errors"] is None and got["slip_auroc"] is None
+    assert got["follows"] is None and got["kl_end"] is None and got["reward_trend"] is None
+    table = mechanism.mechanism_table({"mechanism": {"x": got}}, {"x": "X run"})
+    assert table.splitlines()[2].startswith("| X run | 0.500 |") and "| - |" in table
