@@ -462,10 +462,15 @@ else:
 # ## Exercises
 #
 # 1. Add a fifth rule to the slider of section 1: the *quadratic score without the
-#    `||u||^2` term*, `J(u, y) = 2 u_y`. Is it proper? Why not?
-# 2. Proposition 1 is specific to the Brier score. For the log score, compute
-#    `J_log(p, q) - E_r J_log(u(r), q)` on the random readouts of section 3a. Is it
-#    still non-negative? Is it still equal to `E_r ||u(r) - p||^2`?
+#    `||u||^2` term*, `J(u, y) = 2 u_y`. Is it proper? Why not? At `q_1 = 0.7`, which
+#    report maximises its expected score, and how much more does that report expect to
+#    score than the truthful one (`p = 0.7`)?
+# 2. Proposition 1 is specific to the Brier score. Take three rationales whose readouts
+#    over three options are `u(r) = (0.7, 0.2, 0.1)`, `(0.2, 0.5, 0.3)` and
+#    `(0.1, 0.3, 0.6)`, and `q = (0.5, 0.3, 0.2)`. Compute the log score's gap
+#    `J_log(p, q) - E_r J_log(u(r), q)` and the Brier gap `E_r ||u(r) - p||^2`. Is the
+#    log gap non-negative? Is it equal to the Brier gap? (Then try the random readouts of
+#    section 3a: does the answer hold on every problem?)
 # 3. For `q_1 = 0.7`, for which `lambda` does the optimum of section 4 stop being a
 #    certainty (`p_1 < 1`)? Derive it from the closed form and check it on the slider.
 #
@@ -476,20 +481,30 @@ else:
 from rlcd_lab import classroom
 
 best_p = None  # 1: the report p = u_1 that maximises E[2 u_Y] when q_1 = 0.7
-is_proper = None  # 1: True or False
-log_gap_nonnegative = None  # 2: True or False
-log_gap_is_diversity = None  # 2: True or False: equal to E_r ||u(r) - p||^2?
+overconfidence_gain = None  # 1: E[2 u_Y] at that report minus at the truthful p = 0.7
+log_gap = None  # 2: J_log(p, q) - E_r J_log(u(r), q) for the three readouts above
+brier_gap = None  # 2: E_r ||u(r) - p||^2 for the same readouts
 lambda_threshold = None  # 3: the optimum is p_1 < 1 for every lambda above this value
-print("1:", classroom.check_twice_linear_score(best_p, is_proper))
-print("2:", classroom.check_log_score_gap(log_gap_nonnegative, log_gap_is_diversity))
+print("1:", classroom.check_twice_linear_score(best_p, overconfidence_gain))
+print("2:", classroom.check_log_score_gap(log_gap, brier_gap))
 print("3:", classroom.check_certainty_threshold(lambda_threshold, q1=0.7))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1: 2 u_y is the linear score times 2: E = 2 u.q, maximised at a vertex.
-print("exercise 1:", tutorial.best_report(0.7, "linear"), "(a vertex: not proper)")
+best_linear = tutorial.best_report(0.7, "linear")
+twice = 2 * tutorial.binary_expected_scores(0.7, [best_linear, 0.7], "linear")
+print(
+    f"exercise 1: best report {best_linear} (a vertex: not proper), gain {twice[0] - twice[1]:.3f}"
+)
 
 # Solution 2: the log gap is >= 0 (Jensen: log is concave) but it is not the squared
 # distance; it is the mean KL-type divergence sum_k q_k (log p_k - E_r log u_k).
+u = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6]], dtype=torch.float64)
+q = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+log_gap_3 = float(expected_score(u.mean(0), q, "log") - expected_score(u, q, "log").mean())
+brier_gap_3 = float(variance_decomposition(u, q)["diversity"])
+print(f"exercise 2: log gap {log_gap_3:.4f}, Brier gap E_r ||u(r) - p||^2 {brier_gap_3:.4f}")
+# ... and on random readouts, as in section 3a:
 gaps, divs = [], []
 for _ in range(500):
     u = torch.distributions.Dirichlet(torch.ones(3, dtype=torch.float64)).sample((4,))
@@ -504,8 +519,8 @@ print(f"exercise 3: lambda > 2 q1 - 1 = {2 * 0.7 - 1:.1f}")
 
 # The checks of the answer cell agree with these solutions:
 feedback = [
-    classroom.check_twice_linear_score(tutorial.best_report(0.7, "linear"), False),
-    classroom.check_log_score_gap(min(gaps) >= 0, worst < 1e-9),
+    classroom.check_twice_linear_score(best_linear, twice[0] - twice[1]),
+    classroom.check_log_score_gap(log_gap_3, brier_gap_3),
     classroom.check_certainty_threshold(2 * 0.7 - 1, q1=0.7),
 ]
 assert all(f.ok for f in feedback), feedback

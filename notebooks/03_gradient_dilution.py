@@ -340,9 +340,13 @@ for c, path in sweep.items():
 # ## Exercises
 #
 # 1. Why does the logged score-function norm of the `calibrate` run not affect its
-#    training, and why is it still worth logging?
-# 2. Set `TASK = "facts"` and rerun section 3. Does the ordering of `c` change? Relate
-#    the answer to notebook 2 (what does reasoning do on `facts`?).
+#    training, and why is it still worth logging? To check it with numbers: which weight
+#    `c` does the shipped `verify` stage-1 run train with, and how large is the
+#    score-function norm in its log against the pathwise one (the RMS ratio of section 2)?
+# 2. Order the `c` of the sweep in section 3 by 'Brier (TS)', best first, and say by how
+#    much the best beats the worst. Then set `TASK = "facts"` and rerun section 3. Does
+#    the ordering of `c` change? Relate the answer to notebook 2 (what does reasoning do
+#    on `facts`?).
 # 3. The toy of section 1 adds isotropic noise. The real score-function gradient is
 #    concentrated on the parameters that shape the rationales. Which coordinates of the
 #    readout signal are diluted then, and which are not? To check it with numbers: in the
@@ -358,12 +362,13 @@ for c, path in sweep.items():
 from rlcd_lab import classroom
 
 c_stage1 = None  # 1: the score-function weight c the shipped verify calibrate run trains with
-sf_norm_is_zero = None  # 1: True or False: is the score-function norm in its log.jsonl 0?
+sf_rms_ratio = None  # 1: RMS(score-function norm) / RMS(pathwise norm) in its log.jsonl
 ordering = None  # 2: the c values of the sweep above, lowest 'Brier (TS)' first
+brier_spread = None  # 2: the sweep's largest 'Brier (TS)' minus its smallest
 readout_only = None  # 3: progress at rho = 10 on the coordinates the noise does not reach
 shared = None  # 3: progress at rho = 10 on the coordinates it reaches
-print("1:", classroom.check_stage1_weight(c_stage1, sf_norm_is_zero))
-print("2:", classroom.check_sweep_ordering(sweep, ordering))
+print("1:", classroom.check_stage1_weight(c_stage1, sf_rms_ratio))
+print("2:", classroom.check_sweep_ordering(sweep, ordering, brier_spread))
 print("3:", classroom.check_per_coordinate_dilution(readout_only, shared, rho=10.0))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
@@ -394,12 +399,15 @@ stage1 = min(
     ),
     key=lambda i: i["name"],
 )
-sf = dil[stage1["name"]][1]["score_function"]
+stage1_ratio = dil[stage1["name"]][1]["rms_ratio"]
+print(f"exercise 1: c = {stage1['sf_weight']:g}, RMS ratio {stage1_ratio:.3g}")
 feedback = [
-    classroom.check_stage1_weight(stage1["sf_weight"], bool((sf == 0).all()), stage1["path"]),
+    classroom.check_stage1_weight(stage1["sf_weight"], stage1_ratio, stage1["path"]),
     classroom.check_per_coordinate_dilution(1.0, 1 / np.sqrt(1 + 10**2), rho=10.0),
 ]
 if len(res):
     best_first = list(res["Brier (TS)"].sort_values(kind="stable").index)
-    feedback.append(classroom.check_sweep_ordering(sweep, best_first))
+    spread = res["Brier (TS)"].max() - res["Brier (TS)"].min()
+    print(f"exercise 2: best first {best_first}, Brier (TS) spread {spread:.4f}")
+    feedback.append(classroom.check_sweep_ordering(sweep, best_first, spread))
 assert all(f.ok for f in feedback), feedback

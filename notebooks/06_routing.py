@@ -498,48 +498,65 @@ else:
 # %% [markdown]
 # ## Exercises
 #
-# 1. In section 2, set the cost of a false accept to 1 (symmetric errors). When does the
-#    Bayes policy escalate now? Derive the escalation band of `p_Y` by hand.
-# 2. Choose the cascade threshold on dev without labels: the lowest `t` whose directly
-#    answered items have predicted error `mean(1 - confidence) <= 5%`. How does it
-#    compare with the labelled choice above?
+# 1. In section 2, derive the escalation band of `p_Y` by hand: with symmetric errors
+#    (`c_FA = 1`), does the Bayes policy ever escalate? At `c_FA = 10`, for which `p_Y`
+#    does it escalate, and what share of the test items of the RLCD run (`reinforce`,
+#    temperature-scaled probabilities) does it escalate?
+# 2. A label-free threshold (section 1) needs confident direct readouts: the lowest `t`
+#    whose directly answered dev items have predicted error `mean(1 - confidence) <= 5%`
+#    does not exist for either base model. Without labels, the cascade can still predict
+#    its own accuracy: each item is right with probability the confidence of the readout
+#    the cascade uses for it. At the threshold chosen on dev above (`summary`), what test
+#    accuracy does each task's cascade predict, and how does it compare with the
+#    accuracy it gets?
 # 3. Run the cascade with the *raw* (not temperature-scaled) direct probabilities. The
 #    base model's direct readout on `facts` has T close to 1.3; on `verify` it is constant
-#    (its fitted T sits at the fitting bound).
-#    Which task's cascade changes more, and why?
+#    (its fitted T sits at the fitting bound). By how much does each task's cascade
+#    accuracy change at most over the thresholds, and why?
 #
 # Put your answers in the next cell (replace each `None`) and run it: the `classroom`
 # checks compute the right answers themselves (with `rlcd_lab.routing`, on this
-# notebook's `cascades`) and say whether yours match.
+# notebook's `data`, `summary` and `cascades`) and say whether yours match.
 
 # %%
 from rlcd_lab import classroom
 
-band = None  # 1: (low, high), the p_Y where the policy escalates at c_FA = 1; () if never
-t_label_free = None  # 2: {task: threshold} for the tasks of section 3
-changes_more = None  # 3: the task whose cascade accuracy changes more with raw probabilities
-print("1:", classroom.check_escalation_band(band, c_fa=1, escalate=ESCALATE))
-print("2:", classroom.check_label_free_thresholds(cascades, t_label_free, eps=EPS))
-print("3:", classroom.check_raw_cascade(cascades, thresholds, changes_more))
+band = None  # 1: the p_Y where the Bayes policy escalates at c_FA = 10, as (low, high)
+escalated = None  # 1: the share of reinforce's test items it escalates at c_FA = 10
+predicted_accuracy = None  # 2: {task: the cascade's predicted test accuracy}
+accuracy_change = None  # 3: {task: largest |accuracy change| over the thresholds}
+print("1:", classroom.check_escalation_band(band, escalated, data, c_fa=10, escalate=ESCALATE))
+print(
+    "2:",
+    classroom.check_label_free_accuracy(cascades, summary["threshold (dev)"], predicted_accuracy),
+)
+print("3:", classroom.check_raw_cascade(cascades, thresholds, accuracy_change))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
-# Solution 1: costs: accept p_N, reject p_Y, escalate 0.5; accept when p_N < 0.5 and
-# p_N < p_Y, i.e. p_Y > 0.5, and reject when p_Y < 0.5: escalation never wins, since
-# min(p_Y, p_N) <= 0.5 always (it ties at p_Y = 0.5).
-cost = costs_for(1)
+# Solution 1: costs: accept c_FA p_N, reject p_Y, escalate 0.5. With c_FA = 1 accept
+# when p_N < 0.5 and p_N < p_Y, i.e. p_Y > 0.5, and reject when p_Y < 0.5: escalation
+# never wins, since min(p_Y, p_N) <= 0.5 always (it ties at p_Y = 0.5). With c_FA = 10,
+# escalate when 0.5 < p_Y and 0.5 < 10 (1 - p_Y): 0.5 < p_Y < 0.95.
 grid = np.linspace(0, 1, 11)
-acts = routing.bayes_actions(np.stack([grid, 1 - grid], 1), cost)
+acts = routing.bayes_actions(np.stack([grid, 1 - grid], 1), costs_for(1))
 print("exercise 1: actions for p_Y = 0, 0.1, ..., 1:", acts.tolist(), "(0 Y, 1 N, 2 escalate)")
+rlcd = next(d for d in data.values() if d["variant"] == "reinforce")
+share = float((routing.bayes_actions(rlcd["p_test"], costs_for(10)) == 2).mean())
+print(f"exercise 1: at c_FA = 10, band (0.5, 0.95); reinforce escalates {share:.1%} of test")
 
-# Solution 2: the label-free threshold, applied to the direct readout on dev.
-t_free = {}
+# Solution 2: the label-free threshold does not exist at 5% (no direct readout is that
+# confident); the cascade's predicted accuracy at the dev threshold, against the observed.
+predicted = {}
 for task, out in cascades.items():
     conf_dev = out["direct_dev"].max(1)
-    t_free[task] = routing.threshold_for_risk(conf_dev, None, EPS)
-    probs, routed = routing.cascade(out["direct"], out["reason"], t_free[task])
+    t_free = routing.threshold_for_risk(conf_dev, None, EPS)
+    t = summary.loc[task, "threshold (dev)"]
+    probs, routed = routing.cascade(out["direct"], out["reason"], t)
+    predicted[task] = float(probs.max(1).mean())
     print(
-        f"exercise 2: {task}: label-free t = {t_free[task]:.3f}, reasons on "
-        f"{routed.mean():.0%}, accuracy {metrics.accuracy(probs, out['y']):.3f}"
+        f"exercise 2: {task}: label-free t at {EPS:.0%} = {t_free:.3f}; at t = {t:.2f} the "
+        f"cascade predicts accuracy {predicted[task]:.3f}, gets "
+        f"{metrics.accuracy(probs, out['y']):.3f}"
     )
 
 # Solution 3: the raw (unscaled) direct probabilities in the cascade.
@@ -552,8 +569,8 @@ for task, out in cascades.items():
 
 # The checks of the answer cell agree with these solutions:
 feedback = [
-    classroom.check_escalation_band((), c_fa=1, escalate=ESCALATE),
-    classroom.check_label_free_thresholds(cascades, t_free, eps=EPS),
-    classroom.check_raw_cascade(cascades, thresholds, max(gaps, key=gaps.get)),
+    classroom.check_escalation_band((0.5, 0.95), share, data, c_fa=10, escalate=ESCALATE),
+    classroom.check_label_free_accuracy(cascades, summary["threshold (dev)"], predicted),
+    classroom.check_raw_cascade(cascades, thresholds, gaps),
 ]
 assert all(f.ok for f in feedback), feedback

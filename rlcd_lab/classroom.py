@@ -36,6 +36,8 @@ from typing import Any
 
 from .exercises import (  # noqa: F401  re-exported: the checks the notebooks call
     CHECKS,
+    LOG_GAP_Q,
+    LOG_GAP_READOUTS,
     NOT_ANSWERED,
     NOTEBOOK_GLOB,
     SOLUTION_TAG,
@@ -48,7 +50,7 @@ from .exercises import (  # noqa: F401  re-exported: the checks the notebooks ca
     check_escalation_band,
     check_fair_budget,
     check_kl_price,
-    check_label_free_thresholds,
+    check_label_free_accuracy,
     check_lambda_run,
     check_log_score_gap,
     check_lr_run,
@@ -212,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "otter: <name>/<name>.ipynb master notebooks for otter assign",
     )
     student.add_argument(
-        "--points", type=float, default=1, help="points per exercise (nbgrader, otter)"
+        "--points", type=float, default=1.0, help="points per exercise (nbgrader, otter)"
     )
     pair = sub.add_parser("notebooks", help="pair .ipynb twins; open .py as notebooks in Lab")
     pair.add_argument("--src", default="notebooks", help="the tutorials' directory")
@@ -223,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "student" and args.format != "ours":
         from .assignments import write_assignments
 
-        points = int(args.points) if args.points.is_integer() else args.points
+        points = float(args.points)  # int.is_integer is Python >= 3.12 only
+        points = int(points) if points.is_integer() else points
         paths = write_assignments(args.src, args.out, args.format, points)
     elif args.command == "student":
         paths = write_student(args.src, args.out, tuple(args.formats.split(",")))

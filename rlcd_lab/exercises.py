@@ -10,8 +10,11 @@ change. They never raise for a missing or wrong answer: each returns a :class:`F
 whose ``ok`` is ``True`` (right), ``False`` (wrong; the message gives a hint, not the
 answer) or ``None`` (not answered yet, or nothing to check at this scale), and whose
 ``str`` is the message, so that ``print(check(...))`` in a cell shows it and "Run All" on
-a student copy runs through. :func:`assert_correct` turns a check's verdict into a pass or
-an ``AssertionError`` for the graded test cells of the grader assignments
+a student copy runs through. No exercise can be passed by a guess: each asks for at
+least one finite number that needs the computation (from the notebook's data, or derived
+from the question's numbers), compared with a tolerance, never a constant, an infinity or
+one option of a two-way choice alone. :func:`assert_correct` turns a check's verdict
+into a pass or an ``AssertionError`` for the graded test cells of the grader assignments
 (:mod:`rlcd_lab.assignments`).
 
 The notebooks call the checks as ``classroom.check_...``: :mod:`rlcd_lab.classroom`
@@ -21,6 +24,7 @@ imported inside the checks that need them.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from .metrics import DEFAULT_EPS
 from .rundir import LOG, config_file, eval_file, final_dir, log_path, read_config
 
 SOLUTION_TAG = "solution"
@@ -109,7 +112,8 @@ def _number(x: Any) -> float | None:
 
 def _close(x: float, expected: float, tol: float) -> bool:
     """Whether ``x`` is within ``tol`` (plus 1e-9 relative) of ``expected``; an infinite
-    ``expected`` (e.g. "no threshold meets the budget") matches only itself."""
+    ``expected`` matches only itself (no exercise expects one: an answer of ``inf`` could
+    be typed without computing anything)."""
     if not math.isfinite(expected):
         return x == expected
     return abs(x - expected) <= tol + 1e-9 * abs(expected)
@@ -124,93 +128,98 @@ def _bool(x: Any) -> bool | None:
 
 
 # -------------------------------------------------------- notebook 1: proper scores, Prop 1
-def check_twice_linear_score(best_report: Any, proper: Any, q1: float = 0.7) -> Feedback:
+def check_twice_linear_score(best_report: Any, gain: Any, q1: float = 0.7) -> Feedback:
     """Notebook 1, exercise 1: the score ``J(u, y) = 2 u_y``.
 
     ``best_report``: the report ``p = u_1`` that maximises its expected score when
-    ``P(Y = 1) = q1``; ``proper``: whether the rule is proper. Expected values: the argmax
-    of ``2 E_{Y~q} u_Y`` (:func:`rlcd_lab.tutorial.binary_expected_scores` of the linear
-    rule, doubled) on a 1001-point grid, and whether that argmax equals ``q`` for every
-    ``q`` in 0.1..0.9 (tolerance 0.01 on ``best_report``).
+    ``P(Y = 1) = q1``; ``gain``: how much more that report expects to score than the
+    truthful report ``p = q1`` (a proper rule gains nothing by misreporting). Expected
+    values: the argmax of ``2 E_{Y~q} u_Y`` (:func:`rlcd_lab.tutorial.binary_expected_scores`
+    of the linear rule, doubled) on a 1001-point grid, and the difference of that curve
+    between the argmax and ``q1`` (tolerances 0.01 and 0.002).
     """
-    if _missing(best_report, proper):
+    if _missing(best_report, gain):
         return Feedback(None, NOT_ANSWERED)
     from . import tutorial
 
     grid = np.linspace(0.0, 1.0, 1001)
-
-    def argmax(q: float) -> float:
-        return float(grid[int(np.argmax(2 * tutorial.binary_expected_scores(q, grid, "linear")))])
-
-    expected = argmax(q1)
-    is_proper = all(abs(argmax(q) - q) < 1e-3 for q in np.round(np.arange(0.1, 0.91, 0.1), 2))
-    p, answer = _number(best_report), _bool(proper)
-    if p is None or answer is None:
-        return _wrong("give best_report as a number in [0, 1] and proper as True or False")
+    curve = 2 * tutorial.binary_expected_scores(q1, grid, "linear")
+    best = int(np.argmax(curve))
+    expected = float(grid[best])
+    exp_gain = float(curve[best] - 2 * tutorial.binary_expected_scores(q1, [q1], "linear")[0])
+    p, g = _number(best_report), _number(gain)
+    if p is None or g is None:
+        return _wrong("give best_report as a number in [0, 1] and the gain as a number")
     if not _close(p, expected, 0.01):
         return _wrong(
             f"p = {p:g} is not the best report for q_1 = {q1:g}. Hint: the expected score "
             "2 u.q is linear in p; where on [0, 1] is a linear function largest?"
         )
-    if answer != is_proper:
+    if not _close(g, exp_gain, 0.002):
         return _wrong(
-            f"the best report p = {p:g} is right, but compare it with the truth q_1 = {q1:g}: "
-            "a proper rule is maximised by reporting q itself."
+            f"the best report p = {p:g} is right, but not the gain. Hint: E[2 u_Y] = "
+            f"2 (q_1 p + (1 - q_1)(1 - p)); evaluate it at p = {p:g} and at p = q_1 = {q1:g}."
         )
     return _right(
-        f"the best report is p = {expected:g}, not q_1 = {q1:g}: 2 u_y is twice the linear "
-        "score, its expectation 2 u.q is linear in u and peaks at a vertex, so it rewards "
-        "overconfidence. The -||u||^2 term of the Brier score is what makes it proper."
+        f"the best report is p = {expected:g}, not q_1 = {q1:g}, and it expects {exp_gain:.3f} "
+        "more than the truthful report: 2 u_y is twice the linear score, its expectation "
+        "2 u.q is linear in u and peaks at a vertex, so it rewards overconfidence and is not "
+        "proper. The -||u||^2 term of the Brier score is what makes it proper."
     )
 
 
-def check_log_score_gap(
-    nonnegative: Any, equals_diversity: Any, n: int = 500, seed: int = 0
-) -> Feedback:
-    """Notebook 1, exercise 2: ``J_log(p, q) - E_r J_log(u(r), q)`` on random readouts.
+LOG_GAP_READOUTS: tuple[tuple[float, ...], ...] = (
+    (0.7, 0.2, 0.1),
+    (0.2, 0.5, 0.3),
+    (0.1, 0.3, 0.6),
+)
+"""Notebook 1, exercise 2: the readouts ``u(r)`` of three rationales over three options."""
+LOG_GAP_Q: tuple[float, ...] = (0.5, 0.3, 0.2)
+"""Notebook 1, exercise 2: the outcome distribution ``q``."""
 
-    ``nonnegative``: whether that gap is always >= 0; ``equals_diversity``: whether it
-    equals Proposition 1's ``E_r ||u(r) - p||^2``. Expected values: computed on ``n``
-    random problems (4 Dirichlet readouts over 3 options and a Dirichlet ``q``, seeded) with
-    :func:`rlcd_lab.scoring.expected_score` and
-    :func:`rlcd_lab.decomposition.variance_decomposition`.
+
+def check_log_score_gap(
+    log_gap: Any,
+    diversity: Any,
+    readouts: Sequence[Sequence[float]] = LOG_GAP_READOUTS,
+    q: Sequence[float] = LOG_GAP_Q,
+) -> Feedback:
+    """Notebook 1, exercise 2: Proposition 1's gap under the log score.
+
+    ``log_gap``: ``J_log(p, q) - E_r J_log(u(r), q)`` for the readouts ``readouts`` (one
+    row per rationale; :data:`LOG_GAP_READOUTS`), their mixture ``p`` and the outcome
+    distribution ``q`` (:data:`LOG_GAP_Q`); ``diversity``: Proposition 1's
+    ``E_r ||u(r) - p||^2`` for the same readouts (the Brier gap). Expected values:
+    :func:`rlcd_lab.scoring.expected_score` with the log rule and
+    :func:`rlcd_lab.decomposition.variance_decomposition` (tolerances 0.001).
     """
-    if _missing(nonnegative, equals_diversity):
+    if _missing(log_gap, diversity):
         return Feedback(None, NOT_ANSWERED)
     import torch
 
     from .decomposition import variance_decomposition
     from .scoring import expected_score
 
-    gen = torch.Generator().manual_seed(seed)  # the notebook's global RNG stays untouched
-    gaps, diffs = [], []
-    for _ in range(n):
-        # Dirichlet(1, ..., 1) as normalised Exp(1) draws (Dirichlet.sample takes no generator)
-        u = -torch.log(torch.rand(4, 3, generator=gen, dtype=torch.float64))
-        u = u / u.sum(-1, keepdim=True)
-        q = -torch.log(torch.rand(3, generator=gen, dtype=torch.float64))
-        q = q / q.sum()
-        gap = float(expected_score(u.mean(0), q, "log") - expected_score(u, q, "log").mean())
-        gaps.append(gap)
-        diffs.append(abs(gap - float(variance_decomposition(u, q)["diversity"])))
-    is_nonnegative = min(gaps) >= -1e-12
-    is_diversity = max(diffs) < 1e-9
-    a, b = _bool(nonnegative), _bool(equals_diversity)
+    u = torch.tensor(readouts, dtype=torch.float64)
+    qt = torch.tensor(q, dtype=torch.float64)
+    exp_gap = float(expected_score(u.mean(0), qt, "log") - expected_score(u, qt, "log").mean())
+    exp_div = float(variance_decomposition(u, qt)["diversity"])
+    a, b = _number(log_gap), _number(diversity)
     if a is None or b is None:
-        return _wrong("answer each part with True or False")
-    if a != is_nonnegative:
+        return _wrong("give both gaps as numbers")
+    if not _close(b, exp_div, 1e-3):
         return _wrong(
-            "look at the smallest gap over many random problems. Hint: log is concave, so "
-            "what does Jensen's inequality say about log(E_r u_k) and E_r log u_k?"
+            "not E_r ||u(r) - p||^2. Hint: p = u.mean(0); the mean over rationales of the "
+            "squared distance, or variance_decomposition(u, q)['diversity']"
         )
-    if b != is_diversity:
+    if not _close(a, exp_gap, 1e-3):
         return _wrong(
-            "compare the gap with variance_decomposition(u, q)['diversity'] problem by "
-            "problem: is the largest difference at float rounding level?"
+            "not the log gap. Hint: expected_score(u.mean(0), q, 'log') - "
+            "expected_score(u, q, 'log').mean(), i.e. sum_k q_k (log p_k - E_r log u_k(r))"
         )
     return _right(
-        f"the log gap is >= 0 (smallest of {n}: {min(gaps):.2e}; Jensen: log is concave) but "
-        f"it is not the squared distance (largest difference {max(diffs):.3f}): it is "
+        f"the log gap is {exp_gap:.4f} >= 0 (Jensen: log is concave, so log E_r u_k >= "
+        f"E_r log u_k) but it is not E_r ||u(r) - p||^2 = {exp_div:.4f}: it is "
         "sum_k q_k (log p_k - E_r log u_k). Proposition 1's exact form is specific to Brier."
     )
 
@@ -386,17 +395,17 @@ def _shipped_stage1(task: str = "verify") -> Path | None:
     return min(stage1, key=lambda i: i["name"])["path"] if stage1 else None
 
 
-def check_stage1_weight(
-    c_used: Any, logged_norm_is_zero: Any, run: str | Path | None = None
-) -> Feedback:
+def check_stage1_weight(c_used: Any, rms_ratio: Any, run: str | Path | None = None) -> Feedback:
     """Notebook 3, exercise 1: the score-function term in stage 1 (``calibrate``).
 
-    ``c_used``: the score-function weight the run trains with; ``logged_norm_is_zero``:
-    whether the score-function norm in its log is 0. Expected values: ``sf_weight`` in the
-    run's ``config.json`` and the logged norms (:func:`rlcd_lab.results.gradient_dilution`)
-    of ``run`` (default: the first shipped ``verify`` stage-1 run).
+    ``c_used``: the score-function weight the run trains with; ``rms_ratio``: how large
+    the score-function gradient it logs is against the pathwise one, ``RMS(score
+    function) / RMS(pathwise)`` over its logged steps. Expected values: ``sf_weight`` in
+    the run's ``config.json`` and ``rms_ratio`` of
+    :func:`rlcd_lab.results.gradient_dilution` on its ``log.jsonl`` (tolerance 1%), for
+    ``run`` (default: the first shipped ``verify`` stage-1 run).
     """
-    if _missing(c_used, logged_norm_is_zero):
+    if _missing(c_used, rms_ratio):
         return Feedback(None, NOT_ANSWERED)
     from . import results
 
@@ -404,17 +413,23 @@ def check_stage1_weight(
     if run is None:
         return _nothing("no stage-1 run with a log is shipped")
     exp_c = float(_config(run).get("sf_weight", 0.0))
-    sf = results.gradient_dilution(_read_rows(run / LOG))["score_function"]
-    exp_zero = bool(sf.size == 0 or float(abs(sf).max()) == 0.0)
-    c, zero = _number(c_used), _bool(logged_norm_is_zero)
+    dil = results.gradient_dilution(_read_rows(run / LOG))
+    exp_ratio = dil["rms_ratio"]
+    if not math.isfinite(exp_ratio):
+        return _nothing(f"{run.name}'s log holds no pair of gradient norms to compare")
+    c, ratio = _number(c_used), _number(rms_ratio)
     if c is None or not _close(c, exp_c, 1e-9):
         return _wrong("not the weight stage 1 uses. Hint: the run's config.json, key sf_weight")
-    if zero is None or zero != exp_zero:
-        return _wrong("look at the column grad_score_function of the run's log.jsonl")
+    if ratio is None or not _close(ratio, exp_ratio, 0.01 * abs(exp_ratio)):
+        return _wrong(
+            "not the ratio of the logged norms. Hint: section 2's table, column 'RMS ratio', "
+            "or results.gradient_dilution(read_log(run))['rms_ratio']"
+        )
     return _right(
         f"stage 1 trains with c = {exp_c:g}: the score-function term never enters its loss. "
-        f"The loop still logs that term's norm (RMS {results.rms(sf):.3g}) to measure how "
-        "large it would be: the diagnostic that motivates separating the stages."
+        f"The loop still logs that term's norm, {exp_ratio:.3g} times the pathwise one (RMS "
+        "over the logged steps), to measure how large it would be: the diagnostic that "
+        "motivates separating the stages."
     )
 
 
@@ -425,20 +440,22 @@ def _final_metrics(run: Path) -> dict:
     return metrics["test"] if metrics.get("test") else metrics["dev"]
 
 
-def check_sweep_ordering(sweep: Mapping[float, str | Path], ordering: Any) -> Feedback:
+def check_sweep_ordering(sweep: Mapping[float, str | Path], ordering: Any, spread: Any) -> Feedback:
     """Notebook 3, exercise 2: the score-function weights ``c`` of a sweep, best first.
 
     ``sweep``: ``{c: run directory}`` (the notebook's ``sweep``); ``ordering``: the ``c``
-    values sorted by Brier after temperature scaling, lowest (best) first. Expected value:
-    the ``ts_brier`` each run's ``final/rlcd.json`` stores (test when the run was tested,
-    else dev), as the notebook's table shows.
+    values sorted by Brier after temperature scaling, lowest (best) first; ``spread``: the
+    worst run's Brier (TS) minus the best one's. Expected values: the ``ts_brier`` each
+    run's ``final/rlcd.json`` stores (test when the run was tested, else dev), as the
+    notebook's table shows (tolerance 1% of the spread, at least 1e-4).
     """
     if not sweep:
         return _nothing("no sweep was trained at this scale")
-    if _missing(ordering):
+    if _missing(ordering, spread):
         return Feedback(None, NOT_ANSWERED)
     brier = {float(c): _final_metrics(Path(p))["ts_brier"] for c, p in sweep.items()}
     expected = sorted(brier, key=lambda c: (brier[c], c))
+    exp_spread = max(brier.values()) - min(brier.values())
     try:
         given = [float(c) for c in ordering]
     except (TypeError, ValueError):
@@ -447,12 +464,28 @@ def check_sweep_ordering(sweep: Mapping[float, str | Path], ordering: Any) -> Fe
         return _wrong(f"list each c of the sweep once: {sorted(brier)}")
     if [brier[c] for c in given] != sorted(brier.values()):  # ties: either order is right
         return _wrong("sort the c values by the column 'Brier (TS)', lowest first")
+    value = _number(spread)
+    if value is None or not _close(value, exp_spread, max(1e-4, 0.01 * exp_spread)):
+        return _wrong(
+            "the ordering is right, but not the spread. Hint: the largest 'Brier (TS)' of "
+            "the sweep minus the smallest"
+        )
     monotone = expected == sorted(brier)
     return _right(
         "by Brier (TS): "
         + " < ".join(f"c={c:g} ({brier[c]:.4f})" for c in expected)
+        + f", a spread of {exp_spread:.4f}"
         + (". More c is worse here, as in the paper's Table 4." if monotone else ".")
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _adam_progress(rho: float) -> float:
+    """:func:`rlcd_lab.tutorial.adam_signal_step` as exercise 3.3 checks it (seeded, so
+    the same for the same ``rho``; about a second, hence cached)."""
+    from . import tutorial
+
+    return tutorial.adam_signal_step(rho, dim=1000, steps=200)
 
 
 def check_per_coordinate_dilution(readout_only: Any, shared: Any, rho: float = 10.0) -> Feedback:
@@ -467,10 +500,7 @@ def check_per_coordinate_dilution(readout_only: Any, shared: Any, rho: float = 1
     """
     if _missing(readout_only, shared):
         return Feedback(None, NOT_ANSWERED)
-    from . import tutorial
-
-    exp_clean = tutorial.adam_signal_step(0.0, dim=1000, steps=200)
-    exp_noisy = tutorial.adam_signal_step(rho, dim=1000, steps=200)
+    exp_clean, exp_noisy = _adam_progress(0.0), _adam_progress(float(rho))
     a, b = _number(readout_only), _number(shared)
     if a is None or b is None:
         return _wrong("give both as numbers (progress relative to noiseless Adam)")
@@ -632,6 +662,19 @@ def check_diversity_term(rows: Sequence[Mapping[str, Any]] | None, answer: Any) 
     )
 
 
+@functools.lru_cache(maxsize=16)
+def _urn_items(prompt: str) -> tuple[Any, ...]:
+    """The shipped ``aleatoric`` task's items (all splits) that ask ``prompt``."""
+    from .tasks import load_task_items
+
+    return tuple(
+        it
+        for split in ("train", "dev", "test")
+        for it in load_task_items("aleatoric", split)
+        if it.prompt == prompt
+    )
+
+
 def check_urn_forecast(answer: Any, prompt: str = "urn 3a1b2c?") -> Feedback:
     """Notebook 5, exercise 3: the best forecast for an urn question.
 
@@ -641,14 +684,7 @@ def check_urn_forecast(answer: Any, prompt: str = "urn 3a1b2c?") -> Feedback:
     """
     if _missing(answer):
         return Feedback(None, NOT_ANSWERED)
-    from .tasks import load_task_items
-
-    items = [
-        it
-        for split in ("train", "dev", "test")
-        for it in load_task_items("aleatoric", split)
-        if it.prompt == prompt
-    ]
+    items = _urn_items(prompt)
     if not items:
         return _nothing(f"no item of the aleatoric task asks {prompt!r}")
     expected = items[0].q
@@ -688,16 +724,33 @@ def escalation_band(c_fa: float = 1.0, escalate: float = 0.5, n: int = 10001) ->
     return (float(band.min()), float(band.max())) if band.size >= 2 else ()
 
 
-def check_escalation_band(band: Any, c_fa: float = 1.0, escalate: float = 0.5) -> Feedback:
-    """Notebook 6, exercise 1: when does the Bayes policy escalate?
+def check_escalation_band(
+    band: Any,
+    escalated: Any,
+    runs: Mapping[str, Mapping[str, Any]] | None,
+    c_fa: float = 10.0,
+    escalate: float = 0.5,
+    variant: str = "reinforce",
+) -> Feedback:
+    """Notebook 6, exercise 1: when does the Bayes policy escalate, and how often?
 
-    ``band``: ``(low, high)``, the range of ``p_Y`` where it escalates, or ``()`` (or
-    ``"never"``) when it never does. Expected value: :func:`escalation_band` (tolerance
-    0.01 on the ends).
+    ``band``: ``(low, high)``, the range of ``p_Y`` where it escalates at ``c_fa``, or
+    ``()`` (or ``"never"``) when it never does; ``escalated``: the share of the test items
+    of the run ``variant`` that it escalates. ``runs``: the notebook's ``data`` (per run
+    its ``variant`` and ``p_test``, the temperature-scaled test probabilities, ``Y``
+    first). Expected values: :func:`escalation_band` (tolerance 0.01 on the ends) and
+    the share of :func:`rlcd_lab.routing.bayes_actions` that escalate (tolerance 0.001).
     """
-    if _missing(band):
+    probs = next((r["p_test"] for r in (runs or {}).values() if r.get("variant") == variant), None)
+    if probs is None:
+        return _nothing(f"no {variant} run with test probabilities")
+    if _missing(band, escalated):
         return Feedback(None, NOT_ANSWERED)
+    from . import routing
+
     expected = escalation_band(c_fa, escalate)
+    cost = routing.decision_cost_matrix(2, [[0.0, c_fa], [1.0, 0.0]], escalate=escalate)
+    exp_share = float(np.mean(routing.bayes_actions(np.asarray(probs), cost) == 2))
     never = isinstance(band, str) and band.strip().lower() in ("never", "none", "empty")
     given: tuple[float, ...] | None
     if never:
@@ -709,33 +762,50 @@ def check_escalation_band(band: Any, c_fa: float = 1.0, escalate: float = 0.5) -
             given = None
     if given is None or len(given) not in (0, 2):
         return _wrong("give the band as (low, high), or () if the policy never escalates")
-    if not expected:
-        if given:
-            return _wrong(
-                f"at c_FA = {c_fa:g}, compare the escalation cost {escalate:g} with "
-                "min(p_Y, p_N), the cost of the cheaper answer: can it ever be lower?"
-            )
-        return _right(
-            f"escalation never wins at c_FA = {c_fa:g}: min(p_Y, p_N) <= 0.5 = the cost of "
-            "escalating, so one of the two answers is always at least as cheap (a tie at 0.5)."
-        )
-    if not given or not all(_close(g, e, 0.01) for g, e in zip(given, expected, strict=True)):
+    if len(given) != len(expected) or not all(
+        _close(g, e, 0.01) for g, e in zip(given, expected, strict=True)
+    ):
         return _wrong(
-            "not the band. Hint: escalate when 0.5 is below both p_Y (the cost of rejecting) "
-            "and c_FA p_N (the cost of accepting)"
+            f"not the band at c_FA = {c_fa:g}. Hint: escalating costs {escalate:g} whatever "
+            "the truth; escalate when that is below both p_Y (the cost of rejecting) and "
+            "c_FA p_N (the cost of accepting)"
         )
-    return _right(f"escalate for p_Y in ({expected[0]:.3f}, {expected[1]:.3f}).")
+    share = _number(escalated)
+    if share is None or not _close(share, exp_share, 1e-3):
+        return _wrong(
+            f"the band is right, but not the share of {variant}'s test items it escalates. "
+            "Hint: routing.bayes_actions(p_test, costs_for(c_FA)) == 2, the mean over items"
+        )
+    where = (
+        f"for p_Y in ({expected[0]:.3f}, {expected[1]:.3f})"
+        if expected
+        else "never (a tie at most)"
+    )
+    return _right(
+        f"at c_FA = {c_fa:g} the Bayes policy escalates {where}: {exp_share:.1%} of "
+        f"{variant}'s test items. (At c_FA = 1 it never does: min(p_Y, p_N) <= 0.5, so one "
+        "of the two answers is always at least as cheap as escalating.)"
+    )
 
 
-def check_label_free_thresholds(
-    cascades: Mapping[str, Mapping[str, Any]], answers: Any, eps: float = DEFAULT_EPS
+def _threshold_of(chosen: Any, task: str) -> float | None:
+    try:
+        return float(chosen[task])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def check_label_free_accuracy(
+    cascades: Mapping[str, Mapping[str, Any]], chosen: Any, answers: Any
 ) -> Feedback:
-    """Notebook 6, exercise 2: the label-free cascade threshold per task.
+    """Notebook 6, exercise 2: the test accuracy a cascade predicts for itself, without
+    labels, at its threshold chosen on dev.
 
-    ``cascades``: the notebook's ``cascades`` (``direct_dev``: the direct readout's dev
-    probabilities, temperature-scaled); ``answers``: ``{task: threshold}``. Expected
-    values: :func:`rlcd_lab.routing.threshold_for_risk` with no labels at ``eps`` on
-    ``direct_dev.max(1)`` (tolerance 0.001).
+    ``cascades``: the notebook's ``cascades`` (``direct`` and ``reason``: temperature-scaled
+    test probabilities); ``chosen``: ``{task: threshold}`` (the notebook's
+    ``summary["threshold (dev)"]``); ``answers``: ``{task: predicted accuracy}``. Expected
+    values: the mean over test items of the confidence ``max p`` of the readout
+    :func:`rlcd_lab.routing.cascade` uses at that threshold (tolerance 0.001).
     """
     if not cascades:
         return _nothing("no cascade was computed")
@@ -743,36 +813,43 @@ def check_label_free_thresholds(
         return Feedback(None, NOT_ANSWERED)
     from . import routing
 
-    expected = {
-        task: routing.threshold_for_risk(out["direct_dev"].max(1), None, eps)
-        for task, out in cascades.items()
-    }
+    expected = {}
+    for task, out in cascades.items():
+        t = _threshold_of(chosen, task)
+        if t is None:
+            return _nothing(f"no threshold was chosen on dev for {task}")
+        probs, _ = routing.cascade(out["direct"], out["reason"], t)
+        expected[task] = float(probs.max(1).mean())
     if not isinstance(answers, Mapping) or set(answers) != set(expected):
-        return _wrong(f"give a dict with one threshold per task: {sorted(expected)}")
-    for task, t in expected.items():
-        try:
-            value = float(answers[task])
-        except (TypeError, ValueError):
-            value = float("nan")
-        if not _close(value, t, 1e-3):  # t = inf: no threshold meets the budget
+        return _wrong(f"give a dict with one predicted accuracy per task: {sorted(expected)}")
+    for task, acc in expected.items():
+        value = _number(answers[task])
+        if value is None or not _close(value, acc, 1e-3):
             return _wrong(
-                f"{task}: not the lowest t whose directly answered dev items have predicted "
-                f"error mean(1 - confidence) <= {eps:.0%}. Hint: "
-                "routing.threshold_for_risk(conf, None, eps)"
+                f"{task}: not the accuracy the cascade predicts. Hint: probs, routed = "
+                "routing.cascade(out['direct'], out['reason'], t); a calibrated readout "
+                "expects to be right with probability max p, so take the mean of "
+                "probs.max(1)"
             )
-    return _right(", ".join(f"{task}: t = {t:.3f}" for task, t in expected.items()) + ".")
+    return _right(
+        "predicted test accuracy at the dev threshold: "
+        + ", ".join(f"{task} {acc:.3f}" for task, acc in expected.items())
+        + ". Compare it with the accuracy the cascade gets: the label-free number is only "
+        "as good as the calibration it trusts."
+    )
 
 
 def check_raw_cascade(
     cascades: Mapping[str, Mapping[str, Any]], thresholds: Any, answer: Any
 ) -> Feedback:
-    """Notebook 6, exercise 3: which task's cascade changes more with the *raw* direct
+    """Notebook 6, exercise 3: how much each task's cascade changes with the *raw* direct
     probabilities.
 
     ``cascades``: the notebook's ``cascades``; ``thresholds``: its threshold sweep;
-    ``answer``: a task name. Expected value: the task whose cascade accuracy
-    (:func:`rlcd_lab.routing.cascade_curve`) moves most, over the thresholds, when
-    ``direct_raw`` replaces the temperature-scaled ``direct`` readout.
+    ``answer``: ``{task: change}``, the largest absolute change of the cascade's test
+    accuracy over the thresholds. Expected values: the cascade accuracy
+    (:func:`rlcd_lab.routing.cascade_curve`) with ``direct_raw`` against the one with the
+    temperature-scaled ``direct`` readout (tolerance 0.001).
     """
     if not cascades:
         return _nothing("no cascade was computed")
@@ -789,20 +866,23 @@ def check_raw_cascade(
             out["direct"], out["reason"], out["y"], out["tokens_reason"], thresholds
         )
         change[task] = float(np.abs(raw["accuracy"] - scaled["accuracy"]).max())
-    top = max(change.values())
-    winners = {t for t, c in change.items() if c >= top - 1e-12}
-    if str(answer) not in change:
-        return _wrong(f"answer with one of the tasks: {sorted(change)}")
-    if str(answer) not in winners:
-        return _wrong(
-            "compare the largest accuracy change over the thresholds for each task. Hint: a "
-            "constant readout ranks nothing, whatever its temperature"
-        )
+    if not isinstance(answer, Mapping) or set(answer) != set(change):
+        return _wrong(f"give a dict with one accuracy change per task: {sorted(change)}")
+    for task, c in change.items():
+        value = _number(answer[task])
+        if value is None or not _close(value, c, 1e-3):
+            return _wrong(
+                f"{task}: not the largest accuracy change over the thresholds. Hint: "
+                "routing.cascade_curve with out['direct_raw'] in place of out['direct'], "
+                "then the largest |difference| of the two 'accuracy' arrays"
+            )
+    top = max(change, key=change.get)
     return _right(
         "largest accuracy change over the thresholds: "
         + ", ".join(f"{t} {c:.3f}" for t, c in change.items())
-        + ". The cascade acts on the direct confidence's value; where T moves it across the "
-        "thresholds, more items change route."
+        + f"; {top} moves most. The cascade acts on the direct confidence's value; where T "
+        "moves it across the thresholds, more items change route (a constant readout ranks "
+        "nothing, whatever its temperature, but T still moves its one value)."
     )
 
 
@@ -824,6 +904,6 @@ CHECKS: dict[str, tuple[str, ...]] = {
         "check_fair_budget",
     ),
     "05_when_rl_cannot_help": ("check_lambda_run", "check_diversity_term", "check_urn_forecast"),
-    "06_routing": ("check_escalation_band", "check_label_free_thresholds", "check_raw_cascade"),
+    "06_routing": ("check_escalation_band", "check_label_free_accuracy", "check_raw_cascade"),
 }
 """The checks of each notebook's exercises 1, 2 and 3, by notebook name."""

@@ -1,6 +1,7 @@
 """Classroom mode (rlcd_lab.classroom): every exercise check accepts a right answer, rejects
 a wrong one and says "not answered yet" for None, with the right answers derived here
-independently (closed forms, plain numpy on the files); the notebooks' answer cells call
+independently (closed forms, plain numpy on the files), and no obvious guess passes any
+exercise; the notebooks' answer cells call
 them; ``write_student`` drops every solution cell and its notebooks run at ci scale;
 ``make notebooks``' pairing and JupyterLab setting."""
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 import numpy as np
+import pandas as pd
 import pytest
 
 from rlcd_lab import classroom
@@ -79,37 +81,48 @@ def cov_at_risk(conf: np.ndarray, correct: np.ndarray, eps: float) -> float:
     return (ok[-1] + 1) / len(conf) if ok.size else 0.0
 
 
-def label_free_threshold(conf: np.ndarray, eps: float) -> float:
-    c = np.sort(conf)[::-1]
-    risk = np.cumsum(1.0 - c) / np.arange(1, len(c) + 1)
-    ok = np.flatnonzero(risk <= eps + 1e-12)
-    return float(c[ok[-1]]) if ok.size else math.inf
-
-
 # ------------------------------------------------------------------------- notebook 1
+def twice_linear_gain(q1: float) -> float:
+    """E[2 u_Y] at the best report (the vertex on q's side: 2 max(q1, 1 - q1)) minus at
+    the truthful report p = q1 (2 (q1^2 + (1 - q1)^2)); 0.24 at q1 = 0.7."""
+    return 2 * max(q1, 1 - q1) - 2 * (q1**2 + (1 - q1) ** 2)
+
+
 def test_twice_linear_score():
+    assert math.isclose(twice_linear_gain(0.7), 0.24)
     for q1 in (0.7, 0.3):
         best = float(q1 > 0.5)  # 2 u.q is linear in p: the vertex on q's side
-        right(classroom.check_twice_linear_score(best, False, q1=q1))
-        wrong(classroom.check_twice_linear_score(q1, True, q1=q1))  # the proper answer
-        wrong(classroom.check_twice_linear_score(best, True, q1=q1))  # p right, proper wrong
-    wrong(classroom.check_twice_linear_score("one", False))
-    unanswered(classroom.check_twice_linear_score(None, False))
+        gain = twice_linear_gain(q1)
+        right(classroom.check_twice_linear_score(best, gain, q1=q1))
+        right(classroom.check_twice_linear_score(np.float64(best), round(gain, 3), q1=q1))
+        wrong(classroom.check_twice_linear_score(q1, 0.0, q1=q1))  # the proper answer
+        wrong(classroom.check_twice_linear_score(best, 0.0, q1=q1))  # p right, no gain
+        wrong(classroom.check_twice_linear_score(best, gain / 2, q1=q1))  # once the linear
+    wrong(classroom.check_twice_linear_score("one", 0.24))
+    wrong(classroom.check_twice_linear_score(True, 0.24))
+    unanswered(classroom.check_twice_linear_score(None, 0.24))
+
+
+def log_and_brier_gaps(u: np.ndarray, q: np.ndarray) -> tuple[float, float]:
+    """Proposition 1's gap J(p, q) - E_r J(u(r), q) under the log score, sum_k q_k
+    (log p_k - E_r log u_k), and under Brier, E_r ||u(r) - p||^2."""
+    p = u.mean(0)
+    return float(q @ np.log(p) - np.mean(np.log(u) @ q)), float(((u - p) ** 2).sum(1).mean())
 
 
 def test_log_score_gap():
-    rng = np.random.default_rng(1)
-    gaps, diffs = [], []
-    for _ in range(200):
+    u, q = np.array(classroom.LOG_GAP_READOUTS), np.array(classroom.LOG_GAP_Q)
+    log_gap, brier_gap = log_and_brier_gaps(u, q)
+    assert log_gap > 0 and abs(log_gap - brier_gap) > 0.1  # >= 0 (Jensen), not Brier's
+    right(classroom.check_log_score_gap(log_gap, brier_gap))
+    right(classroom.check_log_score_gap(np.float32(log_gap), round(brier_gap, 3)))
+    wrong(classroom.check_log_score_gap(brier_gap, brier_gap))  # Proposition 1's form
+    wrong(classroom.check_log_score_gap(log_gap, log_gap))
+    wrong(classroom.check_log_score_gap(True, False))
+    rng = np.random.default_rng(1)  # any readouts and q
+    for _ in range(5):
         u, q = rng.dirichlet(np.ones(3), 4), rng.dirichlet(np.ones(3))
-        gap = q @ np.log(u.mean(0)) - np.mean(np.log(u) @ q)
-        gaps.append(gap)
-        diffs.append(abs(gap - np.mean(((u - u.mean(0)) ** 2).sum(1))))
-    nonneg, equal = min(gaps) >= 0, max(diffs) < 1e-9
-    right(classroom.check_log_score_gap(nonneg, equal))  # numpy bools
-    right(classroom.check_log_score_gap(bool(nonneg), bool(equal)))
-    wrong(classroom.check_log_score_gap(not nonneg, equal))
-    wrong(classroom.check_log_score_gap(nonneg, not equal))
+        right(classroom.check_log_score_gap(*log_and_brier_gaps(u, q), readouts=u, q=q))
     unanswered(classroom.check_log_score_gap(None, None))
 
 
@@ -169,18 +182,37 @@ def test_kl_price():
 
 
 # ------------------------------------------------------------------------- notebook 3
+def rms_ratio(log: list[dict]) -> float:
+    """RMS of the logged score-function norms over RMS of the pathwise ones, on the rows
+    that log both."""
+    both = [r for r in log if "grad_pathwise" in r and "grad_score_function" in r]
+    sf = np.array([r["grad_score_function"] for r in both], float)
+    pw = np.array([r["grad_pathwise"] for r in both], float)
+    return float(np.sqrt(np.mean(sf**2)) / np.sqrt(np.mean(pw**2)))
+
+
 def test_stage1_weight(tmp_path):
-    log = [{"step": 0, "grad_pathwise": 0.1, "grad_score_function": 3.0}, {"step": 1}]
+    log = [
+        {"step": 0, "grad_pathwise": 0.1, "grad_score_function": 3.0},
+        {"step": 1},
+        {"step": 2, "grad_pathwise": 0.2, "grad_score_function": 1.0},
+    ]
+    ratio = math.sqrt((9 + 1) / 2) / math.sqrt((0.01 + 0.04) / 2)  # = sqrt(200) = 14.14
+    assert math.isclose(rms_ratio(log), ratio)
     run = write_run(tmp_path / "calibrate", {"sf_weight": 0.0}, log)
-    right(classroom.check_stage1_weight(0, False, run))
-    wrong(classroom.check_stage1_weight(1.0, False, run))
-    wrong(classroom.check_stage1_weight(0, True, run))
-    zero = write_run(tmp_path / "zero", {"sf_weight": 0.0}, [{**log[0], "grad_score_function": 0}])
-    right(classroom.check_stage1_weight(0, True, zero))
-    unanswered(classroom.check_stage1_weight(None, False, run))
+    right(classroom.check_stage1_weight(0, ratio, run))
+    right(classroom.check_stage1_weight(0.0, round(ratio, 2), run))
+    wrong(classroom.check_stage1_weight(1.0, ratio, run))
+    wrong(classroom.check_stage1_weight(0, 3.0 / 0.1, run))  # the first step's ratio
+    wrong(classroom.check_stage1_weight(0, 0, run))
+    unanswered(classroom.check_stage1_weight(None, ratio, run))
+    bare = write_run(tmp_path / "bare", {"sf_weight": 0.0}, [{"step": 0}])
+    nothing(classroom.check_stage1_weight(0, ratio, bare))
     # the default: the shipped verify stage-1 run, which logs a nonzero norm at c = 0
     shipped = json.loads((VERIFY / "calibrate" / "config.json").read_text())["sf_weight"]
-    right(classroom.check_stage1_weight(shipped, False))
+    ratio = rms_ratio(read_jsonl(VERIFY / "calibrate" / "log.jsonl"))
+    assert shipped == 0 and ratio > 0
+    right(classroom.check_stage1_weight(shipped, ratio))
 
 
 def test_sweep_ordering():
@@ -190,12 +222,17 @@ def test_sweep_ordering():
         stored = json.loads((run / "final" / "rlcd.json").read_text())["metrics"]
         brier[c] = (stored.get("test") or stored["dev"])["ts_brier"]
     best_first = sorted(brier, key=brier.get)
-    right(classroom.check_sweep_ordering(sweep, best_first))
-    wrong(classroom.check_sweep_ordering(sweep, best_first[::-1]))
-    wrong(classroom.check_sweep_ordering(sweep, best_first[:2]))
-    wrong(classroom.check_sweep_ordering(sweep, "0.3, 0, 1"))
-    unanswered(classroom.check_sweep_ordering(sweep, None))
-    nothing(classroom.check_sweep_ordering({}, best_first))
+    spread = max(brier.values()) - min(brier.values())
+    assert spread > 0
+    right(classroom.check_sweep_ordering(sweep, best_first, spread))
+    wrong(classroom.check_sweep_ordering(sweep, best_first[::-1], spread))
+    wrong(classroom.check_sweep_ordering(sweep, best_first[:2], spread))
+    wrong(classroom.check_sweep_ordering(sweep, "0.3, 0, 1", spread))
+    wrong(classroom.check_sweep_ordering(sweep, best_first, 0.0))
+    wrong(classroom.check_sweep_ordering(sweep, best_first, min(brier.values())))
+    unanswered(classroom.check_sweep_ordering(sweep, None, spread))
+    unanswered(classroom.check_sweep_ordering(sweep, best_first, None))
+    nothing(classroom.check_sweep_ordering({}, best_first, spread))
 
 
 def test_per_coordinate_dilution():
@@ -298,17 +335,43 @@ def test_urn_forecast():
 
 
 # ------------------------------------------------------------------------- notebook 6
+def fake_runs(rng: np.random.Generator, n: int = 400) -> dict:
+    """The notebook's ``data``: per run its variant and test probabilities (Y first)."""
+    p_y = rng.uniform(0, 1, n)
+    return {
+        "results/verify/seed-0/reinforce": {
+            "variant": "reinforce",
+            "p_test": np.stack([p_y, 1 - p_y], 1),
+        },
+        "results/verify/seed-0/grpo": {"variant": "grpo", "p_test": np.full((n, 2), 0.5)},
+    }
+
+
 def test_escalation_band():
     # accept costs c_FA p_N, reject p_Y, escalate 0.5: escalate iff 0.5 < p_Y < 1 - 0.5/c_FA
-    right(classroom.check_escalation_band((), c_fa=1))
-    right(classroom.check_escalation_band("never", c_fa=1))
-    wrong(classroom.check_escalation_band((0.4, 0.6), c_fa=1))
+    runs = fake_runs(np.random.default_rng(0))
+    p_y = runs["results/verify/seed-0/reinforce"]["p_test"][:, 0]
     for c_fa in (5.0, 10.0):
         band = (0.5, 1 - 0.5 / c_fa)
-        right(classroom.check_escalation_band(band, c_fa=c_fa))
-        wrong(classroom.check_escalation_band((), c_fa=c_fa))
-        wrong(classroom.check_escalation_band((0.5, 0.99), c_fa=c_fa))
-    unanswered(classroom.check_escalation_band(None))
+        share = float(np.mean((p_y > band[0]) & (p_y < band[1])))
+        assert 0.3 < share < 0.5
+        right(classroom.check_escalation_band(band, share, runs, c_fa=c_fa))
+        right(classroom.check_escalation_band(list(band), round(share, 3), runs, c_fa=c_fa))
+        wrong(classroom.check_escalation_band((), share, runs, c_fa=c_fa))
+        wrong(classroom.check_escalation_band("never", 0.0, runs, c_fa=c_fa))
+        wrong(classroom.check_escalation_band((0.5, 0.99), share, runs, c_fa=c_fa))
+        wrong(classroom.check_escalation_band(band, share + 0.05, runs, c_fa=c_fa))
+        wrong(classroom.check_escalation_band(band, 100 * share, runs, c_fa=c_fa))
+    # c_FA = 1: the band is empty, so no item is escalated
+    right(classroom.check_escalation_band((), 0.0, runs, c_fa=1))
+    right(classroom.check_escalation_band("never", 0, runs, c_fa=1))
+    wrong(classroom.check_escalation_band((0.4, 0.6), 0.0, runs, c_fa=1))
+    # another run: grpo's constant readout sits at the band's lower end, never inside
+    right(classroom.check_escalation_band((0.5, 0.9), 0.0, runs, c_fa=5, variant="grpo"))
+    unanswered(classroom.check_escalation_band(None, None, runs))
+    unanswered(classroom.check_escalation_band((0.5, 0.95), None, runs))
+    nothing(classroom.check_escalation_band((0.5, 0.95), 0.4, {}))
+    nothing(classroom.check_escalation_band((0.5, 0.95), 0.4, runs, variant="sft"))
 
 
 def fake_cascades(rng: np.random.Generator) -> dict:
@@ -328,34 +391,40 @@ def fake_cascades(rng: np.random.Generator) -> dict:
     return out
 
 
-def test_label_free_thresholds():
+def predicted_accuracy(out: dict, t: float) -> float:
+    """The mean confidence of the readout the cascade uses: direct where its max >= t."""
+    direct = out["direct"].max(1)
+    return float(np.where(direct >= t, direct, out["reason"].max(1)).mean())
+
+
+def test_label_free_accuracy():
     cascades = fake_cascades(np.random.default_rng(0))
-    answers = {t: label_free_threshold(c["direct_dev"].max(1), 0.05) for t, c in cascades.items()}
-    right(classroom.check_label_free_thresholds(cascades, answers))
-    wrong(classroom.check_label_free_thresholds(cascades, {**answers, "a": answers["a"] - 0.1}))
-    wrong(classroom.check_label_free_thresholds(cascades, {"a": answers["a"]}))
-    unanswered(classroom.check_label_free_thresholds(cascades, None))
-    nothing(classroom.check_label_free_thresholds({}, answers))
+    chosen = {"a": 0.7, "b": 1.01}  # b: always reason
+    answers = {t: predicted_accuracy(c, chosen[t]) for t, c in cascades.items()}
+    assert answers["b"] == cascades["b"]["reason"].max(1).mean()
+    right(classroom.check_label_free_accuracy(cascades, chosen, answers))
+    right(classroom.check_label_free_accuracy(cascades, pd.Series(chosen), answers))
+    wrong(
+        classroom.check_label_free_accuracy(cascades, chosen, {**answers, "a": answers["a"] - 0.01})
+    )
+    wrong(classroom.check_label_free_accuracy(cascades, chosen, {"a": answers["a"]}))
+    wrong(classroom.check_label_free_accuracy(cascades, chosen, dict.fromkeys(answers, math.inf)))
+    always_direct = {t: c["direct"].max(1).mean() for t, c in cascades.items()}
+    wrong(classroom.check_label_free_accuracy(cascades, chosen, always_direct))
+    observed = {
+        t: np.mean(
+            np.where(c["direct"].max(1) >= chosen[t], c["direct"].argmax(1), c["reason"].argmax(1))
+            == c["y"]
+        )
+        for t, c in cascades.items()
+    }
+    wrong(classroom.check_label_free_accuracy(cascades, chosen, observed))  # needs labels
+    unanswered(classroom.check_label_free_accuracy(cascades, chosen, None))
+    nothing(classroom.check_label_free_accuracy({}, chosen, answers))
+    nothing(classroom.check_label_free_accuracy(cascades, {"a": 0.7}, answers))
 
 
-def test_label_free_thresholds_when_none_meets_the_budget():
-    """Confidence never above 0.9: predicted error >= 10% at every threshold, so at eps
-    5% the expected threshold is inf for both tasks. Only inf is right; any finite number
-    (0.9, the largest confidence, -3) is wrong."""
-    cascades = fake_cascades(np.random.default_rng(0))
-    for out in cascades.values():
-        out["direct_dev"] = np.clip(out["direct_dev"], 0.1, 0.9)
-        assert label_free_threshold(out["direct_dev"].max(1), 0.05) == math.inf
-    right(classroom.check_label_free_thresholds(cascades, {"a": math.inf, "b": float("inf")}))
-    for finite in (0.9, 1.0, -3, 1e300):
-        wrong(classroom.check_label_free_thresholds(cascades, {"a": finite, "b": finite}))
-    wrong(classroom.check_label_free_thresholds(cascades, {"a": math.inf, "b": 0.9}))
-
-
-def test_raw_cascade():
-    cascades = fake_cascades(np.random.default_rng(0))
-    thresholds = np.linspace(0.5, 1.0, 26)
-
+def raw_accuracy_change(cascades: dict, thresholds: np.ndarray) -> dict[str, float]:
     def accuracy(direct, out):
         return np.array(
             [
@@ -367,15 +436,240 @@ def test_raw_cascade():
             ]
         )
 
-    change = {
-        t: np.abs(accuracy(c["direct_raw"], c) - accuracy(c["direct"], c)).max()
+    return {
+        t: float(np.abs(accuracy(c["direct_raw"], c) - accuracy(c["direct"], c)).max())
         for t, c in cascades.items()
     }
+
+
+def test_raw_cascade():
+    cascades = fake_cascades(np.random.default_rng(0))
+    thresholds = np.linspace(0.5, 1.0, 26)
+    change = raw_accuracy_change(cascades, thresholds)
     assert change["a"] == 0 and change["b"] > 0  # the fixture differs where it should
-    right(classroom.check_raw_cascade(cascades, thresholds, "b"))
-    wrong(classroom.check_raw_cascade(cascades, thresholds, "a"))
-    wrong(classroom.check_raw_cascade(cascades, thresholds, "c"))
+    right(classroom.check_raw_cascade(cascades, thresholds, change))
+    right(classroom.check_raw_cascade(cascades, thresholds, {"a": 0, "b": round(change["b"], 3)}))
+    wrong(classroom.check_raw_cascade(cascades, thresholds, "b"))  # which task: not enough
+    wrong(classroom.check_raw_cascade(cascades, thresholds, {"a": 0.0, "b": 0.0}))
+    wrong(classroom.check_raw_cascade(cascades, thresholds, {"b": change["b"]}))
+    wrong(classroom.check_raw_cascade(cascades, thresholds, {**change, "b": change["b"] + 0.02}))
     unanswered(classroom.check_raw_cascade(cascades, thresholds, None))
+
+
+# ------------------------------------------------------------- no answer is a guess
+# Obvious guesses for any answer: the stub's own value (None), constants, non-finite
+# numbers, booleans, empty containers and words.
+GUESSES = (None, 0, 1, 0.5, -1, 2, 100, math.inf, -math.inf, math.nan, True, False)
+GUESSES += ("", "yes", "no", "never", (), [])
+
+
+def exercise_cases(tmp_path: Path) -> dict[str, tuple]:
+    """Every check with data like the notebook's: ``check name -> (call, right, computed,
+    options)``. ``call(*answers)`` runs the check on its data; ``right``: the reference
+    solution (derived here as in the tests above); ``computed``: the indices of the
+    answers that need the computation (data-dependent or derived numbers; the others are
+    a report's vertex, a weight read off a config, the winner of two computed numbers, an
+    ordering, an analytic band); ``options``: per answer, the choices a student could
+    guess among besides :data:`GUESSES` (both options of a two-way choice, every
+    ordering, each task, the analytic parts' own values)."""
+    from itertools import permutations
+
+    from rlcd_lab import results
+
+    cases: dict[str, tuple] = {}
+    c = classroom
+    # notebook 1
+    cases["check_twice_linear_score"] = (
+        lambda p, g: c.check_twice_linear_score(p, g, q1=0.7),
+        (1.0, twice_linear_gain(0.7)),
+        (1,),
+        ((0.7, 0.0), (0.7, 0.3, 0.0, 1.4, 1.16)),  # the truthful report, the two scores
+    )
+    u, q = np.array(classroom.LOG_GAP_READOUTS), np.array(classroom.LOG_GAP_Q)
+    cases["check_log_score_gap"] = (
+        c.check_log_score_gap,
+        log_and_brier_gaps(u, q),
+        (0, 1),
+        ((), ()),
+    )
+    cases["check_certainty_threshold"] = (
+        lambda lam: c.check_certainty_threshold(lam, q1=0.7),
+        (0.4,),
+        (0,),
+        ((0.7, 0.3),),  # q_1 itself, 1 - q_1
+    )
+    # notebook 2
+    lengths = [31.0 - 0.7 * i for i in range(20)]
+    log = [{"step": i, "rationale_length": v} for i, v in enumerate(lengths)]
+    lr_run = write_run(tmp_path / "lr", {"lr": 1e-3, "beta": 0.0}, log)
+    cases["check_lr_run"] = (
+        lambda x: c.check_lr_run(lr_run, x),
+        (float(np.mean(lengths[-2:])),),
+        (0,),
+        ((8.0, 9.0),),  # the empty rationale's length
+    )
+    rng = np.random.default_rng(3)
+    probs = rng.dirichlet(np.ones(2), 50)
+    dump = write_jsonl(
+        tmp_path / "run" / "eval" / "dev.jsonl", [{"probs": p.tolist()} for p in probs]
+    )
+    cases["check_mean_top_probability"] = (
+        lambda x: c.check_mean_top_probability(dump, x),
+        (float(probs.max(1).mean()),),
+        (0,),
+        ((),),
+    )
+    dev = json.loads((ASSETS / "checkpoints" / "base-facts" / "rlcd.json").read_text())
+    gain = dev["metrics"]["dev"]["reason"]["brier"] - dev["metrics"]["dev"]["direct"]["brier"]
+    price = 0.04 * math.log(100)
+    cases["check_kl_price"] = (
+        c.check_kl_price,
+        (price, gain, "direct" if gain > price else "reason"),
+        (1,),
+        ((price,), (), ("direct", "reason")),
+    )
+    # notebook 3
+    shipped_log = read_jsonl(VERIFY / "calibrate" / "log.jsonl")
+    cases["check_stage1_weight"] = (
+        c.check_stage1_weight,
+        (0.0, rms_ratio(shipped_log)),
+        (1,),
+        ((0.0, 1.0), (7.0, 10.0, 12.0)),  # the paper's 7-12x
+    )
+    sweep = {0.0: VERIFY / "calibrate", 0.3: VERIFY / "reinforce", 1.0: VERIFY / "grpo"}
+    brier = {}
+    for w, run in sweep.items():
+        stored = json.loads((run / "final" / "rlcd.json").read_text())["metrics"]
+        brier[w] = (stored.get("test") or stored["dev"])["ts_brier"]
+    cases["check_sweep_ordering"] = (
+        lambda o, d: c.check_sweep_ordering(sweep, o, d),
+        (sorted(brier, key=brier.get), max(brier.values()) - min(brier.values())),
+        (1,),
+        ([list(o) for o in permutations(sweep)], ()),
+    )
+    cases["check_per_coordinate_dilution"] = (
+        lambda a, b: c.check_per_coordinate_dilution(a, b, rho=10.0),
+        (1.0, 1 / math.sqrt(101)),
+        (1,),
+        ((1.0,), ()),
+    )
+    # notebook 4
+    grpo = results.load_run(VERIFY / "grpo")
+    ts, raw = grpo.scaled, grpo.probs(False)
+    cases["check_aurc_before_after"] = (
+        lambda a, b: c.check_aurc_before_after(grpo, a, b),
+        (
+            aurc(raw.max(1), (raw.argmax(1) == grpo.labels).astype(float)),
+            aurc(ts.max(1), (ts.argmax(1) == grpo.labels).astype(float)),
+        ),
+        (0, 1),
+        ((), ()),
+    )
+    conf, correct = ts.max(1), (ts.argmax(1) == grpo.labels).astype(float)
+    cases["check_coverage_at_risk"] = (
+        lambda x: c.check_coverage_at_risk(grpo, x, eps=0.02),
+        (cov_at_risk(conf, correct, 0.02),),
+        (0,),
+        ((0.02, 0.98),),
+    )
+    s1 = write_run(tmp_path / "calibrate", {"steps": 3})
+    s2 = write_run(tmp_path / "reinforce", {"steps": 5})
+    cases["check_fair_budget"] = (
+        lambda x: c.check_fair_budget(s1, s2, x),
+        (8,),
+        (0,),
+        ((3, 5),),  # one stage's budget
+    )
+    # notebook 5
+    mixture = ASSETS / "results" / "aleatoric" / "seed-17" / "mixture"
+    mixture_jsd = results.load_run(mixture).row["jsd"]
+    lam = json.loads((mixture / "config.json").read_text())["lam"]
+    cases["check_lambda_run"] = (
+        lambda x: c.check_lambda_run(mixture, x, lam=lam),
+        (mixture_jsd,),
+        (0,),
+        ((),),
+    )
+    rows = [{"readouts": rng.dirichlet(np.ones(3), 4).tolist()} for _ in range(5)]
+    readouts = np.array([r["readouts"] for r in rows])
+    diversity = ((readouts - readouts.mean(1, keepdims=True)) ** 2).sum(-1).mean()
+    cases["check_diversity_term"] = (
+        lambda x: c.check_diversity_term(rows, x),
+        (float(diversity),),
+        (0,),
+        ((),),
+    )
+    cases["check_urn_forecast"] = (
+        lambda x: c.check_urn_forecast(x, "urn 3a1b2c?"),
+        ([3 / 6, 1 / 6, 2 / 6],),
+        (0,),
+        (([1 / 3] * 3, [1, 0, 0], [0, 1, 0], [0, 0, 1], [0.5, 0.5, 0], [3, 1, 2]),),
+    )
+    # notebook 6
+    runs = fake_runs(rng)
+    p_y = runs["results/verify/seed-0/reinforce"]["p_test"][:, 0]
+    cases["check_escalation_band"] = (
+        lambda b, x: c.check_escalation_band(b, x, runs, c_fa=10),
+        ((0.5, 0.95), float(np.mean((p_y > 0.5) & (p_y < 0.95)))),
+        (1,),
+        (((), "never", (0.5, 0.95), (0.5, 0.9), (0.0, 1.0), (0.5, 1.0)), ()),
+    )
+    cascades = fake_cascades(rng)
+    chosen = {"a": 0.7, "b": 1.01}
+    tasks = sorted(cascades)
+    per_task = [dict.fromkeys(tasks, g) for g in GUESSES] + tasks
+    cases["check_label_free_accuracy"] = (
+        lambda x: c.check_label_free_accuracy(cascades, chosen, x),
+        ({t: predicted_accuracy(o, chosen[t]) for t, o in cascades.items()},),
+        (0,),
+        (per_task,),
+    )
+    thresholds = np.linspace(0.5, 1.0, 26)
+    cases["check_raw_cascade"] = (
+        lambda x: c.check_raw_cascade(cascades, thresholds, x),
+        (raw_accuracy_change(cascades, thresholds),),
+        (0,),
+        (per_task,),
+    )
+    return cases
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    return exercise_cases(tmp_path_factory.mktemp("exercises"))
+
+
+def test_every_exercise_has_a_guessing_case(cases):
+    assert sorted(cases) == sorted(c for checks in classroom.CHECKS.values() for c in checks)
+
+
+@pytest.mark.parametrize("check", [c for checks in classroom.CHECKS.values() for c in checks])
+def test_no_exercise_is_passed_by_a_guess(cases, check):
+    """The reference solution passes; the stub (every answer None), every obvious guess
+    given for all answers at once, and every guess for an answer that needs the
+    computation, even with all the other answers right, do not. A check passes only when
+    every answer matches, so no combination of guesses passes either: each exercise
+    needs a finite, data-dependent number, graded with a tolerance."""
+    call, right_answers, computed, options = cases[check]
+    right(call(*right_answers))
+    assert call(*[None] * len(right_answers)).ok is None  # the stub
+    assert computed, f"{check}: no answer needs the computation"
+    for guess in GUESSES:
+        f = call(*[guess] * len(right_answers))
+        assert f.ok is not True, (check, guess, f)
+    for i in computed:
+        for guess in (*GUESSES, *options[i]):
+            answers = list(right_answers)
+            answers[i] = guess
+            f = call(*answers)
+            assert f.ok is not True, (check, i, guess, f)
+    for i, choices in enumerate(options):  # the choices alone do not pass either
+        for guess in choices:
+            answers = [
+                guess if j == i else (GUESSES[1] if j in computed else right_answers[j])
+                for j in range(len(right_answers))
+            ]
+            assert call(*answers).ok is not True, (check, i, guess)
 
 
 # --------------------------------------------------------------- notebooks and checks

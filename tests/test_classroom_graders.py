@@ -34,10 +34,11 @@ NAME = "01_proper_scores_and_proposition1"  # the quickest tutorial (about 20 s 
 EXERCISES = ("exercise_1", "exercise_2", "exercise_3")
 
 # The right answers to notebook 1's exercises, derived by hand:
-# 1. E[2 u_Y] = 2 (0.7 p + 0.3 (1 - p)) grows with p: best report p = 1, not proper;
+# 1. E[2 u_Y] = 2 (0.7 p + 0.3 (1 - p)) grows with p: best report p = 1, where it is 1.4,
+#    against 2 (0.7^2 + 0.3^2) = 1.16 at the truthful p = 0.7: a gain of 0.24;
 # 3. the optimum 1/2 + (2 q_1 - 1) / (2 lambda) leaves p_1 = 1 for lambda > 2 q_1 - 1 = 0.4,
 #    so 1.0 is a wrong answer.
-RIGHT_1 = "best_p = 1.0\nis_proper = False\n"
+RIGHT_1 = "best_p = 1.0\noverconfidence_gain = 0.24\n"
 WRONG_3 = "lambda_threshold = 1.0\n"
 
 
@@ -210,6 +211,37 @@ def test_command_line_writes_grader_formats(tmp_path, capsys):
     # --format ours (the default) still writes the plain student copies
     assert classroom.main(["student", "--src", str(NOTEBOOKS), "--out", str(tmp_path / "o")]) == 0
     assert len(list((tmp_path / "o").glob("*.ipynb"))) == len(classroom.CHECKS)
+
+
+@pytest.mark.parametrize("fmt", assignments.FORMATS)
+def test_command_line_default_points(tmp_path, capsys, fmt):
+    """``make student STUDENT_FORMAT=nbgrader|otter`` passes no ``--points``: the default
+    (1 point per exercise) is written as the integer 1, on every Python (``int`` has no
+    ``is_integer`` before 3.12, and argparse does not convert a non-string default)."""
+    out = tmp_path / fmt
+    argv = ["student", "--src", str(NOTEBOOKS), "--out", str(out), "--format", fmt]
+    assert classroom.main(argv) == 0
+    listed = [Path(p) for p in capsys.readouterr().out.split()]
+    assert len(listed) == len(classroom.CHECKS)
+    nb = nbformat.read(next(p for p in listed if p.stem == NAME), as_version=4)
+    if fmt == "nbgrader":
+        points = [graded_ids(nb)[e].metadata["nbgrader"]["points"] for e in EXERCISES]
+    else:
+        heads = [c.source for c in nb.cells if c.source.startswith("# BEGIN QUESTION")]
+        points = [yaml_points(h) for h in heads]
+    assert points == [1, 1, 1] and all(type(p) is int for p in points), points
+    # a fractional --points stays a float
+    assert classroom.main([*argv, "--points", "0.5"]) == 0
+    capsys.readouterr()
+    nb = nbformat.read(next(p for p in listed if p.stem == NAME), as_version=4)
+    text = json.dumps(nb)
+    assert ('"points": 0.5' if fmt == "nbgrader" else "points: 0.5") in text
+
+
+def yaml_points(question: str) -> int | float:
+    """The ``points:`` of an otter ``# BEGIN QUESTION`` cell, as otter's YAML reads it."""
+    (value,) = re.findall(r"^points: (\S+)$", question, re.M)
+    return int(value) if re.fullmatch(r"-?\d+", value) else float(value)
 
 
 # ------------------------------------------------------------------- nbgrader 0.9

@@ -491,6 +491,18 @@ def test_generate_text_is_seeded_per_prompt_and_stops_at_eos(tokenizer, tiny_lm)
     assert out.end.tolist() == [1, 1, 1] and out.tokens[:, 0].tolist() == [eos] * 3
 
 
+def _with_input_shapes(model, fn, *args):
+    """``fn(*args)`` and the ``input_ids`` shape of each forward call of ``model`` in it."""
+    shapes = []
+    hook = model.register_forward_pre_hook(
+        lambda _, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        return fn(*args), shapes
+    finally:
+        hook.remove()
+
+
 @pytest.mark.parametrize("m", [1, 3])
 def test_readout_after_shares_the_common_prefix_and_equals_the_scoring_pass(
     tokenizer, tiny_lm, marker_lm, m
@@ -508,15 +520,7 @@ def test_readout_after_shares_the_common_prefix_and_equals_the_scoring_pass(
         r = sample_rationales(
             model, tokenizer, [system + p for p in PROMPTS], m=m, max_new_tokens=12, seed=0
         )
-        shapes = []
-        hook = model.register_forward_pre_hook(
-            lambda _, a, kw, seen=shapes: seen.append(tuple(kw["input_ids"].shape)),
-            with_kwargs=True,
-        )
-        try:
-            u, z = readout_after(model, r, opts)
-        finally:
-            hook.remove()
+        (u, z), shapes = _with_input_shapes(model, readout_after, model, r, opts)
         assert shapes[0] == (1, len(system + "Q: ")) and len(shapes) == 2  # common to all rows
         with torch.no_grad():
             u_ref, z_ref, _ = score_rationales(model, r, opts, share_prompts=False)
@@ -551,15 +555,7 @@ def test_readout_on_the_samplers_prompt_cache_equals_the_scoring_pass(
         assert r.prompt_cache is not None
         plain = sample_rationales(model, tokenizer, prompts, **kw)
         assert plain.prompt_cache is None and plain.texts == r.texts
-        shapes = []
-        hook = model.register_forward_pre_hook(
-            lambda _, a, kw, seen=shapes: seen.append(tuple(kw["input_ids"].shape)),
-            with_kwargs=True,
-        )
-        try:
-            u, z = readout_after(model, r, opts)
-        finally:
-            hook.remove()
+        (u, z), shapes = _with_input_shapes(model, readout_after, model, r, opts)
         width = r.input_ids.shape[1]
         cont = width - r.attention_mask.sum(1) + r.prompt_len
         assert shapes == [(len(r.texts), width - int(cont.min()))]
