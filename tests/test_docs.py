@@ -132,10 +132,8 @@ def test_the_why_reading_says_what_the_mechanism_tables_hold():
         f"(AUROC clean vs slip {v['reinforce']['slip_auroc']:.3f} for RLCD, "
         f"{v['grpo-matched']['slip_auroc']:.3f} for GRPO)" in text
     )
-    assert (
-        f"(KL end {rung['reinforce']['kl_end']:.2f} nats, GRPO {rung['grpo-matched']['kl_end']:.2f})"
-        in text
-    )
+    kl_rlcd, kl_grpo = rung["reinforce"]["kl_end"], rung["grpo-matched"]["kl_end"]
+    assert f"(KL end {kl_rlcd:.2f} nats, GRPO {kl_grpo:.2f})" in text
     assert f"verdict ({rung['reinforce']['follows']:.0%} of items" in text
     assert rung["base"]["follows"] == rung["grpo-matched"]["follows"] == 1.0
     best = max(facts, key=lambda r: facts[r]["auroc"])
