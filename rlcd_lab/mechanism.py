@@ -80,14 +80,14 @@ def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
     labels = np.array([r["label"] for r in rows])
     raw = metrics.apply_temperature(z, 1.0)  # the raw readout: T = 1
     conf, correct = metrics.confidence_and_correct(metrics.apply_temperature(z, T), labels)
-    texts = [r["rationales"][0] for r in rows]
+    texts = [(r.get("rationales") or [""])[0] for r in rows]  # a dump may hold none
     out: dict[str, float | None] = {
         "accuracy": float(correct.mean()),
         "saturated": float((raw.max(1) > SATURATED).mean()),
         "confidence": float(raw.max(1).mean()),
         "T": float(T),
         "auroc": metrics.auroc(conf, correct) if 0 < correct.sum() < len(correct) else None,
-        "forced": float(np.mean([np.mean(r["forced"]) for r in rows])),
+        "forced": float(np.mean([np.mean(r.get("forced") or [False]) for r in rows])),
     }
     _, risks = metrics.risk_coverage_curve(conf, correct)
     out["risk_ratio"] = float(risks[len(risks) // 2 - 1] / risks[-1]) if risks[-1] > 0 else None
