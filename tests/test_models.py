@@ -115,3 +115,26 @@ def test_plain_hf_directory_gets_default_meta(tmp_path, tokenizer, tiny_lm):
     with pytest.warns(UnverifiedCheckpointWarning, match="has no checksums.json"):
         _, _, meta = load_checkpoint(tmp_path / "hf")
     assert meta == {"marker": "Answer:", "sep": " ", "T": 1.0}
+
+
+def test_torch_threads_follow_the_free_cores(monkeypatch):
+    """Cores minus the rounded 1-minute load, at least one; OMP_NUM_THREADS wins."""
+    import torch
+
+    from rlcd_lab import models
+
+    monkeypatch.setattr(models.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    for load, free in ((0.2, 4), (1.6, 2), (3.9, 1), (9.0, 1)):
+        monkeypatch.setattr(models.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert models.free_cores() == free
+    n = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(models.os, "getloadavg", lambda: (2.2, 0.0, 0.0))
+        assert models.use_free_cores() == 2 == torch.get_num_threads()
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        torch.set_num_threads(3)
+        monkeypatch.setattr(models.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+        assert models.use_free_cores() == 3  # the environment's count is kept
+    finally:
+        torch.set_num_threads(n)
