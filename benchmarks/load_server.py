@@ -10,8 +10,11 @@ The server runs in a child process (``build_server``: read timeouts, the capacit
 ``Retry-After`` it was given (1 s when absent) and sends the same request again, as the
 official client does. Prints per C: requests answered, 503s (with and without
 ``Retry-After``), errors (transport errors and any other status), p50 and p99 latency of
-the answered attempts (ms), p99 from first attempt to answer (retries included), and
-the wall time.
+the answered attempts (ms), p99 from first attempt to answer (retries included), the
+wall time, requests answered per second, and the CPU seconds the load client itself
+used (user + system of this process: on a small machine the client competes with the
+server for the cores, so a client near one core's worth of CPU per wall second bounds
+what can be measured).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import collections
 import multiprocessing as mp
+import os
 import time
 from pathlib import Path
 
@@ -72,10 +76,12 @@ async def load(url: str, states: list[str], clients: int) -> dict:
                     counts["answered"] += 1
                     break
 
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), os.times()
         await asyncio.gather(*(client() for _ in range(clients)))
-        wall = time.perf_counter() - t0
-    return {"counts": counts, "attempt": attempt_ms, "total": total_ms, "wall": wall}
+        wall, cpu1 = time.perf_counter() - t0, os.times()
+    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    out = {"counts": counts, "attempt": attempt_ms, "total": total_ms, "wall": wall}
+    return out | {"cpu": cpu}
 
 
 def main() -> None:
@@ -110,7 +116,7 @@ def main() -> None:
         f"{args.requests} requests per run, --limit-concurrency {args.limit_concurrency}"
     )
     head = ["clients", "answered", "503+RA", "503 no RA", "errors", "p50 ms", "p99 ms"]
-    head += ["p99 e2e ms", "wall s"]
+    head += ["p99 e2e ms", "wall s", "req/s", "client cpu"]
     print(" ".join(f"{h:>10}" for h in head))
     for c, out in rows:
         k = out["counts"]
@@ -119,11 +125,13 @@ def main() -> None:
         row = [c, k["answered"], k["503 with Retry-After"], k["503 without"], errors]
         row += [f"{np.percentile(a, 50):.0f}", f"{np.percentile(a, 99):.0f}"]
         row += [f"{np.percentile(t, 99):.0f}", f"{out['wall']:.1f}"]
+        row += [f"{k['answered'] / out['wall']:.0f}", f"{out['cpu']:.1f}s"]
         print(" ".join(f"{v:>10}" for v in row))
         other = {key: v for key, v in k.items() if key.startswith(("transport", "status"))}
         if other:
             print(f"{'':>10} errors: {other}")
     print(f"server alive afterwards: {'yes' if alive else 'NO'}")
+    print("client cpu: CPU seconds (user + system) of the load client during the run")
 
 
 if __name__ == "__main__":

@@ -8,26 +8,32 @@ cascade (:meth:`Job.route`: reason exactly when ``DecideOptions.rule`` does not 
 the direct readout), samples and scores the rationales of the questions that reason
 (``Reader.sample``, ``Reader.score``; one call per sampling setting and chunk of
 ``batch_rows`` rows), and answers a question whose reasoning a deadline cut with its
-direct readout. Every readout is calibrated with ``Reader.calibrate``:
-``p = softmax(z / T)``. :class:`DecideOptions` says how a request is answered and
-:class:`Decision` holds its answers (both re-exported by :mod:`rlcd_lab.decide`).
+direct readout. A deadline covers the readouts too: sampling stops, and a chunk is
+neither started nor scored, unless its scoring pass and the direct readouts of the
+questions that would fall back still fit before the deadline, as budgeted from the
+measured cost of the reader's passes (:class:`PassCosts`). Every readout is calibrated
+with ``Reader.calibrate``: ``p = softmax(z / T)``. :class:`DecideOptions` says how a
+request is answered and :class:`Decision` holds its answers (both re-exported by
+:mod:`rlcd_lab.decide`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .deadlines import PassCosts, pass_costs, read_tokens, score_tokens
 from .jev import DecisionError, decision_confidence
 from .questions import PlannedQuestion
+from .rationales import Rationales
 from .reader import Reader, SamplingStopped, common_prefix_len
 from .routing import DEFAULT_CHANCE_CORRECTED_THRESHOLD, Aggregate, DecisionRule
 
@@ -42,6 +48,10 @@ __all__ = [
 ]
 
 Mode = Literal["direct", "reason", "auto"]
+
+clock: Callable[[], float] = time.monotonic
+"""The clock deadlines are instants of (``DecideOptions.deadline``, the server's arrival
+times) and the readout costs are measured on; a test may replace it with a fake one."""
 
 
 # --------------------------------------------------------------------------- options
@@ -148,7 +158,7 @@ class Job:
     def expired(self) -> bool:
         """Whether the request's deadline has passed (no more sampling for it)."""
         deadline = self.options.deadline
-        return deadline is not None and time.monotonic() >= deadline
+        return deadline is not None and clock() >= deadline
 
     def route(self) -> None:
         """Each item's mode (``detail["mode"]``): the request's, or in ``auto`` mode (the
@@ -175,6 +185,76 @@ class Job:
             )
             details[it.plan.name] = it.detail
         return Decision(answers, dict(self.usage), details)
+
+
+# --------------------------------------------------------------------------- pass costs
+@contextmanager
+def _timed(costs: PassCosts, kind: str, tokens: int) -> Iterator[None]:
+    """Measure the pass run inside (on :data:`clock`) as one of ``kind`` over ``tokens``."""
+    t0 = clock()
+    yield
+    costs.add(kind, tokens, clock() - t0)
+
+
+def _fallback_tokens(job: Job) -> int:
+    """Tokens of the direct readouts the job's reasoning questions would need if the
+    deadline cut them (0 when they have theirs already: ``auto`` mode)."""
+    rows = {tuple(it.plan.direct_ids) for it in job.items if it.p is None}
+    return read_tokens(sorted(rows)) if rows else 0
+
+
+class _Budget:
+    """When one chunk's reasoning must stop so that its requests' deadlines hold: the
+    scoring pass over the rationales so far (``m`` rows per prompt, the tokens sampled so
+    far and a few more after the prompt; they can only grow) and each request's
+    fallback direct readouts (``fallback``) must still fit, as :class:`PassCosts`
+    estimates. :meth:`should_stop` is the sampler's check before every forward pass; it
+    also measures the prompt pass and the decoding steps. Scoring is checked once more
+    when sampling is over, with the rationales' real width (:func:`_in_time`)."""
+
+    EXTRA = 8  # tokens after a rationale: the marker's completion and the bridge
+
+    def __init__(self, costs: PassCosts, part: Sequence[tuple], m: int) -> None:
+        self.costs = costs
+        self.prompts, self.m = len(part), m
+        self.width = max(its[0].plan.reason_len for _, _, its in part)
+        self.fallback = {
+            id(job): costs.estimate("direct", _fallback_tokens(job)) for job, _, _ in part
+        }
+        self.steps = 0  # forward passes of the sampler measured so far
+        self.step: float | None = None  # the last one's seconds
+        self._last: float | None = None
+
+    def late(self, job: Job, now: float, ahead: float) -> bool:
+        """Whether ``job``'s deadline leaves no time for ``ahead`` seconds of sampling,
+        the scoring pass (rationales of ``steps + 1`` tokens) and its fallback readouts."""
+        deadline = job.options.deadline
+        if deadline is None:
+            return False
+        rest = self.steps + 1 + self.EXTRA
+        tokens = score_tokens(self.prompts, self.m, self.width, rest)
+        score = self.costs.estimate("score", tokens)
+        return now + ahead + score + self.fallback.get(id(job), 0.0) >= deadline
+
+    def startable(self, job: Job) -> bool:
+        """Whether the chunk may start for ``job``: time for its prompt pass and more."""
+        ahead = self.costs.estimate("prompt", self.prompts * self.width)
+        return not (job.gone() or self.late(job, clock(), ahead))
+
+    def should_stop(self, jobs: Sequence[Job]) -> bool:
+        """Stop sampling: every one of ``jobs`` is gone or out of time for one more step."""
+        now = clock()
+        if self._last is not None:
+            if self.step is None:  # the interval holding the prompt pass
+                self.costs.add("prompt", self.prompts * self.width, now - self._last)
+            self.step, self.steps = now - self._last, self.steps + 1
+        self._last = now
+        ahead = (
+            self.costs.estimate("prompt", self.prompts * self.width)
+            if self.step is None
+            else self.step
+        )
+        return all(job.gone() or self.late(job, now, ahead) for job in jobs)
 
 
 # --------------------------------------------------------------------------- the phases
@@ -231,7 +311,11 @@ def _direct_phase(reader: Reader, jobs: Sequence[Job], batch_rows: int, share_pr
 def _direct_chunk(reader: Reader, chunk: Sequence[tuple], share_prefix: bool) -> None:
     unions, option_ids = _union([ids for _, rows, _ in chunk for ids in rows])
     # the state's prefix once per request; one prompt per state (task format): one pass
-    _, logits = reader.direct([seqs for seqs, _, _ in chunk], option_ids, share_prefix=share_prefix)
+    tokens = sum(read_tokens(seqs, share_prefix) for seqs, _, _ in chunk)
+    with _timed(pass_costs(reader), "direct", tokens):
+        _, logits = reader.direct(
+            [seqs for seqs, _, _ in chunk], option_ids, share_prefix=share_prefix
+        )
     row_items = [its for _, _, items in chunk for its in items]
     for r, (union, its) in enumerate(zip(unions, row_items, strict=True)):
         for it in its:
@@ -241,14 +325,18 @@ def _direct_chunk(reader: Reader, chunk: Sequence[tuple], share_prefix: bool) ->
 
 def _reason_phase(reader: Reader, jobs: Sequence[Job], batch_rows: int) -> None:
     """Rationales for every item whose mode is ``reason``, batched by sampling settings
-    (:func:`_reason_batches`), at most ``batch_rows`` rationales a call."""
+    (:func:`_reason_batches`), at most ``batch_rows`` rationales a call; a chunk starts
+    only for the requests whose deadlines leave time for its prompt pass, a scoring pass
+    and their fallback readouts (:class:`_Budget`)."""
+    costs = pass_costs(reader)
     for (m, new_tokens, temp, seed, bridge), entries in _reason_batches(jobs).items():
         per_call = max(1, batch_rows // m)
         for start in range(0, len(entries), per_call):
             part = entries[start : start + per_call]
-            part = [e for e in part if not (e[0].gone() or e[0].expired())]
+            part = [e for e in part if _Budget(costs, part, m).startable(e[0])]
             if part:
-                _reason_chunk(reader, part, m, new_tokens, temp, seed + start, bridge)
+                budget = _Budget(costs, part, m)
+                _reason_chunk(reader, part, m, new_tokens, temp, seed + start, bridge, budget)
 
 
 def _reason_batches(jobs: Sequence[Job]) -> dict[tuple, list[tuple[Job, str, list[Item]]]]:
@@ -276,19 +364,31 @@ def _reason_chunk(
     temp: float,
     seed: int,
     bridge: tuple[int, ...],
+    budget: _Budget,
 ) -> None:
     """``m`` rationales per prompt of ``part`` (``Reader.sample``, stopped once every
-    request of it is gone or out of time), read out (``Reader.score``) and calibrated."""
+    request of it is gone or out of time, :meth:`_Budget.should_stop`), read out
+    (``Reader.score``) for the requests whose deadlines leave time for it, and
+    calibrated."""
+    jobs = [e[0] for e in part]
     try:
         rats = reader.sample(
             [prompt for _, prompt, _ in part], m, new_tokens, bridge=bridge,
             sampling_temperature=temp, seed=seed,
-            should_stop=partial(_unwanted, [e[0] for e in part]),
+            should_stop=lambda: budget.should_stop(jobs),
         )  # fmt: skip
     except SamplingStopped:  # every request of the chunk is gone or out of time
         return
+    prompt_width = int(rats.prompt_len.max())
+    rest = rats.input_ids.shape[1] - prompt_width
+    keep = _in_time(budget, part, prompt_width, rest)
+    if not keep:
+        return
+    if len(keep) < len(part):
+        part, rats = [part[j] for j in keep], _rows_of(rats, keep)
     unions, option_ids = _union([[i for it in its for i in it.plan.opts.ids] for _, _, its in part])
-    _, logits, _ = reader.score(rats, option_ids)
+    with _timed(budget.costs, "score", score_tokens(len(part), m, prompt_width, rest)):
+        _, logits, _ = reader.score(rats, option_ids)
     lengths = rats.lengths.cpu().tolist()
     forced = rats.forced.cpu().tolist()
     for j, ((job, _, its), union) in enumerate(zip(part, unions, strict=True)):
@@ -325,9 +425,45 @@ def _cut_by_deadline(jobs: Sequence[Job]) -> list[Job]:
     return todo
 
 
-def _unwanted(jobs: Sequence[Job]) -> bool:
-    """Whether every one of ``jobs`` is cancelled or past its deadline (stop sampling)."""
-    return all(job.gone() or job.expired() for job in jobs)
+def _in_time(budget: _Budget, part: Sequence[tuple], prompt_width: int, rest: int) -> list[int]:
+    """The entries of ``part`` to score: their requests are not gone and their deadlines
+    leave time for the scoring pass over their rows (``prompt_width`` and ``rest`` tokens)
+    and their fallback readouts; the others fall back to their direct readouts."""
+    keep = [j for j, (job, _, _) in enumerate(part) if not job.gone()]
+    while keep:
+        tokens = score_tokens(len(keep), budget.m, prompt_width, rest)
+        score = budget.costs.estimate("score", tokens)
+        now = clock()
+        late = [
+            j
+            for j in keep
+            if part[j][0].options.deadline is not None
+            and now + score + budget.fallback.get(id(part[j][0]), 0.0)
+            >= part[j][0].options.deadline
+        ]
+        if not late:
+            break
+        keep = [j for j in keep if j not in late]
+    return keep
+
+
+def _rows_of(rats: Rationales, prompts: Sequence[int]) -> Rationales:
+    """The rationales of ``prompts`` (indices of the sampled prompts) only."""
+    rows = torch.tensor([j * rats.m + i for j in prompts for i in range(rats.m)])
+    rows = rows.to(rats.input_ids.device)
+    return replace(
+        rats,
+        input_ids=rats.input_ids[rows],
+        attention_mask=rats.attention_mask[rows],
+        rationale_mask=rats.rationale_mask[rows],
+        eos_col=rats.eos_col[rows],
+        texts=[rats.texts[i] for i in rows.tolist()],
+        forced=rats.forced[rows],
+        lengths=rats.lengths[rows],
+        logp_r=rats.logp_r[rows],
+        prompt_len=rats.prompt_len[rows],
+        prompt_cache=None,
+    )
 
 
 def with_options(options: DecideOptions, overrides: Mapping[str, Any]) -> DecideOptions:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rlcd_lab import metrics
-from rlcd_lab.assets import shipped_runs
+from rlcd_lab.assets import shipped_checkpoints, shipped_runs
 from rlcd_lab.dashboard import (
     ask,
     ask_model,
@@ -44,6 +44,7 @@ from rlcd_lab.dashboard import (
     reroute,
     route,
     routing_figures,
+    routing_tab,
     routing_update,
     run_curves,
     temperature_status,
@@ -59,8 +60,9 @@ from rlcd_lab.dashboard.ask_tab import (
 )
 from rlcd_lab.dashboard.common import CHECKPOINT_ENV, local_checkpoints
 from rlcd_lab.dashboard.playground import playground_visibility, simplex
-from rlcd_lab.models import char_tokenizer, save_checkpoint
+from rlcd_lab.models import char_tokenizer, read_meta, save_checkpoint
 from rlcd_lab.routing import realized_costs
+from rlcd_lab.tasks import load_task_items
 
 # ---------------------------------------------------------------------------------------
 # A fabricated run: 6 test items, K = 2, p0 = P(option 0)
@@ -157,7 +159,10 @@ def test_routing_numbers_equal_metrics_after_temperature_scaling(fake_run, thres
     assert r["T"] == pytest.approx(T)
     assert r["decided"] == decided.sum() and r["errors"] == (decided & ~correct).sum()
     assert r["coverage"] == pytest.approx(decided.mean())
-    assert r["risk"] == pytest.approx((~correct[decided]).mean() if decided.any() else 0.0)
+    if decided.any():
+        assert r["risk"] == pytest.approx((~correct[decided]).mean())
+    else:  # no error rate among no decisions
+        assert r["risk"] is None
     assert r["cost"] == pytest.approx((4.0 * r["errors"] + 0.5 * (~decided).sum()) / 6)
     # the table's metrics are metrics.evaluate's temperature-scaled row
     row = metrics.evaluate(logits, y, dev=(dev_logits, dev_y), eps=eps, is_logits=True)
@@ -824,6 +829,35 @@ def test_nothing_decided_is_explained(fake_run):
     assert table["data"][0][2] == "50.0% (3/6)" and "Nothing decided" not in msg
 
 
+def test_nothing_decided_has_no_error_rate(fake_run):
+    # raw test confidences 0.95 .. 0.55: t = 0.99 decides none of the 6 items, so the
+    # error when decided is undefined (0 errors / 0 decisions), not 0%
+    head = routing_tab.ROUTING_COLUMNS
+    col = head.index("error when decided")
+    _, table, _, fig, out = routing_update([str(fake_run)], 0.99, 0.05, 10.0, 1.0, False)
+    r = out["runs"][str(fake_run)]
+    assert r["decided"] == 0 and r["errors"] == 0 and r["risk"] is None
+    assert table["data"][0][col] == "nothing decided"
+    assert not [t for t in fig.to_dict()["data"] if t["name"].startswith("at t")]  # no point
+    # a dev dump whose top item (0.99, right) is above every test confidence: with
+    # eps = 0.05 the dev threshold is 0.99 (top-1 error 0, top-2 error 1/2), which decides
+    # no test item, so "test error @ dev t" has no error rate either
+    run = fake_run.parent.parent / "high-dev" / "reinforce"
+    (run / "eval").mkdir(parents=True)
+    (run / "eval" / "test.jsonl").write_bytes((fake_run / "eval" / "test.jsonl").read_bytes())
+    dev = [(0.99, 0), (0.98, 1), (0.6, 0), (0.3, 1)]
+    (run / "eval" / "dev.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in _rows(dev, "dev"))
+    )
+    _, table, *_, out = routing_update([str(run)], 0.5, 0.05, 10.0, 1.0, False)
+    r = out["runs"][str(run)]
+    assert r["dev_threshold"] == pytest.approx(0.99)
+    assert r["test_coverage_at_dev_threshold"] == 0 and r["test_risk_at_dev_threshold"] is None
+    assert table["data"][0][head.index("test error @ dev t")] == "nothing decided"
+    # at t = 0.5 everything is decided: 2 of the 6 wrong (0.90 and 0.60)
+    assert table["data"][0][col] == "33.3% (2 wrong)"
+
+
 def test_routing_rule_switches_measure_and_mixture(fake_run, tmp_path):
     # chance-corrected with K = 2: 2 max p - 1, so t = 0.5 decides max p >= 0.75 (3 items)
     msg, table, *_, out = routing_update(
@@ -883,7 +917,8 @@ def test_compare_returns_both(tiny_root, tmp_path, marker_lm, tokenizer):
     assert za == pytest.approx(zb)
     ua = np.array([x["u"] for x in a["rationales"]])
     assert ua == pytest.approx(metrics.softmax(za / 2))
-    assert "agree" in summary and "checkpoints/tiny" in md_a and str(other) in md_b
+    assert "**agree** on the answer" in summary
+    assert "checkpoints/tiny" in md_a and str(other) in md_b
     assert [t["name"] for t in fig_b.to_dict()["data"]] == ["r1", "r2", "mixture"]
     # a side that cannot answer says why; the other is still shown
     summary, _, _, md_b, _, out = compare_checkpoints(
@@ -894,6 +929,88 @@ def test_compare_returns_both(tiny_root, tmp_path, marker_lm, tokenizer):
         compare_checkpoints(
             "checkpoints/nowhere", "checkpoints/broken", "Q: 1?", "Y, N", root=tiny_root
         )
+
+
+def test_compare_says_undecided_instead_of_agree(tiny_root, tmp_path, marker_lm, tokenizer):
+    # the same weights with T = 1e6: u = softmax(z / 1e6) is uniform to within |z| / 1e6,
+    # so its "answer" is a tie-break; T = 2 (checkpoints/tiny) keeps the model's lean
+    flat = tmp_path / "flat"
+    meta = {"T": 1e6, "task": "verify", "method": "calibrate", "options": ["Y", "N"]}
+    save_checkpoint(flat, marker_lm, tokenizer, meta)
+    summary, *_, out = compare_checkpoints(
+        "checkpoints/tiny", str(flat), "Q: 1?", "Y, N", 2, 1.0, 8, 0, 0.9, root=tiny_root
+    )
+    pa, pb = out["a"]["routing"]["probs"], out["b"]["routing"]["probs"]
+    assert pb == pytest.approx([0.5, 0.5], abs=1e-3)  # B reads uniform
+    assert "**agree**" not in summary and "**disagree**" not in summary
+    assert "B is undecided: 0.50/0.50 (Y/N; confidence 0.500, escalate)" in summary
+    ans = out["a"]["routing"]["answer"]
+    assert f"A answers **{ans}**: {pa[0]:.2f}/{pa[1]:.2f} (Y/N" in summary
+    assert 2 * max(pa) - 1 >= compare_tab.UNDECIDED_MARGIN  # A leans (chance-corrected)
+    # swapped, A is the undecided side
+    summary, *_ = compare_checkpoints(
+        str(flat), "checkpoints/tiny", "Q: 1?", "Y, N", 2, 1.0, 8, 0, 0.9, root=tiny_root
+    )
+    assert "A is undecided: 0.50/0.50" in summary and "**agree**" not in summary
+
+
+def _card(path, marker_lm, tokenizer, method, task, options=("Y", "N")):
+    meta = {"method": method, "task": task, "options": list(options)}
+    if method not in ("pretrain", "teach"):
+        meta["T"] = 1.5
+    save_checkpoint(path, marker_lm, tokenizer, meta)
+
+
+def test_compare_default_pair_is_one_task(tmp_path, marker_lm, tokenizer):
+    # a real rung's RLCD run sorts before the tiny verify task's by name and holds
+    # "verify" in its folder, but its task (a data file) is not the tiny base's
+    root = tmp_path / "assets"
+    rung = "results/basic-skills-arithmetic-verify/seed-17/reinforce/final"
+    tiny = "results/verify/seed-17/reinforce/final"
+    _card(root / "checkpoints/base-facts", marker_lm, tokenizer, "pretrain", "facts", "ABCDEFGHIJ")
+    _card(root / "checkpoints/base-verify", marker_lm, tokenizer, "pretrain", "verify")
+    _card(root / "checkpoints/rung-taught", marker_lm, tokenizer, "teach", "/data/rung.jsonl")
+    _card(root / rung, marker_lm, tokenizer, "reinforce", "/data/rung.jsonl")
+    _card(
+        root / "results/verify/seed-17/calibrate/final", marker_lm, tokenizer, "calibrate", "verify"
+    )
+    _card(root / tiny, marker_lm, tokenizer, "reinforce", "verify")
+    names = list(shipped_checkpoints(root))
+    first = load_task_items("verify", "test")[0]
+    a, b, question, options = compare_tab.compare_defaults(names, root)
+    assert (a, b) == ("checkpoints/base-verify", tiny)
+    assert (question, options) == (first.prompt, ", ".join(first.options))
+    # without the tiny task's runs: the rung's RLCD run against the base of its task
+    rest = [n for n in names if "seed-17" not in n or n == rung]
+    assert compare_tab.default_pair(rest, root) == ("checkpoints/rung-taught", rung)
+    # an RLCD run without a base of its task: its stage-1 checkpoint (same task)
+    no_base = [n for n in names if n != "checkpoints/base-verify" and n != rung]
+    assert compare_tab.default_pair(no_base, root) == (
+        "results/verify/seed-17/calibrate/final",
+        tiny,
+    )
+    # no RLCD run: one checkpoint on both sides (one task); nothing: None
+    only = ["checkpoints/base-facts", "checkpoints/base-verify"]
+    assert compare_tab.default_pair(only, root) == ("checkpoints/base-verify",) * 2
+    assert compare_tab.default_pair([], root) == (None, None)
+
+
+def test_compare_tab_opens_on_one_task_pair():
+    # the shipped checkpoints: the tiny verify base against its two-stage RLCD model,
+    # asked a verify question (not the SmolLM2 rung's RLCD run)
+    demo = build_demo()
+    by_label = {getattr(b, "label", None): b for b in demo.blocks.values()}
+    a, b = by_label["Checkpoint A"].value, by_label["Checkpoint B"].value
+    assert (a, b) == ("checkpoints/base-verify", "results/verify/seed-17/reinforce/final")
+    tasks = {read_meta(shipped_checkpoints()[n])["task"] for n in (a, b)}
+    assert tasks == {"verify"}
+    first = load_task_items("verify", "test")[0]
+    questions = [
+        blk.value
+        for blk in demo.blocks.values()
+        if getattr(blk, "label", None) == "Question" and blk.value == first.prompt
+    ]
+    assert questions  # the Compare tab's question is one of the pair's task
 
 
 def test_batch_file_parsing(tmp_path):
@@ -925,7 +1042,7 @@ def test_batch_file_parsing(tmp_path):
     ("name", "content", "msg"),
     [
         ("q.txt", "question,options\n", "upload a .jsonl or .csv file"),
-        ("q.jsonl", '{"question": "a", "options": ["Y", "N"]}\n{oops\n', "line 2: not valid JSON"),
+        ("q.jsonl", "{oops\n", "no valid question in the file: line 1: not valid JSON"),
         ("q.jsonl", '["a"]\n', "line 1: expected a JSON object"),
         ("q.jsonl", '{"question": "a"}\n', "line 1: no 'options'"),
         ("q.jsonl", '{"question": " ", "options": ["Y", "N"]}\n', "line 1: no question"),
@@ -976,6 +1093,63 @@ def test_batch_answers_and_csv(tiny_root, tmp_path):
     assert [w["decision"] for w in written] == [r["decision"] for r in rows]
     assert "3 questions" in summary and "1 could not be read" in summary
     assert "max p of the first rationale's readout is ≥ 0.600" in summary
+
+
+def test_batch_answers_valid_rows_and_reports_malformed_ones(tiny_root, tmp_path):
+    import csv
+
+    lines = [
+        json.dumps({"question": "Q: 1?", "options": ["Y", "N"], "label": "Y"}),  # line 1: ok
+        "{oops",  # line 2: not JSON
+        "",  # line 3: blank, skipped
+        json.dumps({"question": "Q: 22?", "options": "Y, N", "label": "Z"}),  # 4: bad label
+        json.dumps(["a"]),  # line 5: not an object
+        json.dumps({"question": "Q: 22?", "options": "Y, N", "label": 1}),  # line 6: ok
+        json.dumps({"question": "Q: 1?", "options": "Y, Y"}),  # line 7: duplicate options
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    summary, table, out = batch_answers(
+        "checkpoints/tiny", str(path), 2, 1.0, 8, 0, 0.6, "max_p", "single", root=tiny_root
+    )
+    rows = [dict(zip(table["headers"], r, strict=True)) for r in table["data"]]
+    assert [r["row"] for r in rows] == [1, 2, 4, 5, 6, 7]  # file order, blank line skipped
+    errors = {r["row"]: r["error"] for r in rows}
+    assert errors[1] == errors[6] == ""
+    assert errors[2].startswith("line 2: not valid JSON")
+    assert errors[4] == "line 4: label 'Z' is not one of the options Y, N"
+    assert errors[5] == "line 5: expected a JSON object with question and options"
+    assert errors[7] == "line 7: duplicate options ['Y', 'Y']"
+    by_row = {r["row"]: r for r in rows}
+    assert by_row[4]["question"] == "Q: 22?" and by_row[4]["answer"] == ""
+    assert by_row[7]["options"] == "Y, Y" and by_row[2]["question"] == ""
+    # the valid rows are the same readings as a file holding only them (seed + row)
+    good = tmp_path / "good.jsonl"
+    good.write_text(lines[0] + "\n\n\n\n\n" + lines[5] + "\n")  # rows 1 and 6 again
+    _, alone, _ = batch_answers(
+        "checkpoints/tiny", str(good), 2, 1.0, 8, 0, 0.6, "max_p", "single", root=tiny_root
+    )
+    assert [[by_row[r[0]][c] for c in table["headers"]] for r in alone["data"]] == alone["data"]
+    assert "6 questions" in summary and "4 malformed (see `error`)" in summary
+    with open(out, newline="") as f:
+        written = list(csv.DictReader(f))
+    assert [w["error"] for w in written] == [r["error"] for r in rows]
+    # CSV: data row 2 has one option; rows 1 and 3 are answered
+    csv_path = tmp_path / "mixed.csv"
+    csv_path.write_text('question,options\nQ: 1?,"Y, N"\nQ: 22?,Y\nQ: 22?,"Y, N"\n')
+    _, table, _ = batch_answers("checkpoints/tiny", str(csv_path), 1, 1.0, 8, 0, root=tiny_root)
+    rows = [dict(zip(table["headers"], r, strict=True)) for r in table["data"]]
+    assert [(r["row"], bool(r["answer"])) for r in rows] == [(1, True), (2, False), (3, True)]
+    assert rows[1]["error"] == "row 2: need at least 2 non-empty options, got ['Y']"
+    # no valid row: the whole file is refused, naming each problem
+    bad_only = tmp_path / "bad.jsonl"
+    bad_only.write_text(lines[1] + "\n" + lines[4] + "\n")
+    with pytest.raises(gr.Error, match="no valid question in the file: line 1: not valid JSON"):
+        batch_answers("checkpoints/tiny", str(bad_only), root=tiny_root)
+    with pytest.raises(ValueError, match="; line 2: expected a JSON object"):
+        batch_tab.read_question_file(bad_only)
+    questions, bad = batch_tab.read_question_file(path)
+    assert [q.row for q in questions] == [1, 6] and [b.row for b in bad] == [2, 4, 5, 7]
 
 
 def test_batch_table_fits_the_page_and_its_headers_one_line():

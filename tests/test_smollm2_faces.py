@@ -117,7 +117,11 @@ def test_ask_model_ten_unicode_options(smollm2):
 def server(smollm2):
     _, model, tok, meta = smollm2
     decider = DecisionModel(model, tok, meta)
-    app = create_app(decider, options=DecideOptions(mode="direct"), max_wait_ms=1.0)
+    # no deadline: the reason-mode test checks the rationales, which a busy machine
+    # would otherwise not sample within the default 8 s (they fall back to direct)
+    app = create_app(
+        decider, options=DecideOptions(mode="direct"), max_wait_ms=1.0, deadline_s=None
+    )
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client, decider
 
@@ -182,10 +186,10 @@ def test_server_direct_matches_the_reader(server, smollm2):
 def test_server_reason_mode(server):
     client, decider = server
     assert decider.default_new_tokens == DEFAULT_NEW_TOKENS  # SmolLM2 records no length
-    out = _post(client, mode="reason", m=1, max_new_tokens=6, rationales=True)
+    out = _post(client, mode="reason", m=1, max_new_tokens=6, rationales=True, deadline_s=3600)
     _check_shape(out)
     ext = out["rlcd"]["answers"]
-    assert out["rlcd"]["prompt_format"] == "chat"
+    assert out["rlcd"]["prompt_format"] == "chat" and out["rlcd"]["options"]["deadline_s"] == 3600
     for name in QUESTIONS:
         assert ext[name]["mode"] == "reason" and len(ext[name]["rationales"]) == 1
         assert ext[name]["lengths"][0] <= 6

@@ -4,12 +4,16 @@ The file is JSONL (one object per line) or CSV (a header row), with a ``question
 ``prompt``) and an ``options`` column; optionally a ``label`` (or ``answer``): the true
 option, by name or, in JSONL, by index. Options are a JSON list, or a text such as
 ``"Y, N"`` or ``"A B C"`` (as the Ask tab's options box; ``|`` separates too). The file
-is checked whole before anything is read by the model (:func:`parse_question_file`,
-``ValueError`` naming the line or row and the problem); then every question is read as
-in the Ask tab (:func:`rlcd_lab.dashboard.ask_tab.ask_model`) and decided by the same
-:class:`rlcd_lab.routing.DecisionRule`. A question the model cannot represent (labels
-that are not single tokens, too long for its context) gets its error in its row; the
-others are answered.
+is checked before anything is read by the model (:func:`read_question_file`): a problem
+of the whole file (its type, size or encoding, a CSV without the columns, more than
+:data:`MAX_BATCH_ROWS` rows, no valid row) refuses it with a ``ValueError``; a malformed
+row (invalid JSON, no question, too few or duplicate options, a label that is not an
+option, ...) is a :class:`BadRow` reported in the results' ``error`` column, naming its
+line (JSONL) or data row (CSV) and the problem, and every valid row is still answered.
+Each question is read as in the Ask tab (:func:`rlcd_lab.dashboard.ask_tab.ask_model`)
+and decided by the same :class:`rlcd_lab.routing.DecisionRule`. A question the model
+cannot represent (labels that are not single tokens, too long for its context) gets its
+error in its row too; the others are answered.
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ from ..routing import DEFAULT_THRESHOLD, DecisionRule, decided_risk
 from . import ask_tab
 
 MAX_BATCH_ROWS = 100
-"""Questions per uploaded file (the app reads one model request at a time)."""
+"""Rows (questions, malformed ones included; blank lines not) per uploaded file (the app
+reads one model request at a time)."""
+MAX_SHOWN_CHARS = 200
+"""Characters of a malformed row's question shown in the results (the rest cut, "…")."""
+MAX_LISTED_PROBLEMS = 5
+"""Problems quoted, at most, when no row of a file is valid."""
 MAX_FILE_BYTES = 1_000_000
 """Largest uploaded file."""
 SUFFIXES = (".jsonl", ".csv")
@@ -77,6 +86,19 @@ class BatchQuestion:
     question: str
     options: tuple[str, ...]
     label: str | None = None
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A malformed row of an uploaded file: ``row`` (its line or data row, from 1),
+    ``problem`` (naming the row and what is wrong, e.g. ``"line 2: not valid JSON
+    (...)"``) and what could be read of it (``question``, ``options``, as text; else
+    ``""``), shown in its results row."""
+
+    row: int
+    problem: str
+    question: str = ""
+    options: str = ""
 
 
 def split_options(value: Any) -> list[str]:
@@ -142,15 +164,37 @@ def _read_text(path: Path) -> str:
         raise ValueError(f"{path.name!r} is not UTF-8 text") from None
 
 
-def parse_question_file(path: str | Path) -> list[BatchQuestion]:
-    """The questions of an uploaded JSONL or CSV file (see the module docstring), checked
-    whole. Raises ``ValueError`` naming the line (JSONL) or data row (CSV) and what is
-    wrong: another suffix, an oversized or non-UTF-8 file, invalid JSON, a missing or empty
-    question, missing options, fewer than 2 or duplicate options, a label that is not an
-    option, no questions, or more than :data:`MAX_BATCH_ROWS`."""
+def _shown(value: Any) -> str:
+    """What of a malformed row's field is shown: a text, cut to :data:`MAX_SHOWN_CHARS`."""
+    if isinstance(value, list):
+        value = ", ".join(map(str, value))
+    if not isinstance(value, str):
+        return ""
+    value = value.strip()
+    return value if len(value) <= MAX_SHOWN_CHARS else value[: MAX_SHOWN_CHARS - 1] + "…"
+
+
+def _row(n: int, record: dict, where: str) -> BatchQuestion | BadRow:
+    """One record as a question, or as a :class:`BadRow` saying what is wrong with it."""
+    try:
+        return _question(n, record, where)
+    except ValueError as err:
+        options = _pick(record, ("options",))
+        return BadRow(n, str(err), _shown(_pick(record, QUESTION_KEYS)), _shown(options))
+
+
+def read_question_file(path: str | Path) -> tuple[list[BatchQuestion], list[BadRow]]:
+    """The valid questions and the malformed rows of an uploaded JSONL or CSV file (see
+    the module docstring), each in file order. A malformed row (invalid JSON, not an
+    object, a missing, empty or over-long question, missing options, fewer than 2 or
+    duplicate options, a label that is not an option) is a :class:`BadRow` naming its
+    line (JSONL) or data row (CSV) and the problem. Raises ``ValueError`` for what refuses
+    the whole file: another suffix, an oversized or non-UTF-8 file, a CSV without
+    question and options columns or unreadable as CSV, no rows, more than
+    :data:`MAX_BATCH_ROWS` rows, or no valid row (quoting the first problems)."""
     path = Path(path)
     text = _read_text(path)
-    out: list[BatchQuestion] = []
+    out: list[BatchQuestion | BadRow] = []
     if path.suffix.lower() == ".jsonl":
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -158,10 +202,13 @@ def parse_question_file(path: str | Path) -> list[BatchQuestion]:
             try:
                 record = json.loads(line)
             except ValueError as err:
-                raise ValueError(f"line {n}: not valid JSON ({err})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"line {n}: expected a JSON object with question and options")
-            out.append(_question(n, record, "line"))
+                out.append(BadRow(n, f"line {n}: not valid JSON ({err})"))
+            else:
+                if isinstance(record, dict):
+                    out.append(_row(n, record, "line"))
+                else:
+                    problem = f"line {n}: expected a JSON object with question and options"
+                    out.append(BadRow(n, problem))
             if len(out) > MAX_BATCH_ROWS:
                 break
     else:
@@ -180,7 +227,7 @@ def parse_question_file(path: str | Path) -> list[BatchQuestion]:
                 }
                 if not any(record.values()):
                     continue
-                out.append(_question(n, record, "row"))
+                out.append(_row(n, record, "row"))
                 if len(out) > MAX_BATCH_ROWS:
                     break
         except csv.Error as err:
@@ -189,7 +236,25 @@ def parse_question_file(path: str | Path) -> list[BatchQuestion]:
         raise ValueError("the file holds no questions")
     if len(out) > MAX_BATCH_ROWS:
         raise ValueError(f"the file holds more than {MAX_BATCH_ROWS} questions; split it")
-    return out
+    questions = [q for q in out if isinstance(q, BatchQuestion)]
+    bad = [q for q in out if isinstance(q, BadRow)]
+    if not questions:
+        listed = "; ".join(b.problem for b in bad[:MAX_LISTED_PROBLEMS])
+        more = len(bad) - MAX_LISTED_PROBLEMS
+        raise ValueError(
+            f"no valid question in the file: {listed}" + (f"; and {more} more" if more > 0 else "")
+        )
+    return questions, bad
+
+
+def parse_question_file(path: str | Path) -> list[BatchQuestion]:
+    """The questions of an uploaded file, strictly: :func:`read_question_file`, raising
+    its ``ValueError`` and, when any row is malformed, one naming the first such row
+    (its line or data row and the problem)."""
+    questions, bad = read_question_file(path)
+    if bad:
+        raise ValueError(bad[0].problem)
+    return questions
 
 
 def _file_path(file: Any) -> Path:
@@ -225,20 +290,26 @@ def batch_answers(
 ) -> tuple[str, dict, str]:
     """The Batch tab's callback: ``(summary markdown, results table, CSV path)``.
 
-    Every question of the file (:func:`parse_question_file`; its ``ValueError`` comes back
-    as ``gr.Error``) is read by ``checkpoint`` with the given sampling settings (seed
-    ``seed + row``) and decided by ``DecisionRule(measure, threshold, aggregate)``. The
-    table and the CSV hold per question: the answer the rule decided on, its confidence,
-    ``automate`` or ``escalate``, the probabilities, the true label and ``correct`` when
-    the file gives one, or the error that kept it from being answered."""
+    Every valid question of the file (:func:`read_question_file`; its ``ValueError``, for
+    a file that cannot be used at all or holds no valid row, comes back as ``gr.Error``) is
+    read by ``checkpoint`` with the given sampling settings (seed ``seed + row``) and
+    decided by ``DecisionRule(measure, threshold, aggregate)``. The table and the CSV hold
+    a row per row of the file, in its order: the answer the rule decided on, its
+    confidence, ``automate`` or ``escalate``, the probabilities, the true label and
+    ``correct`` when the file gives one; or, in ``error``, what kept it from being
+    answered: the malformed row's problem (naming its line or row) or the model's."""
     try:
-        questions = parse_question_file(_file_path(file))
+        questions, bad = read_question_file(_file_path(file))
     except (OSError, ValueError) as err:
         raise gr.Error(f"cannot use this file: {err}") from None
     rule = ask_tab.make_rule(threshold, measure, aggregate)
     ask_tab.check_sampling(m, sampling_temperature)
     model, tokenizer, meta = ask_tab.load_model(checkpoint, root)
     rows = []
+    for b in bad:
+        row = dict.fromkeys(RESULT_COLUMNS, "")
+        row.update(row=b.row, question=b.question, options=b.options, error=b.problem)
+        rows.append(row)
     for q in questions:
         row = dict.fromkeys(RESULT_COLUMNS, "")
         row.update(row=q.row, question=q.question, options=", ".join(q.options))
@@ -265,25 +336,26 @@ def batch_answers(
         if q.label is not None:
             row["correct"] = routed["answer"] == q.label
         rows.append(row)
+    rows.sort(key=lambda r: r["row"])
     table = {"headers": RESULT_COLUMNS, "data": [[r[c] for c in RESULT_COLUMNS] for r in rows]}
-    summary = batch_summary(rows, rule, Path(_file_path(file)).name)
+    summary = batch_summary(rows, rule, Path(_file_path(file)).name, malformed=len(bad))
     return summary, table, str(write_csv(rows))
 
 
-def batch_summary(rows: Sequence[dict], rule: DecisionRule, name: str) -> str:
-    """The Batch tab's summary of its result ``rows`` (file ``name``): how many questions
-    were decided automatically, escalated or could not be read, the rule, and on the
+def batch_summary(rows: Sequence[dict], rule: DecisionRule, name: str, malformed: int = 0) -> str:
+    """The Batch tab's summary of its result ``rows`` (file ``name``; ``malformed`` of
+    them are malformed rows of the file): how many questions were decided automatically,
+    escalated, malformed or could not be read by the model, the rule, and on the
     labelled ones the accuracy and the error among those decided automatically."""
     done = [r for r in rows if not r["error"]]
     auto = [r for r in done if r["decision"] == "automate"]
+    unread = len(rows) - len(done) - malformed
+    problems = [f"{malformed} malformed"] if malformed else []
+    problems += [f"{unread} could not be read by the model"] if unread else []
     lines = [
         f"**{len(rows)} questions** from `{name}`: "
         f"{len(auto)} decided automatically, {len(done) - len(auto)} escalated"
-        + (
-            f", {len(rows) - len(done)} could not be read (see `error`)"
-            if len(done) < len(rows)
-            else ""
-        )
+        + (f", {' and '.join(problems)} (see `error`)" if problems else "")
         + ".",
         f"**Rule:** {rule.describe()}.",
     ]

@@ -106,6 +106,42 @@ def checkpoint_dir(name: str, root: str | Path) -> Path:
     return resolve_dir(name, root, CHECKPOINT_FILES, "checkpoint")
 
 
+TRUSTED_PROXIES_ENV = "RLCD_TRUSTED_PROXIES"
+"""Environment variable naming the proxies whose ``X-Forwarded-For`` the dashboard
+believes: comma-separated addresses or networks (uvicorn's ``forwarded_allow_ips``
+syntax, ``*`` for any). Unset: none, so a client cannot pick its own address."""
+
+
+def trusted_proxies() -> str:
+    """The proxies whose forwarded headers give a client's address (the per-address queue
+    share, ``ui.MAX_CLIENT_EVENTS``): ``$RLCD_TRUSTED_PROXIES``, else uvicorn's own
+    ``$FORWARDED_ALLOW_IPS`` when set, else none (``""``). uvicorn's default, which gradio
+    keeps, believes any request from 127.0.0.1, so every local client (or anything
+    relayed through a local process) could send a new ``X-Forwarded-For`` per session and
+    escape its share."""
+    for name in (TRUSTED_PROXIES_ENV, "FORWARDED_ALLOW_IPS"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return ""
+
+
+@contextmanager
+def forwarded_trust() -> Iterator[str]:
+    """While inside, uvicorn's ``FORWARDED_ALLOW_IPS`` is :func:`trusted_proxies` (gradio
+    builds its uvicorn config without one, and uvicorn then reads the variable); the
+    previous value is put back after."""
+    before = os.environ.get("FORWARDED_ALLOW_IPS")
+    os.environ["FORWARDED_ALLOW_IPS"] = trusted = trusted_proxies()
+    try:
+        yield trusted
+    finally:
+        if before is None:
+            os.environ.pop("FORWARDED_ALLOW_IPS", None)
+        else:
+            os.environ["FORWARDED_ALLOW_IPS"] = before
+
+
 def env_checkpoint() -> str | None:
     """The checkpoint named by ``$RLCD_CHECKPOINT`` (stripped; None when unset or empty)."""
     return os.environ.get(CHECKPOINT_ENV, "").strip() or None

@@ -6,19 +6,119 @@ each one's temperature-scaled readout, the mixture) under the same
 checkpoint against the two-stage RLCD checkpoint trained from it. A side that cannot
 answer (options that are not single tokens for its tokenizer, a prompt past its context)
 shows why; the other is still shown.
+
+The summary says what each side's readout shows: "agree" or "disagree" only when both
+readouts lean to an answer; a side at or near uniform (chance-corrected confidence
+``(K max p - 1) / (K - 1)`` below :data:`UNDECIDED_MARGIN`, e.g. 0.50/0.50) is called
+undecided, since its "answer" is a tie-break.
+
+The tab opens on :func:`default_pair`: a base checkpoint against the two-stage RLCD
+checkpoint of the same task (the tiny ``verify`` task's first), asked the first test
+question of that task (:func:`compare_defaults`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import gradio as gr
 import plotly.graph_objects as go
 
 from .. import plots
-from ..assets import ASSETS
+from ..assets import ASSETS, default_checkpoint, tiny_verify_first
+from ..models import CheckpointError, read_meta
+from ..reader import PRETRAINED_METHODS
 from ..routing import DEFAULT_THRESHOLD
 from . import ask_tab
+from .ask_checkpoint import task_items
+from .common import checkpoint_dir
+
+UNDECIDED_MARGIN = 0.05
+"""A readout whose chance-corrected confidence ``(K max p - 1) / (K - 1)`` is below this
+is "undecided": near uniform (K = 2: max p < 0.525), its arg max a tie-break. The Compare
+summary says so instead of "agree" or "disagree"."""
+TRAINED_METHOD = "reinforce"
+"""The method of the two-stage RLCD checkpoint the Compare tab opens on (side B)."""
+BASE_METHODS = (*PRETRAINED_METHODS, "teach")
+"""Methods of a base (stage-0) checkpoint, preferred as side A: never calibrated."""
+
+
+def _task_of(name: str, root: Path) -> tuple[str | None, str | None]:
+    """``(task, method)`` of a checkpoint name from its ``rlcd.json`` (no model is
+    loaded); ``(None, None)`` when it cannot be read."""
+    try:
+        meta = read_meta(checkpoint_dir(name, root))
+    except (gr.Error, OSError, ValueError, CheckpointError):
+        return None, None
+    task = meta.get("task")
+    return (str(task) if task else None), meta.get("method")
+
+
+def default_pair(names: Sequence[str], root: str | Path = ASSETS) -> tuple[str | None, str | None]:
+    """The pair the Compare tab opens on, among checkpoint ``names``: ``(A, B)`` with B a
+    two-stage RLCD checkpoint (method :data:`TRAINED_METHOD`; the tiny ``verify`` task's
+    first, :func:`rlcd_lab.assets.tiny_verify_first`) and A a checkpoint of the *same task*
+    (``rlcd.json`` ``"task"``): a base one (:data:`BASE_METHODS`) when there is one, else
+    another of its task (e.g. its stage-1 ``calibrate``). Without such a pair both sides are
+    :func:`rlcd_lab.assets.default_checkpoint` (one checkpoint, two draws: still one task);
+    ``(None, None)`` for no names. Reads only ``rlcd.json`` files."""
+    names = list(names)
+    if not names:
+        return None, None
+    root = Path(root)
+    info = {n: _task_of(n, root) for n in names}
+    ordered = sorted(names, key=tiny_verify_first)
+    for b in ordered:
+        task, method = info[b]
+        if method != TRAINED_METHOD or task is None:
+            continue
+        same = [n for n in names if n != b and info[n][0] == task]
+        bases = [n for n in same if info[n][1] in BASE_METHODS]
+        if bases or same:
+            return (bases or same)[0], b
+    first = default_checkpoint(names)
+    return first, first
+
+
+def compare_defaults(
+    names: Sequence[str], root: str | Path = ASSETS
+) -> tuple[str | None, str | None, str, str]:
+    """What the Compare tab opens with: ``(A, B, question, options)``, the pair of
+    :func:`default_pair` and the first test item of B's task (its question and options,
+    comma-separated); an empty question when the task has none (or B names none)."""
+    a, b = default_pair(names, root)
+    question, options = "", ""
+    if b is not None:
+        try:
+            meta = read_meta(checkpoint_dir(b, root))
+        except (gr.Error, OSError, ValueError, CheckpointError):
+            meta = {}
+        items = task_items(meta)
+        if items:
+            question, options = items[0].prompt, ", ".join(items[0].options)
+    return a, b, question, options
+
+
+def readout_words(side: str, routed: dict, options: Sequence[str]) -> tuple[bool, str]:
+    """``(undecided, words)``: what one side's readout (``routed``: :func:`ask_tab.route_result`,
+    the rule's readout ``probs``) shows. Undecided when its chance-corrected confidence is
+    below :data:`UNDECIDED_MARGIN` (``"B is undecided: 0.50/0.50 (Y/N)"``); else its answer
+    with the readout and the rule's confidence and decision."""
+    probs = [float(p) for p in routed["probs"]]
+    k = len(probs)
+    spread = "/".join(f"{p:.2f}" for p in probs)
+    labels = "/".join(options)
+    corrected = (k * max(probs) - 1) / (k - 1) if k > 1 else 1.0
+    if corrected < UNDECIDED_MARGIN:
+        return True, (
+            f"{side} is undecided: {spread} ({labels}; confidence "
+            f"{routed['confidence']:.3f}, {routed['decision']})"
+        )
+    return False, (
+        f"{side} answers **{routed['answer']}**: {spread} ({labels}; confidence "
+        f"{routed['confidence']:.3f}, {routed['decision']})"
+    )
 
 
 def _side(
@@ -58,7 +158,9 @@ def compare_checkpoints(
 
     Both checkpoints read ``question`` with the same options, sampling settings and seed,
     and are decided by the same rule (:func:`rlcd_lab.dashboard.ask_tab.ask`). The
-    summary says whether they agree on the answer and on the decision. Raises
+    summary says what each side's readout (the rule's: first rationale or mixture) shows
+    (:func:`readout_words`), and whether they agree on the answer only when neither is
+    undecided (at or near uniform); then whether they agree on the decision. Raises
     ``gr.Error`` when neither side can answer, or for input that no checkpoint could
     answer (no question, no options, sizes over the Ask tab's limits, a bad rule)."""
     ask_tab.check_sizes(question, options)
@@ -76,11 +178,16 @@ def compare_checkpoints(
         summary = "Only one checkpoint could answer; the other says why."
     else:
         ra, rb = a["routing"], b["routing"]
-        same = "agree" if ra["answer"] == rb["answer"] else "disagree"
+        undecided_a, words_a = readout_words("A", ra, a["options"])
+        undecided_b, words_b = readout_words("B", rb, b["options"])
+        if undecided_a or undecided_b:
+            head = "No agreement to report (an undecided readout's answer is a tie-break)"
+        else:
+            same = "agree" if ra["answer"] == rb["answer"] else "disagree"
+            head = f"The two checkpoints **{same}** on the answer"
+        both = "the same" if ra["decision"] == rb["decision"] else "different"
         summary = (
-            f"The two checkpoints **{same}**: A answers **{ra['answer']}** "
-            f"(confidence {ra['confidence']:.3f}, {ra['decision']}), B answers "
-            f"**{rb['answer']}** (confidence {rb['confidence']:.3f}, {rb['decision']}). "
+            f"{head}: {words_a}; {words_b}. They take {both} decisions. "
             f"**Rule:** {ra['description']}."
         )
     return summary, md_a, fig_a, md_b, fig_b, {"a": a, "b": b}

@@ -14,10 +14,9 @@ readout, shown as "not fitted"). Each view (raw or scaled, single or mixture, me
 ranked once and cached, so a threshold change only costs O(N) numpy work per run
 (:func:`rlcd_lab.routing.selective_risk`) and one figure.
 
-When a threshold decides nothing for a run (the tiny runs' calibrated confidences rarely
-reach 0.9) the summary says so, with the run's highest confidence and the threshold that
-would decide half of its items (:func:`rlcd_lab.routing.threshold_for_coverage`,
-:func:`nothing_decided_note`).
+When a threshold decides nothing for a run (tiny runs' calibrated confidences rarely reach 0.9)
+the summary says so, with its highest confidence and the t deciding half its items
+(:func:`nothing_decided_note`); its error when decided reads :data:`NOTHING_DECIDED`, not 0%.
 
 Expected cost per item of the rule, with ``c_w`` the cost of a wrong automated decision
 and ``c_e`` the cost of escalating (a correct automated decision costs 0):
@@ -61,6 +60,7 @@ HALF = 0.5
 """The share of items the nothing-decided note quotes a threshold for."""
 DEFAULT_COST_WRONG = 10.0
 DEFAULT_COST_ESCALATE = 1.0
+NOTHING_DECIDED = "nothing decided"  # the error when decided of a threshold deciding no item
 NOT_FITTED = "not fitted"
 """Shown for T of a run without a dev dump (its "temperature-scaled" view is its raw one)."""
 MAX_POINTS = 200
@@ -228,12 +228,12 @@ def nothing_decided_note(label: str, scores: Scores, threshold: float, share: fl
     )
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+def _pct(x: float | None) -> str:
+    return NOTHING_DECIDED if x is None else f"{100 * x:.1f}%"  # None: an error over no items
 
 
-def _thr(t: float) -> str:
-    return "none" if math.isinf(t) else f"{t:.3f}"
+def _thr(t: float | None) -> str:
+    return "none" if t is None else f"{t:.3f}"
 
 
 def _k(data: RunData) -> int:
@@ -275,11 +275,12 @@ def _run_numbers(
         "T": (data.T if data.fitted else None) if calibrated else 1.0,  # None: not fitted
         "fitted": data.fitted,
         **r,
+        "risk": r["risk"] if r["decided"] else None,  # None: nothing decided (undefined)
         "cov_at_eps": metrics.coverage_at_risk(s.confidence, s.correct, eps),
         "pred_cov_at_eps": table["pred_cov_at_eps"],
         "dev_threshold": None if math.isinf(t_dev) else t_dev,
         "test_coverage_at_dev_threshold": at_dev["coverage"],
-        "test_risk_at_dev_threshold": at_dev["risk"],
+        "test_risk_at_dev_threshold": at_dev["risk"] if at_dev["decided"] else None,
         "threshold_for_half": threshold_for_coverage(s.confidence, HALF),
         "max_confidence": float(s.confidence.max()),
         **{k: table[k] for k in ("accuracy", "brier", "nll", "ece", "aurc")},
@@ -293,15 +294,14 @@ def _t_cell(x: dict) -> str:
 
 def _route_row(label: str, x: dict) -> list[str]:
     """A row of the routing table from a run's numbers (:func:`_run_numbers`)."""
-    t_dev = math.inf if x["dev_threshold"] is None else x["dev_threshold"]
     return [
         label,
         _t_cell(x),
         f"{_pct(x['coverage'])} ({int(x['decided'])}/{x['n']})",
-        f"{_pct(x['risk'])} ({int(x['errors'])} wrong)",
+        NOTHING_DECIDED if x["risk"] is None else f"{_pct(x['risk'])} ({int(x['errors'])} wrong)",
         f"{int(x['escalated'])}",
         f"{x['cost']:.3f}",
-        _thr(t_dev),
+        _thr(x["dev_threshold"]),
         _pct(x["test_coverage_at_dev_threshold"]),
         _pct(x["test_risk_at_dev_threshold"]),
     ]
@@ -374,14 +374,14 @@ def _summary(
 def _risk_figure(
     ranked: dict[str, Scores], numbers: dict[str, dict], rule: DecisionRule, eps: float, kind: str
 ) -> go.Figure:
-    """Risk-coverage curves of the runs (by label) with each one's point at the threshold."""
+    """Risk-coverage curves of the runs (by label), each deciding run's point at the threshold."""
     fig = plots.risk_coverage_figure(
         {label: (s.confidence, s.correct) for label, s in ranked.items()},
         eps=eps,
         oracle="none",
         title=f"Risk-coverage, {kind}<br><sub>◆ at t, ▲ Cov@ε</sub>",
         max_points=MAX_POINTS,
-        marks={label: (numbers[label]["coverage"], numbers[label]["risk"]) for label in ranked},
+        marks={k: (x["coverage"], x["risk"]) for k, x in numbers.items() if x["risk"] is not None},
         mark_label=f"at t = {rule.threshold:.3f}",
         cov_style="markers",
     )
@@ -410,10 +410,10 @@ def routing_update(
     label-free Cov@eps at ``eps``; the lowest threshold whose *dev* error is ``<= eps``
     (:func:`rlcd_lab.routing.threshold_for_risk`, dev read as a single query) and what it
     gives on test; when nothing is decided, why (:func:`nothing_decided_note`). Only O(N)
-    work per run once a view is cached. ``T`` in the exact numbers is the fitted
-    temperature (1 in the raw view; None, shown as "not fitted", for a run without a dev
-    dump in the temperature-scaled view); ``m`` the rationales per item of the readout.
-    """
+    work per run once a view is cached. ``T`` in the exact numbers is the fitted temperature
+    (1 in the raw view; None, shown as "not fitted", for a run without a dev dump in the
+    temperature-scaled view); ``m`` the rationales per item of the readout; ``risk`` and
+    ``test_risk_at_dev_threshold`` are None where nothing is decided."""
     _check_costs(cost_wrong, cost_escalate)
     rule = make_rule(threshold, measure, aggregate)
     runs = list(runs or [])

@@ -53,6 +53,7 @@ from .common import (
     confine,
     default_runs,
     env_checkpoint,
+    forwarded_trust,
     local_checkpoints,
     local_run_choices,
     run_choices,
@@ -101,8 +102,9 @@ MAX_SESSION_EVENTS = 12
 """Events one browser session (gradio's session hash) may have waiting at once."""
 MAX_CLIENT_EVENTS = 24
 """Events one client address may have waiting at once, all its sessions together (a
-client can open sessions at will; behind a proxy that rewrites the client address, see
-uvicorn's ``forwarded_allow_ips``)."""
+client can open sessions at will). The address is the connection's peer: an
+``X-Forwarded-For`` header counts only from the proxies named in
+``$RLCD_TRUSTED_PROXIES`` (``common.trusted_proxies``; none by default)."""
 DEFAULT_CONCURRENCY = 2
 """How many calls of one light callback (Routing, Runs, Proposition 1, examples) run at once."""
 MODEL_CONCURRENCY = 1
@@ -171,13 +173,15 @@ class Dashboard(gr.Blocks):
     whose queue is a :class:`FairQueue`.
 
     Gradio 6 takes the theme in ``launch()``; ``rlcd-lab app`` and ``app.py`` call a bare
-    ``launch()``, so the default lives here.
+    ``launch()``, so the default lives here. ``launch()`` also sets which proxies' forwarded
+    headers uvicorn believes (``common.forwarded_trust``: none unless configured).
     """
 
     def launch(self, *args, **kwargs):  # noqa: D102 (gradio's docstring applies)
         kwargs.setdefault("theme", offline_theme())
         kwargs.setdefault("css", CSS)
-        return super().launch(*args, **kwargs)
+        with forwarded_trust():  # uvicorn believes forwarded headers only from these
+            return super().launch(*args, **kwargs)
 
     def queue(self, *args, **kwargs):  # noqa: D102 (gradio's docstring applies)
         out = super().queue(*args, **kwargs)
@@ -317,28 +321,27 @@ def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, .
 
 
 def _compare_tab(root: Path, runs_root: Path, ask_fields: tuple, places: tuple[Path, ...]) -> tuple:
-    names, first = _checkpoints(root, runs_root)
-    trained = [n for n in names if "reinforce" in n and "verify" in n]
-    base = "checkpoints/base-verify" if "checkpoints/base-verify" in names else first
+    names, _ = _checkpoints(root, runs_root)
+    pair_a, pair_b, pair_question, pair_options = compare_tab.compare_defaults(names, root)
     gr.Markdown(
         "Two checkpoints read the same question with the same sampling settings and are "
         "decided by the same rule: e.g. a base model against the RLCD model trained from it."
     )
     with gr.Row():
         a = gr.Dropdown(
-            names, value=base, allow_custom_value=True, label="Checkpoint A", min_width=260
+            names, value=pair_a, allow_custom_value=True, label="Checkpoint A", min_width=260
         )
         b = gr.Dropdown(
             names,
-            value=trained[0] if trained else first,
+            value=pair_b,
             allow_custom_value=True,
             label="Checkpoint B",
             min_width=260,
         )
     with gr.Row():
         with gr.Column(scale=2, min_width=320):
-            question = gr.Textbox("33+60+20=113?", label="Question", lines=2)
-            options = gr.Textbox("Y, N", label="Options", info="comma-separated labels")
+            question = gr.Textbox(pair_question, label="Question", lines=2)
+            options = gr.Textbox(pair_options, label="Options", info="comma-separated labels")
             copy = gr.Button("Use the Ask tab's question", size="sm")
             m, sampling_t, max_new, seed = _sampling_controls()
             measure, aggregate, threshold = _rule_controls()

@@ -91,6 +91,7 @@ from ..decide import DecisionModel  # the class create_app loads checkpoints wit
 from ..jev import (
     ChoiceQuestion,
     Content,
+    DecisionError,
     Label,
     Name,
     NoulCriteria,
@@ -144,6 +145,7 @@ __all__ = [
     "build_server",
     "create_app",
     "default_checkpoint",
+    "measure_passes",
     "serve",
 ]
 
@@ -229,7 +231,22 @@ def serve(
         limit_concurrency=limit_concurrency,
         **kwargs,
     )
+    measure_passes(getattr(getattr(app, "state", None), "decider", None))
     build_server(app, host=host, port=port, log_level=log_level, **transport).run()
+
+
+def measure_passes(decider: DecisionModel | None) -> None:
+    """Answer one small reasoning request (a direct readout, 2 rationales of at most 8
+    tokens, their scoring pass) before serving, so that the deadlines' budget
+    (:class:`rlcd_lab.deadlines.PassCosts`) starts from measured passes of every kind:
+    an unmeasured kind's estimate is only a guess from the others."""
+    if not isinstance(decider, DecisionModel):
+        return
+    question = {"warm_up": {"type": "noul"}}
+    try:
+        decider.decide("1+1=2?", question, mode="auto", threshold=1.0, m=2, max_new_tokens=8)
+    except DecisionError as err:  # a checkpoint that cannot answer it: measured later
+        log.debug("could not measure the model's passes before serving: %s", err.msg)
 
 
 def _configure_logging(level: str) -> None:

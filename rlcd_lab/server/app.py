@@ -10,9 +10,9 @@ error shape, the key, request ids, the capacity gate) is :mod:`.hardening`'s.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from .. import answering
 from ..assets import default_checkpoint as pick_default
 from ..assets import shipped_checkpoints
 from ..decide import DecideOptions, Decision, DecisionModel, with_options
@@ -202,7 +203,7 @@ class _Service:
         return {"models": self.models}
 
     async def system_one(self, request: Request) -> JSONResponse:
-        arrived = time.monotonic()
+        arrived = answering.clock()
         authorize(request, self.api_key)
         raw = await read_body(request, self.limits.max_body_bytes)
         encoding = request.headers.get("content-encoding", "")
@@ -214,8 +215,8 @@ class _Service:
         new_tokens = opts.max_new_tokens or self.decider.default_new_tokens
         check_cost(parsed, list(asked), opts, new_tokens, self.limits)
         result = Decision({}, {"input_tokens": 0, "output_tokens": 0}, {})
-        if asked:
-            result = await self._decide(request, (parsed.req.state, asked, opts))
+        if asked:  # queued before awaiting, so that a full queue is a 503 at once
+            result = await self._decide(request, self._queue((parsed.req.state, asked, opts)))
         for n, q in fixed.items():
             result.answers[n] = q.answer([1.0])
             result.details[n] = {"mode": "single_option", "confidence": 1.0, "tokens": []}
@@ -255,14 +256,16 @@ class _Service:
             opts = replace(opts, deadline=arrived + budget)
         return opts, budget
 
-    async def _decide(self, request: Request, job: tuple) -> Decision:
-        """The model's answers through the batcher; its refusals as 422, failures as 500."""
+    def _queue(self, job: tuple) -> asyncio.Future:  # a full queue: 503
         try:
-            result = await answer_unless_gone(request, self.batcher.submit(job))
+            return self.batcher.put(job)
         except Overloaded:
-            raise ApiError(
-                503, "the server is busy; retry shortly", "overloaded", [], {"Retry-After": "1"}
-            ) from None
+            busy = "the server is busy; retry shortly"
+            raise ApiError(503, busy, "overloaded", [], {"Retry-After": "1"}) from None
+
+    async def _decide(self, request: Request, queued: asyncio.Future) -> Decision:
+        """The model's answers through the batcher; its refusals as 422, failures as 500."""
+        result = await answer_unless_gone(request, queued)
         if isinstance(result, DecisionError):
             raise ApiError(422, result.msg, "unrepresentable", ["body", *result.loc])
         if isinstance(result, Exception):
@@ -461,6 +464,7 @@ def create_app(
         max_batch=max_batch,
         max_wait_ms=max_wait_ms,
         max_pending=limits.max_pending,
+        deadline=lambda job: job[2].deadline,
     )
     models = _model_list(decider, name, names, options.mode, path)
     service = _Service(decider, batcher, name, names, models, options, limits, deadline_s, api_key)

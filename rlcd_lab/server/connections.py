@@ -152,6 +152,7 @@ class TimedH11Protocol(H11Protocol):
         self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        set_nodelay(transport)
         super().connection_made(transport)
         self._idle_since = self.loop.time()
         if self._make_room():
@@ -193,6 +194,22 @@ class TimedH11Protocol(H11Protocol):
         super().on_response_complete()
 
 
+def set_nodelay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on a TCP connection (``TCP_NODELAY``): a response is
+    written in pieces (head, body), and with Nagle on the last piece waits for the
+    client's delayed ACK, some 40 ms on Linux, on every keep-alive request (measured:
+    median 44-48 ms per request on one connection, 1-3 ms with it off). asyncio sets it
+    only on sockets whose ``proto`` is ``IPPROTO_TCP``; ours are made with protocol 0
+    (:func:`_bind`), and their accepted connections inherit that."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:  # already closed by the peer
+        pass
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server on a socket bound in advance (:func:`build_server`), which tells
     the app's :class:`Capacity` when a shutdown starts (``draining``)."""
@@ -216,7 +233,8 @@ def _bind(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host:port`` (not listening yet); ``OSError`` with one line
     naming the address when that fails (e.g. the port is in use)."""
     bare = host.strip("[]")
-    sock = socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET, socket.SOCK_STREAM)
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # see set_nodelay
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((bare, port))
