@@ -306,10 +306,12 @@ DESCRIPTION = "rlcd_lab: reinforcement learning for calibrated decisions."
 
 
 def run_eval_command(cfg: Eval) -> dict:
-    """Evaluate as ``cfg`` says; returns the summary. Settings, the task split, the
-    checkpoint and the items (option labels, prompts that fit the model's context:
-    ``evaluate.check_items``) are checked before the model runs (``ValueError`` /
-    ``FileNotFoundError``).
+    """Evaluate as ``cfg`` says; returns the summary, with ``warnings`` (a list of
+    sentences, :func:`rlcd_lab.evaluate.eval_warnings`: forced markers on most rationales,
+    a fitted T at the fit's bound, accuracy at chance). Settings, the task split (not
+    empty, no repeated uid), the checkpoint and the items (option labels, prompts that fit
+    the model's context: ``evaluate.check_items``) are checked before the model runs
+    (``ValueError`` / ``FileNotFoundError``).
     Progress: a tqdm bar over the items on stderr (``TQDM_DISABLE=1`` in the environment
     hides it)."""
     for name, low in (("m", 1), ("max_new_tokens", 1), ("limit", 0)):
@@ -318,12 +320,18 @@ def run_eval_command(cfg: Eval) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
     if cfg.out is not None and cfg.out.is_dir():
         raise IsADirectoryError(f"--out {cfg.out} is a directory; give a .jsonl file")
-    from .evaluate import run_eval, summarize
+    from .evaluate import eval_warnings, run_eval, summarize
     from .io import atomic_write_jsonl
     from .loading import load_checkpoint
+    from .models import calibration_T
     from .tasks import load_task_items
 
-    items = load_task_items(cfg.task, cfg.split)[: cfg.limit]
+    items = load_task_items(cfg.task, cfg.split)
+    if not items:
+        raise ValueError(f"task {cfg.task}: the {cfg.split} split is empty{_split_file(cfg)}")
+    items = items[: cfg.limit]
+    if not items:
+        raise ValueError(f"--limit {cfg.limit} leaves no items to evaluate")
     model, tok, meta = load_checkpoint(cfg.checkpoint, verify=cfg.verify)
     kw = dict(
         mode=cfg.mode,
@@ -337,7 +345,53 @@ def run_eval_command(cfg: Eval) -> dict:
     rows = run_eval(model, tok, items, progress=True, where=where, **kw)  # tqdm on stderr
     if cfg.out is not None:
         atomic_write_jsonl(cfg.out, rows)
-    return summarize(rows)
+    summary = summarize(rows)
+    T = calibration_T(meta)
+    summary["warnings"] = eval_warnings(rows, T if isinstance(T, int | float) else None)
+    return summary
+
+
+def _split_file(cfg: Eval) -> str:
+    """`` (no items in FILE)``: the file eval reads the split from; empty for a synthetic
+    task."""
+    from .tasks import split_paths
+    from .tasks.synthetic import TASKS
+
+    return "" if cfg.task in TASKS else f" (no items in {split_paths(cfg.task)[cfg.split]})"
+
+
+def check_port_free(host: str, port: int, flag: str = "--port") -> None:
+    """``OSError`` naming ``host:port`` when a server cannot listen there (another process
+    listens on it, or the address is not this machine's): a bind test, as the server's own
+    socket would do it (``SO_REUSEADDR``, so a port left in TIME_WAIT counts as free), run
+    before any checkpoint loads. Port 0 (any free port) is not checked."""
+    import errno
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise OSError(f"cannot listen on {host}:{port}: unknown host ({err})") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise OSError(
+                    f"port {port} on {host} is already in use (another server listens there); "
+                    f"stop it or choose another {flag}"
+                ) from None
+            raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+
+
+def print_warnings(summary: dict) -> None:
+    """Each of ``summary["warnings"]`` as a line ``rlcd-lab: warning: ...`` on stderr."""
+    for text in summary.get("warnings") or ():
+        print(f"{PROG}: warning: {text}", file=sys.stderr)
 
 
 def check_serve_checksums(checkpoint: Path) -> None:
@@ -438,6 +492,10 @@ def user_error(err: BaseException | str) -> SystemExit:
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand."""
     cfg = parse(sys.argv[1:] if argv is None else list(argv))
+    if not isinstance(cfg, DataFetch | DataList | DataConvert | DataSplit):  # model work
+        from .models import use_free_cores
+
+        use_free_cores()  # torch threads from the cores left free (OMP_NUM_THREADS wins)
     try:
         _run(cfg)
     except USER_ERRORS as err:
@@ -460,11 +518,13 @@ def _is(cfg: object, module: str, name: str) -> bool:
 
 def _run(cfg) -> None:
     if isinstance(cfg, App):
+        check_port_free(cfg.host, cfg.port)  # before minutes of loading: a port in use fails now
         from .dashboard import build_demo
 
         demo = build_demo(allowed_dirs=cfg.allow_checkpoint_dir)
         demo.launch(server_name=cfg.host, server_port=cfg.port)
     elif isinstance(cfg, Serve):
+        check_port_free(cfg.host, cfg.port)  # before the checkpoint loads (seconds)
         from .decide import DecideOptions
         from .server import default_checkpoint, serve
 
@@ -509,7 +569,9 @@ def _run(cfg) -> None:
 
         _print_json(run_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr)))
     elif isinstance(cfg, Eval):
-        _print_json(run_eval_command(cfg))
+        summary = run_eval_command(cfg)
+        _print_json(summary)
+        print_warnings(summary)
     elif _is(cfg, "train.configs", "TrainConfig"):
         from .models import read_meta
         from .train import train

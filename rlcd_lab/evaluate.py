@@ -14,7 +14,9 @@ distribution the statement implies, scored like ``logits``).
 ``summarize`` (:func:`rlcd_lab.results.summarize`, re-exported) turns rows into the paper's
 Table 1 row via ``metrics.evaluate``.
 ``run_eval(..., progress=True)`` (``rlcd-lab eval``) shows a tqdm bar over the items read,
-on stderr.
+on stderr. ``eval_warnings`` says when the rows look degenerate (forced markers on most
+rationales, a fitted T at the fit's bound, accuracy at chance); ``rlcd-lab eval`` adds them
+to its summary as ``warnings`` and prints them on stderr.
 
 Before any model work, ``run_eval`` (and training, for its train, dev and test items)
 checks every item with ``check_items``: its option labels must be single tokens for the
@@ -26,18 +28,81 @@ model was never trained on.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .decoding import plain_copy, questions_per_call
+from .metrics import T_MAX, T_MIN
 from .models import context_length
 from .reader import Mode, build_prompt, encode_prompts, item_options, read, reading_length
 from .readout import MARKER, SEP, OptionTokens
 from .results import summarize as summarize  # re-exported: Table 1's row of dump rows
 from .tasks import TaskItem
 from .verbal import CUE, read_stated
+
+FORCED_WARN = 0.2
+"""Share of rationales ended by a forced marker above which eval warns (:func:`eval_warnings`)."""
+CHANCE_Z = 1.96
+"""Two-sided 95% normal quantile of the binomial margin around chance accuracy."""
+
+
+def eval_warnings(
+    rows: Sequence[dict],
+    T: float | None = None,
+    forced_max: float = FORCED_WARN,
+    z: float = CHANCE_Z,
+) -> list[str]:
+    """Warnings that an evaluation looks degenerate (pure: eval-dump ``rows``, see the
+    module docstring; empty when none applies), each one sentence:
+
+    * forced markers: the share of all rationales that did not end with the marker by
+      themselves (``forced``) exceeds ``forced_max``: the readouts are taken after a
+      marker the model never wrote (it has not learned the format, or --max-new-tokens
+      is too small);
+    * temperature at a bound: the checkpoint's fitted calibration temperature ``T`` is
+      at :data:`rlcd_lab.metrics.T_MIN` or :data:`~rlcd_lab.metrics.T_MAX` (relative
+      tolerance 1e-6), where :func:`rlcd_lab.metrics.fit_temperature` stops: the fit
+      did not converge (readouts that carry no signal, or a constant answer);
+    * accuracy at chance: over the labelled rows, the accuracy of the single-query
+      readout (``argmax probs == label``) is at most chance ``c = mean_i 1/K_i`` plus
+      the binomial margin ``z * sqrt(sum_i p_i (1 - p_i)) / n`` with ``p_i = 1/K_i``
+      (for one K: ``z * sqrt(c (1 - c) / n)``), i.e. not distinguishable from guessing
+      at the two-sided 95% level.
+    """
+    out = []
+    forced = [bool(f) for r in rows for f in r.get("forced") or ()]
+    if forced and sum(forced) / len(forced) > forced_max:
+        share = sum(forced) / len(forced)
+        out.append(
+            f"forced markers on {share:.0%} of rationales ({sum(forced)} of {len(forced)}; "
+            f"warned above {forced_max:.0%}): the model rarely ends its rationale with the "
+            "marker itself, so most readouts follow a marker it did not write (it has not "
+            "learned the format, or --max-new-tokens is too small)"
+        )
+    if T is not None and any(math.isclose(T, b, rel_tol=1e-6) for b in (T_MIN, T_MAX)):
+        out.append(
+            f"the checkpoint's fitted temperature T = {T:g} is at the bound of the fit "
+            f"[{T_MIN:g}, {T_MAX:g}]: the fit did not converge (readouts that carry no "
+            "signal, or one answer every time); its calibrated probabilities mean little"
+        )
+    labelled = [r for r in rows if r.get("label") is not None]
+    if labelled:
+        n = len(labelled)
+        p = [1 / len(r["probs"]) for r in labelled]
+        correct = sum(max(range(len(r["probs"])), key=r["probs"].__getitem__) == r["label"]
+                      for r in labelled)  # fmt: skip
+        acc, chance = correct / n, sum(p) / n
+        margin = z * math.sqrt(sum(x * (1 - x) for x in p)) / n
+        if acc <= chance + margin:
+            out.append(
+                f"accuracy {acc:.3f} is within the binomial margin of chance: {chance:.3f} "
+                f"+ {margin:.3f} (n = {n}, 95%); the model answers no better than guessing "
+                "(an untrained or collapsed model, or the wrong task for it)"
+            )
+    return out
 
 
 def reading_positions(

@@ -96,19 +96,61 @@ def jsonl_files(folder: str | os.PathLike, pattern: str = "*.jsonl") -> list[Pat
     return sorted({*folder.glob(pattern), *packed})
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
+def read_jsonl(path: str | os.PathLike, partial_last: bool = False) -> list[dict]:
     """Rows of a JSONL file (an eval dump, a ``log.jsonl``); blank lines are skipped. A
     ``.xz`` file is decompressed, and a missing ``X.jsonl`` is read from ``X.jsonl.xz``
-    (:func:`jsonl_path`). A truncated or corrupt packed file raises ``ValueError``."""
+    (:func:`jsonl_path`).
+
+    Every problem is one ``ValueError`` ``"<file>:<line>: <what>"``: bytes that are not
+    UTF-8, a line that is not JSON (or nested too deeply to parse), a line that is not a
+    JSON object; a truncated or corrupt packed file names the file and the line it was
+    read to. ``partial_last``: a last line that is not JSON and has no newline after it
+    (what a process killed mid-write leaves at the end of a log it appends to) is
+    ignored instead.
+    """
     path = jsonl_path(path)
+    packed = path.name.endswith(PACKED)
+    lines: list[bytes] = []
     try:
-        if path.name.endswith(PACKED):
-            with lzma.open(path, "rt", encoding="utf-8") as f:
-                return [json.loads(line) for line in f if line.strip()]
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        with lzma.open(path, "rb") if packed else open(path, "rb") as f:
+            for raw in f:
+                lines.append(raw)
     except (EOFError, lzma.LZMAError) as err:  # the stream ends early, or is corrupt
-        raise ValueError(f"{path}: {err}") from None
+        raise ValueError(
+            f"{path}: truncated or corrupt xz stream after line {len(lines)} ({err})"
+        ) from None
+    rows = []
+    for n, raw in enumerate(lines, 1):
+        try:
+            row = _jsonl_row(raw)
+        except ValueError as err:
+            if partial_last and n == len(lines) and not raw.endswith(b"\n"):
+                break  # cut short by a killed writer: the rows before it stand
+            raise ValueError(f"{path}:{n}: {err}") from None
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _jsonl_row(raw: bytes) -> dict | None:
+    """The object on one JSONL line (``raw``: its bytes); None for a blank line;
+    ``ValueError`` saying what is wrong otherwise."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"not UTF-8 text (byte 0x{raw[err.start]:02x} at byte {err.start + 1} of the line)"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        row = loads_json(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(row, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean"}.get(type(row), "a number")
+        raise ValueError(f"not a JSON object, {'null' if row is None else kind}")
+    return row
 
 
 def pack_jsonl(path: str | os.PathLike) -> Path:

@@ -202,9 +202,11 @@ def read_config(run: str | Path) -> dict:
 
 def read_log(run: str | Path) -> list[dict]:
     """The rows of a run's ``log.jsonl`` (``run`` is the run directory or the file; plain
-    or packed)."""
+    or packed). A partial last line (the run was killed while writing it) is ignored; any
+    other unreadable line is a ``ValueError`` naming the file and the line
+    (:func:`rlcd_lab.io.read_jsonl`)."""
     path = Path(run)
-    return read_jsonl(log_file(path) if path.is_dir() else path)
+    return read_jsonl(log_file(path) if path.is_dir() else path, partial_last=True)
 
 
 _RUN_KEYS = frozenset({"method", "init", "out", "steps"})
@@ -402,12 +404,14 @@ class RunDir:
         log = log_file(self.path)
         if not log.exists():
             return
-        keep = [
-            line
-            for line in log.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] < self.start_step
-        ]
-        atomic_write_text(log, "".join(line + "\n" for line in keep))
+        keep = []
+        for n, row in enumerate(read_log(log), 1):  # a partial last line is dropped
+            step = row.get("step")
+            if not isinstance(step, int) or isinstance(step, bool):
+                raise ValueError(f"{log}: row {n} needs an integer 'step', got {step!r}")
+            if step < self.start_step:
+                keep.append(row)
+        atomic_write_jsonl(log, keep)
 
     def log(self, row: dict) -> None:
         """Append one JSON line (``row`` must hold ``step``)."""

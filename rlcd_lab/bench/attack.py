@@ -23,7 +23,13 @@ Per attack: the flip rate minus the floor with a paired bootstrap CI over items
 (``common.flip_excess``), the share of confident clean answers (chance-corrected
 confidence >= the routing threshold) pushed below it, beside the same share for re-runs
 (``common.pushed_below``), the share of flips that went to ``X``, and how many attacked
-requests were refused. Writes ``summary.json``, ``report.md`` and ``report.html``.
+requests were refused (HTTP 4xx, e.g. 422) and, counted apart, how many the server failed
+to answer (HTTP 5xx). Clean or re-run requests that fail (a server error, or every one
+refused) stop the bench with a ``ValueError`` (:func:`check_clean`): a flip rate read
+against missing decisions would pass for robustness. A server that answers in a shape no
+decision server may (not JSON, missing fields, probabilities outside [0, 1]) stops it too
+(``backends.ServerAnswerError``), as does one that does not answer in time (``OSError``).
+Writes ``summary.json``, ``report.md`` and ``report.html``.
 """
 
 from __future__ import annotations
@@ -98,16 +104,43 @@ def attack_request(
     return Request(state, {QUESTION: _choice(opts)}, seed)
 
 
+REFUSED, SERVER_ERROR = -1, -2
+"""The choice recorded for a request that was refused (HTTP 4xx, e.g. 422) and for one
+the server failed to answer (HTTP 5xx or another status)."""
+
+
 def _read(outs: Sequence[Outcome], items: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """``(choice (N,), confidence (N,))`` in canonical option order; -1 / NaN when refused."""
-    choice = np.full(len(items), -1)
+    """``(choice (N,), confidence (N,))`` in canonical option order; NaN confidence and
+    choice :data:`REFUSED` (refused) or :data:`SERVER_ERROR` (failed) where unanswered."""
+    choice = np.full(len(items), REFUSED)
     conf = np.full(len(items), np.nan)
     for i, (o, it) in enumerate(zip(outs, items, strict=True)):
         if o.ok:
             a = o.answers[QUESTION]
             choice[i] = int(np.argmax(probs_in_order(a, it.options)))
             conf[i] = float(a["confidence"])
+        elif o.server_error:
+            choice[i] = SERVER_ERROR
     return choice, conf
+
+
+def check_clean(outs: Sequence[Outcome], what: str, where: str) -> None:
+    """Refuse to measure robustness on failed clean (or re-run) requests: ``ValueError``
+    when any got a server error (HTTP 5xx: the floor and every attack would be read
+    against missing decisions) or when none was answered (every one refused), with the
+    count, the status and the first error. ``what``: ``"clean"`` or ``"re-run 1"``;
+    ``where``: the target (URL or checkpoint)."""
+    failed = [o for o in outs if o.server_error]
+    if not failed and any(o.ok for o in outs):
+        return
+    bad = failed or [o for o in outs if not o.ok]
+    statuses = ", ".join(str(s) for s in sorted({o.status for o in bad}))
+    kind = "failed (server errors)" if failed else "were refused"
+    raise ValueError(
+        f"{len(bad)} of {len(outs)} {what} requests to {where} {kind}, HTTP {statuses} "
+        f"(first: {bad[0].error or 'no detail'}); robustness cannot be measured without "
+        "the clean decisions: check the server and its logs"
+    )
 
 
 def score_attack(
@@ -121,15 +154,17 @@ def score_attack(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Score one attack from ``(choice (N,), confidence (N,))`` of the clean run, each
-    re-run and the attacked run (choice -1 where a request was refused).
+    re-run and the attacked run (choice < 0 where a request went unanswered).
 
-    Items refused in the clean run or any re-run are left out; attacked refusals are
-    counted (``refused``) and left out of the rates. ``flip`` (:func:`common.flip_excess`):
-    the attacked flip rate, the floor (per item the share of re-runs that flip) and the
-    excess with its bootstrap CI (lower is better). ``pushed_below``: among confident clean
-    answers, the attacked share below ``threshold`` beside the re-runs' mean share
-    (``floor``). ``to_target``: the share of flips that landed on ``targets`` among items with
-    ``n_options > 2`` (None when there are none: with two options every flip does).
+    Items unanswered in the clean run or any re-run are left out; attacked refusals
+    (choice :data:`REFUSED`) are counted in ``refused``, attacked server errors (choice
+    :data:`SERVER_ERROR`) in ``server_errors``, and both are left out of the rates.
+    ``flip`` (:func:`common.flip_excess`): the attacked flip rate, the floor (per item the
+    share of re-runs that flip) and the excess with its bootstrap CI (lower is better).
+    ``pushed_below``: among confident clean answers, the attacked share below
+    ``threshold`` beside the re-runs' mean share (``floor``). ``to_target``: the share of
+    flips that landed on ``targets`` among items with ``n_options > 2`` (None when there
+    are none: with two options every flip does).
     """
     c_choice, c_conf = clean
     base = c_choice >= 0
@@ -139,7 +174,8 @@ def score_attack(
     answered = base & (a_choice >= 0)
     out: dict[str, Any] = {
         "items": int(base.sum()),
-        "refused": int((base & (a_choice < 0)).sum()),
+        "refused": int((base & (a_choice == REFUSED)).sum()),
+        "server_errors": int((base & (a_choice == SERVER_ERROR)).sum()),
         "answered": int(answered.sum()),
     }
     if not answered.any():
@@ -178,13 +214,18 @@ def run_attack(
     backend, task = open_target(cfg, backend)
     items = bench_items(task, cfg.split, cfg.n_items, need_labels=False)
 
-    def run(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    target = backend.describe()
+    shown = target.get("url") or target.get("checkpoint") or backend.where
+
+    def run(seed: int, what: str) -> tuple[np.ndarray, np.ndarray]:
         reqs = [Request(it.prompt, {QUESTION: _choice(it.options)}, seed) for it in items]
-        return _read(backend.run(reqs), items)
+        outs = backend.run(reqs)
+        check_clean(outs, what, shown)
+        return _read(outs, items)
 
     say(f"attack: clean + {cfg.reruns} re-runs of {len(items)} items ({backend.where})")
-    clean = run(cfg.seed)
-    reruns = [run(cfg.seed + 1 + r) for r in range(cfg.reruns)]
+    clean = run(cfg.seed, "clean")
+    reruns = [run(cfg.seed + 1 + r, f"re-run {r + 1}") for r in range(cfg.reruns)]
     targets = np.array(
         [
             next((j for j in range(len(it.options)) if j != max(c, 0)), 0)
@@ -220,6 +261,8 @@ def run_attack(
                 if all(s == 422 for s in statuses)
                 else "ignored"
                 if all(s == 200 for s in statuses)
+                else f"server error (HTTP {statuses})"
+                if all(o.server_error for o in outs)
                 else f"mixed (HTTP {statuses})"
             )
             bad = next((o.error for o in outs if not o.ok), "")
@@ -234,7 +277,7 @@ def run_attack(
     confident = clean[1] >= threshold
     summary: dict[str, Any] = {
         "bench": "attack",
-        "target": backend.describe(),
+        "target": target,
         "task": task,
         "split": cfg.split,
         "n_items": len(items),
@@ -284,10 +327,11 @@ def attack_markdown(s: dict[str, Any]) -> str:
             rows.append([name, "not run: " + r["note"], "", "", "", "", ""])
             continue
         if "flip" not in r:
-            verdict = r.get("verdict", "refused")
-            rows.append(
-                [name, f"{verdict}: {r['refused']} of {r['items']} refused", "", "", "", "", ""]
-            )
+            failed = r.get("server_errors", 0)
+            verdict = r.get("verdict", "server errors" if failed else "refused")
+            what = f"{r['refused']} of {r['items']} refused"
+            what += f", {failed} server errors" if failed else ""
+            rows.append([name, f"{verdict}: {what}", "", "", "", "", ""])
             continue
         f, p = r["flip"], r["pushed_below"]
         rows.append(
@@ -298,7 +342,7 @@ def attack_markdown(s: dict[str, Any]) -> str:
                 f"{f['diff']:+.3f} [{f['ci_low']:+.3f}, {f['ci_high']:+.3f}]",
                 f"{fmt(p['share'])} vs {fmt(p['floor'])} (n = {p['n_confident']})",
                 fmt(r.get("to_target")),
-                f"{r['refused']} / {r['items']}",
+                f"{r['refused']} / {r.get('server_errors', 0)} / {r['items']}",
             ]
         )
     head = [
@@ -308,7 +352,7 @@ def attack_markdown(s: dict[str, Any]) -> str:
         "excess [95% CI]",
         "confident pushed below (vs re-runs)",
         "flips to target",
-        "refused",
+        "refused / server errors / items",
     ]
     lines.append(table(head, rows))
     lines.append(

@@ -16,6 +16,7 @@ knows which it talks to:
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..io import loads_json
 from .configs import BenchTarget
 
 BATCH_REQUESTS = 256
@@ -55,6 +57,84 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.status == 200 and self.answers is not None
+
+    @property
+    def refused(self) -> bool:
+        """The request was refused as malformed or not allowed (HTTP 4xx, e.g. 422)."""
+        return 400 <= self.status < 500
+
+    @property
+    def server_error(self) -> bool:
+        """Neither answered nor refused: the server failed (HTTP 5xx or another status)."""
+        return not self.ok and not self.refused
+
+
+class ServerAnswerError(ValueError):
+    """A server answered in a way no decision server may: a body that is not JSON, JSON of
+    the wrong shape, probabilities or confidences outside [0, 1]. The message names the
+    URL, the request and what was expected."""
+
+
+def _number_in_unit(x: Any) -> bool:
+    return (
+        isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and 0 <= x <= 1
+    )
+
+
+def _expected_labels(question: Mapping[str, Any]) -> list[str] | None:
+    """The probability keys a question's answer must carry (None: not checked)."""
+    kind, criteria = question.get("type"), question.get("criteria")
+    if kind == "noul" or criteria is None:
+        return None
+    if kind == "score":
+        return [str(i) for i in range(len(criteria))]
+    return [str(c) for c in criteria]  # a choice's criteria keys (or list)
+
+
+def check_answers(data: Any, request: Request) -> tuple[dict[str, dict], dict[str, int]]:
+    """``(answers, usage)`` of a ``200`` body, checked against the questions ``request``
+    asked: an object with ``answers`` holding an object per question; a noul's ``noul`` a
+    number in [0, 1]; a choice's or score's ``probabilities`` an object over exactly its
+    labels (a choice's criteria, a score's ``"0".."L-1"``), each in [0, 1], summing to 1
+    (within 1e-3), and its ``confidence`` in [0, 1]; ``usage`` (optional) an object of
+    integers. ``ValueError`` saying what is wrong otherwise (the caller adds where)."""
+    if not isinstance(data, dict) or not isinstance(data.get("answers"), dict):
+        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f'expected a JSON object with "answers": {{question: answer}}, got {got}')
+    answers = data["answers"]
+    for key, question in request.questions.items():
+        a = answers.get(key)
+        if not isinstance(a, dict):
+            raise ValueError(f"answers[{key!r}] must be an object, got {a!r:.80}")
+        if question.get("type") == "noul":
+            if not _number_in_unit(a.get("noul")):
+                raise ValueError(f"answers[{key!r}].noul must be in [0, 1], got {a.get('noul')!r}")
+            continue
+        probs = a.get("probabilities")
+        labels = _expected_labels(question)
+        if not isinstance(probs, dict):
+            raise ValueError(f"answers[{key!r}].probabilities must be an object, got {probs!r:.80}")
+        if labels is not None and sorted(probs) != sorted(labels):
+            raise ValueError(
+                f"answers[{key!r}].probabilities must have the keys {labels}, got {sorted(probs)}"
+            )
+        bad = {k: v for k, v in probs.items() if not _number_in_unit(v)}
+        if bad:
+            raise ValueError(f"answers[{key!r}].probabilities must be in [0, 1], got {bad}")
+        if abs(sum(probs.values()) - 1) > 1e-3:
+            raise ValueError(
+                f"answers[{key!r}].probabilities must sum to 1, got {sum(probs.values()):.6g}"
+            )
+        if not _number_in_unit(a.get("confidence")):
+            raise ValueError(
+                f"answers[{key!r}].confidence must be in [0, 1], got {a.get('confidence')!r}"
+            )
+    usage = data.get("usage", {})
+    if not isinstance(usage, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in usage.values()
+    ):
+        raise ValueError(f"usage must be an object of token counts, got {usage!r:.80}")
+    return answers, dict(usage)
 
 
 class Backend(Protocol):
@@ -141,21 +221,41 @@ class WireBackend:
         self.client, self.mode, self.m, self.send_options = client, mode, m, send_options
         if model is None:
             r = self._call("get", "/v1/models")
+            where = f"GET {self.url}/v1/models"
             if r.status_code != 200:
-                raise ValueError(f"GET /v1/models answered HTTP {r.status_code}: {r.text[:200]}")
-            model = r.json()["models"][0]["name"]
+                raise ServerAnswerError(f"{where} answered HTTP {r.status_code}: {_snippet(r)}")
+            data = _json(r, where)
+            models = data.get("models") if isinstance(data, dict) else None
+            first = models[0] if isinstance(models, list) and models else None
+            if not isinstance(first, dict) or not isinstance(first.get("name"), str):
+                raise ServerAnswerError(
+                    f'{where}: expected {{"models": [{{"name": ...}}, ...]}}, got '
+                    f"{_snippet(r)}; name the model with --model"
+                )
+            model = first["name"]
         self.model = model
 
+    @property
+    def url(self) -> str:
+        """The server's base URL (as the client has it)."""
+        return str(getattr(self.client, "base_url", "")).rstrip("/")
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """``client.<method>(path)``; a transport failure (no server, timeout) is an
+        """``client.<method>(path)``; a transport failure (no server, a timeout) is an
         ``OSError`` naming the URL."""
         import httpx
 
         try:
             return getattr(self.client, method)(path, **kwargs)
+        except httpx.TimeoutException:
+            timeout = getattr(getattr(self.client, "timeout", None), "read", None)
+            within = f" within {timeout:g} s" if isinstance(timeout, int | float) else ""
+            raise OSError(
+                f"the server at {self.url} did not answer {method.upper()} {path}{within} "
+                "(timed out): is it overloaded or stuck?"
+            ) from None
         except httpx.TransportError as err:
-            where = getattr(self.client, "base_url", "")
-            raise OSError(f"cannot reach the server at {where}: {err}") from None
+            raise OSError(f"cannot reach the server at {self.url}: {err}") from None
 
     @classmethod
     def from_url(
@@ -191,20 +291,48 @@ class WireBackend:
         """Outcomes in order, one POST at a time (``batched`` is accepted and ignored: the
         server batches concurrent requests itself)."""
         out = []
-        for r in requests:
+        for i, r in enumerate(requests, 1):
             t0 = time.perf_counter()
             resp = self._call("post", "/v1/systemone", json=self.body(r))
             dt = time.perf_counter() - t0
-            try:
-                data = resp.json()
-            except ValueError:
-                data = {}
+            where = f"POST {self.url}/v1/systemone (request {i} of {len(requests)})"
             if resp.status_code == 200:
-                out.append(Outcome(200, data["answers"], dict(data.get("usage", {})), dt))
+                try:
+                    answers, usage = check_answers(_json(resp, where), r)
+                except ServerAnswerError:
+                    raise
+                except ValueError as err:
+                    raise ServerAnswerError(f"{where} answered HTTP 200 with {err}") from None
+                out.append(Outcome(200, answers, usage, dt))
             else:
+                try:
+                    data = resp.json()
+                except ValueError:
+                    data = None
                 detail = data.get("detail") if isinstance(data, dict) else None
-                out.append(Outcome(resp.status_code, latency_s=dt, error=str(detail)[:300]))
+                error = _snippet(resp) if detail is None else str(detail)[:300]
+                out.append(Outcome(resp.status_code, latency_s=dt, error=error))
         return out
+
+
+def _snippet(resp: Any, n: int = 200) -> str:
+    """The start of a response's body, for a message (bytes that are not text escaped)."""
+    body = resp.content[:n]
+    try:
+        return body.decode("utf-8") + ("..." if len(resp.content) > n else "")
+    except UnicodeDecodeError:
+        return repr(body)
+
+
+def _json(resp: Any, where: str) -> Any:
+    """The JSON of a response; ``ServerAnswerError`` naming ``where`` when it is none."""
+    try:
+        return loads_json(resp.content)
+    except ValueError:  # not UTF-8, not JSON, nested too deeply
+        raise ServerAnswerError(
+            f"{where} answered HTTP {resp.status_code} with a body that is not JSON: "
+            f"{_snippet(resp, 60)}"
+        ) from None
 
 
 # ------------------------------------------------------------------------- opening
@@ -248,7 +376,9 @@ def open_backend(cfg: BenchTarget) -> tuple[Backend, str | None]:
     path = resolve_checkpoint(cfg)
     if path is None:
         key = cfg.api_key or os.environ.get("RLCD_API_KEY") or None
-        backend = WireBackend.from_url(str(cfg.url), key, model=cfg.model, mode=cfg.mode, m=cfg.m)
+        backend = WireBackend.from_url(
+            str(cfg.url), key, cfg.timeout_s, model=cfg.model, mode=cfg.mode, m=cfg.m
+        )
         return backend, None
     import torch
 

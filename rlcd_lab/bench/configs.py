@@ -22,6 +22,8 @@ class BenchTarget:
     """Base URL of a running `rlcd-lab serve` (POST /v1/systemone) instead of a checkpoint."""
     api_key: str | None = None
     """Bearer key for --url; default: $RLCD_API_KEY (unset: no key)."""
+    timeout_s: float = 60.0
+    """Seconds to wait for each answer from --url (then a clear error naming the request)."""
     model: str | None = None
     """Model name sent over the wire; default: the first name GET /v1/models lists."""
     task: str | None = None

@@ -47,6 +47,38 @@ def _log(run: str, root: str | Path) -> tuple[Path, list[dict]]:
         raise gr.Error(f"run {run!r}: could not read log.jsonl ({err})") from None
 
 
+def scan_logs(names: Sequence[str], root: str | Path = ASSETS) -> tuple[list[str], dict[str, str]]:
+    """``(columns, unreadable)`` over the logs of the runs ``names`` (a shipped run under
+    ``root``, else a run directory such as ``runs/x``; a run without a log is passed
+    over): the :func:`numeric_columns` of every readable log in first-seen order, and
+    ``{name: why}`` for each log that cannot be read (truncated or corrupt ``.xz``, a line
+    that is not JSON or not UTF-8; ``why`` names the file and the line), which the tab
+    leaves out instead of failing to start. A partial last line is no problem
+    (:func:`rlcd_lab.rundir.read_log` ignores it)."""
+    columns: dict[str, None] = {}
+    unreadable: dict[str, str] = {}
+    for name in names:
+        log = rundir.log_path(Path(root) / name)  # shipped logs are packed (.jsonl.xz)
+        log = log if log.exists() else rundir.log_path(Path(name))
+        if not log.exists():
+            continue
+        try:
+            rows = rundir.read_log(log)
+        except (OSError, ValueError) as err:
+            unreadable[name] = str(err)
+            continue
+        columns.update(dict.fromkeys(numeric_columns(rows)))
+    return list(columns), unreadable
+
+
+def unreadable_note(unreadable: dict[str, str]) -> str:
+    """Markdown naming the runs left out of the tab and why (empty for none)."""
+    if not unreadable:
+        return ""
+    lines = [f"* `{name}`: {why}" for name, why in unreadable.items()]
+    return "Left out, their logs cannot be read:\n\n" + "\n".join(lines)
+
+
 def numeric_columns(rows: Sequence[dict], x: str = "step") -> list[str]:
     """Columns holding a number in some row, except ``x``, in first-seen order."""
     cols: dict[str, None] = {}

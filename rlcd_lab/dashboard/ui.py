@@ -43,7 +43,7 @@ import gradio as gr
 from gradio import queueing
 
 from .. import rundir
-from ..assets import ASSETS, default_checkpoint, read_jsonl
+from ..assets import ASSETS, default_checkpoint
 from ..routing import DEFAULT_EPS, DEFAULT_THRESHOLD
 from . import ask_tab, batch_tab, compare_tab, help_tab, playground, routing_tab, runs_tab
 from .common import (
@@ -502,13 +502,11 @@ def _runs_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, 
     names = run_choices(root)
     defaults = default_runs(names)
     names += [n for n in local_run_choices(runs_root, rundir.LOG) if n not in names]
-    columns: dict[str, None] = {}
-    for name in names:
-        log = rundir.log_path(root / name)  # shipped logs are packed (.jsonl.xz)
-        log = log if log.exists() else rundir.log_path(Path(name))
-        if log.exists():
-            rows = read_jsonl(log)
-            columns.update(dict.fromkeys(runs_tab.numeric_columns(rows)))
+    columns, unreadable = runs_tab.scan_logs(names, root)  # a log that cannot be read: left out
+    names = [n for n in names if n not in unreadable]
+    defaults = [n for n in defaults if n not in unreadable]
+    if unreadable:
+        gr.Markdown(runs_tab.unreadable_note(unreadable))
     with gr.Row():
         run = gr.Dropdown(
             names,

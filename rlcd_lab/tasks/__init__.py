@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from collections import Counter
+from collections.abc import Sequence
+
 from .items import TaskItem, read_items, validate_item, write_items
 from .split import SPLITS, split_base, split_file, split_items, split_paths
 from .synthetic import TASKS, get_task
@@ -9,6 +13,7 @@ from .synthetic import TASKS, get_task
 __all__ = [
     "SPLITS",
     "TaskItem",
+    "check_unique_uids",
     "load_task_items",
     "read_items",
     "split_file",
@@ -17,6 +22,20 @@ __all__ = [
     "validate_item",
     "write_items",
 ]
+
+
+def check_unique_uids(items: Sequence[TaskItem], path: str | os.PathLike) -> None:
+    """``ValueError`` naming ``path`` and the repeated uids (the first 10, with their
+    counts) when an item's uid repeats in ``items`` (read from ``path``)."""
+    counts = Counter(it.uid for it in items)
+    dups = [(uid, c) for uid, c in counts.items() if c > 1]
+    if dups:
+        shown = ", ".join(f"{uid!r} ({c}x)" for uid, c in dups[:10])
+        more = f" and {len(dups) - 10} more" if len(dups) > 10 else ""
+        raise ValueError(
+            f"{path}: duplicate uids {shown}{more}; every item needs its own uid (eval dumps "
+            "and comparisons key items by uid): remove or rename the repeats"
+        )
 
 
 def load_task_items(task: str, split: str) -> list[TaskItem]:
@@ -29,7 +48,9 @@ def load_task_items(task: str, split: str) -> list[TaskItem]:
     sibling is a ``ValueError`` naming it and the command that writes it, never a silent
     fallback to the whole file (which would train and test on the same items). An
     unknown name, or a path with neither the file nor any split of it, is a
-    ``ValueError`` listing the synthetic tasks.
+    ``ValueError`` listing the synthetic tasks; so is a split file whose uids repeat
+    (:func:`check_unique_uids`: eval dumps, routing and the paired comparisons key items
+    by uid).
     """
     if task in TASKS:
         return get_task(task).split(split)
@@ -38,7 +59,9 @@ def load_task_items(task: str, split: str) -> list[TaskItem]:
     base = split_base(task)
     paths = split_paths(base)
     if paths[split].is_file():
-        return read_items(paths[split])
+        items = read_items(paths[split])
+        check_unique_uids(items, paths[split])
+        return items
     if base.is_file() or any(p.is_file() for p in paths.values()):
         raise ValueError(
             f"task file {base} has no {split} split: {paths[split]} is missing; write the "

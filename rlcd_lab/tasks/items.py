@@ -27,6 +27,13 @@ from pathlib import Path
 from ..io import atomic_write_text, loads_json
 
 FIELDS = ("uid", "prompt", "options", "label", "q")
+REQUIRED = ("uid", "prompt", "options")
+"""Fields every item has; ``label`` or ``q`` (at least one of them) may be null."""
+EXPECTED = (
+    "uid (string), prompt (string), options (array of strings), label (integer index "
+    "into options, or null), q (array of probabilities, one per option, or null)"
+)
+"""The task-item fields as an error message lists them."""
 
 
 def _json_kind(value: object) -> str:
@@ -82,12 +89,15 @@ class TaskItem:
             raise ValueError(
                 f"a task item must be a JSON object with {', '.join(FIELDS)}, got {_json_kind(d)}"
             )
-        extra = set(d) - set(FIELDS)
-        if extra:
-            raise ValueError(f"unknown task-item fields {sorted(extra)}")
-        missing = {"uid", "prompt", "options"} - set(d)
-        if missing:
-            raise ValueError(f"task item is missing {sorted(missing)}")
+        extra = [k for k in d if k not in FIELDS]
+        missing = [k for k in REQUIRED if k not in d]
+        if extra or missing:
+            parts = [f"unknown task-item fields {extra}"] if extra else []
+            parts += [f"task item is missing {missing}"] if missing else []
+            raise ValueError(
+                f"{' and '.join(parts)}; a task item has the fields {EXPECTED} (see "
+                "docs/training.md, 'Task files')"
+            )
         where = f"task item {d['uid']!r}"
         if not isinstance(d["options"], list):
             raise ValueError(
@@ -174,7 +184,9 @@ def read_items(path: str | os.PathLike) -> list[TaskItem]:
             try:
                 items.append(TaskItem.from_json(loads_json(line)))
             except (ValueError, TypeError, KeyError) as err:
-                raise ValueError(f"{path}:{n}: {err}") from None
+                shown = line.strip()
+                shown = shown if len(shown) <= 120 else shown[:117] + "..."
+                raise ValueError(f"{path}:{n}: {err} (the line: {shown})") from None
     return items
 
 
