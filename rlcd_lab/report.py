@@ -522,7 +522,7 @@ def write_report(
     its runs' configs name) decides which of the paper's findings it is judged on."""
     summary, loaded = summarize_runs(root, seeds, eps)
     if task is not None:
-        summary["task"] = task
+        summary["task"] = rundir.portable_path(task)
     summary["configs"] = {
         f"seed-{s}/{p.parent.name}": json.loads(p.read_text())
         for s in seeds

@@ -247,9 +247,25 @@ def evaluated_runs(root: str | Path, pattern: str = "**") -> list[Path]:
 
 
 # ---------------------------------------------------------------------------- configs
+def portable_path(value: Any) -> Any:
+    """An absolute path string as another machine can read it: relative to the working
+    directory when under it (``assets/checkpoints/base-verify``), ``~/...`` when under the
+    home directory (``~/.cache/rlcd_lab/data/x.jsonl``); anything else as it is."""
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return value
+    for root, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            return prefix + Path(value).relative_to(root).as_posix()
+        except ValueError:
+            continue
+    return value
+
+
 def config_dict(cfg: Any) -> dict:
-    """A frozen config dataclass as JSON-ready dict (paths as strings)."""
-    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    """A frozen config dataclass as JSON-ready dict (paths as strings, made portable by
+    :func:`portable_path`: a config names no directory of the machine that wrote it)."""
+    raw = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    return {k: portable_path(v) for k, v in raw.items()}
 
 
 RUN_OPTIONS = ("resume", "overwrite", "verify")

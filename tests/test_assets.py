@@ -4,6 +4,7 @@ Looser than the measured numbers (100 dev items instead of 400 test items), so i
 against a broken artefact or a code change that breaks it, not against sampling noise.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,27 @@ def test_shipped_runs_and_mixture_dumps_are_found_packed():
     assert "results/verify/seed-17/reinforce" in runs and len(runs) > 100
     mixture = load_run(runs["results/aleatoric/seed-17/reinforce"])
     assert mixture.m_mixture == 16 and len(mixture.labels) == 400
+
+
+def test_shipped_configs_name_no_directory_of_the_machine_that_made_them():
+    """Every shipped config.json and summary names paths relative to the repository or
+    under ~ (rundir.portable_path), never an absolute directory."""
+    import json
+
+    for f in [*RESULTS.rglob("config.json"), *RESULTS.rglob("summary.json")]:
+        text = f.read_text(encoding="utf-8")
+        absolute = re.findall(r'"(/[^"]*)"', text)
+        assert not absolute, (f, absolute[:3])
+        json.loads(text)
+
+
+def test_portable_paths(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from rlcd_lab.rundir import portable_path
+
+    monkeypatch.chdir(tmp_path)
+    assert portable_path(str(tmp_path / "assets" / "x")) == "assets/x"
+    assert portable_path(str(Path.home() / ".cache" / "d.jsonl")) == "~/.cache/d.jsonl"
+    assert portable_path("/elsewhere/x") == "/elsewhere/x"  # neither: as it is
+    assert portable_path("verify") == "verify" and portable_path(3) == 3

@@ -561,3 +561,14 @@ def test_eval_command_reports_and_prints_its_warnings(tmp_path, checkpoint, caps
     assert expected  # 4 items cannot tell accuracy from chance; 8 tokens force markers
     printed = [ln for ln in captured.err.splitlines() if ln.startswith("rlcd-lab: warning: ")]
     assert printed == [f"rlcd-lab: warning: {w}" for w in expected]
+
+
+def test_a_task_under_home_is_read_from_its_portable_name(tmp_path, monkeypatch):
+    """A config names a fetched task as ``~/...`` (rundir.portable_path): it loads."""
+    from rlcd_lab.tasks import load_task_items, write_items
+    from rlcd_lab.tasks.items import TaskItem
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    items = [TaskItem(f"u{i}", f"q{i}?", ("Y", "N"), i % 2, None) for i in range(3)]
+    write_items(tmp_path / "t.test.jsonl", items)
+    assert [it.uid for it in load_task_items("~/t.jsonl", "test")] == ["u0", "u1", "u2"]

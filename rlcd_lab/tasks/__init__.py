@@ -54,6 +54,7 @@ def load_task_items(task: str, split: str) -> list[TaskItem]:
     """
     if task in TASKS:
         return get_task(task).split(split)
+    task = os.path.expanduser(task)  # configs name files under the home directory as ~/...
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
     base = split_base(task)
