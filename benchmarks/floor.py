@@ -6,7 +6,7 @@
 
 For each model, weight dtype, kernel and number of rows per step, measured in one run and
 interleaved (every repetition times each measurement once, so a drift in the machine's
-load hits all alike):
+load hits all alike), in process CPU time (``time.process_time``; run it on one thread):
 
 * ``step``: one KV-cached decoding step of ``rows`` rows after a ``PROMPT``-token prompt,
   the sampler's own step (``decoding._Steps``: ``_LlamaSteps`` where it applies), logits
@@ -27,12 +27,21 @@ load hits all alike):
   prompt's encoding and the Python loop around the steps are in it; ``rows/s``: rows
   advanced one token per second (``rows / sampler``), what a wider batch buys.
 
+CPU features: the ``bfloat16`` rows need native bfloat16 products, the test
+``decoding.fast_dtype`` decides ``--sampler fast``'s dtype with (oneDNN's
+``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: ``avx512_bf16`` or AMX, and not limited
+below them by ``ONEDNN_MAX_CPU_ISA``); elsewhere bfloat16 is emulated and its step
+against the floor means nothing (a step / floor of 0.11, below the floor, was printed
+under ``tests/emulate_cpu.py avx2``), so those rows are skipped with that reason, in the
+table and in the summary (``skipped``). The ``onednn`` rows need oneDNN's packed products
+(``decoding.PackedLinears.available``), else they are skipped the same way.
+
 ``--json``: the rows are also merged into that speed summary (``bench.speed.record_speed``,
-key ``floor``), from which ``python -m rlcd_lab.report --readme`` writes the speed tables of
-the README and docs/performance.md. The CPU (model name and the flags that decide the
-kernels) is printed first: a figure
-means something only beside the machine it was measured on. The ratios are the numbers
-to compare across machines.
+key ``floor``; without a path, this CPU kind's ``benchmarks/results/<kind>/speed.json``),
+from which ``python -m rlcd_lab.report --readme`` writes the speed tables of the README
+and docs/performance.md. The CPU (model name, the flags that decide the kernels and any
+limit put on them) is printed first: a figure means something only beside the machine it
+was measured on. The ratios are the numbers to compare across machines.
 """
 
 from __future__ import annotations
@@ -46,9 +55,8 @@ from pathlib import Path
 
 import torch
 
-from rlcd_lab.bench.common import machine
-from rlcd_lab.bench.speed import record_speed
-from rlcd_lab.decoding import PackedLinears, _Steps, kv_sampler
+from rlcd_lab.bench.speed import default_path, machine_line, record_speed
+from rlcd_lab.decoding import PackedLinears, _Steps, fast_dtype, kv_sampler
 from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
 
@@ -71,10 +79,26 @@ def matmul_params(model: torch.nn.Module) -> int:
     return n + (emb.numel() if tied else 0)
 
 
+NO_BF16 = (
+    "no native bfloat16 products on this CPU (oneDNN's _is_mkldnn_bf16_supported() is "
+    "False: bfloat16 would be emulated)"
+)
+"""Why the bfloat16 rows are skipped where :func:`decoding.fast_dtype` picks float32."""
+
+
+def skip_reason(dtype_name: str) -> str | None:
+    """Why rows of ``dtype_name`` cannot run on this CPU (None: they can)."""
+    if dtype_name == "bfloat16" and fast_dtype("cpu") != torch.bfloat16:
+        return NO_BF16
+    return None
+
+
 def timer(fn) -> float:
-    t0 = time.perf_counter()
+    """Process CPU seconds of ``fn()`` (one thread: its compute; other processes on a
+    shared machine disturb it less than wall time)."""
+    t0 = time.process_time()
     fn()
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def measure(model, tok, rows: int, reps: int, dtype: torch.dtype, packed) -> dict:
@@ -130,10 +154,19 @@ def main() -> None:
     )
     ap.add_argument("--kernels", nargs="+", choices=["blas", "onednn"], default=["blas", "onednn"])
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--json", type=Path, default=None, help="merge the rows into this summary")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        nargs="?",
+        const=default_path(),
+        default=None,
+        help="merge the rows into this summary (default: this CPU kind's)",
+    )
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    print(f"CPU: {machine()}")
+    print(f"CPU: {machine_line()}")
+    bf16 = skip_reason("bfloat16")
+    print(f"CPU features: native bfloat16 products (oneDNN) {'no' if bf16 else 'yes'}")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"load {os.getloadavg()[0]:.2f}"
@@ -152,13 +185,28 @@ def main() -> None:
             continue
         model32, tok, _ = load_checkpoint(path, "cpu")
         for dtype_name in args.dtypes:
+            reason = skip_reason(dtype_name)
+            if reason is not None:
+                print(f"| {name} | {dtype_name} | all | {' '.join(map(str, args.rows))} "
+                      f"| skipped: {reason} |")  # fmt: skip
+                table += [
+                    dict(model=name, dtype=dtype_name, kernel=k, rows=n, skipped=reason)
+                    for k in args.kernels
+                    for n in args.rows
+                ]
+                continue
             dtype = getattr(torch, dtype_name)
             model = (
                 model32 if dtype == torch.float32 else load_checkpoint(path, "cpu", dtype=dtype)[0]
             )
             for kernel in args.kernels:
                 if kernel == "onednn" and not PackedLinears.available(model):
-                    print(f"| {name} | {dtype_name} | {kernel} | not available on this CPU |")
+                    why = "oneDNN's packed products are not available on this CPU"
+                    print(f"| {name} | {dtype_name} | {kernel} | all | skipped: {why} |")
+                    table += [
+                        dict(model=name, dtype=dtype_name, kernel=kernel, rows=n, skipped=why)
+                        for n in args.rows
+                    ]
                     continue
                 packed = PackedLinears(model) if kernel == "onednn" else None
                 for rows in args.rows:

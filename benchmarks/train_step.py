@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/train_step.py \\
         [--settings tiny smollm2] [--steps N] [--rounds R]
+        [--json [benchmarks/results/CPU/speed.json]]
 
 Both sides train the same model on the same questions (the first ``steps`` batches of our
 question stream, fed to TRL in that order), with the same number of questions, M = 4
@@ -22,18 +23,21 @@ KL reward to enter, so it skips that pass), in float32 on the CPU:
 Ours: ``reinforce-fast`` is the reinforce loop with ``--sampler fast``
 (``decoding.fast_sampler``: a packed, bfloat16 where native, copy of the weights draws the
 rationales on models of at least ``decoding.FAST_MIN_PARAMS`` parameters; the tiny model
-samples as ``reinforce`` does). The targets: reinforce step <= 0.6x TRL's on the tiny
-model, <= 0.4x on SmolLM2. The real training functions (``rlcd_lab.train.train``) into a
-temporary directory (no evals during training, checkpoint only at the end, the
-score-function/pathwise gradient diagnostic off); wall time per step from ``log.jsonl``
-(``time_step``, ``time_sample``). TRL: ``GRPOTrainer`` (``bf16=False`` and
-``gradient_checkpointing=False`` to match our float32 loops without recomputation; TRL's
-defaults are True for both), timed by a callback from ``on_step_begin`` to
-``on_step_end``; its sampling time is that of ``_generate_single_turn`` (``transformers``
-``generate``). Both also get the process CPU time per step, which other processes on a
-shared machine disturb less than wall time. Medians over the steps after the first
-(warm-up) of every run; each loop runs ``rounds`` times in rotated order. A second table
-times the pieces of one of our steps with the library functions.
+samples as ``reinforce`` does). CPU features: none required; the copy is bfloat16 only
+where oneDNN reports native bfloat16 products (``decoding.fast_dtype``), else float32, and
+the line ``CPU features:`` printed first says which. The targets: reinforce step <= 0.6x
+TRL's on the tiny model, <= 0.4x on SmolLM2. The real training functions
+(``rlcd_lab.train.train``) into a temporary directory (no evals during training,
+checkpoint only at the end, the score-function/pathwise gradient diagnostic off); wall
+time per step from ``log.jsonl`` (``time_step``, ``time_sample``). TRL: ``GRPOTrainer``
+(``bf16=False`` and ``gradient_checkpointing=False`` to match our float32 loops without
+recomputation; TRL's defaults are True for both), timed by a callback from
+``on_step_begin`` to ``on_step_end``; its sampling time is that of
+``_generate_single_turn`` (``transformers`` ``generate``). Both also get the process CPU
+time per step, which other processes on a shared machine disturb less than wall time.
+Medians over the steps after the first (warm-up) of every run; each loop runs ``rounds``
+times in rotated order. A second table times the pieces of one of our steps with the
+library functions.
 
 Threads as the environment sets them (``OMP_NUM_THREADS``, else torch's default of one
 per core). On the shared 2-core machine use ``OMP_NUM_THREADS=1``: two threads per
@@ -63,8 +67,8 @@ from pathlib import Path
 
 import torch
 
-from rlcd_lab.bench.common import machine
-from rlcd_lab.bench.speed import record_speed
+from rlcd_lab.bench.speed import default_path, machine_line, record_speed
+from rlcd_lab.decoding import fast_dtype
 from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.models import read_meta
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
@@ -437,7 +441,14 @@ def main() -> None:
         default=None,
         help="runs of every loop, in rotated order (default: 2 tiny, 1 smollm2)",
     )
-    ap.add_argument("--json", type=Path, default=None, help="merge the results into this summary")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        nargs="?",
+        const=default_path(),
+        default=None,
+        help="merge the results into this summary (default: this CPU kind's)",
+    )
     args = ap.parse_args()
     if args.steps is not None and args.steps < 2:
         ap.error("--steps must be >= 2 (the first step is warm-up)")
@@ -450,7 +461,12 @@ def main() -> None:
 
     start = os.getloadavg()
     threads = torch.get_num_threads()
-    print(f"CPU: {machine()}")
+    print(f"CPU: {machine_line()}")
+    copy = str(fast_dtype("cpu")).removeprefix("torch.")
+    print(
+        "CPU features: native bfloat16 products (oneDNN) "
+        f"{'yes' if copy == 'bfloat16' else 'no'}: reinforce-fast's copy in {copy}"
+    )
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, trl "
         f"{trl.__version__}; torch threads {threads} "

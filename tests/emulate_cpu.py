@@ -6,9 +6,10 @@ OpenBLAS's kernel, torch's ATen kernel and oneDNN's ISA limited together.
 
 * ``avx2``: the most common machine (AMD Zen 2, Intel Haswell..Comet Lake): numpy without
   its AVX-512 kernels (NPY_DISABLE_CPU_FEATURES), OPENBLAS_CORETYPE=Haswell,
-  ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2.
+  ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2.
 * ``portable``: every library on its baseline path: numpy with no dispatched kernel,
-  OPENBLAS_CORETYPE=Nehalem (SSE4), ATEN_CPU_CAPABILITY=default, ONEDNN_MAX_CPU_ISA=SSE41.
+  OPENBLAS_CORETYPE=Nehalem (SSE4), ATEN_CPU_CAPABILITY=default, ONEDNN_MAX_CPU_ISA=SSE41,
+  MKL_ENABLE_INSTRUCTIONS=SSE4_2.
 
 Only features this CPU has are disabled (numpy refuses to disable its baseline), and
 OpenBLAS is forced to Haswell only where the CPU has AVX2. Make's ``test`` target runs
@@ -32,6 +33,7 @@ def cpu_env(kind: str) -> dict[str, str]:
     if kind == "avx2":
         off = [f for f in found if f.startswith(("AVX512", "X86_V4"))]
         env = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+        env["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"
         if " avx2" in flags:
             env["OPENBLAS_CORETYPE"] = "Haswell"
     elif kind == "portable":
@@ -40,6 +42,7 @@ def cpu_env(kind: str) -> dict[str, str]:
             "ATEN_CPU_CAPABILITY": "default",
             "ONEDNN_MAX_CPU_ISA": "SSE41",
             "OPENBLAS_CORETYPE": "Nehalem",
+            "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
         }
     else:
         raise SystemExit(f"unknown CPU kind {kind!r}: avx2 or portable")
