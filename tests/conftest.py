@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlcd_lab.models import char_tokenizer, tiny_model
+from rlcd_lab.models import char_tokenizer, tiny_model, use_free_cores
+
+use_free_cores()  # as every rlcd-lab command: no spinning threads beside a busy process
 
 NUMERICS = {
     "test_bf16",
