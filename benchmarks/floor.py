@@ -55,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-from rlcd_lab.bench.speed import default_path, machine_line, record_speed
+from rlcd_lab.bench.speed import add_json_argument, machine_line, record_speed
 from rlcd_lab.decoding import PackedLinears, _Steps, fast_dtype, kv_sampler
 from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
@@ -154,14 +154,7 @@ def main() -> None:
     )
     ap.add_argument("--kernels", nargs="+", choices=["blas", "onednn"], default=["blas", "onednn"])
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument(
-        "--json",
-        type=Path,
-        nargs="?",
-        const=default_path(),
-        default=None,
-        help="merge the rows into this summary (default: this CPU kind's)",
-    )
+    add_json_argument(ap)
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     print(f"CPU: {machine_line()}")

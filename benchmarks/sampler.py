@@ -76,7 +76,7 @@ from pathlib import Path
 import torch
 
 from rlcd_lab import decoding
-from rlcd_lab.bench.speed import default_path, machine_line, record_speed
+from rlcd_lab.bench.speed import add_json_argument, machine_line, record_speed
 from rlcd_lab.decoding import fast_dtype, kv_sampler
 from rlcd_lab.loading import load_checkpoint
 from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
@@ -319,14 +319,7 @@ def main() -> None:
     ap.add_argument(
         "--reps", type=int, default=None, help="timed calls of each variant (10 tiny, 5 smollm2)"
     )
-    ap.add_argument(
-        "--json",
-        type=Path,
-        nargs="?",
-        const=default_path(),
-        default=None,
-        help="merge the results into this summary (default: this CPU kind's)",
-    )
+    add_json_argument(ap)
     args = ap.parse_args()
     if args.reps is not None and args.reps < 1:
         ap.error("--reps must be >= 1")

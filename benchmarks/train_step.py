@@ -67,7 +67,7 @@ from pathlib import Path
 
 import torch
 
-from rlcd_lab.bench.speed import default_path, machine_line, record_speed
+from rlcd_lab.bench.speed import add_json_argument, machine_line, record_speed
 from rlcd_lab.decoding import fast_dtype
 from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.models import read_meta
@@ -441,14 +441,7 @@ def main() -> None:
         default=None,
         help="runs of every loop, in rotated order (default: 2 tiny, 1 smollm2)",
     )
-    ap.add_argument(
-        "--json",
-        type=Path,
-        nargs="?",
-        const=default_path(),
-        default=None,
-        help="merge the results into this summary (default: this CPU kind's)",
-    )
+    add_json_argument(ap)
     args = ap.parse_args()
     if args.steps is not None and args.steps < 2:
         ap.error("--steps must be >= 2 (the first step is warm-up)")

@@ -16,6 +16,7 @@ index's, one row per CPU kind (:func:`speed_by_cpu`), each figure beside its CPU
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -96,6 +97,19 @@ def cpu_kind(line: str | None = None) -> str:
 def default_path(root: str | os.PathLike = "benchmarks/results") -> Path:
     """``<root>/<cpu_kind()>/speed.json``: where this machine's summary belongs."""
     return Path(root) / cpu_kind() / SUMMARY
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """A benchmark's ``--json [PATH]``: merge its rows into a summary (without PATH: this
+    CPU kind's, :func:`default_path`)."""
+    parser.add_argument(
+        "--json",
+        type=Path,
+        nargs="?",
+        const=default_path(),
+        default=None,
+        help="merge the rows into this summary (default: this CPU kind's)",
+    )
 
 
 SUMMARY = "speed.json"
