@@ -337,7 +337,11 @@ def test_app_serves_from_a_copy_of_the_repository_offline(tmp_path):
         out.close()
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert [e for e in events if e[0] == "network"] == [], "app.py tried to reach the network"
-    opened = [Path(p) for kind, p in events if kind == "open" and "/rlcd_lab/" in p]
+    # the package's modules (a data file under ~/.cache/rlcd_lab, e.g. a converted model's
+    # rlcd.json the Compare tab reads for its default pair, is not the package)
+    opened = [
+        Path(p) for kind, p in events if kind == "open" and "/rlcd_lab/" in p and p.endswith(".py")
+    ]
     assert opened, "the harness saw no rlcd_lab module being read"
     outside = [p for p in opened if not p.is_relative_to(app)]
     assert not outside, f"rlcd_lab read from outside the copy: {outside[:3]}"
