@@ -119,6 +119,21 @@ def _close(x: float, expected: float, tol: float) -> bool:
     return abs(x - expected) <= tol + 1e-9 * abs(expected)
 
 
+def _per_task_wrong(
+    answers: Any, expected: Mapping[str, float], what: str, hint: str, tol: float = 1e-3
+) -> Feedback | None:
+    """The feedback for ``answers`` (``{task: number}``) that miss ``expected`` (within
+    ``tol``): a dict of the wrong tasks, or the first task off (``"{task}: {hint}"``);
+    None when every task's number is right."""
+    if not isinstance(answers, Mapping) or set(answers) != set(expected):
+        return _wrong(f"give a dict with one {what} per task: {sorted(expected)}")
+    for task, value in expected.items():
+        x = _number(answers[task])
+        if x is None or not _close(x, value, tol):
+            return _wrong(f"{task}: {hint}")
+    return None
+
+
 def _bool(x: Any) -> bool | None:
     """``x`` as a bool when it is one (Python's or numpy's, as ``min(gaps) >= 0`` gives),
     else None."""
@@ -820,17 +835,13 @@ def check_label_free_accuracy(
             return _nothing(f"no threshold was chosen on dev for {task}")
         probs, _ = routing.cascade(out["direct"], out["reason"], t)
         expected[task] = float(probs.max(1).mean())
-    if not isinstance(answers, Mapping) or set(answers) != set(expected):
-        return _wrong(f"give a dict with one predicted accuracy per task: {sorted(expected)}")
-    for task, acc in expected.items():
-        value = _number(answers[task])
-        if value is None or not _close(value, acc, 1e-3):
-            return _wrong(
-                f"{task}: not the accuracy the cascade predicts. Hint: probs, routed = "
-                "routing.cascade(out['direct'], out['reason'], t); a calibrated readout "
-                "expects to be right with probability max p, so take the mean of "
-                "probs.max(1)"
-            )
+    wrong = _per_task_wrong(
+        answers, expected, "predicted accuracy", "not the accuracy the cascade predicts. "
+        "Hint: probs, routed = routing.cascade(out['direct'], out['reason'], t); a calibrated "
+        "readout expects to be right with probability max p, so take the mean of probs.max(1)",
+    )  # fmt: skip
+    if wrong is not None:
+        return wrong
     return _right(
         "predicted test accuracy at the dev threshold: "
         + ", ".join(f"{task} {acc:.3f}" for task, acc in expected.items())
@@ -866,16 +877,13 @@ def check_raw_cascade(
             out["direct"], out["reason"], out["y"], out["tokens_reason"], thresholds
         )
         change[task] = float(np.abs(raw["accuracy"] - scaled["accuracy"]).max())
-    if not isinstance(answer, Mapping) or set(answer) != set(change):
-        return _wrong(f"give a dict with one accuracy change per task: {sorted(change)}")
-    for task, c in change.items():
-        value = _number(answer[task])
-        if value is None or not _close(value, c, 1e-3):
-            return _wrong(
-                f"{task}: not the largest accuracy change over the thresholds. Hint: "
-                "routing.cascade_curve with out['direct_raw'] in place of out['direct'], "
-                "then the largest |difference| of the two 'accuracy' arrays"
-            )
+    wrong = _per_task_wrong(
+        answer, change, "accuracy change", "not the largest accuracy change over the "
+        "thresholds. Hint: routing.cascade_curve with out['direct_raw'] in place of "
+        "out['direct'], then the largest |difference| of the two 'accuracy' arrays",
+    )  # fmt: skip
+    if wrong is not None:
+        return wrong
     top = max(change, key=change.get)
     return _right(
         "largest accuracy change over the thresholds: "
