@@ -1,6 +1,7 @@
 """Evaluation and a training step on the rung, old code against new, side by side.
 
-    .venv/bin/python benchmarks/eval_speed.py --old a835595 [--items 16] [--reps 3]
+    .venv/bin/python benchmarks/eval_speed.py --old a835595 [--items 16] [--reps 3] \
+        [--kinds eval step]
 
 Both trees run the same work in fresh processes, one thread each, interleaved (old, new,
 old, new, ...), each timed in CPU seconds of its own process around the measured call
@@ -11,10 +12,12 @@ old, new, ...), each timed in CPU seconds of its own process around the measured
   + LoRA r = 8) on the first ``--items`` test items of ``basic-skills-arithmetic-verify``
   (``rlcd-lab data fetch basic-skills-arithmetic-verify`` writes them), m = 1, 40 new
   tokens, seed 0: the rung's evaluation settings. Reported per item.
-* ``step``: one reinforce step as the rung trains (2 questions x 4 rationales, 40 tokens,
-  LoRA r = 8 on SmolLM2, the shipped stage-2 adapter as both the trained model and the
-  frozen anchor, as only it ships its weights): ``sample_questions``,
-  ``score_rationales`` with gradient, the reference pass, ``backward``.
+* ``step``: reinforce steps of the training loop itself (``train.rlcd.train``, 3 steps of
+  ``--items`` questions x 4 rationales, 40 tokens, LoRA r = 8 on SmolLM2, the shipped
+  stage-2 adapter as both the trained model and the frozen anchor, as only it ships its
+  weights): the loop's own ``time_step`` of steps 2 and 3 (sampling, the scoring pass with
+  gradient, the anchor's pass, backward, the optimizer), its clock set to CPU seconds. The
+  first step's reward and KL say whether both trees drew the same rationales.
 
 ``--old`` is a git revision of this repository, checked out once into a worktree under
 /tmp. The rows also say how many rationales came out identical and the largest readout
@@ -54,28 +57,21 @@ if kind == "eval":
     cpu = time.process_time() - t0
     res = {"cpu": cpu / len(items), "texts": [r["rationales"][0] for r in rows],
            "logits": [r["logits"] for r in rows]}
-else:
-    from rlcd_lab.reader import sample_questions, score_rationales
-    model, tok, meta = load_checkpoint(rung / "reinforce" / "final")
-    ref, _, _ = load_checkpoint(rung / "reinforce" / "final")
-    model.train()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for name, p in model.named_parameters():
-        if "lora_" in name:
-            p.requires_grad_(True)
-    qs = [it.prompt for it in items[:2]]
-    opts = [it.options for it in items[:2]]
-    sample_questions(model, tok, qs, opts, 4, 40, seed=1)  # warm-up
-    t0 = time.process_time()
-    rats, ids = sample_questions(model, tok, qs, opts, 4, 40, seed=0)
-    t1 = time.process_time()
-    u, z, lp = score_rationales(model, rats, ids)
-    with torch.no_grad():
-        score_rationales(ref, rats, ids)
-    (u[:, 0].sum() + lp.sum() * 1e-3).backward()
-    cpu = time.process_time() - t0
-    res = {"cpu": cpu, "sample": t1 - t0, "texts": rats.texts, "logits": z.tolist()}
+else:  # real training steps, their CPU time as the loop logs it (time_step)
+    import tempfile
+    time.perf_counter = time.process_time  # the loop's clock: CPU seconds of this process
+    from rlcd_lab.train.rlcd import preset, train
+    from rlcd_lab.io import read_jsonl
+    init = rung / "reinforce" / "final"
+    tmp = Path(tempfile.mkdtemp())
+    cfg = preset("reinforce", init=init, ref=init, task=str(task), out=tmp / "run",
+                 steps=3, batch_size=n, m=4, max_new_tokens=40, lr=3e-4, eval_items=1,
+                 test_items=0, eval_every=0, save_every=1000, device="cpu", seed=0)
+    run = train(cfg)
+    log = [r for r in read_jsonl(Path(run) / "log.jsonl") if "time_step" in r]
+    steps = [r["time_step"] for r in log[1:]]  # the first step warms up
+    res = {"cpu": sum(steps) / len(steps), "texts": [], "logits": [],
+           "first": [log[0]["reward"], log[0]["kl"]]}
 Path(out).write_text(json.dumps(res))
 """
 
@@ -117,6 +113,14 @@ def main() -> None:
             for name, tree in (("old", old), ("new", REPO)):
                 last[name] = run(tree, kind, args.items)
                 times[name].append(last[name]["cpu"])
+        if kind == "step":
+            o, n = statistics.median(times["old"]), statistics.median(times["new"])
+            same = f"{last['old']['first']} vs {last['new']['first']}"
+            print(f"| step ({args.items} questions x 4) | {o:.2f} [{min(times['old']):.2f}, "
+                  f"{max(times['old']):.2f}] | {n:.2f} [{min(times['new']):.2f}, "
+                  f"{max(times['new']):.2f}] | {o / n:.2f}x | first step's reward and KL: "
+                  f"{same} | |")  # fmt: skip
+            continue
         pairs = zip(last["old"]["texts"], last["new"]["texts"], strict=True)
         same = [i for i, (a, b) in enumerate(pairs) if a == b]
         diffs = [

@@ -77,6 +77,36 @@ def prompt_groups(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return first, first.long().cumsum(0) - 1
 
 
+def shared_prompt_pass(
+    model: torch.nn.Module, seqs: Sequence[Sequence[int]], lcp: int, cache: DynamicCache
+) -> tuple[Tensor, Tensor]:
+    """Encode ``G`` prompts (token lists) that share their first ``lcp`` tokens into
+    ``cache``: the prefix once (one row), its keys and values copied to the ``G`` rows, then
+    each prompt's rest left-padded on top. Returns the logits after each prompt ``(G, V)``
+    and the mask of the cached columns ``(G, lcp + R)`` (``R`` the longest rest): the pads
+    inside a row are masked and its positions count only its own tokens, so this equals
+    one pass over the left-padded prompts up to float rounding (and keeps the gradient:
+    the rests reach the prefix through the copied keys and values). ``lcp`` must leave
+    every prompt a token (``sampling.common_prefix_len``)."""
+    device = next(model.parameters()).device
+    cache_arg, keep = forward_args(model)
+    one = {"logits_to_keep": 1} if keep else {}
+    prefix = torch.tensor([list(seqs[0][:lcp])], device=device)
+    model(input_ids=prefix, use_cache=True, **{cache_arg: cache}, **one)
+    cache.reorder_cache(torch.zeros(len(seqs), dtype=torch.long, device=device))
+    rest, rest_mask = left_pad([s[lcp:] for s in seqs], 0, device)  # pads masked
+    mask = torch.cat([rest_mask.new_ones((len(seqs), lcp)), rest_mask], 1)
+    out = model(
+        input_ids=rest,
+        attention_mask=mask,
+        position_ids=position_ids(mask)[:, lcp:],
+        use_cache=True,
+        **{cache_arg: cache},
+        **one,
+    )
+    return out.logits[:, -1], mask
+
+
 @torch.no_grad()
 def kv_sampler(
     model: PreTrainedModel,
@@ -247,34 +277,14 @@ class _Steps:
         return logits
 
     def _prefill_shared(self, seqs: list[list[int]], lcp: int) -> Tensor:
-        """The ``G`` distinct prompts ``seqs`` sharing their first ``lcp`` tokens: the
-        prefix once (one row), its keys and values copied to ``G`` rows, then each
-        prompt's rest left-padded on top. The cache then holds, per row, the prefix and
-        the padded rest (``width`` columns as before, the pads inside masked), and every
-        row's positions are its own token counts, as in the one-call prefill."""
-        device = self.ids.device
-        prefix = torch.tensor([seqs[0][:lcp]], device=device)
-        self.model(
-            input_ids=prefix, use_cache=True, **{self.cache_key: self.cache},
-            **({"logits_to_keep": 1} if self.keep_one else {}),
-        )  # fmt: skip
-        self.cache.batch_select_indices(torch.zeros(len(seqs), dtype=torch.long, device=device))
-        rest, rest_mask = left_pad([s[lcp:] for s in seqs], 0, device)  # pads masked
-        mask = torch.cat(
-            [torch.ones((len(seqs), lcp), dtype=rest_mask.dtype, device=device), rest_mask], 1
-        )
-        out = self.model(
-            input_ids=rest,
-            attention_mask=mask,
-            position_ids=position_ids(mask)[:, lcp:],
-            use_cache=True,
-            **{self.cache_key: self.cache},
-            **({"logits_to_keep": 1} if self.keep_one else {}),
-        )
+        """The ``G`` distinct prompts ``seqs`` sharing their first ``lcp`` tokens, through
+        :func:`shared_prompt_pass`; the cache then holds, per row, the prefix and the padded
+        rest (``width`` columns as before, the pads inside masked)."""
+        logits, mask = shared_prompt_pass(self.model, seqs, lcp, self.cache)
         _, group = prompt_groups(self.ids, self.mask)
         self.full_mask[:, : mask.shape[1]] = mask[group]
         self.padded = not bool(mask.all())  # the rests are left-padded inside the rows
-        return out.logits[:, -1].float()
+        return logits.float()
 
     def select(self, rows: Tensor) -> None:
         """Keep only ``rows`` (indices into the live rows)."""

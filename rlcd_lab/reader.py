@@ -83,7 +83,6 @@ from .rationales import (  # noqa: F401  re-exported: sampling rationales and fr
 from .reading import (  # noqa: F401  re-exported: scoring and direct readouts
     Reading,
     _share,
-    _shared_pass,
     direct_logits,
     direct_readout,
     prefix_then_suffix,

