@@ -231,13 +231,39 @@ HEADLINE = "RLCD vs GRPO+TS"
 """The claims the README's headline table keeps: the paper's main comparison."""
 
 
-def what_reproduces(summaries: Mapping[str, Mapping], only: str = "") -> str:
+HELD = ("reproduces", "consistent")
+"""Verdicts (their first clause's start) under which a claim holds on a task."""
+
+
+def why_column(claim: str, kind: str) -> str:
+    """The columns of a task's "Why" table (:func:`rlcd_lab.mechanism.mechanism_table`)
+    that explain a claim about ``claim``'s metric on a task of ``kind``: accuracy ->
+    ``acc`` (does reasoning help); Brier -> saturation and ``T`` (what temperature scaling
+    must undo); AURC and Cov@eps -> ranking (``AUROC``; on a verification task whether the
+    readout notices a slipped rationale); fitted T -> ``T`` and the anchor (``KL end``);
+    "" for a claim no column measures (JSD)."""
+    if "JSD" in claim:
+        return ""
+    if "fitted T" in claim or ": T," in claim:
+        return "T, KL end"
+    if "AURC" in claim or "Cov@eps" in claim:
+        return "AUROC clean vs slip" if kind == "gsm8k-verify" else "AUROC"
+    if "Brier" in claim:
+        return "max u > 0.99, T"
+    return "acc"
+
+
+def what_reproduces(
+    summaries: Mapping[str, Mapping], only: str = "", why: str | None = None
+) -> str:
     """Markdown: one row per claim of the paper (those whose name starts with ``only``),
     one column per task (``{task name: summary}``), each cell the verdict (its first
     clause; :func:`findings_table` has it whole) on that task's kind of claim, our
     difference [95% CI] and the paper's number; "-" where the paper makes no such claim
     for that kind or the task did not run it. A task with none of the kept claims has no
-    column."""
+    column. With ``why`` (the results page, relative to the page the table is on; "" on
+    that page), a claim that does not hold links to the task's "Why" table
+    (``#why-<task>``) naming the columns that explain it (:func:`why_column`)."""
     judged = {task: {j.row: j for j in judge(s)} for task, s in summaries.items()}
     rows: list[str] = []
     for found in judged.values():
@@ -256,7 +282,12 @@ def what_reproduces(summaries: Mapping[str, Mapping], only: str = "") -> str:
             ours = j.ours.split(", p = ")[0]
             effect = getattr(j.claim, "effect", None)
             number = f" (paper {effect:+.3f})" if effect is not None else ""
-            cells.append(f"**{j.verdict.split(':')[0]}** {ours}{number}")
+            verdict = j.verdict.split(":")[0]
+            link = ""
+            if why is not None and not verdict.startswith(HELD):
+                col = why_column(r, summary_kind(summaries[task]))
+                link = f" -> [why{': ' + col if col else ''}]({why}#why-{task})"
+            cells.append(f"**{verdict}** {ours}{number}{link}")
         out.append(f"| {r} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
@@ -596,7 +627,10 @@ def update_readme(readme: Path) -> str:
         path = root / m.group(3)
         if path.is_dir():  # every reproduction under it: the "What reproduces" table
             only = HEADLINE if m.group(2) == "headline" else ""
-            return m.group(1) + what_reproduces(load_summaries(path), only) + m.group(5)
+            page = path.parent.parent / RESULTS_PAGE  # where the "Why" tables are
+            why = "" if page.resolve() == readme.resolve() else os.path.relpath(page, root)
+            table = what_reproduces(load_summaries(path), only, Path(why).as_posix() if why else "")
+            return m.group(1) + table + m.group(5)
         summary = json.loads(path.read_text(encoding="utf-8"))
         if m.group(2).startswith("why-"):  # the mechanism's steps, measured
             names = [r for r in summary.get("mechanism", {}) if r in summary["runs"]]
@@ -615,7 +649,9 @@ def update_readme(readme: Path) -> str:
     return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
 
 
-GENERATED = ("README.md", "docs/results.md", "docs/bench.md", "docs/performance.md")
+RESULTS_PAGE = "docs/results.md"
+"""The page (relative to the repository) holding the "Why" tables, ``## Why: <task>``."""
+GENERATED = ("README.md", RESULTS_PAGE, "docs/bench.md", "docs/performance.md")
 """The Markdown files (relative to the repository) that hold generated blocks."""
 
 

@@ -206,6 +206,39 @@ def test_what_reproduces_has_a_column_per_task_and_a_dash_where_no_claim():
     )
 
 
+def test_claims_that_do_not_hold_link_to_the_why_table_that_explains_them():
+    """Every cell of "What reproduces" whose verdict is not "reproduces" or "consistent"
+    links to its task's "Why" heading in docs/results.md (from the README through that
+    page), naming the columns of its metric; those that hold link nowhere."""
+    from rlcd_lab.report import HELD, why_column
+
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", RESULTS_PAGE.read_text(encoding="utf-8"), re.M)
+    }
+    for page, prefix in ((RESULTS_PAGE, ""), (REPO / "README.md", "docs/results.md")):
+        name = "what-reproduces" if page == RESULTS_PAGE else "headline"
+        rows = block(name, page).splitlines()
+        tasks = [c.split(" (")[0] for c in rows[0].strip("|").split(" | ")[1:]]
+        checked = 0
+        for row in rows[2:]:
+            claim, *cells = row.strip("| ").split(" | ")
+            for task, cell in zip(tasks, cells, strict=True):
+                if cell == "-":
+                    continue
+                verdict = cell.split("**")[1]
+                links = re.findall(r"\[why(?:: ([^\]]+))?\]\(([^)]*)#([^)]+)\)", cell)
+                if verdict.startswith(HELD):
+                    assert not links, cell
+                    continue
+                kind = "gsm8k-verify" if "verify" in task else "other"
+                ((cols, target, slug),) = links
+                assert target == prefix and slug == f"why-{task}" and slug in headings, cell
+                assert cols == (why_column(claim, kind) if "JSD" not in claim else ""), cell
+                checked += 1
+        assert checked >= 3, page
+
+
 def test_sweep_table_orders_weights_and_puts_stage1_at_zero():
     cell = {k: {"mean": 0.5, "sd": 0.1} for k in ("accuracy", "brier", "aurc", "T", "length")}
     runs = {
@@ -244,7 +277,8 @@ def test_the_headline_keeps_the_main_comparison_and_its_tasks_only():
     """The README's headline table: the full table's RLCD-vs-GRPO rows, cell for cell,
     and only the tasks that have one (aleatoric has none)."""
 
-    def cells(row: str) -> list[str]:
+    def cells(row: str) -> list[str]:  # the "Why" links point into the page from the README
+        row = row.replace("](docs/results.md#why-", "](#why-")
         return [c.strip() for c in row.strip().strip("|").split("|")]
 
     full = block("what-reproduces").splitlines()
