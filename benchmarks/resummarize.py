@@ -5,6 +5,11 @@ task and title come from the files being replaced; figure PNGs are not shipped, 
 are written, nor a report.html where none was shipped.
 
     .venv/bin/python benchmarks/resummarize.py [assets/results]
+
+First, a shipped base run without its direct dump (``eval/test-direct``: the base model's
+test items answered without a rationale, ``rundir.DIRECT``) gets it, from the settings in
+its ``done.json`` and the checkpoint of the same name in ``assets/checkpoints``; the rung's
+needs its task fetched (``rlcd-lab data fetch basic-skills-arithmetic-verify``).
 """
 
 from __future__ import annotations
@@ -13,10 +18,26 @@ import json
 import sys
 from pathlib import Path
 
-from rlcd_lab import difficulty, pages, report
+from rlcd_lab import difficulty, pages, report, rundir
+from rlcd_lab.assets import ASSETS
+from rlcd_lab.io import pack_jsonl
+from rlcd_lab.reproduce import Job, _direct_dump
+
+
+def add_direct_dumps(results: Path) -> None:
+    for done in sorted(results.rglob(f"base/{rundir.DONE}")):
+        run = done.parent
+        if rundir.has_eval(run, rundir.DIRECT):
+            continue
+        settings = json.loads(done.read_text(encoding="utf-8"))
+        settings["init"] = ASSETS / "checkpoints" / Path(settings["init"]).name
+        _direct_dump(Job("base", settings["seed"], run, None, settings))
+        pack_jsonl(rundir.eval_file(run, rundir.DIRECT))
+        print(f"added {rundir.eval_file(run, rundir.DIRECT)}")
 
 
 def main(results: Path) -> None:
+    add_direct_dumps(results)
     no_pngs = lambda figs, folder: []  # noqa: E731
     report.write_pngs = difficulty.write_pngs = pages.write_pngs = no_pngs
     for path in sorted(results.rglob("summary.json")):

@@ -3,8 +3,9 @@
 The headline (OpenJev-RLCD sec. 5.1, Figure 2) rests on steps that can each be checked in a
 run's eval dumps and training log:
 
-1. reasoning helps: accuracy after the rationale (the paper: 87% on GSM8K-Verify, 56%
-   direct);
+1. reasoning helps: accuracy after the rationale (the paper: 87% on GSM8K-Verify) against
+   the same model answering directly (``direct_accuracy``, 56% in the paper; measured for
+   the base model, whose run holds a ``test-direct`` dump);
 2. after reasoning GRPO's readout is near one-hot (``saturated``: share of test items whose
    raw readout max is above 0.99) and needs a large fitted T (about 7), RLCD's hedges
    (``confidence``: mean raw max; T about 1.4);
@@ -81,7 +82,13 @@ def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
     raw = metrics.apply_temperature(z, 1.0)  # the raw readout: T = 1
     conf, correct = metrics.confidence_and_correct(metrics.apply_temperature(z, T), labels)
     texts = [(r.get("rationales") or [""])[0] for r in rows]  # a dump may hold none
+    direct = None
+    if rundir.has_eval(run, rundir.DIRECT):
+        d = read_jsonl(rundir.eval_file(run, rundir.DIRECT))
+        zd = metrics.pad_ragged([r["logits"] for r in d], -np.inf)
+        direct = float(np.mean(zd.argmax(1) == np.array([r["label"] for r in d])))
     out: dict[str, float | None] = {
+        "direct_accuracy": direct,
         "accuracy": float(correct.mean()),
         "saturated": float((raw.max(1) > SATURATED).mean()),
         "confidence": float(raw.max(1).mean()),
@@ -125,6 +132,7 @@ def mechanism(runs: Sequence[str | Path], Ts: Sequence[float]) -> dict[str, floa
 
 
 COLUMNS = (
+    ("direct_accuracy", "acc direct", "{:.3f}"),
     ("accuracy", "acc", "{:.3f}"),
     ("saturated", "max u > 0.99", "{:.0%}"),
     ("confidence", "mean max u", "{:.3f}"),

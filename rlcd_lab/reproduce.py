@@ -261,6 +261,8 @@ def run_job(job: Job) -> str:
     from .train.configs import TrainConfig
 
     if _finished(job):
+        if job.train is None and not rundir.has_eval(job.out, rundir.DIRECT):
+            _direct_dump(job)  # a base run from before the dump existed: only it is added
         stated_view(job)
         return str(job.out)
     if job.train is not None:
@@ -286,6 +288,7 @@ def run_job(job: Job) -> str:
         n_dev = job.settings.get("eval_items", TrainConfig.eval_items)  # as a trained run's
         evals["dev"] = load_task_items(task, "dev")[:n_dev]
         evals["test"] = test
+        _direct_dump(job)
     if test[0].q is not None and not direct:
         evals[rundir.mixture_name(MIXTURE_M)] = test
     for name, items in evals.items():
@@ -297,6 +300,21 @@ def run_job(job: Job) -> str:
         atomic_write_text(rundir.done_file(job.out), settings)
     stated_view(job)
     return str(job.out)
+
+
+def _direct_dump(job: Job) -> None:
+    """The base model's test items answered directly (``rundir.DIRECT``): what reasoning
+    adds is its ``test`` accuracy minus this one (``mechanism``'s ``direct_accuracy``)."""
+    from .evaluate import run_eval
+    from .loading import load_checkpoint
+    from .tasks import load_task_items
+
+    s = job.settings
+    model, tok, meta = load_checkpoint(Path(s["init"]), s["device"])
+    test = load_task_items(s["task"], "test")[: s["test_items"]]
+    kw = dict(seed=job.seed, marker=meta["marker"], sep=meta["sep"], mode="direct")
+    rows = run_eval(model, tok, test, m=1, max_new_tokens=s["max_new_tokens"], **kw)
+    atomic_write_jsonl(rundir.eval_file(job.out, rundir.DIRECT), rows)
 
 
 STATED = "-stated"

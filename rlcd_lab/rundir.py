@@ -114,6 +114,11 @@ def has_eval(run: str | Path, name: str = "test") -> bool:
     return eval_path(run, name).exists()
 
 
+DIRECT = "test-direct"
+"""The base model's test items answered directly (no rationale: the question, the marker,
+the readout), beside its ``test`` dump read after a rationale: does reasoning help."""
+
+
 def mixture_name(m: int) -> str:
     """The eval dump name of the test items read with ``m`` rationales: ``test-m<m>``."""
     return f"{MIXTURE_PREFIX}{m}"

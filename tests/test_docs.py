@@ -136,5 +136,16 @@ def test_the_why_reading_says_what_the_mechanism_tables_hold():
     assert f"(KL end {kl_rlcd:.2f} nats, GRPO {kl_grpo:.2f})" in text
     assert f"verdict ({rung['reinforce']['follows']:.0%} of items" in text
     assert rung["base"]["follows"] == rung["grpo-matched"]["follows"] == 1.0
+    for task, name, m in (("verify", "`verify`", v), ("rung", "the rung", rung)):
+        base = m["base"]
+        said = f"{base['direct_accuracy']:.3f} directly, {base['accuracy']:.3f} after reasoning"
+        said_v = f"answers {base['direct_accuracy']:.3f} directly and {base['accuracy']:.3f}"
+        assert (said_v if task == "verify" else said) in text, name
+        assert base["direct_accuracy"] < base["accuracy"]  # reasoning helps there
+    aleatoric = mech("aleatoric")
+    for m in (facts, aleatoric):  # and hurts on these two
+        b = m["base"]
+        assert f"{b['direct_accuracy']:.3f} directly and {b['accuracy']:.3f}" in text
+        assert b["direct_accuracy"] > b["accuracy"]
     best = max(facts, key=lambda r: facts[r]["auroc"])
     assert best == "sft" and f"SFT's direct one (AUROC {facts['sft']['auroc']:.3f})" in text

@@ -73,10 +73,22 @@ def test_one_run_by_hand(tmp_path):
     assert got["reward_trend"] == pytest.approx(0.2)
 
 
+def test_direct_accuracy_comes_from_the_direct_dump(tmp_path):
+    """The base run's test items answered directly: accuracy of their own argmax (three
+    of four right), beside the accuracy after reasoning; None without the dump."""
+    run = _run(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [0, 0], ["a", "b"])
+    assert mechanism.run_mechanism(run, T=1.0)["direct_accuracy"] is None
+    logits = [[2.0, 1.0], [0.5, 0.1], [0.0, 3.0], [-1.0, 0.0]]
+    rows = [{"label": y, "logits": z} for z, y in zip(logits, [0, 0, 1, 0], strict=True)]
+    (run / "eval" / "test-direct.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = mechanism.run_mechanism(run, T=1.0)
+    assert got["direct_accuracy"] == 0.75 and got["accuracy"] == 0.5
+
+
 def test_a_run_without_arithmetic_or_log_has_none_of_those(tmp_path):
     run = _run(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [0, 0], ["recall a", "recall b"])
     got = mechanism.run_mechanism(run, T=2.0)
     assert got["slipped_errors"] is None and got["slip_auroc"] is None
     assert got["follows"] is None and got["kl_end"] is None and got["reward_trend"] is None
     table = mechanism.mechanism_table({"mechanism": {"x": got}}, {"x": "X run"})
-    assert table.splitlines()[2].startswith("| X run | 0.500 |") and "| - |" in table
+    assert table.splitlines()[2].startswith("| X run | - | 0.500 |") and "| - |" in table

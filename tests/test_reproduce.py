@@ -173,6 +173,15 @@ def test_jobs_reuse_finished_runs_resume_partial_ones_and_refuse_other_configs(t
     run_job(base)
     assert len(read_jsonl(base.out / "eval" / "test.jsonl")) == 6
     assert len(read_jsonl(base.out / "eval" / "dev.jsonl")) == 200
+    # the base also answers the test items directly: no rationale, the direct readout
+    direct = read_jsonl(base.out / "eval" / "test-direct.jsonl")
+    assert [r["uid"] for r in direct] == [
+        r["uid"] for r in read_jsonl(base.out / "eval" / "test.jsonl")
+    ]
+    assert all(r["rationales"] == [""] for r in direct), direct[0]["rationales"]
+    (base.out / "eval" / "test-direct.jsonl").unlink()  # a base run from before the dump
+    run_job(base)  # finished: reused, only the direct dump added
+    assert read_jsonl(base.out / "eval" / "test-direct.jsonl") == direct
     ran = timed_job(cal)
     assert not ran["reused"] and 0 < ran["sample_s"] < ran["train_s"] < ran["wall_s"]
     dump = (cal.out / "eval" / "test.jsonl").read_text()
