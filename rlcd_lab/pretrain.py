@@ -106,7 +106,7 @@ def check_pretrain_config(cfg: PretrainConfig) -> Path:
                 f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(cfg, name)}"
             )
     if cfg.slip is not None:
-        if cfg.task != "verify":
+        if not cfg.task.startswith("verify"):
             raise ValueError(f"--slip is a verify teacher setting, not {cfg.task}'s")
         if not 0 <= cfg.slip <= 1:
             raise ValueError(f"--slip must be in [0, 1], got {cfg.slip}")

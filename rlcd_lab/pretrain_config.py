@@ -16,7 +16,7 @@ from typing import Literal
 class PretrainConfig:
     """Pretrain a tiny base reasoning model on a synthetic task (defaults: the shipped ones)."""
 
-    task: Literal["verify", "facts", "aleatoric"] = "verify"
+    task: Literal["verify", "verify-mixed", "facts", "aleatoric"] = "verify"
     """Which synthetic task's teacher to imitate."""
     out: Path | None = None
     """Checkpoint directory to write, replaced atomically (default: runs/base-TASK)."""
@@ -47,6 +47,7 @@ class PretrainConfig:
 
 SHIPPED: dict[str, dict] = {
     "verify": dict(steps=4000, batch_size=32, p_empty=0.0),
+    "verify-mixed": dict(steps=4000, batch_size=32, p_empty=0.0),
     "facts": dict(steps=3000, batch_size=64, p_empty=0.02),
     "aleatoric": dict(steps=3000, batch_size=64, p_empty=0.1),
 }

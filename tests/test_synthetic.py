@@ -5,10 +5,10 @@ import re
 import numpy as np
 import pytest
 
-from rlcd_lab.tasks.synthetic import SPLIT_SIZES, Aleatoric, Facts, Verify, get_task
+from rlcd_lab.tasks.synthetic import SPLIT_SIZES, Aleatoric, Facts, Verify, VerifyMixed, get_task
 
 
-@pytest.mark.parametrize("name", ["verify", "facts", "aleatoric"])
+@pytest.mark.parametrize("name", ["verify", "verify-mixed", "facts", "aleatoric"])
 def test_splits_are_seeded_and_sized(name):
     a, b = get_task(name), get_task(name)
     assert a.split("test") == b.split("test")  # same world seed -> same items
@@ -77,6 +77,44 @@ def test_verify_slip_is_the_teachers_carry_drop_rate(slip):
             drops += got == x + y - 10 and has_carry
     sd = (carries * slip * (1 - slip)) ** 0.5
     assert abs(drops - slip * carries) <= 4.5 * sd + 1e-9
+
+
+def test_verify_mixed_sums_two_to_four_terms_and_slips_more_on_longer_ones():
+    """Items: 2 to 4 two-digit terms, half proposing the sum, half a tens-digit near miss.
+    The teacher adds term by term: without slips every equation is true and it is always
+    right; dropping every carry, ``47+38+16`` goes 47+38=75 (7+8 carries), 75+16=81 (5+6
+    carries): what a hand calculation that drops both carries gives. At slip 0.2 the
+    teacher is right less often on longer sums (more carries)."""
+    task = get_task("verify-mixed")
+    items = task.split("test")
+    counts = {len(i.prompt.split("+")) for i in items}
+    assert counts == {2, 3, 4}
+    for item in items:
+        head, p = item.prompt[:-1].split("=")
+        total = sum(map(int, head.split("+")))
+        assert (int(p) == total) == (item.label == 0)
+        assert item.label == 0 or (int(p) - total) in (-20, -10, 10, 20)
+    rng = np.random.default_rng(0)
+    for item in items[:100]:
+        ex = VerifyMixed(slip=0.0).teach(item, rng, direct=False)
+        for a, b, c in re.findall(r"(\d+)\+(\d+)=(\d+)", ex.rationale):
+            assert int(a) + int(b) == int(c)
+        assert ex.label == task.options[item.label] and len(ex.rationale) <= 40
+    hand = TaskItemLike("47+38+16=81?")
+    ex = VerifyMixed(slip=1.0).teach(hand, rng, direct=False)
+    assert ex.rationale == "47+38=75;75+16=81;same" and ex.label == "Y"
+    right = {n: [] for n in (2, 3, 4)}
+    for item in items:
+        ex = task.teach(item, rng, direct=False)
+        right[len(item.prompt.split("+"))].append(ex.label == task.options[item.label])
+    acc = {n: float(np.mean(v)) for n, v in right.items()}
+    assert acc[2] > acc[4] and 0.8 < float(np.mean(sum(right.values(), []))) < 0.95, acc
+
+
+def TaskItemLike(prompt):  # noqa: N802  an item with only a prompt (the teacher reads that)
+    from rlcd_lab.tasks.items import TaskItem
+
+    return TaskItem("hand", prompt, ("Y", "N"), 0)
 
 
 def test_facts_known_entities_and_noisy_teacher():

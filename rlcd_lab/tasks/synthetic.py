@@ -154,6 +154,49 @@ class Verify(SyntheticTask):
         return Example(item.prompt, rationale, label, False)
 
 
+_SUM = re.compile(r"^(\d+(?:\+\d+)+)=(\d+)\?$")
+
+
+class VerifyMixed(Verify):
+    """``verify`` at mixed difficulty: sums of 2 to 4 two-digit terms (``a+b=p?`` ..
+    ``a+b+c+d=p?``, the count uniform), the teacher adding term by term and dropping a
+    carry with probability ``slip`` (0.2) at each step that has one. A longer sum has more
+    carries, so its rationale slips more often (the teacher is right on about 93% of
+    two-term sums, 82% of four-term ones, 88% overall), and how long the sum is and which
+    steps carried is visible to the readout: the world where the paper's ranking step can
+    hold (a readout that hedges where its rationale is likely wrong), which ``verify``'s
+    single length does not offer. Its rationale ends with the verdict alone
+    (``47+38=85;85+16=101;same``) to stay within 48 characters."""
+
+    name = "verify-mixed"
+
+    def __init__(self, seed: int = WORLD_SEED, slip: float = 0.2):
+        super().__init__(seed, slip)
+
+    def draw(self, rng, uid):
+        terms = [int(v) for v in rng.integers(10, 100, size=int(rng.integers(2, 5)))]
+        s = sum(terms)
+        if rng.random() < 0.5:
+            p, label = s, 0
+        else:  # near misses as in verify: the units digit right, the tens off
+            p, label = int(rng.choice([s - 20, s - 10, s - 10, s + 10, s + 20])), 1
+        return TaskItem(uid, "+".join(map(str, terms)) + f"={p}?", self.options, label)
+
+    def teach(self, item, rng, direct):
+        head, p = _SUM.match(item.prompt).groups()
+        terms, p = [int(t) for t in head.split("+")], int(p)
+        if direct:
+            return Example(item.prompt, "", self.options[item.label], True)
+        total, steps = terms[0], []
+        for t in terms[1:]:
+            step = self._add(total, t, rng)
+            steps.append(f"{total}+{t}={step}")
+            total = step
+        same = total == p
+        rationale = ";".join(steps) + (";same" if same else ";diff")
+        return Example(item.prompt, rationale, "Y" if same else "N", False)
+
+
 # ---------------------------------------------------------------------------- facts
 class Facts(SyntheticTask):
     """``fact xyz?`` with 10 options. A fixed table maps 600 entities to a value; the base
@@ -279,13 +322,15 @@ class Aleatoric(SyntheticTask):
         return frozenset()
 
 
-TASKS: dict[str, type[SyntheticTask]] = {"verify": Verify, "facts": Facts, "aleatoric": Aleatoric}
+TASKS: dict[str, type[SyntheticTask]] = {
+    "verify": Verify, "verify-mixed": VerifyMixed, "facts": Facts, "aleatoric": Aleatoric,
+}  # fmt: skip
 
 
 def get_task(name: str, seed: int = WORLD_SEED, **teacher) -> SyntheticTask:
-    """The synthetic task called ``name`` (``verify``, ``facts`` or ``aleatoric``);
-    ``teacher``: settings of its teacher (``verify``: ``slip``). Items and splits depend on
-    ``name`` and ``seed`` only."""
+    """The synthetic task called ``name`` (``verify``, ``verify-mixed``, ``facts`` or
+    ``aleatoric``); ``teacher``: settings of its teacher (the verify tasks: ``slip``).
+    Items and splits depend on ``name`` and ``seed`` only."""
     try:
         cls = TASKS[name]
     except KeyError:
