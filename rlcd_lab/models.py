@@ -521,19 +521,3 @@ def read_meta(path: str | os.PathLike) -> dict:
     file = Path(path) / META_FILE
     meta = _read_json_object(file) if file.exists() else {}
     return validate_meta({**DEFAULT_META, **upgrade_meta(meta)}, file)
-
-
-MOVED = {"load_checkpoint": "rlcd_lab.loading", "check_checkpoint": "rlcd_lab.loading"}
-"""Names that moved out of this module, and where to: loading a checkpoint converts a
-GGUF base on first use (``pretrained``), which saves through this module, so it sits on
-the floor above both."""
-
-
-def __getattr__(name: str) -> Any:
-    """The old import paths (``rlcd_lab.models.load_checkpoint``) of :data:`MOVED` names
-    keep working: resolved in their new module on first use (PEP 562)."""
-    if name in MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,13 +12,16 @@ estimation", JASA 102(477)). Brier (quadratic), log and spherical are the classi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
 Rule = Literal["brier", "log", "spherical"]
-RULES: tuple[str, ...] = ("brier", "log", "spherical")
+"""A rule's name (the settings' type; ``tests/test_scoring.py`` checks it names exactly the
+rules of :data:`RULES`)."""
 
 
 def _pick(u: Tensor, y: int | Tensor) -> Tensor:
@@ -59,16 +62,45 @@ def spherical_score(u: Tensor, y: int | Tensor) -> Tensor:
     return _pick(u, y) / u.norm(dim=-1)
 
 
-SCORES = {"brier": brier_score, "log": log_score, "spherical": spherical_score}
+def _expected_brier(u: Tensor, q: Tensor) -> Tensor:
+    return 2.0 * (u * q).sum(-1) - (u * u).sum(-1)
+
+
+def _expected_log(u: Tensor, q: Tensor) -> Tensor:
+    return torch.where(q > 0, q * torch.log(u), torch.zeros_like(u)).sum(-1)
+
+
+def _expected_spherical(u: Tensor, q: Tensor) -> Tensor:
+    return (u * q).sum(-1) / u.norm(dim=-1)
+
+
+@dataclass(frozen=True)
+class ScoringRule:
+    """One strictly proper rule: ``score(u, y)`` of an outcome and ``expected(u, q)``, its
+    closed-form expectation under an outcome distribution."""
+
+    score: Callable[[Tensor, int | Tensor], Tensor]
+    expected: Callable[[Tensor, Tensor], Tensor]
+
+
+RULES: dict[str, ScoringRule] = {
+    "brier": ScoringRule(brier_score, _expected_brier),
+    "log": ScoringRule(log_score, _expected_log),
+    "spherical": ScoringRule(spherical_score, _expected_spherical),
+}
+"""Every scoring rule, once: name -> its score and expected score."""
+
+
+def _rule(rule: str) -> ScoringRule:
+    try:
+        return RULES[rule]
+    except KeyError:
+        raise ValueError(f"unknown scoring rule {rule!r}; choose one of {tuple(RULES)}") from None
 
 
 def score(u: Tensor, y: int | Tensor, rule: Rule = "brier") -> Tensor:
-    """Dispatch ``J(u, y)`` by rule name (``"brier"``, ``"log"`` or ``"spherical"``)."""
-    try:
-        fn = SCORES[rule]
-    except KeyError:
-        raise ValueError(f"unknown scoring rule {rule!r}; choose one of {RULES}") from None
-    return fn(u, y)
+    """Dispatch ``J(u, y)`` by rule name (a key of :data:`RULES`)."""
+    return _rule(rule).score(u, y)
 
 
 def expected_score(u: Tensor, q: Tensor, rule: Rule = "brier") -> Tensor:
@@ -79,10 +111,4 @@ def expected_score(u: Tensor, q: Tensor, rule: Rule = "brier") -> Tensor:
     Closed forms: Brier ``2 u.q - ||u||^2``; log ``sum_k q_k log u_k`` (terms with
     ``q_k = 0`` contribute 0); spherical ``u.q / ||u||``.
     """
-    if rule == "brier":
-        return 2.0 * (u * q).sum(-1) - (u * u).sum(-1)
-    if rule == "log":
-        return torch.where(q > 0, q * torch.log(u), torch.zeros_like(u)).sum(-1)
-    if rule == "spherical":
-        return (u * q).sum(-1) / u.norm(dim=-1)
-    raise ValueError(f"unknown scoring rule {rule!r}; choose one of {RULES}")
+    return _rule(rule).expected(u, q)

@@ -31,6 +31,17 @@ def test_hand_worked_values():
     assert brier_score(torch.tensor([1.0, 0.0]), 1).item() == -1.0
 
 
+def test_the_rules_are_listed_once():
+    """The settings' type names exactly the rules of the one table."""
+    from typing import get_args
+
+    from rlcd_lab.scoring import Rule
+
+    assert get_args(Rule) == tuple(RULES)
+    with pytest.raises(ValueError, match=r"choose one of \('brier', 'log', 'spherical'\)"):
+        expected_score(torch.ones(2) / 2, torch.ones(2) / 2, "hinge")
+
+
 def test_batch_shapes_and_label_broadcast():
     g = torch.Generator().manual_seed(0)
     u = torch.rand(5, 3, 4, generator=g).softmax(-1)
@@ -45,7 +56,7 @@ def test_batch_shapes_and_label_broadcast():
         score(u, 0, "hinge")
 
 
-@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("rule", list(RULES))
 def test_expected_score_matches_enumeration(rule):
     g = torch.Generator().manual_seed(1)
     u = torch.rand(7, 5, generator=g).softmax(-1)
@@ -54,7 +65,7 @@ def test_expected_score_matches_enumeration(rule):
     torch.testing.assert_close(expected_score(u, q, rule), ref)
 
 
-@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("rule", list(RULES))
 @pytest.mark.parametrize("k", [2, 3, 6])
 def test_strict_properness(rule, k):
     g = torch.Generator().manual_seed(k)

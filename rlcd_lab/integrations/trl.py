@@ -131,7 +131,7 @@ class RLCDSettings:
         if not 0.0 <= self.lam <= 1.0:
             raise ValueError(f"lam must be in [0, 1], got {self.lam}")
         if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
+            raise ValueError(f"rule must be one of {tuple(RULES)}, got {self.rule!r}")
         if self.lam > 0 and self.rule != "brier":
             raise ValueError("the mixture objective (lam > 0) has an estimator for Brier only")
         if not self.marker:
