@@ -288,12 +288,13 @@ def run_job(job: Job) -> str:
         n_dev = job.settings.get("eval_items", TrainConfig.eval_items)  # as a trained run's
         evals["dev"] = load_task_items(task, "dev")[:n_dev]
         evals["test"] = test
-        _direct_dump(job)
+        evals[rundir.DIRECT] = test  # answered directly: what reasoning adds
     if test[0].q is not None and not direct:
         evals[rundir.mixture_name(MIXTURE_M)] = test
     for name, items in evals.items():
         m = MIXTURE_M if name.startswith(rundir.MIXTURE_PREFIX) else 1
-        rows = run_eval(model, tok, items, m=m, **kw)
+        mode = {"mode": "direct"} if name == rundir.DIRECT else {}
+        rows = run_eval(model, tok, items, m=m, **(kw | mode))
         atomic_write_jsonl(rundir.eval_file(job.out, name), rows)
     if job.train is None:
         settings = json.dumps(job.settings, default=str, indent=2)
@@ -303,8 +304,8 @@ def run_job(job: Job) -> str:
 
 
 def _direct_dump(job: Job) -> None:
-    """The base model's test items answered directly (``rundir.DIRECT``): what reasoning
-    adds is its ``test`` accuracy minus this one (``mechanism``'s ``direct_accuracy``)."""
+    """The direct dump (``rundir.DIRECT``, the base model's test items answered without a
+    rationale, as ``run_job`` writes it) of a finished base run that lacks it."""
     from .evaluate import run_eval
     from .loading import load_checkpoint
     from .tasks import load_task_items
