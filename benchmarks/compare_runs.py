@@ -1,6 +1,6 @@
 """Table 1 analogue from finished training runs: single-query test metrics after
 temperature scaling fitted on dev (read from each run's eval dumps through
-``rlcd_lab.results.load_run``), mean +- s.d. over the runs that share a name (one per
+``rlcd_lab.reports.results.load_run``), mean +- s.d. over the runs that share a name (one per
 seed), plus paired tests.
 
     .venv/bin/python benchmarks/compare_runs.py runs/verify-s*/*/ [--paired reinforce grpo]
@@ -8,7 +8,7 @@ seed), plus paired tests.
 Columns: accuracy, Brier, NLL, ECE, AURC and Cov@5% after temperature scaling, the fitted
 T, the raw ECE, and the mean rationale length on test (sampled tokens). ``--paired A B``
 compares A and B on the same test items and seeds (runs in the same parent directory are
-one seed) with ``rlcd_lab.results.paired``, as the paper does: accuracy, Brier and NLL
+one seed) with ``rlcd_lab.reports.results.paired``, as the paper does: accuracy, Brier and NLL
 per item averaged over seeds; AURC and Cov@5% per seed and averaged, test items
 resampled jointly across seeds; 95% bootstrap CI of A - B and a sign-flip p-value.
 """
@@ -19,9 +19,10 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from rlcd_lab import results
-from rlcd_lab.io import jsonl_path
-from rlcd_lab.report import fmt_cell, fmt_diff
+from rlcd_lab.files.io import jsonl_path
+from rlcd_lab.math.verdicts import fmt_diff
+from rlcd_lab.reports import results
+from rlcd_lab.reports.report import fmt_cell
 
 EPS = 0.05
 COLS = [

@@ -28,9 +28,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from rlcd_lab.assets import read_jsonl
-from rlcd_lab.dashboard import ask, default_checkpoint, default_runs, routing_update
-from rlcd_lab.dashboard.common import checkpoint_choices, run_choices
+from rlcd_lab.dashboard.ask_tab import ask
+from rlcd_lab.dashboard.common import checkpoint_choices, default_runs, run_choices
+from rlcd_lab.dashboard.routing_tab import routing_update
+from rlcd_lab.files.assets import default_checkpoint
+from rlcd_lab.files.io import read_jsonl
 
 
 def tiled_run(src: Path, dst: Path, n: int) -> Path:
@@ -94,7 +96,7 @@ def main() -> None:
     parser.add_argument("--asks", type=int, default=5)
     args = parser.parse_args()
 
-    from rlcd_lab.assets import ASSETS
+    from rlcd_lab.files.assets import ASSETS
 
     names = default_runs(run_choices())
     rows = []

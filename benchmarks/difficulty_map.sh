@@ -20,5 +20,5 @@ for s in 0.05 0.6; do
   rm "assets/results/difficulty/slip-$s/report.html"  # 5 MB of inlined plotly: report.md suffices
   levels+=("$s=assets/results/difficulty/slip-$s")
 done
-.venv/bin/python -m rlcd_lab.difficulty assets/results/difficulty "${levels[@]}"
-.venv/bin/python -m rlcd_lab.report --readme README.md docs/results.md
+.venv/bin/python -m rlcd_lab.reports.difficulty assets/results/difficulty "${levels[@]}"
+.venv/bin/python -m rlcd_lab.reports.report --readme README.md docs/results.md

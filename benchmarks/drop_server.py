@@ -43,8 +43,10 @@ QUESTION = {"q": {"type": "noul", "instructions": "Is the statement right?"}}
 def serve_child(checkpoint: str, port: int) -> None:
     import torch
 
-    from rlcd_lab.decide import DecideOptions, DecisionModel
-    from rlcd_lab.server import build_server, create_app
+    from rlcd_lab.decision.answering import DecideOptions
+    from rlcd_lab.decision.decide import DecisionModel
+    from rlcd_lab.server.app import create_app
+    from rlcd_lab.server.connections import build_server
 
     torch.set_num_threads(1)
     decider = DecisionModel.from_checkpoint(checkpoint)
@@ -102,12 +104,12 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="also time the heavy work undropped")
     args = ap.parse_args()
     if args.smollm2:
-        from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
+        from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
 
         checkpoint, state = Path(SMOLLM2_DEFAULT_DIR).expanduser(), SMOLLM2_STATE
         clients = args.clients or 1
     else:
-        from rlcd_lab.server import default_checkpoint
+        from rlcd_lab.server.app import default_checkpoint
 
         checkpoint, state = args.checkpoint or default_checkpoint(), LONG_STATE
         clients = args.clients or 4

@@ -43,7 +43,14 @@ import json, sys, time, torch
 from pathlib import Path
 torch.set_num_threads(1)
 kind, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-from rlcd_lab.loading import load_checkpoint
+try:  # the module paths since the restructuring, else the old code's
+    from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.files.io import read_jsonl
+    from rlcd_lab.train.configs import preset
+except ImportError:
+    from rlcd_lab.loading import load_checkpoint
+    from rlcd_lab.io import read_jsonl
+    from rlcd_lab.train.configs import preset
 from rlcd_lab.tasks import load_task_items
 rung = Path(sys.argv[4])
 task = Path.home() / ".cache/rlcd_lab/data/basic-skills-arithmetic-verify.jsonl"
@@ -60,8 +67,7 @@ if kind == "eval":
 else:  # real training steps, their CPU time as the loop logs it (time_step)
     import tempfile
     time.perf_counter = time.process_time  # the loop's clock: CPU seconds of this process
-    from rlcd_lab.train.rlcd import preset, train
-    from rlcd_lab.io import read_jsonl
+    from rlcd_lab.train.rlcd import train
     init = rung / "reinforce" / "final"
     tmp = Path(tempfile.mkdtemp())
     cfg = preset("reinforce", init=init, ref=init, task=str(task), out=tmp / "run",

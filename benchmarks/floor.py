@@ -38,7 +38,7 @@ table and in the summary (``skipped``). The ``onednn`` rows need oneDNN's packed
 
 ``--json``: the rows are also merged into that speed summary (``bench.speed.record_speed``,
 key ``floor``; without a path, this CPU kind's ``benchmarks/results/<kind>/speed.json``),
-from which ``python -m rlcd_lab.report --readme`` writes the speed tables of the README
+from which ``python -m rlcd_lab.reports.report --readme`` writes the speed tables of the README
 and docs/performance.md. The CPU (model name, the flags that decide the kernels and any
 limit put on them) is printed first: a figure means something only beside the machine it
 was measured on. The ratios are the numbers to compare across machines.
@@ -56,9 +56,10 @@ from pathlib import Path
 import torch
 
 from rlcd_lab.bench.speed import add_json_argument, machine_line, record_speed
-from rlcd_lab.decoding import PackedLinears, _Steps, fast_dtype, kv_sampler
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.reader.decoding import _Steps, fast_dtype, kv_sampler
+from rlcd_lab.reader.llama import PackedLinears
 
 PROMPT = 96
 """Prompt tokens before the timed steps (the rung's prompts are about 120)."""

@@ -33,7 +33,7 @@ def kernels() -> list[str]:
 
 
 def compare(shipped: Path, mine: Path) -> dict:
-    from rlcd_lab.io import jsonl_path, read_jsonl
+    from rlcd_lab.files.io import jsonl_path, read_jsonl
 
     a, b = read_jsonl(shipped), read_jsonl(mine)  # the shipped dump is packed (.jsonl.xz)
     shipped_bytes = jsonl_path(shipped).read_bytes()

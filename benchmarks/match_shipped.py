@@ -13,7 +13,7 @@ Intel Xeon, or ``default``) rounds some logits differently in the last bit; once
 changes a sampled token, the run follows another trajectory, as another seed would, so
 compare at the spread between seeds (e.g. ``--atol 0.05``) or compare the verdicts. JSD
 columns are left out when the two summaries hold them in different units (summaries
-written by ``rlcd_lab.results.summarize_runs`` say ``"units": {"jsd": "bits"}``; older
+written by ``rlcd_lab.reports.results.summarize_runs`` say ``"units": {"jsd": "bits"}``; older
 ones were in nats).
 """
 

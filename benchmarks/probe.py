@@ -30,12 +30,13 @@ import numpy as np
 import torch
 
 from rlcd_lab.bench.common import machine
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.metrics import auroc
-from rlcd_lab.pretrained import MODELS, convert_gguf
-from rlcd_lab.reader import read
-from rlcd_lab.stats import wilson_interval
-from rlcd_lab.tasks import TaskItem, load_task_items
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.pretrained import MODELS, convert_gguf
+from rlcd_lab.math.metrics import auroc
+from rlcd_lab.math.stats import wilson_interval
+from rlcd_lab.reader.reading import read
+from rlcd_lab.tasks import load_task_items
+from rlcd_lab.tasks.items import TaskItem
 
 DATA = Path("~/.cache/rlcd_lab/data").expanduser()
 MARGIN, SELF_MARKER = 0.15, 0.5

@@ -30,9 +30,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from rlcd_lab.bench.common import machine
-from rlcd_lab.decoding import PackedLinears, _Steps, fast_dtype, plain_copy
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.reader.decoding import _Steps, fast_dtype, plain_copy
+from rlcd_lab.reader.llama import PackedLinears
 
 PROMPT = 96
 SETTINGS = {

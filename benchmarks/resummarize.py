@@ -18,9 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-from rlcd_lab import difficulty, pages, report, rundir
-from rlcd_lab.assets import ASSETS
-from rlcd_lab.io import pack_jsonl
+from rlcd_lab.files import rundir
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.files.io import pack_jsonl
+from rlcd_lab.reports import difficulty, pages, report
 from rlcd_lab.reproduce import Job, _direct_dump
 
 

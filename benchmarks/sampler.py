@@ -32,7 +32,7 @@ built as ``reader.sample_questions`` builds it (left-padded, row seeds
     ``generate``'s work; ``generate / kv keep+enc`` is the loop again, on this batch,
     with ``generate``'s stop check in it;
   - ``kv keep``: each distinct prompt encoded once (and a prefix common to the prompts
-    of :data:`~rlcd_lab.sampling.SHARE_MIN_PROMPT` tokens or more once):
+    of :data:`~rlcd_lab.reader.sampling.SHARE_MIN_PROMPT` tokens or more once):
     ``kv keep+enc / kv keep`` is what encoding shared prompts once gains;
   - ``kv``: ``kv_sampler`` itself, a row leaving the batch at its stop:
     ``kv keep / kv`` is what dropping finished rows gains (less the stop check);
@@ -75,21 +75,14 @@ from pathlib import Path
 
 import torch
 
-from rlcd_lab import decoding
 from rlcd_lab.bench.speed import add_json_argument, machine_line, record_speed
-from rlcd_lab.decoding import fast_dtype, kv_sampler
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
-from rlcd_lab.reader import (
-    Generated,
-    build_prompt,
-    encode_prompts,
-    item_options,
-    left_pad,
-    mix_seed,
-    pad_id,
-)
-from rlcd_lab.sampling import GumbelSampler
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.reader import decoding
+from rlcd_lab.reader.decoding import fast_dtype, kv_sampler
+from rlcd_lab.reader.prompts import build_prompt, encode_prompts, item_options, left_pad
+from rlcd_lab.reader.rationales import mix_seed
+from rlcd_lab.reader.sampling import Generated, GumbelSampler, pad_id
 from rlcd_lab.tasks import load_task_items
 
 M = 4

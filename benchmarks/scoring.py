@@ -36,9 +36,10 @@ from pathlib import Path
 
 import torch
 
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
-from rlcd_lab.reader import sample_questions, score_rationales
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.reader.rationales import sample_questions
+from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.tasks import load_task_items
 
 M = 4

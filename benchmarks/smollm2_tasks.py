@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.pretrained import convert_gguf
-from rlcd_lab.reader import read
-from rlcd_lab.stats import paired_bootstrap
-from rlcd_lab.tasks import TaskItem, load_task_items
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.pretrained import convert_gguf
+from rlcd_lab.math.stats import paired_bootstrap
+from rlcd_lab.reader.reading import read
+from rlcd_lab.tasks import load_task_items
+from rlcd_lab.tasks.items import TaskItem
 
 DATA = Path("~/.cache/rlcd_lab/data").expanduser()
 

@@ -68,17 +68,18 @@ from pathlib import Path
 import torch
 
 from rlcd_lab.bench.speed import add_json_argument, machine_line, record_speed
-from rlcd_lab.decoding import fast_dtype
-from rlcd_lab.estimators import surrogate_terms
-from rlcd_lab.models import read_meta
-from rlcd_lab.pretrained import SMOLLM2_DEFAULT_DIR
-from rlcd_lab.reader import build_prompt, score_rationales
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.math.estimators import surrogate_terms
+from rlcd_lab.reader.decoding import fast_dtype
+from rlcd_lab.reader.prompts import build_prompt
+from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import write_items
 from rlcd_lab.train import train
-from rlcd_lab.train.common import QuestionStream, Session, read_log, sample_batch, setup
-from rlcd_lab.train.grpo import GRPOConfig
-from rlcd_lab.train.rlcd import preset
+from rlcd_lab.train.common import QuestionStream, Session, sample_batch, setup
+from rlcd_lab.train.configs import GRPOConfig, preset
 
 BETA = 0.04
 M = 4

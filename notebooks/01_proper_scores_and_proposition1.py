@@ -52,11 +52,13 @@ import torch
 from IPython.display import display
 from plotly.subplots import make_subplots
 
-from rlcd_lab import assets, plots, tutorial
-from rlcd_lab.decomposition import sampled_answer_decomposition, variance_decomposition
+from rlcd_lab.classroom import tutorial
 from rlcd_lab.evaluate import run_eval
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.scoring import expected_score
+from rlcd_lab.files import assets
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.math.decomposition import sampled_answer_decomposition, variance_decomposition
+from rlcd_lab.math.scoring import expected_score
+from rlcd_lab.reports import plots
 from rlcd_lab.tasks import load_task_items
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
@@ -452,7 +454,7 @@ if SCALE == "paper":
         "rlcd-lab data split data/gsm8k-verify.jsonl --dev 200 --test 500\n"
         "rlcd-lab eval --checkpoint PATH/TO/Qwen3-1.7B --task data/gsm8k-verify.jsonl "
         "--split test --m 16 --max-new-tokens 1024 --out runs/qwen-readouts.jsonl\n"
-        "# then load runs/qwen-readouts.jsonl with rlcd_lab.assets.read_jsonl and run\n"
+        "# then load runs/qwen-readouts.jsonl with rlcd_lab.files.io.read_jsonl and run\n"
         "# section 3b on its 'readouts' and 'label' fields"
     )
 else:
@@ -478,16 +480,16 @@ else:
 # checks compute the right answers themselves and say whether yours match.
 
 # %%
-from rlcd_lab import classroom
+from rlcd_lab.classroom import exercises
 
 best_p = None  # 1: the report p = u_1 that maximises E[2 u_Y] when q_1 = 0.7
 overconfidence_gain = None  # 1: E[2 u_Y] at that report minus at the truthful p = 0.7
 log_gap = None  # 2: J_log(p, q) - E_r J_log(u(r), q) for the three readouts above
 brier_gap = None  # 2: E_r ||u(r) - p||^2 for the same readouts
 lambda_threshold = None  # 3: the optimum is p_1 < 1 for every lambda above this value
-print("1:", classroom.check_twice_linear_score(best_p, overconfidence_gain))
-print("2:", classroom.check_log_score_gap(log_gap, brier_gap))
-print("3:", classroom.check_certainty_threshold(lambda_threshold, q1=0.7))
+print("1:", exercises.check_twice_linear_score(best_p, overconfidence_gain))
+print("2:", exercises.check_log_score_gap(log_gap, brier_gap))
+print("3:", exercises.check_certainty_threshold(lambda_threshold, q1=0.7))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1: 2 u_y is the linear score times 2: E = 2 u.q, maximised at a vertex.
@@ -519,8 +521,8 @@ print(f"exercise 3: lambda > 2 q1 - 1 = {2 * 0.7 - 1:.1f}")
 
 # The checks of the answer cell agree with these solutions:
 feedback = [
-    classroom.check_twice_linear_score(best_linear, twice[0] - twice[1]),
-    classroom.check_log_score_gap(log_gap_3, brier_gap_3),
-    classroom.check_certainty_threshold(2 * 0.7 - 1, q1=0.7),
+    exercises.check_twice_linear_score(best_linear, twice[0] - twice[1]),
+    exercises.check_log_score_gap(log_gap_3, brier_gap_3),
+    exercises.check_certainty_threshold(2 * 0.7 - 1, q1=0.7),
 ]
 assert all(f.ok for f in feedback), feedback

@@ -62,11 +62,14 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, plots, tutorial
-from rlcd_lab.models import read_meta
+from rlcd_lab.classroom import tutorial
+from rlcd_lab.files import assets
+from rlcd_lab.files.io import read_jsonl
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.reports import plots
 from rlcd_lab.train import launch_command, train
-from rlcd_lab.train.common import read_log
-from rlcd_lab.train.rlcd import preset
+from rlcd_lab.train.configs import preset
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
@@ -195,7 +198,7 @@ summary = {}
 for name, rows in logs.items():
     meta = read_meta(Path(runs[name]) / "final")
     dev = meta["metrics"]["dev"]
-    dev_rows = assets.read_jsonl(Path(runs[name]) / "eval/dev.jsonl")
+    dev_rows = read_jsonl(Path(runs[name]) / "eval/dev.jsonl")
     summary[name] = {
         "length (first 10%)": window(rows, "rationale_length", -0.1),
         "length (last 10%)": window(rows, "rationale_length", 0.1),
@@ -218,7 +221,7 @@ display(summary.round(3))
 
 # %%
 for name, path in runs.items():
-    dev_rows = assets.read_jsonl(Path(path) / "eval/dev.jsonl")
+    dev_rows = read_jsonl(Path(path) / "eval/dev.jsonl")
     print(f"--- {name}")
     for r in dev_rows[:5]:
         u, opts = np.array(r["probs"]), r["options"]
@@ -348,7 +351,7 @@ if "KL 0.04" in logs:
 # scale); exercise 2 is checked on the no-KL run trained above.
 
 # %%
-from rlcd_lab import classroom
+from rlcd_lab.classroom import exercises
 
 lr_run = None  # 1: the run directory of your no-KL run at lr=1e-3
 length_last_10pct = None  # 1: its mean rationale length over the last 10% of steps
@@ -356,9 +359,9 @@ mean_top_p = None  # 2: mean top probability of the final no-KL model's readouts
 kl_price = None  # 3: the KL price per question at beta = 0.04 when p = 0.01
 brier_gain = None  # 3: base-facts dev Brier after reasoning minus answering directly
 winner = None  # 3: "direct" or "reason": which does the anchored objective prefer?
-print("1:", classroom.check_lr_run(lr_run, length_last_10pct))
-print("2:", classroom.check_mean_top_probability(runs.get("no KL"), mean_top_p))
-print("3:", classroom.check_kl_price(kl_price, brier_gain, winner, base=BASE))
+print("1:", exercises.check_lr_run(lr_run, length_last_10pct))
+print("2:", exercises.check_mean_top_probability(runs.get("no KL"), mean_top_p))
+print("3:", exercises.check_kl_price(kl_price, brier_gain, winner, base=BASE))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1 (runs only at default scale: about 2 minutes):
@@ -376,7 +379,7 @@ if SCALE == "default":
 
 # Solution 2: the hedge, from the eval dumps.
 for name, path in runs.items():
-    dev_rows = assets.read_jsonl(Path(path) / "eval/dev.jsonl")
+    dev_rows = read_jsonl(Path(path) / "eval/dev.jsonl")
     top = np.mean([max(r["probs"]) for r in dev_rows])
     print(f"exercise 2: {name}: mean top probability on dev {top:.3f}")
 
@@ -398,13 +401,13 @@ else:
 # The checks of the answer cell agree with these solutions:
 price = 0.04 * np.log(100)
 feedback = [
-    classroom.check_kl_price(price, gain, "direct" if gain > price else "reason", base=BASE)
+    exercises.check_kl_price(price, gain, "direct" if gain > price else "reason", base=BASE)
 ]
 if "no KL" in runs:
-    dev_rows = assets.read_jsonl(Path(runs["no KL"]) / "eval/dev.jsonl")
+    dev_rows = read_jsonl(Path(runs["no KL"]) / "eval/dev.jsonl")
     top = np.mean([max(r["probs"]) for r in dev_rows])
-    feedback.append(classroom.check_mean_top_probability(runs["no KL"], top))
+    feedback.append(exercises.check_mean_top_probability(runs["no KL"], top))
 if SCALE == "default":
     length = window(read_log(OUT / "no-KL-lr1e-3"), "rationale_length", 0.1)
-    feedback.append(classroom.check_lr_run(OUT / "no-KL-lr1e-3", length))
+    feedback.append(exercises.check_lr_run(OUT / "no-KL-lr1e-3", length))
 assert all(f.ok for f in feedback), feedback

@@ -15,7 +15,7 @@
 # # 3. Gradient dilution: the score-function term drowns the readout signal
 #
 # The gradient of the per-rationale objective `E_r J(u(r), q)` has two parts
-# (`rlcd_lab.estimators`):
+# (`rlcd_lab.math.estimators`):
 #
 # * the **pathwise** term `(1/M) sum_i grad R_i`, through the readout `u` (low variance:
 #   it is a plain supervised signal, the gradient of a proper score);
@@ -37,8 +37,8 @@
 #    anchor, from the base model) and compares dev Brier and AURC.
 #
 # Where the numbers come from: section 1 is a simulation; section 2 reads
-# `assets/results/*/seed-*/*/log.jsonl` (found with `rlcd_lab.assets.shipped_runs()`); section 3
-# trains in this notebook, into a temporary directory, at the size set by `SCALE`.
+# `assets/results/*/seed-*/*/log.jsonl` (found with `rlcd_lab.files.assets.shipped_runs()`);
+# section 3 trains in this notebook, into a temporary directory, at the size set by `SCALE`.
 
 # %%
 # ruff: noqa: E402  (the two settings below must come before the imports)
@@ -59,12 +59,14 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, plots, results, tutorial
-from rlcd_lab.io import jsonl_path
-from rlcd_lab.models import read_meta
+from rlcd_lab.classroom import tutorial
+from rlcd_lab.files import assets
+from rlcd_lab.files.io import jsonl_path
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.reports import plots, results
 from rlcd_lab.train import launch_command, train
-from rlcd_lab.train.common import read_log
-from rlcd_lab.train.rlcd import preset
+from rlcd_lab.train.configs import preset
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
@@ -359,7 +361,7 @@ for c, path in sweep.items():
 # toy of section 1) and say whether yours match.
 
 # %%
-from rlcd_lab import classroom
+from rlcd_lab.classroom import exercises
 
 c_stage1 = None  # 1: the score-function weight c the shipped verify calibrate run trains with
 sf_rms_ratio = None  # 1: RMS(score-function norm) / RMS(pathwise norm) in its log.jsonl
@@ -367,9 +369,9 @@ ordering = None  # 2: the c values of the sweep above, lowest 'Brier (TS)' first
 brier_spread = None  # 2: the sweep's largest 'Brier (TS)' minus its smallest
 readout_only = None  # 3: progress at rho = 10 on the coordinates the noise does not reach
 shared = None  # 3: progress at rho = 10 on the coordinates it reaches
-print("1:", classroom.check_stage1_weight(c_stage1, sf_rms_ratio))
-print("2:", classroom.check_sweep_ordering(sweep, ordering, brier_spread))
-print("3:", classroom.check_per_coordinate_dilution(readout_only, shared, rho=10.0))
+print("1:", exercises.check_stage1_weight(c_stage1, sf_rms_ratio))
+print("2:", exercises.check_sweep_ordering(sweep, ordering, brier_spread))
+print("3:", exercises.check_per_coordinate_dilution(readout_only, shared, rho=10.0))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1: stage 1 uses c = 0, so the score-function term never enters the loss; the
@@ -402,12 +404,12 @@ stage1 = min(
 stage1_ratio = dil[stage1["name"]][1]["rms_ratio"]
 print(f"exercise 1: c = {stage1['sf_weight']:g}, RMS ratio {stage1_ratio:.3g}")
 feedback = [
-    classroom.check_stage1_weight(stage1["sf_weight"], stage1_ratio, stage1["path"]),
-    classroom.check_per_coordinate_dilution(1.0, 1 / np.sqrt(1 + 10**2), rho=10.0),
+    exercises.check_stage1_weight(stage1["sf_weight"], stage1_ratio, stage1["path"]),
+    exercises.check_per_coordinate_dilution(1.0, 1 / np.sqrt(1 + 10**2), rho=10.0),
 ]
 if len(res):
     best_first = list(res["Brier (TS)"].sort_values(kind="stable").index)
     spread = res["Brier (TS)"].max() - res["Brier (TS)"].min()
     print(f"exercise 2: best first {best_first}, Brier (TS) spread {spread:.4f}")
-    feedback.append(classroom.check_sweep_ordering(sweep, best_first, spread))
+    feedback.append(exercises.check_sweep_ordering(sweep, best_first, spread))
 assert all(f.ok for f in feedback), feedback

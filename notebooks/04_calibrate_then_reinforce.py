@@ -30,7 +30,7 @@
 # needs a fitted temperature of 1.4 against about 7.
 #
 # This notebook builds the Table 1 analogue on the tiny `verify` task from **whatever
-# runs are shipped** (`rlcd_lab.assets.shipped_runs()`: every seed, baseline and stage-2
+# runs are shipped** (`rlcd_lab.files.assets.shipped_runs()`: every seed, baseline and stage-2
 # fork it finds; runs are named from their `config.json` (method and settings) and
 # whether they continue another shipped run, never from their directory names), with
 # paired tests, risk-coverage curves and reliability diagrams, the Table 2 analogue when
@@ -39,12 +39,12 @@
 #
 # Where the numbers come from: every table and figure is computed here from the shipped
 # runs' eval dumps (`eval/{dev,test}.jsonl`: single-query readouts on 200 dev and 400
-# test items) through `rlcd_lab.results`: `load_run` fits the temperature on dev and
+# test items) through `rlcd_lab.reports.results`: `load_run` fits the temperature on dev and
 # gives per-item values, `paired` the paired tests as the paper does them (accuracy and
 # Brier: per-item values averaged over seeds, bootstrap over test items and a sign-flip
 # test; AURC and Cov@5%: computed per seed and averaged over seeds, with the test items
 # resampled, or swapped between the two methods, jointly across seeds). Display names
-# and verdicts are `rlcd_lab.report`'s, as in the reproduction's report. How the runs
+# and verdicts are `rlcd_lab.reports.report`'s, as in the reproduction's report. How the runs
 # were made is in `assets/README.md`. The last section's runs are trained here, in a
 # temporary directory.
 
@@ -67,11 +67,13 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, metrics, paper, plots, report, results, tutorial
-from rlcd_lab.models import read_meta
+from rlcd_lab.classroom import tutorial
+from rlcd_lab.files import assets
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.math import metrics, paper, verdicts
+from rlcd_lab.reports import plots, report, results
 from rlcd_lab.train import launch_command, train
-from rlcd_lab.train.grpo import GRPOConfig
-from rlcd_lab.train.rlcd import preset
+from rlcd_lab.train.configs import GRPOConfig, preset
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
@@ -284,7 +286,7 @@ if fork_tests:
         {
             lab: {
                 "seeds": len(forks[lab]),
-                **{f"delta {results.METRICS[k][0]}": report.fmt_diff(res[k]) for k in keys},
+                **{f"delta {results.METRICS[k][0]}": verdicts.fmt_diff(res[k]) for k in keys},
                 **{f"delta {k}": report.fmt_cell(res[k], signed=True) for k in ("T", "length")},
             }
             for lab, res in fork_tests.items()
@@ -295,7 +297,7 @@ if fork_tests:
         display(
             pd.DataFrame(
                 {
-                    lab: {f"{results.METRICS[k][0]}": report.fmt_diff(res[k]) for k in keys}
+                    lab: {f"{results.METRICS[k][0]}": verdicts.fmt_diff(res[k]) for k in keys}
                     for lab, res in vs_readout.items()
                 }
             ).T.rename_axis(f"fork minus {READOUT_ONLY}")
@@ -314,7 +316,7 @@ if fork_tests:
     for lab, res in fork_tests.items():
         b = res["brier"]
         print(
-            f"{lab}: Brier {report.fmt_diff(b)} relative to its stage-1 checkpoint -> "
+            f"{lab}: Brier {verdicts.fmt_diff(b)} relative to its stage-1 checkpoint -> "
             + (
                 "stage 2 helps"
                 if b["ci_high"] < 0
@@ -330,7 +332,7 @@ else:
 # ## The paper's claims, checked on these numbers
 #
 # Each claim the paper makes about GSM8K-Verify, the task `verify` stands for
-# (`rlcd_lab.paper.CLAIMS`, the list the reproduction's report checks; Table 4's sweep is
+# (`rlcd_lab.math.paper.CLAIMS`, the list the reproduction's report checks; Table 4's sweep is
 # in the report) beside our difference, 95% CI and p-value, with `report.verdict`:
 # *reproduces* when the difference is significant on the paper's side (CI excludes 0 and
 # p < 0.05) and the CI holds the paper's effect, *smaller than the paper's* when the CI
@@ -371,8 +373,8 @@ for c in paper.CLAIMS[KIND]:
         {
             "claim": f"{name}: {c.metric}",
             "paper": f"{c.paper} (section {c.section})",
-            "ours: difference [95% CI], p": report.fmt_diff(d),
-            "verdict": report.verdict(d, c.direction, c.effect),
+            "ours: difference [95% CI], p": verdicts.fmt_diff(d),
+            "verdict": verdicts.verdict(d, c.direction, c.effect),
         }
     )
 display(pd.DataFrame(claims))
@@ -382,7 +384,7 @@ if RLCD in by_label and baselines and KIND in paper.TEMPERATURE:
         lab: results.mean_sd([i["result"].T for i in by_label[lab]])["mean"]
         for lab in (RLCD, *baselines)
     }
-    verdict_t = report.temperature_verdict(t[RLCD], [t[lab] for lab in baselines])
+    verdict_t = verdicts.temperature_verdict(t[RLCD], [t[lab] for lab in baselines])
     print(
         f"fitted T (paper: {paper.TEMPERATURE[KIND].paper}): "
         + ", ".join(f"{lab} {v:.2f}" for lab, v in t.items())
@@ -491,15 +493,15 @@ assert RLCD in by_label, "a two-stage RLCD run (method reinforce) must be shippe
 # yours match.
 
 # %%
-from rlcd_lab import classroom
+from rlcd_lab.classroom import exercises
 
 aurc_raw = None  # 1: AURC of the GRPO run (first[GRPO]) on its raw probabilities
 aurc_ts = None  # 1: the same after temperature scaling
 cov_2pct = None  # 2: Cov@2% of the RLCD run (first[RLCD]) after scaling, as a fraction
 baseline_steps = None  # 3: the steps of a baseline matched to the two stages trained above
-print("1:", classroom.check_aurc_before_after(first.get(GRPO), aurc_raw, aurc_ts))
-print("2:", classroom.check_coverage_at_risk(first.get(RLCD), cov_2pct, eps=0.02))
-print("3:", classroom.check_fair_budget(OUT / "calibrate", OUT / "reinforce", baseline_steps))
+print("1:", exercises.check_aurc_before_after(first.get(GRPO), aurc_raw, aurc_ts))
+print("2:", exercises.check_coverage_at_risk(first.get(RLCD), cov_2pct, eps=0.02))
+print("3:", exercises.check_fair_budget(OUT / "calibrate", OUT / "reinforce", baseline_steps))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
 if GRPO in first:
@@ -516,12 +518,12 @@ print("exercise 3: e.g. baselines for stage-1 + stage-2 steps, or RLCD stages of
 # The checks of the answer cell agree with these solutions:
 feedback = []
 if GRPO in first:
-    feedback.append(classroom.check_aurc_before_after(first[GRPO], a_raw, a_ts))
+    feedback.append(exercises.check_aurc_before_after(first[GRPO], a_raw, a_ts))
 if RLCD in first:
     r = first[RLCD]
     cov = metrics.coverage_at_risk(r.confidence, r.correct, 0.02)
-    feedback.append(classroom.check_coverage_at_risk(r, cov, eps=0.02))
+    feedback.append(exercises.check_coverage_at_risk(r, cov, eps=0.02))
 if SCALE != "paper":
     steps = sum(cfg.steps for name, cfg in plan if name in ("calibrate", "reinforce"))
-    feedback.append(classroom.check_fair_budget(OUT / "calibrate", OUT / "reinforce", steps))
+    feedback.append(exercises.check_fair_budget(OUT / "calibrate", OUT / "reinforce", steps))
 assert all(f.ok for f in feedback), feedback

@@ -40,10 +40,10 @@
 #
 # Where the numbers come from: all three runs are trained *in this notebook* (into a
 # temporary directory) at the size set by `SCALE`, then evaluated on the test split
-# against `q` (Jensen-Shannon divergence, `rlcd_lab.metrics.jsd`, in bits as in the
+# against `q` (Jensen-Shannon divergence, `rlcd_lab.math.metrics.jsd`, in bits as in the
 # paper: 0 when equal, 1 for disjoint supports; lower is better). Their eval dumps are
-# read with `rlcd_lab.results.load_run` (temperature fitted on dev) and compared with
-# `rlcd_lab.results` (per-item JSD averaged over seeds, bootstrap over test items,
+# read with `rlcd_lab.reports.results.load_run` (temperature fitted on dev) and compared with
+# `rlcd_lab.reports.results` (per-item JSD averaged over seeds, bootstrap over test items,
 # sign-flip p-value). The last section reads the shipped multi-seed reproduction the
 # same way. The interpretation is computed from the numbers.
 
@@ -67,14 +67,17 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, metrics, paper, plots, report, results, tutorial
-from rlcd_lab.decomposition import variance_decomposition
+from rlcd_lab.classroom import tutorial
 from rlcd_lab.evaluate import run_eval
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.models import read_meta
+from rlcd_lab.files import assets
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.math import metrics, paper, verdicts
+from rlcd_lab.math.decomposition import variance_decomposition
+from rlcd_lab.reports import plots, report, results
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import TRAINERS, launch_command, train
-from rlcd_lab.train.common import read_log
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
@@ -236,7 +239,7 @@ if runs:
         d = results.paired([trained[name]], [trained["cross-entropy"]], n=N_BOOT)["jsd"]
         better = d["ci_high"] < 0
         print(
-            f"{name} - cross-entropy, JSD (TS, bits): {report.fmt_diff(d)}: "
+            f"{name} - cross-entropy, JSD (TS, bits): {verdicts.fmt_diff(d)}: "
             + (
                 "the RL variant is significantly better than cross-entropy: claim 1 does "
                 "NOT reproduce here."
@@ -305,14 +308,15 @@ assert (quality["JSD single"] <= 1 + 1e-9).all()  # bits: at most 1
 #
 # The runs above are one seed, trained here. `rlcd-lab reproduce --task aleatoric` ships
 # the same comparison over several seeds under `assets/` (found with
-# `rlcd_lab.assets.shipped_runs()`, named by method and settings; `assets/README.md` has
+# `rlcd_lab.files.assets.shipped_runs()`, named by method and settings; `assets/README.md` has
 # the settings, which differ from the ones above: for instance its learning rate).
 # Single query after temperature scaling and, where the run ships a mixture dump
 # (`eval/test-m<M>.jsonl`), the mixture of M rationales; mean +- s.d. over seeds, JSD in
 # bits. The paper's Table 3 readout is the mixture for a run that writes rationales and
 # the single query for direct answers (cross-entropy). The paired tests follow the paper:
 # each item's JSD averaged over the seeds, bootstrap over test items and a sign-flip
-# p-value (`results.paired`); the claims are `rlcd_lab.paper`'s, the verdicts `rlcd_lab.report`'s.
+# p-value (`results.paired`); the claims are `rlcd_lab.math.paper`'s, the verdicts
+# `rlcd_lab.math.verdicts`'.
 
 # %%
 NAMES = {"sft": "cross-entropy", "endtoend": "per-rationale", "mixture": "mixture"}
@@ -365,7 +369,7 @@ if groups:
             d = res["jsd_table3"]
             print(
                 f"shipped, {n} seeds: {name} - cross-entropy, JSD of the Table 3 readouts "
-                f"(bits) {report.fmt_diff(d)} -> "
+                f"(bits) {verdicts.fmt_diff(d)} -> "
                 + (
                     "the RL variant is better: claim 1 does NOT reproduce."
                     if d["ci_high"] < 0
@@ -382,8 +386,8 @@ if groups:
             {
                 "claim": f"{a} - {b}: {c.metric}",
                 "paper": f"{c.paper} (section {c.section})",
-                "ours: difference [95% CI], p": report.fmt_diff(d),
-                "verdict": report.verdict(d, c.direction, c.effect),
+                "ours: difference [95% CI], p": verdicts.fmt_diff(d),
+                "verdict": verdicts.verdict(d, c.direction, c.effect),
             }
         )
     if claims:
@@ -421,15 +425,15 @@ else:
 # items) and say whether yours match.
 
 # %%
-from rlcd_lab import classroom
+from rlcd_lab.classroom import exercises
 
 lam_run = None  # 1: the run directory of your `--lam 0.5` run (default scale)
 lam_jsd_single = None  # 1: its single-query test JSD to q, in bits, before scaling
 diversity = None  # 2: the mean over test items of E_r ||u(r) - p||^2 on `mrows`
 urn_forecast = None  # 3: the best forecast for `urn 3a1b2c?`, [P(A), P(B), P(C)]
-print("1:", classroom.check_lambda_run(lam_run, lam_jsd_single, lam=0.5))
-print("2:", classroom.check_diversity_term(mrows if runs else None, diversity))
-print("3:", classroom.check_urn_forecast(urn_forecast, "urn 3a1b2c?"))
+print("1:", exercises.check_lambda_run(lam_run, lam_jsd_single, lam=0.5))
+print("2:", exercises.check_diversity_term(mrows if runs else None, diversity))
+print("3:", exercises.check_urn_forecast(urn_forecast, "urn 3a1b2c?"))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1 (default scale only, about 1.5 minutes):
@@ -438,7 +442,7 @@ if SCALE == "default":
     s = results.load_run(train(cfg)).row
     print(f"exercise 1: lam 0.5: single-query JSD {s['jsd']:.3f} bits (TS {s['ts_jsd']:.3f})")
 # Solution 2: the column 'var u across rationales' above is exactly that term, averaged
-# over test items (rlcd_lab.decomposition.variance_decomposition gives it per item).
+# over test items (rlcd_lab.math.decomposition.variance_decomposition gives it per item).
 print(
     "exercise 2:", quality.get("var u across rationales", pd.Series(dtype=float)).round(4).to_dict()
 )
@@ -447,10 +451,10 @@ print(
 # model's point of view (epistemic), e.g. verify before computing the sum.
 
 # The checks of the answer cell agree with these solutions:
-feedback = [classroom.check_urn_forecast([3 / 6, 1 / 6, 2 / 6], "urn 3a1b2c?")]
+feedback = [exercises.check_urn_forecast([3 / 6, 1 / 6, 2 / 6], "urn 3a1b2c?")]
 if runs:
     var_u = quality.loc["per-rationale", "var u across rationales"]
-    feedback.append(classroom.check_diversity_term(mrows, var_u))
+    feedback.append(exercises.check_diversity_term(mrows, var_u))
 if SCALE == "default":
-    feedback.append(classroom.check_lambda_run(OUT / "lam0.5", s["jsd"], lam=0.5))
+    feedback.append(exercises.check_lambda_run(OUT / "lam0.5", s["jsd"], lam=0.5))
 assert all(f.ok for f in feedback), feedback

@@ -29,15 +29,15 @@
 #    tokens spent with the accuracy obtained.
 #
 # Where the numbers come from: sections 1-2 read the eval dumps of the shipped `verify`
-# runs (`rlcd_lab.assets.shipped_runs()`, single query) with `rlcd_lab.results.load_run`,
-# which fits the temperature on dev. Section 3 runs the shipped base checkpoints
-# (`assets/checkpoints/base-verify`, and `base-facts` where reasoning does not help) in
-# both modes on the dev and test splits, scored with `rlcd_lab.results.from_rows` (T
-# fitted on dev). Section 4 reads the shipped `verify` reproduction's RLCR runs
-# (`assets/results/verify/summary.json` and the RLCR test dumps) and the shipped bench
-# reports (`assets/results/bench/`, `rlcd_lab.assets.bench_reports()`). Nothing is
-# trained. The routing math lives in `rlcd_lab.routing` (tested in
-# `tests/test_tutorial.py`).
+# runs (`rlcd_lab.files.assets.shipped_runs()`, single query) with
+# `rlcd_lab.reports.results.load_run`, which fits the temperature on dev. Section 3 runs
+# the shipped base checkpoints (`assets/checkpoints/base-verify`, and `base-facts` where
+# reasoning does not help) in both modes on the dev and test splits, scored with
+# `rlcd_lab.reports.results.from_rows` (T fitted on dev). Section 4 reads the shipped
+# `verify` reproduction's RLCR runs (`assets/results/verify/summary.json` and the RLCR
+# test dumps) and the shipped bench reports (`assets/results/bench/`,
+# `rlcd_lab.files.assets.bench_reports()`). Nothing is trained. The routing math lives in
+# `rlcd_lab.math.routing` (tested in `tests/test_tutorial.py`).
 
 # %%
 # ruff: noqa: E402  (the two settings below must come before the imports)
@@ -54,9 +54,13 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import assets, metrics, plots, report, results, routing, tutorial
+from rlcd_lab.classroom import tutorial
 from rlcd_lab.evaluate import run_eval
-from rlcd_lab.loading import load_checkpoint
+from rlcd_lab.files import assets
+from rlcd_lab.files.io import read_jsonl
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.math import metrics, routing
+from rlcd_lab.reports import plots, report, results
 from rlcd_lab.tasks import load_task_items
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
@@ -68,7 +72,7 @@ SIZES = {  # dev / test items for the cascade (section 3), and its tasks
     "default": dict(dev=200, test=400, tasks=("verify", "facts")),
     "paper": dict(dev=100, test=150, tasks=("verify", "facts")),
 }[SCALE]
-EPS = routing.DEFAULT_EPS  # the error budget of Cov@eps (the paper uses 5% on GSM8K-Verify)
+EPS = metrics.DEFAULT_EPS  # the error budget of Cov@eps (the paper uses 5% on GSM8K-Verify)
 print(f"SCALE = {SCALE}: {SIZES}")
 
 # %% [markdown]
@@ -390,7 +394,7 @@ for task, s in summary.iterrows():
 #
 # * **RLCR** trains the model to *state* its confidence after its answer (here one digit
 #   after `Confidence:`), rewarded with correctness plus the Brier score of what it
-#   stated (`rlcd-lab train rlcr`; `rlcd_lab.verbal`). The shipped `verify`
+#   stated (`rlcd-lab train rlcr`; `rlcd_lab.train.verbal`). The shipped `verify`
 #   reproduction runs it at RLCD's budget; we score both its readout and its stated
 #   confidence, after temperature scaling.
 # * **A report card** (`rlcd-lab bench typed`): accuracy over rule-made rewordings and
@@ -417,7 +421,7 @@ display(neighbours.round(3))
 stated = [
     row
     for seed in verify["seeds"]
-    for row in assets.read_jsonl(
+    for row in read_jsonl(
         shipped[f"results/verify/seed-{seed}/rlcr-matched"] / "eval" / "test.jsonl"
     )
 ]
@@ -515,22 +519,22 @@ else:
 #    accuracy change at most over the thresholds, and why?
 #
 # Put your answers in the next cell (replace each `None`) and run it: the `classroom`
-# checks compute the right answers themselves (with `rlcd_lab.routing`, on this
+# checks compute the right answers themselves (with `rlcd_lab.math.routing`, on this
 # notebook's `data`, `summary` and `cascades`) and say whether yours match.
 
 # %%
-from rlcd_lab import classroom
+from rlcd_lab.classroom import exercises
 
 band = None  # 1: the p_Y where the Bayes policy escalates at c_FA = 10, as (low, high)
 escalated = None  # 1: the share of reinforce's test items it escalates at c_FA = 10
 predicted_accuracy = None  # 2: {task: the cascade's predicted test accuracy}
 accuracy_change = None  # 3: {task: largest |accuracy change| over the thresholds}
-print("1:", classroom.check_escalation_band(band, escalated, data, c_fa=10, escalate=ESCALATE))
+print("1:", exercises.check_escalation_band(band, escalated, data, c_fa=10, escalate=ESCALATE))
 print(
     "2:",
-    classroom.check_label_free_accuracy(cascades, summary["threshold (dev)"], predicted_accuracy),
+    exercises.check_label_free_accuracy(cascades, summary["threshold (dev)"], predicted_accuracy),
 )
-print("3:", classroom.check_raw_cascade(cascades, thresholds, accuracy_change))
+print("3:", exercises.check_raw_cascade(cascades, thresholds, accuracy_change))
 
 # %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1: costs: accept c_FA p_N, reject p_Y, escalate 0.5. With c_FA = 1 accept
@@ -569,8 +573,8 @@ for task, out in cascades.items():
 
 # The checks of the answer cell agree with these solutions:
 feedback = [
-    classroom.check_escalation_band((0.5, 0.95), share, data, c_fa=10, escalate=ESCALATE),
-    classroom.check_label_free_accuracy(cascades, summary["threshold (dev)"], predicted),
-    classroom.check_raw_cascade(cascades, thresholds, gaps),
+    exercises.check_escalation_band((0.5, 0.95), share, data, c_fa=10, escalate=ESCALATE),
+    exercises.check_label_free_accuracy(cascades, summary["threshold (dev)"], predicted),
+    exercises.check_raw_cascade(cascades, thresholds, gaps),
 ]
 assert all(f.ok for f in feedback), feedback

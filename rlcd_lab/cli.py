@@ -6,7 +6,7 @@ serves the dashboard. Each subcommand is a frozen dataclass; the runner prints a
 summary (library code itself never prints).
 
 Only the chosen command's modules are imported (``COMMANDS``), and the config types live in
-torch-free modules (``train.configs``, ``pretrain_config``): no ``--help``, top level or of a
+torch-free modules (``train.configs``, ``train.pretrain_config``): no ``--help``, top level or of a
 command, loads torch, transformers, peft, plotly or gradio. A user error (a bad path,
 task, value or checkpoint, an existing run) prints one line ``rlcd-lab: error: ...`` to
 stderr and exits with status 2, as a malformed command line does.
@@ -237,7 +237,7 @@ def _train_union():
     """``train <method>``: one subcommand per training method, with its defaults."""
     from functools import reduce
 
-    from .train import TRAINERS
+    from rlcd_lab.train import TRAINERS
 
     subs = [
         Annotated[type(cfg), tyro.conf.subcommand(name, default=cfg, description=desc)]
@@ -247,14 +247,14 @@ def _train_union():
 
 
 def _pretrain_config():
-    from .pretrain_config import PretrainConfig
+    from rlcd_lab.train.pretrain_config import PretrainConfig
 
     return PretrainConfig
 
 
 def _bench_union():
     """``bench typed | attack``: the benches' configs (torch-free ``bench.configs``)."""
-    from .bench.configs import AttackBenchConfig, TypedBenchConfig
+    from rlcd_lab.bench.configs import AttackBenchConfig, TypedBenchConfig
 
     return (
         Annotated[TypedBenchConfig, tyro.conf.subcommand("typed")]
@@ -263,7 +263,7 @@ def _bench_union():
 
 
 def _reproduce_config():
-    from .reproduce import ReproduceConfig
+    from rlcd_lab.reproduce import ReproduceConfig
 
     return ReproduceConfig
 
@@ -320,11 +320,12 @@ def run_eval_command(cfg: Eval) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
     if cfg.out is not None and cfg.out.is_dir():
         raise IsADirectoryError(f"--out {cfg.out} is a directory; give a .jsonl file")
-    from .evaluate import eval_warnings, run_eval, summarize
-    from .io import atomic_write_jsonl
-    from .loading import load_checkpoint
-    from .models import calibration_T
-    from .tasks import load_task_items
+    from rlcd_lab.evaluate import eval_warnings, run_eval
+    from rlcd_lab.files.io import atomic_write_jsonl
+    from rlcd_lab.lm.checkpoint import calibration_T
+    from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.reports.results import summarize
+    from rlcd_lab.tasks import load_task_items
 
     items = load_task_items(cfg.task, cfg.split)
     if not items:
@@ -354,8 +355,8 @@ def run_eval_command(cfg: Eval) -> dict:
 def _split_file(cfg: Eval) -> str:
     """`` (no items in FILE)``: the file eval reads the split from; empty for a synthetic
     task."""
-    from .tasks import split_paths
-    from .tasks.synthetic import TASKS
+    from rlcd_lab.tasks.split import split_paths
+    from rlcd_lab.tasks.synthetic import TASKS
 
     return "" if cfg.task in TASKS else f" (no items in {split_paths(cfg.task)[cfg.split]})"
 
@@ -399,8 +400,8 @@ def check_serve_checksums(checkpoint: Path) -> None:
     exists and looks sound (``loading.check_checkpoint``) and carries a ``checksums.json``;
     one without is refused (``ValueError``), since its files could have been edited
     unseen. An older one over its weights only is accepted; the load warns about it."""
-    from .loading import check_checkpoint
-    from .models import CHECKSUM_FILE, checksum_coverage
+    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE, checksum_coverage
+    from rlcd_lab.lm.loading import check_checkpoint
 
     check_checkpoint(checkpoint)
     if checksum_coverage(checkpoint) == "none":
@@ -493,7 +494,7 @@ def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand."""
     cfg = parse(sys.argv[1:] if argv is None else list(argv))
     if not isinstance(cfg, DataFetch | DataList | DataConvert | DataSplit):  # model work
-        from .models import use_free_cores
+        from rlcd_lab.lm.model import use_free_cores
 
         use_free_cores()  # torch threads from the cores left free (OMP_NUM_THREADS wins)
     try:
@@ -519,14 +520,15 @@ def _is(cfg: object, module: str, name: str) -> bool:
 def _run(cfg) -> None:
     if isinstance(cfg, App):
         check_port_free(cfg.host, cfg.port)  # before minutes of loading: a port in use fails now
-        from .dashboard import build_demo
+        from rlcd_lab.dashboard.ui import build_demo
 
         demo = build_demo(allowed_dirs=cfg.allow_checkpoint_dir)
         demo.launch(server_name=cfg.host, server_port=cfg.port)
     elif isinstance(cfg, Serve):
         check_port_free(cfg.host, cfg.port)  # before the checkpoint loads (seconds)
-        from .decide import DecideOptions
-        from .server import default_checkpoint, serve
+        from rlcd_lab.decision.answering import DecideOptions
+        from rlcd_lab.server import serve
+        from rlcd_lab.server.app import default_checkpoint
 
         if cfg.verify:  # before the server: answers only from files that can be verified
             check_serve_checksums(cfg.checkpoint or default_checkpoint())
@@ -553,19 +555,19 @@ def _run(cfg) -> None:
             threads=cfg.threads,
             verify=cfg.verify,
         )
-    elif _is(cfg, "pretrain_config", "PretrainConfig"):
-        from .models import read_meta
-        from .pretrain import pretrain
+    elif _is(cfg, "train.pretrain_config", "PretrainConfig"):
+        from rlcd_lab.lm.checkpoint import read_meta
+        from rlcd_lab.train.pretrain import pretrain
 
         path = pretrain(cfg)
         _print_json({"checkpoint": str(path), **read_meta(path)["metrics"]})
     elif _is(cfg, "reproduce", "ReproduceConfig"):
-        from .reproduce import run_all
+        from rlcd_lab.reproduce import run_all
 
         out = run_all(cfg, progress=lambda done: print(f"done: {done}", file=sys.stderr))
         print(out / "report.md")
     elif _is(cfg, "bench.configs", "BenchTarget"):
-        from .bench import run_bench
+        from rlcd_lab.bench import run_bench
 
         _print_json(run_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr)))
     elif isinstance(cfg, Eval):
@@ -573,46 +575,46 @@ def _run(cfg) -> None:
         _print_json(summary)
         print_warnings(summary)
     elif _is(cfg, "train.configs", "TrainConfig"):
-        from .models import read_meta
-        from .train import train
+        from rlcd_lab.lm.checkpoint import read_meta
+        from rlcd_lab.train import train
 
         run = train(cfg)
         _print_json({"run": str(run), **read_meta(run / "final")["metrics"]})
     elif isinstance(cfg, DataFetch):
-        from .tasks.fetch import fetch, fetch_message, output_path
+        from rlcd_lab.tasks.fetch import fetch, fetch_message, output_path
 
         kw = dict(force=cfg.force, dev=cfg.dev, test=cfg.test, seed=cfg.seed)
         cache = cfg.cache_dir.expanduser()
         kept = output_path(cfg.name, cache).exists() and not cfg.force
         print(fetch_message(fetch(cfg.name, cache, **kw), written=not kept))
     elif isinstance(cfg, DataList):
-        from .tasks.fetch import data_list
+        from rlcd_lab.tasks.fetch import data_list
 
         print(data_list(cfg.cache_dir))
     elif isinstance(cfg, DataSplit):
-        from .tasks.split import split_file
+        from rlcd_lab.tasks.split import split_file
 
         paths = split_file(cfg.file, cfg.dev, cfg.test, seed=cfg.seed, overwrite=cfg.overwrite)
         print("\n".join(str(p) for p in paths.values()))
     elif isinstance(cfg, Checksums):
-        from .models import sign_checkpoint
+        from rlcd_lab.lm.checkpoint import sign_checkpoint
 
         print(sign_checkpoint(cfg.checkpoint, force=cfg.force))
     elif isinstance(cfg, GGUF):
         import torch
 
-        from .pretrained import convert_gguf
+        from rlcd_lab.lm.pretrained import convert_gguf
 
         print(convert_gguf(cfg.model, cfg.out, getattr(torch, cfg.dtype), force=cfg.force))
     elif isinstance(cfg, DataConvert):
-        from .tasks.convert import convert_file
+        from rlcd_lab.tasks.convert import convert_file
 
         kw: dict = {"limit": cfg.limit}
         if cfg.kind in ("gsm8k-verify-synthetic", "clinc150", "bigbench"):
             kw["seed"] = cfg.seed
         if cfg.kind == "gsm8k-verify":
-            from .loading import load_checkpoint
-            from .tasks.convert import hf_proposer
+            from rlcd_lab.lm.loading import load_checkpoint
+            from rlcd_lab.tasks.convert import hf_proposer
 
             proposer = cfg.proposer.expanduser()
             model, tok, _ = load_checkpoint(proposer, device=cfg.device, verify=cfg.verify)

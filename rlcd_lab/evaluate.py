@@ -8,10 +8,10 @@ reproduce and the dashboard):
 ``direct`` mode there is one empty rationale: the prompt ends with the bare marker.
 With ``stated=True`` (RLCR runs, ``rlcd-lab train rlcr``) each row also holds the
 model's stated confidence after that first rationale and its readout's answer
-(:func:`rlcd_lab.verbal.read_stated`): ``stated_answer``, ``stated_confidence``,
+(:func:`rlcd_lab.train.verbal.read_stated`): ``stated_answer``, ``stated_confidence``,
 ``stated_valid``, ``confidence_probs`` and ``stated_logits`` (K: ``log p`` of the
 distribution the statement implies, scored like ``logits``).
-``summarize`` (:func:`rlcd_lab.results.summarize`, re-exported) turns rows into the paper's
+:func:`rlcd_lab.reports.results.summarize` turns rows into the paper's
 Table 1 row via ``metrics.evaluate``.
 ``run_eval(..., progress=True)`` (``rlcd-lab eval``) shows a tqdm bar over the items read,
 on stderr. ``eval_warnings`` says when the rows look degenerate (forced markers on most
@@ -34,14 +34,16 @@ from collections.abc import Sequence
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .decoding import plain_copy, questions_per_call
-from .metrics import T_MAX, T_MIN
-from .models import context_length
-from .reader import Mode, build_prompt, encode_prompts, item_options, read, reading_length
-from .readout import MARKER, SEP, OptionTokens
-from .results import summarize as summarize  # re-exported: Table 1's row of dump rows
-from .tasks import TaskItem
-from .verbal import CUE, read_stated
+from rlcd_lab.lm.checkpoint import MARKER, SEP
+from rlcd_lab.lm.model import context_length
+from rlcd_lab.math.metrics import T_MAX, T_MIN
+from rlcd_lab.reader import reading_length
+from rlcd_lab.reader.decoding import plain_copy, questions_per_call
+from rlcd_lab.reader.prompts import Mode, build_prompt, encode_prompts, item_options
+from rlcd_lab.reader.reading import read
+from rlcd_lab.reader.readout import OptionTokens
+from rlcd_lab.tasks.items import TaskItem
+from rlcd_lab.train.verbal import CUE, read_stated
 
 FORCED_WARN = 0.2
 """Share of rationales ended by a forced marker above which eval warns (:func:`eval_warnings`)."""
@@ -63,8 +65,8 @@ def eval_warnings(
       marker the model never wrote (it has not learned the format, or --max-new-tokens
       is too small);
     * temperature at a bound: the checkpoint's fitted calibration temperature ``T`` is
-      at :data:`rlcd_lab.metrics.T_MIN` or :data:`~rlcd_lab.metrics.T_MAX` (relative
-      tolerance 1e-6), where :func:`rlcd_lab.metrics.fit_temperature` stops: the fit
+      at :data:`rlcd_lab.math.metrics.T_MIN` or :data:`~rlcd_lab.math.metrics.T_MAX` (relative
+      tolerance 1e-6), where :func:`rlcd_lab.math.metrics.fit_temperature` stops: the fit
       did not converge (readouts that carry no signal, or a constant answer);
     * accuracy at chance: over the labelled rows, the accuracy of the single-query
       readout (``argmax probs == label``) is at most chance ``c = mean_i 1/K_i`` plus
@@ -159,7 +161,7 @@ def check_items(
 
     Each item's option labels must be single tokens after the marker
     (``readout.option_token_ids``), and its reading must fit the model's context:
-    :func:`reading_positions` <= :func:`rlcd_lab.models.context_length` (a model that
+    :func:`reading_positions` <= :func:`rlcd_lab.lm.model.context_length` (a model that
     states no limit is not checked). The message gives the prompt's tokens, the rationale
     budget, the marker and bridge tokens, the positions needed and the model's limit, and
     how many items are too long."""
@@ -238,10 +240,10 @@ def run_eval(
     labels, readings that fit the model's context; ``ValueError`` naming the item, after
     ``where``, e.g. ``"task verify test split"``).
     A PEFT model (a LoRA adapter) is read through a copy with the adapter merged into its
-    weights (:func:`rlcd_lab.decoding.plain_copy`: one matrix per layer instead of three,
+    weights (:func:`rlcd_lab.reader.decoding.plain_copy`: one matrix per layer instead of three,
     the readouts within float32 rounding of the adapter's, about 1e-7).
     ``stated`` (reason mode): add the stated-confidence fields, read after the confidence
-    ``cue`` (:mod:`rlcd_lab.verbal`) and the first rationale, sampled again with its seed
+    ``cue`` (:mod:`rlcd_lab.train.verbal`) and the first rationale, sampled again with its seed
     (so the row's own; where a device does not reproduce the draw, the rationale read is
     recorded as ``stated_rationale``).
     """

@@ -28,8 +28,8 @@ Runs go to ``OUT/<task>/seed-<s>/<name>/`` (ordinary run directories). A finishe
 with the same config is reused, a partial one resumed, so an interrupted reproduction
 continues where it stopped. Runs are independent processes (``jobs`` at a time); on CPU
 each uses one thread, which also makes the numbers independent of the machine's core
-count. ``rlcd_lab.report.write_report`` then reads the eval dumps back (through
-``rlcd_lab.results``) and writes ``summary.json``, ``report.md``, ``report.html`` (with
+count. ``rlcd_lab.reports.report.write_report`` then reads the eval dumps back (through
+``rlcd_lab.reports.results``) and writes ``summary.json``, ``report.md``, ``report.html`` (with
 plotly.js beside ``OUT/<task>``, shared) and figure PNGs; ``run_all`` also writes
 ``timing.json``: where the time went (wall, training and sampling seconds per run).
 """
@@ -46,12 +46,12 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from . import rundir
-from .assets import ASSETS
-from .io import atomic_write_jsonl, atomic_write_text, jsonl_path, pack, read_jsonl
+from rlcd_lab.files import rundir
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.files.io import atomic_write_jsonl, atomic_write_text, jsonl_path, pack, read_jsonl
 
 if TYPE_CHECKING:
-    from .train.configs import TrainConfig
+    from rlcd_lab.train.configs import TrainConfig
 
 BASELINES = ("sft", "rft", "rft-kl", "grpo", "rlcr", "endtoend", "mixture")
 """Runs that also get a budget-matched twin (``<name>-matched``: two stages' steps)."""
@@ -164,7 +164,7 @@ class Job:
 
 def aleatoric(task: str) -> bool:
     """Whether ``task``'s items carry an outcome distribution ``q`` (Table 3)."""
-    from .tasks import load_task_items
+    from rlcd_lab.tasks import load_task_items
 
     return load_task_items(task, "dev")[0].q is not None
 
@@ -172,8 +172,8 @@ def aleatoric(task: str) -> bool:
 def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[list[Job], list[Job]]:
     """The runs of the reproduction in two waves: from the base model, then from stage 1;
     ``lrs``: a learning rate per run name (:func:`tune`), others at ``cfg``'s."""
-    from .results import MATCHED, NO_KL, SWEEP_PREFIX
-    from .train.configs import GRPOConfig, RFTConfig, RLCRConfig, SFTConfig, preset
+    from rlcd_lab.reports.results import MATCHED, NO_KL, SWEEP_PREFIX
+    from rlcd_lab.train.configs import GRPOConfig, RFTConfig, RLCRConfig, SFTConfig, preset
 
     init = cfg.init
     if init is None:
@@ -254,11 +254,11 @@ def _finished(job: Job) -> bool:
 def run_job(job: Job) -> str:
     """Run one job in this process (reusing or resuming it); returns its directory."""
 
-    from .evaluate import run_eval
-    from .loading import load_checkpoint
-    from .tasks import load_task_items
-    from .train import train
-    from .train.configs import TrainConfig
+    from rlcd_lab.evaluate import run_eval
+    from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.tasks import load_task_items
+    from rlcd_lab.train import train
+    from rlcd_lab.train.configs import TrainConfig
 
     if _finished(job):
         if job.train is None and not rundir.has_eval(job.out, rundir.DIRECT):
@@ -306,9 +306,9 @@ def run_job(job: Job) -> str:
 def _direct_dump(job: Job) -> None:
     """The direct dump (``rundir.DIRECT``, the base model's test items answered without a
     rationale, as ``run_job`` writes it) of a finished base run that lacks it."""
-    from .evaluate import run_eval
-    from .loading import load_checkpoint
-    from .tasks import load_task_items
+    from rlcd_lab.evaluate import run_eval
+    from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.tasks import load_task_items
 
     s = job.settings
     model, tok, meta = load_checkpoint(Path(s["init"]), s["device"])
@@ -325,7 +325,7 @@ STATED = "-stated"
 def stated_view(job: Job) -> Path | None:
     """For an RLCR run ``<root>/rlcr[-matched]``, write ``<root>/rlcr-stated[-matched]``
     (:func:`write_stated_view`). Returns the view's directory (None for other runs)."""
-    from .results import MATCHED
+    from rlcd_lab.reports.results import MATCHED
 
     if job.train is None or job.train.method != "rlcr":
         return None
@@ -337,7 +337,7 @@ def stated_view(job: Job) -> Path | None:
 def write_stated_view(run: Path, out: Path) -> Path:
     """The stated-confidence view of the RLCR run ``run`` in ``out``: its ``config.json``
     (the training budget) and its eval dumps with each row's stated distribution
-    (:func:`rlcd_lab.verbal.stated_logits` and :func:`~rlcd_lab.verbal.stated_probs` of
+    (:func:`rlcd_lab.train.verbal.stated_logits` and :func:`~rlcd_lab.train.verbal.stated_probs` of
     ``stated_answer`` and ``stated_confidence``) as ``logits`` and ``probs``, so the
     report scores the stated confidence as it scores every readout (same metrics, T
     fitted on dev). The
@@ -349,7 +349,7 @@ def write_stated_view(run: Path, out: Path) -> Path:
     import numpy as np
     import torch
 
-    from .verbal import stated_logits, stated_probs
+    from rlcd_lab.train.verbal import stated_logits, stated_probs
 
     for split in ("dev", "test"):
         if not rundir.has_eval(run, split):
@@ -492,8 +492,8 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
             else:
                 os.environ[k] = v
     out = cfg.out / Path(cfg.task).stem
-    from .paper import EPS, kind
-    from .report import write_report
+    from rlcd_lab.math.paper import EPS, kind
+    from rlcd_lab.reports.report import write_report
 
     # Cov@eps at the error budget the paper uses on this kind of task
     title = f"{cfg.task} ({cfg.scale})"
@@ -514,7 +514,7 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
     to ``dst``, replacing it: per run ``config.json``, ``log.jsonl``, ``done.json`` and the
     eval dumps ``eval/*.jsonl``; ``final/`` only for the seed-17 runs named in
     ``weights``; then ``SHIPPED_FILES``. The JSONL files are shipped
-    packed (``.jsonl.xz``, :func:`rlcd_lab.io.pack`); ``src``'s may be either."""
+    packed (``.jsonl.xz``, :func:`rlcd_lab.files.io.pack`); ``src``'s may be either."""
     import shutil
 
     src, dst = Path(src), Path(dst)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlcd_lab.models import char_tokenizer, tiny_model, use_free_cores
+from rlcd_lab.lm.model import char_tokenizer, tiny_model, use_free_cores
 
 use_free_cores()  # as every rlcd-lab command: no spinning threads beside a busy process
 
@@ -93,7 +93,7 @@ def marker_lm(tokenizer):
 @pytest.fixture()
 def tiny_base(tmp_path, tokenizer):
     """A random tiny model saved as a checkpoint: the ``init`` of quick training runs."""
-    from rlcd_lab.models import save_checkpoint
+    from rlcd_lab.lm.checkpoint import save_checkpoint
 
     return save_checkpoint(tmp_path / "base", tiny_model(tokenizer, seed=0), tokenizer)
 
@@ -110,7 +110,7 @@ _STALE_TMP_S = 15 * 60  # a conversion takes well under a minute; older temp dir
 
 def gguf_missing(name: str) -> list[str]:
     """The packages model ``name`` needs that are not installed (its own, ``gguf``)."""
-    from rlcd_lab.pretrained import MODELS
+    from rlcd_lab.lm.pretrained import MODELS
 
     needed = (MODELS[name].package, "gguf")
     return [pkg for pkg in needed if importlib.util.find_spec(pkg) is None]
@@ -142,7 +142,7 @@ def converted(name: str, out: Path | None = None) -> Path:
     killed conversion are removed and unreadable weights are converted again. Treat the
     directory as read-only (write trained copies under ``tmp_path``). Skipped without the
     packages, failed instead when ``RLCD_LAB_REQUIRE_SMOLLM2`` is set."""
-    from rlcd_lab.pretrained import MODELS, convert_gguf
+    from rlcd_lab.lm.pretrained import MODELS, convert_gguf
 
     missing = gguf_missing(name)
     if missing:

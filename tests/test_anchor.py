@@ -12,10 +12,11 @@ import json
 
 import pytest
 
-from rlcd_lab.assets import ASSETS
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.files.rundir import read_log
 from rlcd_lab.reproduce import RUNG_GRID, SCALES
-from rlcd_lab.train.common import read_log
-from rlcd_lab.train.rlcd import preset, train
+from rlcd_lab.train.configs import preset
+from rlcd_lab.train.rlcd import train
 
 
 def _kl(run) -> list[float]:

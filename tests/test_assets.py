@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rlcd_lab.evaluate import run_eval, summarize
-from rlcd_lab.loading import load_checkpoint
+from rlcd_lab.evaluate import run_eval
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.reports.results import summarize
 from rlcd_lab.tasks.synthetic import get_task
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "checkpoints"
@@ -54,7 +55,7 @@ def test_the_real_rungs_base_writes_its_worked_rationales(smollm2_dir):
     """assets/checkpoints/smollm2-arith-verify (SmolLM2-135M-Instruct taught
     basic-skills-arithmetic-verify by ``rlcd-lab train teach``): it writes the worked format
     and the marker itself, where the untaught model almost never does (benchmarks/RESULTS.md)."""
-    from rlcd_lab.reader import read
+    from rlcd_lab.reader.reading import read
 
     model, tok, meta = load_checkpoint(ASSETS / "smollm2-arith-verify")
     assert meta["method"] == "teach" and meta["task"].endswith(
@@ -75,7 +76,7 @@ def test_the_real_rungs_base_writes_its_worked_rationales(smollm2_dir):
 RESULTS = ASSETS.parent / "results"
 BUDGET_MB = 60
 """Everything under assets/ (sum of file sizes, MB of 10^6 bytes), issue 31's budget:
-dumps and logs ship packed (``python -m rlcd_lab.io pack``, xz), the reports share one
+dumps and logs ship packed (``python -m rlcd_lab.files.io pack``, xz), the reports share one
 plotly.js, the SmolLM2 adapter reads its base's tokenizer; assets/README.md says what
 takes the room."""
 
@@ -110,7 +111,7 @@ def test_a_shipped_summary_recomputes_byte_identically_from_packed_dumps(tmp_pat
     import json
     import shutil
 
-    from rlcd_lab import report
+    from rlcd_lab.reports import report
 
     shipped = RESULTS / "rung-lr" / "lr-1e-4"
     copy = shutil.copytree(shipped, tmp_path / "results" / "lr-1e-4")
@@ -122,8 +123,8 @@ def test_a_shipped_summary_recomputes_byte_identically_from_packed_dumps(tmp_pat
 
 
 def test_shipped_runs_and_mixture_dumps_are_found_packed():
-    from rlcd_lab.assets import shipped_runs
-    from rlcd_lab.results import load_run
+    from rlcd_lab.files.assets import shipped_runs
+    from rlcd_lab.reports.results import load_run
 
     runs = shipped_runs()
     assert "results/verify/seed-17/reinforce" in runs and len(runs) > 100
@@ -146,7 +147,7 @@ def test_shipped_configs_name_no_directory_of_the_machine_that_made_them():
 def test_portable_paths(monkeypatch, tmp_path):
     from pathlib import Path
 
-    from rlcd_lab.rundir import portable_path
+    from rlcd_lab.files.rundir import portable_path
 
     monkeypatch.chdir(tmp_path)
     assert portable_path(str(tmp_path / "assets" / "x")) == "assets/x"

@@ -6,7 +6,7 @@ Stated tolerances (the shipped verify base, 32 test questions x 4 rationales, 48
 measured on an AMD EPYC with avx512_bf16: 253 of 256 rationales identical on 64
 questions, the copy's readout within 7e-6 of float32's, its log pi(r) within 0.14):
 at least 90% of the rationales identical to the float32 draw, the copy's own readout
-within 1e-3 of float32's. Packed float32 steps (``decoding.PackedLinears``): logits within
+within 1e-3 of float32's. Packed float32 steps (``llama.PackedLinears``): logits within
 1e-5 of the model's own (relative, whole batch; measured 7e-7 on SmolLM2), at least 95% of
 the rationales identical. What the estimator uses (the readout and log pi(r) of the
 trained model) stays float32 and bit-equal to the float32 path on identical rationales.
@@ -20,11 +20,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlcd_lab import decoding
-from rlcd_lab.assets import ASSETS
-from rlcd_lab.decoding import CopySampler, PackedLinears, _attention, _Steps, kv_sampler, plain_copy
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.reader import sample_questions, score_rationales
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.reader import decoding, llama
+from rlcd_lab.reader.decoding import CopySampler, _Steps, kv_sampler, plain_copy
+from rlcd_lab.reader.llama import PackedLinears, _attention
+from rlcd_lab.reader.rationales import sample_questions
+from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.tasks import load_task_items
 
 BASE = ASSETS / "checkpoints" / "base-verify"
@@ -138,7 +140,7 @@ def test_packed_steps_agree_with_the_model(verify_base):
         a, b = packed(tokens), exact(tokens)
         assert (a - b).norm() <= 1e-5 * b.norm()
         tokens = b.argmax(-1)
-    assert packed.fast is not None and packed.fast.linear is decoding._packed_linear
+    assert packed.fast is not None and packed.fast.linear is llama._packed_linear
     r32, _ = draws(model, tok, meta, kv_sampler)
     rpk, _ = draws(model, tok, meta, CopySampler(torch.float32))
     same = sum(a == b for a, b in zip(r32.texts, rpk.texts, strict=True))

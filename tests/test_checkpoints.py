@@ -14,11 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlcd_lab.decide import DecisionModel
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.models import (
+from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.files.rundir import CheckpointError
+from rlcd_lab.lm.checkpoint import (
     CHECKSUM_FILE,
-    CheckpointError,
     CheckpointMissingError,
     UnverifiedCheckpointWarning,
     calibration_T,
@@ -27,10 +26,11 @@ from rlcd_lab.models import (
     read_meta,
     save_checkpoint,
     sign_checkpoint,
-    tiny_model,
     verify_checksums,
     write_checksums,
 )
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.model import tiny_model
 from rlcd_lab.reader import Reader, raw_meta, temperature_fitted
 
 X = torch.tensor([[10, 11, 12, 13]])

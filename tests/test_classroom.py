@@ -1,4 +1,4 @@
-"""Classroom mode (rlcd_lab.classroom): every exercise check accepts a right answer, rejects
+"""Classroom mode (rlcd_lab.classroom.student): every exercise check accepts a right answer, rejects
 a wrong one and says "not answered yet" for None, with the right answers derived here
 independently (closed forms, plain numpy on the files), and no obvious guess passes any
 exercise; the notebooks' answer cells call
@@ -22,9 +22,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlcd_lab import classroom
-from rlcd_lab.assets import ASSETS, read_jsonl
-from rlcd_lab.classroom import Feedback
+from rlcd_lab.classroom import exercises, student
+from rlcd_lab.classroom.exercises import Feedback
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.files.io import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
@@ -93,14 +94,14 @@ def test_twice_linear_score():
     for q1 in (0.7, 0.3):
         best = float(q1 > 0.5)  # 2 u.q is linear in p: the vertex on q's side
         gain = twice_linear_gain(q1)
-        right(classroom.check_twice_linear_score(best, gain, q1=q1))
-        right(classroom.check_twice_linear_score(np.float64(best), round(gain, 3), q1=q1))
-        wrong(classroom.check_twice_linear_score(q1, 0.0, q1=q1))  # the proper answer
-        wrong(classroom.check_twice_linear_score(best, 0.0, q1=q1))  # p right, no gain
-        wrong(classroom.check_twice_linear_score(best, gain / 2, q1=q1))  # once the linear
-    wrong(classroom.check_twice_linear_score("one", 0.24))
-    wrong(classroom.check_twice_linear_score(True, 0.24))
-    unanswered(classroom.check_twice_linear_score(None, 0.24))
+        right(exercises.check_twice_linear_score(best, gain, q1=q1))
+        right(exercises.check_twice_linear_score(np.float64(best), round(gain, 3), q1=q1))
+        wrong(exercises.check_twice_linear_score(q1, 0.0, q1=q1))  # the proper answer
+        wrong(exercises.check_twice_linear_score(best, 0.0, q1=q1))  # p right, no gain
+        wrong(exercises.check_twice_linear_score(best, gain / 2, q1=q1))  # once the linear
+    wrong(exercises.check_twice_linear_score("one", 0.24))
+    wrong(exercises.check_twice_linear_score(True, 0.24))
+    unanswered(exercises.check_twice_linear_score(None, 0.24))
 
 
 def log_and_brier_gaps(u: np.ndarray, q: np.ndarray) -> tuple[float, float]:
@@ -111,29 +112,29 @@ def log_and_brier_gaps(u: np.ndarray, q: np.ndarray) -> tuple[float, float]:
 
 
 def test_log_score_gap():
-    u, q = np.array(classroom.LOG_GAP_READOUTS), np.array(classroom.LOG_GAP_Q)
+    u, q = np.array(exercises.LOG_GAP_READOUTS), np.array(exercises.LOG_GAP_Q)
     log_gap, brier_gap = log_and_brier_gaps(u, q)
     assert log_gap > 0 and abs(log_gap - brier_gap) > 0.1  # >= 0 (Jensen), not Brier's
-    right(classroom.check_log_score_gap(log_gap, brier_gap))
-    right(classroom.check_log_score_gap(np.float32(log_gap), round(brier_gap, 3)))
-    wrong(classroom.check_log_score_gap(brier_gap, brier_gap))  # Proposition 1's form
-    wrong(classroom.check_log_score_gap(log_gap, log_gap))
-    wrong(classroom.check_log_score_gap(True, False))
+    right(exercises.check_log_score_gap(log_gap, brier_gap))
+    right(exercises.check_log_score_gap(np.float32(log_gap), round(brier_gap, 3)))
+    wrong(exercises.check_log_score_gap(brier_gap, brier_gap))  # Proposition 1's form
+    wrong(exercises.check_log_score_gap(log_gap, log_gap))
+    wrong(exercises.check_log_score_gap(True, False))
     rng = np.random.default_rng(1)  # any readouts and q
     for _ in range(5):
         u, q = rng.dirichlet(np.ones(3), 4), rng.dirichlet(np.ones(3))
-        right(classroom.check_log_score_gap(*log_and_brier_gaps(u, q), readouts=u, q=q))
-    unanswered(classroom.check_log_score_gap(None, None))
+        right(exercises.check_log_score_gap(*log_and_brier_gaps(u, q), readouts=u, q=q))
+    unanswered(exercises.check_log_score_gap(None, None))
 
 
 @pytest.mark.parametrize("q1", [0.7, 0.9])
 def test_certainty_threshold(q1):
     lam = 2 * q1 - 1  # 1/2 + (2 q1 - 1) / (2 lam) = 1
-    right(classroom.check_certainty_threshold(lam, q1=q1))
-    right(classroom.check_certainty_threshold(round(lam, 2), q1=q1))
-    wrong(classroom.check_certainty_threshold(1.0, q1=q1))
-    wrong(classroom.check_certainty_threshold(q1, q1=q1))
-    unanswered(classroom.check_certainty_threshold(None))
+    right(exercises.check_certainty_threshold(lam, q1=q1))
+    right(exercises.check_certainty_threshold(round(lam, 2), q1=q1))
+    wrong(exercises.check_certainty_threshold(1.0, q1=q1))
+    wrong(exercises.check_certainty_threshold(q1, q1=q1))
+    unanswered(exercises.check_certainty_threshold(None))
 
 
 # ------------------------------------------------------------------------- notebook 2
@@ -142,16 +143,16 @@ def test_lr_run(tmp_path):
     log = [{"step": i, "rationale_length": v} for i, v in enumerate(lengths)]
     run = write_run(tmp_path / "lr", {"lr": 1e-3, "beta": 0.0}, log)
     expected = np.mean(lengths[-2:])
-    right(classroom.check_lr_run(run, expected))
-    wrong(classroom.check_lr_run(run, np.mean(lengths[:2])))
-    unanswered(classroom.check_lr_run(run, None))
+    right(exercises.check_lr_run(run, expected))
+    wrong(exercises.check_lr_run(run, np.mean(lengths[:2])))
+    unanswered(exercises.check_lr_run(run, None))
     other = write_run(tmp_path / "other", {"lr": 3e-4, "beta": 0.0}, log)
-    f = classroom.check_lr_run(other, expected)
+    f = exercises.check_lr_run(other, expected)
     wrong(f)
     assert "lr=0.0003" in str(f)
     anchored = write_run(tmp_path / "kl", {"lr": 1e-3, "beta": 0.04}, log)
-    wrong(classroom.check_lr_run(anchored, expected))
-    nothing(classroom.check_lr_run(None, expected))
+    wrong(exercises.check_lr_run(anchored, expected))
+    nothing(exercises.check_lr_run(None, expected))
 
 
 def test_mean_top_probability(tmp_path):
@@ -159,11 +160,11 @@ def test_mean_top_probability(tmp_path):
     run = tmp_path / "run"
     write_jsonl(run / "eval" / "dev.jsonl", [{"probs": p} for p in probs])
     expected = np.mean([max(p) for p in probs])
-    right(classroom.check_mean_top_probability(run, expected))
-    right(classroom.check_mean_top_probability(run / "eval" / "dev.jsonl", expected))
-    wrong(classroom.check_mean_top_probability(run, np.mean([min(p) for p in probs])))
-    unanswered(classroom.check_mean_top_probability(run, None))
-    nothing(classroom.check_mean_top_probability(None, expected))
+    right(exercises.check_mean_top_probability(run, expected))
+    right(exercises.check_mean_top_probability(run / "eval" / "dev.jsonl", expected))
+    wrong(exercises.check_mean_top_probability(run, np.mean([min(p) for p in probs])))
+    unanswered(exercises.check_mean_top_probability(run, None))
+    nothing(exercises.check_mean_top_probability(None, expected))
 
 
 def test_kl_price():
@@ -173,12 +174,12 @@ def test_kl_price():
     price = 0.04 * math.log(100)
     winner = "direct" if gain > price else "reason"
     loser = {"direct": "reason", "reason": "direct"}[winner]
-    right(classroom.check_kl_price(price, gain, winner))
-    right(classroom.check_kl_price(round(price, 3), round(gain, 3), winner.upper()))
-    wrong(classroom.check_kl_price(price, gain, loser))
-    wrong(classroom.check_kl_price(0.04 * math.log(50), gain, winner))  # the p = 0.02 price
-    wrong(classroom.check_kl_price(price, -gain, winner))
-    unanswered(classroom.check_kl_price(price, gain, None))
+    right(exercises.check_kl_price(price, gain, winner))
+    right(exercises.check_kl_price(round(price, 3), round(gain, 3), winner.upper()))
+    wrong(exercises.check_kl_price(price, gain, loser))
+    wrong(exercises.check_kl_price(0.04 * math.log(50), gain, winner))  # the p = 0.02 price
+    wrong(exercises.check_kl_price(price, -gain, winner))
+    unanswered(exercises.check_kl_price(price, gain, None))
 
 
 # ------------------------------------------------------------------------- notebook 3
@@ -200,19 +201,19 @@ def test_stage1_weight(tmp_path):
     ratio = math.sqrt((9 + 1) / 2) / math.sqrt((0.01 + 0.04) / 2)  # = sqrt(200) = 14.14
     assert math.isclose(rms_ratio(log), ratio)
     run = write_run(tmp_path / "calibrate", {"sf_weight": 0.0}, log)
-    right(classroom.check_stage1_weight(0, ratio, run))
-    right(classroom.check_stage1_weight(0.0, round(ratio, 2), run))
-    wrong(classroom.check_stage1_weight(1.0, ratio, run))
-    wrong(classroom.check_stage1_weight(0, 3.0 / 0.1, run))  # the first step's ratio
-    wrong(classroom.check_stage1_weight(0, 0, run))
-    unanswered(classroom.check_stage1_weight(None, ratio, run))
+    right(exercises.check_stage1_weight(0, ratio, run))
+    right(exercises.check_stage1_weight(0.0, round(ratio, 2), run))
+    wrong(exercises.check_stage1_weight(1.0, ratio, run))
+    wrong(exercises.check_stage1_weight(0, 3.0 / 0.1, run))  # the first step's ratio
+    wrong(exercises.check_stage1_weight(0, 0, run))
+    unanswered(exercises.check_stage1_weight(None, ratio, run))
     bare = write_run(tmp_path / "bare", {"sf_weight": 0.0}, [{"step": 0}])
-    nothing(classroom.check_stage1_weight(0, ratio, bare))
+    nothing(exercises.check_stage1_weight(0, ratio, bare))
     # the default: the shipped verify stage-1 run, which logs a nonzero norm at c = 0
     shipped = json.loads((VERIFY / "calibrate" / "config.json").read_text())["sf_weight"]
     ratio = rms_ratio(read_jsonl(VERIFY / "calibrate" / "log.jsonl"))
     assert shipped == 0 and ratio > 0
-    right(classroom.check_stage1_weight(shipped, ratio))
+    right(exercises.check_stage1_weight(shipped, ratio))
 
 
 def test_sweep_ordering():
@@ -224,29 +225,29 @@ def test_sweep_ordering():
     best_first = sorted(brier, key=brier.get)
     spread = max(brier.values()) - min(brier.values())
     assert spread > 0
-    right(classroom.check_sweep_ordering(sweep, best_first, spread))
-    wrong(classroom.check_sweep_ordering(sweep, best_first[::-1], spread))
-    wrong(classroom.check_sweep_ordering(sweep, best_first[:2], spread))
-    wrong(classroom.check_sweep_ordering(sweep, "0.3, 0, 1", spread))
-    wrong(classroom.check_sweep_ordering(sweep, best_first, 0.0))
-    wrong(classroom.check_sweep_ordering(sweep, best_first, min(brier.values())))
-    unanswered(classroom.check_sweep_ordering(sweep, None, spread))
-    unanswered(classroom.check_sweep_ordering(sweep, best_first, None))
-    nothing(classroom.check_sweep_ordering({}, best_first, spread))
+    right(exercises.check_sweep_ordering(sweep, best_first, spread))
+    wrong(exercises.check_sweep_ordering(sweep, best_first[::-1], spread))
+    wrong(exercises.check_sweep_ordering(sweep, best_first[:2], spread))
+    wrong(exercises.check_sweep_ordering(sweep, "0.3, 0, 1", spread))
+    wrong(exercises.check_sweep_ordering(sweep, best_first, 0.0))
+    wrong(exercises.check_sweep_ordering(sweep, best_first, min(brier.values())))
+    unanswered(exercises.check_sweep_ordering(sweep, None, spread))
+    unanswered(exercises.check_sweep_ordering(sweep, best_first, None))
+    nothing(exercises.check_sweep_ordering({}, best_first, spread))
 
 
 def test_per_coordinate_dilution():
-    right(classroom.check_per_coordinate_dilution(1.0, 1 / math.sqrt(1 + 10**2)))
-    right(classroom.check_per_coordinate_dilution(1.0, 1 / math.sqrt(1 + 5**2), rho=5.0))
-    wrong(classroom.check_per_coordinate_dilution(1 / math.sqrt(101), 1 / math.sqrt(101)))
-    wrong(classroom.check_per_coordinate_dilution(1.0, 1.0))
-    unanswered(classroom.check_per_coordinate_dilution(None, 0.1))
+    right(exercises.check_per_coordinate_dilution(1.0, 1 / math.sqrt(1 + 10**2)))
+    right(exercises.check_per_coordinate_dilution(1.0, 1 / math.sqrt(1 + 5**2), rho=5.0))
+    wrong(exercises.check_per_coordinate_dilution(1 / math.sqrt(101), 1 / math.sqrt(101)))
+    wrong(exercises.check_per_coordinate_dilution(1.0, 1.0))
+    unanswered(exercises.check_per_coordinate_dilution(None, 0.1))
 
 
 # ------------------------------------------------------------------------- notebook 4
 @pytest.fixture(scope="module")
 def grpo():
-    from rlcd_lab import results
+    from rlcd_lab.reports import results
 
     return results.load_run(VERIFY / "grpo")
 
@@ -256,11 +257,11 @@ def test_aurc_before_after(grpo):
     a_raw = aurc(raw.max(1), (raw.argmax(1) == grpo.labels).astype(float))
     ts = grpo.scaled
     a_ts = aurc(ts.max(1), (ts.argmax(1) == grpo.labels).astype(float))
-    right(classroom.check_aurc_before_after(grpo, a_raw, a_ts))
-    wrong(classroom.check_aurc_before_after(grpo, a_raw + 0.05, a_ts))
-    wrong(classroom.check_aurc_before_after(grpo, a_raw, a_ts - 0.05))
-    unanswered(classroom.check_aurc_before_after(grpo, None, a_ts))
-    nothing(classroom.check_aurc_before_after(None, a_raw, a_ts))
+    right(exercises.check_aurc_before_after(grpo, a_raw, a_ts))
+    wrong(exercises.check_aurc_before_after(grpo, a_raw + 0.05, a_ts))
+    wrong(exercises.check_aurc_before_after(grpo, a_raw, a_ts - 0.05))
+    unanswered(exercises.check_aurc_before_after(grpo, None, a_ts))
+    nothing(exercises.check_aurc_before_after(None, a_raw, a_ts))
 
 
 def test_coverage_at_risk(grpo):
@@ -268,23 +269,23 @@ def test_coverage_at_risk(grpo):
     conf, correct = ts.max(1), (ts.argmax(1) == grpo.labels).astype(float)
     for eps in (0.02, 0.05):
         cov = cov_at_risk(conf, correct, eps)
-        right(classroom.check_coverage_at_risk(grpo, cov, eps=eps))
-        wrong(classroom.check_coverage_at_risk(grpo, cov + 0.1, eps=eps))
+        right(exercises.check_coverage_at_risk(grpo, cov, eps=eps))
+        wrong(exercises.check_coverage_at_risk(grpo, cov + 0.1, eps=eps))
     cov = cov_at_risk(conf, correct, 0.05)
     if cov > 0:
-        f = classroom.check_coverage_at_risk(grpo, 100 * cov, eps=0.05)
+        f = exercises.check_coverage_at_risk(grpo, 100 * cov, eps=0.05)
         wrong(f)
         assert "fraction" in str(f)
-    unanswered(classroom.check_coverage_at_risk(grpo, None))
+    unanswered(exercises.check_coverage_at_risk(grpo, None))
 
 
 def test_fair_budget(tmp_path):
     s1 = write_run(tmp_path / "calibrate", {"steps": 3})
     s2 = write_run(tmp_path / "reinforce", {"steps": 5})
-    right(classroom.check_fair_budget(s1, s2, 8))
-    wrong(classroom.check_fair_budget(s1, s2, 5))
-    unanswered(classroom.check_fair_budget(s1, s2, None))
-    nothing(classroom.check_fair_budget(s1, tmp_path / "not-trained", 8))
+    right(exercises.check_fair_budget(s1, s2, 8))
+    wrong(exercises.check_fair_budget(s1, s2, 5))
+    unanswered(exercises.check_fair_budget(s1, s2, None))
+    nothing(exercises.check_fair_budget(s1, tmp_path / "not-trained", 8))
 
 
 # ------------------------------------------------------------------------- notebook 5
@@ -300,13 +301,13 @@ def test_lambda_run():
             return np.where(a > 0, a * np.log2(a / m), 0.0).sum(1)
 
     jsd = float(np.mean(0.5 * kl(p) + 0.5 * kl(q)))
-    right(classroom.check_lambda_run(run, jsd, lam=lam))
-    wrong(classroom.check_lambda_run(run, jsd + 0.05, lam=lam))
-    f = classroom.check_lambda_run(run, jsd, lam=0.5 if lam != 0.5 else 0.25)
+    right(exercises.check_lambda_run(run, jsd, lam=lam))
+    wrong(exercises.check_lambda_run(run, jsd + 0.05, lam=lam))
+    f = exercises.check_lambda_run(run, jsd, lam=0.5 if lam != 0.5 else 0.25)
     wrong(f)
     assert "lam=" in str(f)
-    unanswered(classroom.check_lambda_run(run, None, lam=lam))
-    nothing(classroom.check_lambda_run(None, jsd))
+    unanswered(exercises.check_lambda_run(run, None, lam=lam))
+    nothing(exercises.check_lambda_run(None, jsd))
 
 
 def test_diversity_term():
@@ -314,24 +315,24 @@ def test_diversity_term():
     rows = [{"readouts": rng.dirichlet(np.ones(3), 4).tolist()} for _ in range(5)]
     u = np.array([r["readouts"] for r in rows])
     expected = float(np.mean(((u - u.mean(1, keepdims=True)) ** 2).sum(-1).mean(-1)))
-    right(classroom.check_diversity_term(rows, expected))
-    wrong(classroom.check_diversity_term(rows, 2 * expected))
-    unanswered(classroom.check_diversity_term(rows, None))
-    nothing(classroom.check_diversity_term(None, expected))
+    right(exercises.check_diversity_term(rows, expected))
+    wrong(exercises.check_diversity_term(rows, 2 * expected))
+    unanswered(exercises.check_diversity_term(rows, None))
+    nothing(exercises.check_diversity_term(None, expected))
 
 
 def test_urn_forecast():
     for prompt in ("urn 3a1b2c?", "urn 1a0b1c?"):
         counts = np.array([int(c) for c in re.findall(r"(\d)[abc]", prompt)], float)
         q = (counts / counts.sum()).tolist()
-        f = classroom.check_urn_forecast(q, prompt)
+        f = exercises.check_urn_forecast(q, prompt)
         if f.ok is None:  # that urn is not among the task's items
             nothing(f)
             continue
         right(f)
-        wrong(classroom.check_urn_forecast([1 / 3] * 3, prompt))
-        wrong(classroom.check_urn_forecast(q[:2], prompt))
-    unanswered(classroom.check_urn_forecast(None))
+        wrong(exercises.check_urn_forecast([1 / 3] * 3, prompt))
+        wrong(exercises.check_urn_forecast(q[:2], prompt))
+    unanswered(exercises.check_urn_forecast(None))
 
 
 # ------------------------------------------------------------------------- notebook 6
@@ -355,23 +356,23 @@ def test_escalation_band():
         band = (0.5, 1 - 0.5 / c_fa)
         share = float(np.mean((p_y > band[0]) & (p_y < band[1])))
         assert 0.3 < share < 0.5
-        right(classroom.check_escalation_band(band, share, runs, c_fa=c_fa))
-        right(classroom.check_escalation_band(list(band), round(share, 3), runs, c_fa=c_fa))
-        wrong(classroom.check_escalation_band((), share, runs, c_fa=c_fa))
-        wrong(classroom.check_escalation_band("never", 0.0, runs, c_fa=c_fa))
-        wrong(classroom.check_escalation_band((0.5, 0.99), share, runs, c_fa=c_fa))
-        wrong(classroom.check_escalation_band(band, share + 0.05, runs, c_fa=c_fa))
-        wrong(classroom.check_escalation_band(band, 100 * share, runs, c_fa=c_fa))
+        right(exercises.check_escalation_band(band, share, runs, c_fa=c_fa))
+        right(exercises.check_escalation_band(list(band), round(share, 3), runs, c_fa=c_fa))
+        wrong(exercises.check_escalation_band((), share, runs, c_fa=c_fa))
+        wrong(exercises.check_escalation_band("never", 0.0, runs, c_fa=c_fa))
+        wrong(exercises.check_escalation_band((0.5, 0.99), share, runs, c_fa=c_fa))
+        wrong(exercises.check_escalation_band(band, share + 0.05, runs, c_fa=c_fa))
+        wrong(exercises.check_escalation_band(band, 100 * share, runs, c_fa=c_fa))
     # c_FA = 1: the band is empty, so no item is escalated
-    right(classroom.check_escalation_band((), 0.0, runs, c_fa=1))
-    right(classroom.check_escalation_band("never", 0, runs, c_fa=1))
-    wrong(classroom.check_escalation_band((0.4, 0.6), 0.0, runs, c_fa=1))
+    right(exercises.check_escalation_band((), 0.0, runs, c_fa=1))
+    right(exercises.check_escalation_band("never", 0, runs, c_fa=1))
+    wrong(exercises.check_escalation_band((0.4, 0.6), 0.0, runs, c_fa=1))
     # another run: grpo's constant readout sits at the band's lower end, never inside
-    right(classroom.check_escalation_band((0.5, 0.9), 0.0, runs, c_fa=5, variant="grpo"))
-    unanswered(classroom.check_escalation_band(None, None, runs))
-    unanswered(classroom.check_escalation_band((0.5, 0.95), None, runs))
-    nothing(classroom.check_escalation_band((0.5, 0.95), 0.4, {}))
-    nothing(classroom.check_escalation_band((0.5, 0.95), 0.4, runs, variant="sft"))
+    right(exercises.check_escalation_band((0.5, 0.9), 0.0, runs, c_fa=5, variant="grpo"))
+    unanswered(exercises.check_escalation_band(None, None, runs))
+    unanswered(exercises.check_escalation_band((0.5, 0.95), None, runs))
+    nothing(exercises.check_escalation_band((0.5, 0.95), 0.4, {}))
+    nothing(exercises.check_escalation_band((0.5, 0.95), 0.4, runs, variant="sft"))
 
 
 def fake_cascades(rng: np.random.Generator) -> dict:
@@ -402,15 +403,15 @@ def test_label_free_accuracy():
     chosen = {"a": 0.7, "b": 1.01}  # b: always reason
     answers = {t: predicted_accuracy(c, chosen[t]) for t, c in cascades.items()}
     assert answers["b"] == cascades["b"]["reason"].max(1).mean()
-    right(classroom.check_label_free_accuracy(cascades, chosen, answers))
-    right(classroom.check_label_free_accuracy(cascades, pd.Series(chosen), answers))
+    right(exercises.check_label_free_accuracy(cascades, chosen, answers))
+    right(exercises.check_label_free_accuracy(cascades, pd.Series(chosen), answers))
     wrong(
-        classroom.check_label_free_accuracy(cascades, chosen, {**answers, "a": answers["a"] - 0.01})
+        exercises.check_label_free_accuracy(cascades, chosen, {**answers, "a": answers["a"] - 0.01})
     )
-    wrong(classroom.check_label_free_accuracy(cascades, chosen, {"a": answers["a"]}))
-    wrong(classroom.check_label_free_accuracy(cascades, chosen, dict.fromkeys(answers, math.inf)))
+    wrong(exercises.check_label_free_accuracy(cascades, chosen, {"a": answers["a"]}))
+    wrong(exercises.check_label_free_accuracy(cascades, chosen, dict.fromkeys(answers, math.inf)))
     always_direct = {t: c["direct"].max(1).mean() for t, c in cascades.items()}
-    wrong(classroom.check_label_free_accuracy(cascades, chosen, always_direct))
+    wrong(exercises.check_label_free_accuracy(cascades, chosen, always_direct))
     observed = {
         t: np.mean(
             np.where(c["direct"].max(1) >= chosen[t], c["direct"].argmax(1), c["reason"].argmax(1))
@@ -418,10 +419,10 @@ def test_label_free_accuracy():
         )
         for t, c in cascades.items()
     }
-    wrong(classroom.check_label_free_accuracy(cascades, chosen, observed))  # needs labels
-    unanswered(classroom.check_label_free_accuracy(cascades, chosen, None))
-    nothing(classroom.check_label_free_accuracy({}, chosen, answers))
-    nothing(classroom.check_label_free_accuracy(cascades, {"a": 0.7}, answers))
+    wrong(exercises.check_label_free_accuracy(cascades, chosen, observed))  # needs labels
+    unanswered(exercises.check_label_free_accuracy(cascades, chosen, None))
+    nothing(exercises.check_label_free_accuracy({}, chosen, answers))
+    nothing(exercises.check_label_free_accuracy(cascades, {"a": 0.7}, answers))
 
 
 def raw_accuracy_change(cascades: dict, thresholds: np.ndarray) -> dict[str, float]:
@@ -447,13 +448,13 @@ def test_raw_cascade():
     thresholds = np.linspace(0.5, 1.0, 26)
     change = raw_accuracy_change(cascades, thresholds)
     assert change["a"] == 0 and change["b"] > 0  # the fixture differs where it should
-    right(classroom.check_raw_cascade(cascades, thresholds, change))
-    right(classroom.check_raw_cascade(cascades, thresholds, {"a": 0, "b": round(change["b"], 3)}))
-    wrong(classroom.check_raw_cascade(cascades, thresholds, "b"))  # which task: not enough
-    wrong(classroom.check_raw_cascade(cascades, thresholds, {"a": 0.0, "b": 0.0}))
-    wrong(classroom.check_raw_cascade(cascades, thresholds, {"b": change["b"]}))
-    wrong(classroom.check_raw_cascade(cascades, thresholds, {**change, "b": change["b"] + 0.02}))
-    unanswered(classroom.check_raw_cascade(cascades, thresholds, None))
+    right(exercises.check_raw_cascade(cascades, thresholds, change))
+    right(exercises.check_raw_cascade(cascades, thresholds, {"a": 0, "b": round(change["b"], 3)}))
+    wrong(exercises.check_raw_cascade(cascades, thresholds, "b"))  # which task: not enough
+    wrong(exercises.check_raw_cascade(cascades, thresholds, {"a": 0.0, "b": 0.0}))
+    wrong(exercises.check_raw_cascade(cascades, thresholds, {"b": change["b"]}))
+    wrong(exercises.check_raw_cascade(cascades, thresholds, {**change, "b": change["b"] + 0.02}))
+    unanswered(exercises.check_raw_cascade(cascades, thresholds, None))
 
 
 # ------------------------------------------------------------- no answer is a guess
@@ -474,10 +475,10 @@ def exercise_cases(tmp_path: Path) -> dict[str, tuple]:
     ordering, each task, the analytic parts' own values)."""
     from itertools import permutations
 
-    from rlcd_lab import results
+    from rlcd_lab.reports import results
 
     cases: dict[str, tuple] = {}
-    c = classroom
+    c = exercises
     # notebook 1
     cases["check_twice_linear_score"] = (
         lambda p, g: c.check_twice_linear_score(p, g, q1=0.7),
@@ -485,7 +486,7 @@ def exercise_cases(tmp_path: Path) -> dict[str, tuple]:
         (1,),
         ((0.7, 0.0), (0.7, 0.3, 0.0, 1.4, 1.16)),  # the truthful report, the two scores
     )
-    u, q = np.array(classroom.LOG_GAP_READOUTS), np.array(classroom.LOG_GAP_Q)
+    u, q = np.array(exercises.LOG_GAP_READOUTS), np.array(exercises.LOG_GAP_Q)
     cases["check_log_score_gap"] = (
         c.check_log_score_gap,
         log_and_brier_gaps(u, q),
@@ -640,10 +641,10 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
 
 
 def test_every_exercise_has_a_guessing_case(cases):
-    assert sorted(cases) == sorted(c for checks in classroom.CHECKS.values() for c in checks)
+    assert sorted(cases) == sorted(c for checks in exercises.CHECKS.values() for c in checks)
 
 
-@pytest.mark.parametrize("check", [c for checks in classroom.CHECKS.values() for c in checks])
+@pytest.mark.parametrize("check", [c for checks in exercises.CHECKS.values() for c in checks])
 def test_no_exercise_is_passed_by_a_guess(cases, check):
     """The reference solution passes; the stub (every answer None), every obvious guess
     given for all answers at once, and every guess for an answer that needs the
@@ -678,34 +679,34 @@ def test_feedback_prints_its_message():
     assert str(f) == repr(f) == "correct: yes"
 
 
-@pytest.mark.parametrize("name", sorted(classroom.CHECKS))
+@pytest.mark.parametrize("name", sorted(exercises.CHECKS))
 def test_answer_cells_call_their_checks(name):
     """Each notebook has one answer cell, between the exercises and the first solution,
     with every answer None and a call to each of its three checks."""
     nb = jupytext.read(NOTEBOOKS / f"{name}.py")
     text = [c.source for c in nb.cells]
     start = next(i for i, s in enumerate(text) if "## Exercises" in s)
-    first_solution = next(i for i, c in enumerate(nb.cells) if classroom.is_solution(c))
+    first_solution = next(i for i, c in enumerate(nb.cells) if exercises.is_solution(c))
     (cell,) = [c for c in nb.cells[start + 1 : first_solution] if c.cell_type == "code"]
-    for check in classroom.CHECKS[name]:
-        assert callable(getattr(classroom, check))
-        assert f"classroom.{check}(" in cell.source, check
+    for check in exercises.CHECKS[name]:
+        assert callable(getattr(exercises, check))
+        assert f"exercises.{check}(" in cell.source, check
     assigned = re.findall(r"^(\w+) = (.+?)(?:  #.*)?$", cell.source, re.M)
     assert assigned and all(value == "None" for _, value in assigned), assigned
 
 
 def test_every_check_is_listed():
-    listed = {c for checks in classroom.CHECKS.values() for c in checks}
-    defined = {n for n in dir(classroom) if n.startswith("check_")}
+    listed = {c for checks in exercises.CHECKS.values() for c in checks}
+    defined = {n for n in dir(exercises) if n.startswith("check_")}
     assert listed == defined
-    assert all(len(checks) == 3 for checks in classroom.CHECKS.values())
-    assert sorted(classroom.CHECKS) == sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    assert all(len(checks) == 3 for checks in exercises.CHECKS.values())
+    assert sorted(exercises.CHECKS) == sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 
 
 # --------------------------------------------------------------------- student copies
 def test_write_student_drops_every_solution(tmp_path):
     out = tmp_path / "student"
-    paths = classroom.write_student(NOTEBOOKS, out, formats=("ipynb", "py:percent"))
+    paths = student.write_student(NOTEBOOKS, out, formats=("ipynb", "py:percent"))
     sources = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
     assert [p.name for p in paths] == sorted(
         f"{s.stem}{ext}" for s in sources for ext in (".ipynb", ".py")
@@ -723,14 +724,14 @@ def test_write_student_drops_every_solution(tmp_path):
         assert "jupytext" not in raw["metadata"]  # not paired: saving writes no .py
         assert raw["metadata"]["kernelspec"]["name"] == "python3"
     with pytest.raises(ValueError, match="overwrite"):
-        classroom.write_student(NOTEBOOKS, NOTEBOOKS)
+        student.write_student(NOTEBOOKS, NOTEBOOKS)
     with pytest.raises(FileNotFoundError):
-        classroom.write_student(tmp_path / "empty", out)
+        student.write_student(tmp_path / "empty", out)
 
 
 def test_command_line_and_makefile(tmp_path, capsys):
     out = tmp_path / "copies"
-    assert classroom.main(["student", "--src", str(NOTEBOOKS), "--out", str(out)]) == 0
+    assert student.main(["student", "--src", str(NOTEBOOKS), "--out", str(out)]) == 0
     listed = capsys.readouterr().out.split()
     assert listed == [str(p) for p in sorted(out.glob("*.ipynb"))] and len(listed) == 6
     if shutil.which("make") is None:
@@ -741,12 +742,12 @@ def test_command_line_and_makefile(tmp_path, capsys):
         capture_output=True,
         text=True,
     )
-    assert "-m rlcd_lab.classroom student --src notebooks --out elsewhere" in dry.stdout
-    assert "-m rlcd_lab.classroom notebooks --src notebooks" in dry.stdout
+    assert "-m rlcd_lab.classroom.student student --src notebooks --out elsewhere" in dry.stdout
+    assert "-m rlcd_lab.classroom.student notebooks --src notebooks" in dry.stdout
     assert "/student/" in (REPO / ".gitignore").read_text().splitlines()
 
 
-@pytest.mark.parametrize("name", sorted(classroom.CHECKS))
+@pytest.mark.parametrize("name", sorted(exercises.CHECKS))
 def test_solutions_come_last(name):
     """No cell a student keeps comes after a solution cell, so a student copy runs the
     full notebook's cells up to its solutions, in the same order: tests/test_notebooks.py
@@ -765,9 +766,7 @@ def test_student_notebook_runs_at_ci_scale(tmp_path, monkeypatch):
     from nbclient import NotebookClient
 
     name = "01_proper_scores_and_proposition1"
-    (path,) = [
-        p for p in classroom.write_student(NOTEBOOKS, tmp_path / "student") if p.stem == name
-    ]
+    (path,) = [p for p in student.write_student(NOTEBOOKS, tmp_path / "student") if p.stem == name]
     nb = jupytext.read(path)
     assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
     monkeypatch.setenv("RLCD_SCALE", "ci")
@@ -776,7 +775,7 @@ def test_student_notebook_runs_at_ci_scale(tmp_path, monkeypatch):
     NotebookClient(
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
-    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "classroom.check_" in c.source]
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "exercises.check_" in c.source]
     text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
     lines = text.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["1", "2", "3"], text
@@ -789,14 +788,14 @@ def test_pair_notebooks_writes_only_the_ipynb(tmp_path):
     for src in NOTEBOOKS.glob("0[16]_*.py"):
         shutil.copy2(src, tmp_path / src.name)
     before = {p.name: p.read_bytes() for p in tmp_path.glob("*.py")}
-    written = classroom.pair_notebooks(tmp_path)
+    written = student.pair_notebooks(tmp_path)
     assert sorted(p.name for p in written) == sorted(n.replace(".py", ".ipynb") for n in before)
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.py")} == before
     for p in written:
         nb, src = jupytext.read(p), jupytext.read(p.with_suffix(".py"))
         assert [c.source for c in nb.cells] == [c.source for c in src.cells]
-        assert nb.metadata["jupytext"]["formats"] == classroom.PAIRED_FORMATS
-    assert classroom.pair_notebooks(tmp_path) == []  # up to date: nothing rewritten
+        assert nb.metadata["jupytext"]["formats"] == student.PAIRED_FORMATS
+    assert student.pair_notebooks(tmp_path) == []  # up to date: nothing rewritten
     # an .ipynb with outputs, older than an edited .py: new cells in, old outputs kept
     twin = written[0]
     nb = jupytext.read(twin)
@@ -807,7 +806,7 @@ def test_pair_notebooks_writes_only_the_ipynb(tmp_path):
     py.write_text(py.read_text() + "\n# %%\nprint('new cell')\n")
     old = twin.stat().st_mtime - 10
     os.utime(twin, (old, old))
-    assert classroom.pair_notebooks(tmp_path) == [twin]
+    assert student.pair_notebooks(tmp_path) == [twin]
     nb = jupytext.read(twin)
     assert nb.cells[-1].source == "print('new cell')"
     assert any(o.get("text") == "kept\n" for c in nb.cells for o in c.get("outputs", []))
@@ -823,7 +822,7 @@ def test_jupyterlab_opens_what_make_notebooks_writes(tmp_path):
 
     for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
         shutil.copy2(src, tmp_path / src.name)
-    written = classroom.pair_notebooks(tmp_path)
+    written = student.pair_notebooks(tmp_path)
     assert len(written) == len(list(NOTEBOOKS.glob("[0-9][0-9]_*.py")))
     for twin in written:  # saved later than its .py, past jupytext's 1 s margin
         newer = twin.with_suffix(".py").stat().st_mtime + 10
@@ -838,7 +837,7 @@ def test_jupyterlab_opens_what_make_notebooks_writes(tmp_path):
 def test_every_tutorial_is_paired_with_ipynb():
     for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
         formats = jupytext.read(src).metadata["jupytext"]["formats"]
-        assert formats == classroom.PAIRED_FORMATS, src.name
+        assert formats == student.PAIRED_FORMATS, src.name
 
 
 def test_lab_opens_python_files_as_notebooks(tmp_path, monkeypatch):
@@ -849,13 +848,13 @@ def test_lab_opens_python_files_as_notebooks(tmp_path, monkeypatch):
     other = {"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}}
     other["@jupyterlab/docmanager-extension:plugin"] = {"defaultViewers": {"markdown": "X"}}
     settings.write_text(json.dumps(other))
-    assert classroom.set_default_viewer(tmp_path) == settings
+    assert student.set_default_viewer(tmp_path) == settings
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(tmp_path))  # as JupyterLab reads it
     overrides = ConfigManager(config_dir_name="labconfig").get("default_setting_overrides")
     viewers = overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
-    assert viewers == {"markdown": "X", "python": classroom.JUPYTEXT_VIEWER}
+    assert viewers == {"markdown": "X", "python": student.JUPYTEXT_VIEWER}
     assert overrides["@jupyterlab/apputils-extension:themes"] == {"theme": "JupyterLab Dark"}
     labext = Path(sys.prefix) / "share" / "jupyter" / "labextensions"
     lab_js = list(labext.glob("*jupytext*/**/*.js"))
     if lab_js:  # the installed jupytext extension registers that viewer name
-        assert any(classroom.JUPYTEXT_VIEWER in p.read_text(errors="ignore") for p in lab_js)
+        assert any(student.JUPYTEXT_VIEWER in p.read_text(errors="ignore") for p in lab_js)

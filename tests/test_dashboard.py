@@ -1,4 +1,4 @@
-"""The dashboard: pure callbacks against hand-derived numbers and rlcd_lab.metrics, clear
+"""The dashboard: pure callbacks against hand-derived numbers and rlcd_lab.math.metrics, clear
 errors for bad input, and the launched app driven through gradio_client."""
 
 from __future__ import annotations
@@ -12,56 +12,56 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from rlcd_lab import metrics
-from rlcd_lab.assets import shipped_checkpoints, shipped_runs
-from rlcd_lab.dashboard import (
-    ask,
-    ask_model,
-    ask_tab,
-    batch_answers,
-    batch_tab,
-    bayes_threshold,
-    build_demo,
+from rlcd_lab.dashboard import ask_tab, batch_tab, compare_tab, routing_tab, ui
+from rlcd_lab.dashboard.ask_checkpoint import (
+    GENERIC_EXAMPLES,
     checkpoint_info,
-    compare_checkpoints,
-    compare_runs,
-    compare_tab,
-    cost_curve,
-    decision,
-    default_checkpoint,
-    default_runs,
     example_fields,
-    help_markdown,
-    load_run,
-    local_run_choices,
-    local_runs,
     model_card,
-    offline_theme,
-    parse_options,
-    parse_question_file,
-    proposition1_sliders,
-    proposition1_table,
-    reroute,
-    route,
-    routing_figures,
-    routing_tab,
-    routing_update,
-    run_curves,
     temperature_status,
-    trained_checkpoints,
-    ui,
 )
 from rlcd_lab.dashboard.ask_tab import (
-    GENERIC_EXAMPLES,
     MAX_OPTIONS_CHARS,
     MAX_QUESTION_CHARS,
-    context_length,
+    ask,
+    ask_model,
+    decision,
+    parse_options,
     positions_needed,
+    reroute,
 )
-from rlcd_lab.dashboard.common import CHECKPOINT_ENV, local_checkpoints
-from rlcd_lab.dashboard.playground import playground_visibility, simplex
-from rlcd_lab.models import char_tokenizer, read_meta, save_checkpoint
-from rlcd_lab.routing import realized_costs
+from rlcd_lab.dashboard.batch_tab import batch_answers, parse_question_file
+from rlcd_lab.dashboard.common import (
+    CHECKPOINT_ENV,
+    default_runs,
+    local_checkpoints,
+    local_run_choices,
+    local_runs,
+    trained_checkpoints,
+)
+from rlcd_lab.dashboard.compare_tab import compare_checkpoints
+from rlcd_lab.dashboard.help_tab import help_markdown
+from rlcd_lab.dashboard.playground import (
+    playground_visibility,
+    proposition1_sliders,
+    proposition1_table,
+    simplex,
+)
+from rlcd_lab.dashboard.routing_tab import (
+    bayes_threshold,
+    cost_curve,
+    load_run,
+    route,
+    routing_figures,
+    routing_update,
+)
+from rlcd_lab.dashboard.runs_tab import compare_runs, run_curves
+from rlcd_lab.dashboard.ui import build_demo, offline_theme
+from rlcd_lab.files.assets import default_checkpoint, shipped_checkpoints, shipped_runs
+from rlcd_lab.lm.checkpoint import read_meta, save_checkpoint
+from rlcd_lab.lm.model import char_tokenizer, context_length
+from rlcd_lab.math import metrics
+from rlcd_lab.math.routing import realized_costs
 from rlcd_lab.tasks import load_task_items
 
 # ---------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_routing_numbers_by_hand_raw(fake_run):
     assert r["risk"] == pytest.approx(1 / 3)
     assert r["escalated"] == 3 and r["cost"] == pytest.approx(13 / 6)
     assert r["T"] == 1.0 and r["n"] == 6
-    # the same cost from rlcd_lab.routing: escalate (action 2) below t, else answer argmax
+    # the same cost from rlcd_lab.math.routing: escalate (action 2) below t, else answer argmax
     logits, y = _arrays(TEST)
     conf, _ = metrics.confidence_and_correct(metrics.softmax(logits), y)
     actions = np.where(conf >= 0.75, logits.argmax(1), 2)
@@ -255,7 +255,7 @@ def test_routing_figures_and_shipped_runs():
     lines = [t for t in costs.to_dict()["data"] if t["name"] == "1 − c_e/c_w"]
     assert lines[0]["x"] == [pytest.approx(0.9)] * 2
     # the shipped runs' table metrics are those stored at training time (final/rlcd.json)
-    from rlcd_lab.models import read_meta
+    from rlcd_lab.lm.checkpoint import read_meta
 
     *_, out = routing_update(chosen[:1], 0.9, 0.05, 10.0, 1.0, True)
     stored = read_meta(shipped_runs()[chosen[0]] / "final")["metrics"]["test"]
@@ -675,12 +675,12 @@ def test_app_end_to_end(fake_run):
 
 
 # ---------------------------------------------------------------------------------------
-# Figures added to rlcd_lab.plots for the dashboard
+# Figures added to rlcd_lab.reports.plots for the dashboard
 # ---------------------------------------------------------------------------------------
 
 
 def test_risk_coverage_compact_options():
-    from rlcd_lab import plots
+    from rlcd_lab.reports import plots
 
     rng = np.random.default_rng(0)
     conf = rng.uniform(0.5, 1.0, 500)
@@ -706,7 +706,7 @@ def test_risk_coverage_compact_options():
 
 
 def test_reliability_threshold_and_compare_curves():
-    from rlcd_lab import plots
+    from rlcd_lab.reports import plots
 
     rng = np.random.default_rng(1)
     p = metrics.softmax(rng.normal(size=(300, 3)) * 2)
@@ -790,7 +790,7 @@ def runs_dir(tmp_path, marker_lm, tokenizer):
 
 
 def test_runs_trained_under_runs_are_listed(runs_dir, tiny_root):
-    from rlcd_lab.routing import DEFAULT_EPS
+    from rlcd_lab.math.metrics import DEFAULT_EPS
 
     run, nested = f"{runs_dir}/verify-s0/reinforce", f"{runs_dir}/deep/seed-1/sft"
     assert [str(p) for p in local_runs(runs_dir)] == [nested, run]
@@ -1212,7 +1212,7 @@ def test_help_lists_the_glossary_and_every_notebook():
 
 
 def test_figures_follow_the_theme(fake_run, monkeypatch):
-    from rlcd_lab import plots
+    from rlcd_lab.reports import plots
 
     _, _, _, fig, _ = routing_update([str(fake_run)], 0.75, 0.05, 10.0, 1.0)
     layout = fig.to_dict()["layout"]
@@ -1292,7 +1292,7 @@ def test_the_dashboard_opens_only_allowed_folders(tiny_root, tmp_path, marker_lm
 
 
 def test_the_app_command_passes_allowed_folders(monkeypatch, tmp_path):
-    import rlcd_lab.dashboard as dashboard
+    import rlcd_lab.dashboard.ui as dashboard
     from rlcd_lab.cli import main
 
     seen = {}

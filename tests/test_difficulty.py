@@ -1,4 +1,4 @@
-"""The difficulty map (rlcd_lab.difficulty): levels read from reproduction summaries,
+"""The difficulty map (rlcd_lab.reports.difficulty): levels read from reproduction summaries,
 ordered by the base model's accuracy, judged by the README's verdict rules against the
 paper's GSM8K-Verify effects (AURC -0.027, Cov@5% +0.62), written and rendered."""
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rlcd_lab import paper
-from rlcd_lab.difficulty import PAIR, difficulty_map, main
-from rlcd_lab.report import readme_block
+from rlcd_lab.math import paper
+from rlcd_lab.reports.difficulty import PAIR, difficulty_map, main
+from rlcd_lab.reports.report import readme_block
 
 PAPER_PAIR = "reinforce - grpo"
 

@@ -42,7 +42,7 @@ def test_the_server_example_is_answered_as_docs_server_md_says():
     after reasoning is still below it (a system would escalate)."""
     from fastapi.testclient import TestClient
 
-    from rlcd_lab.server import create_app
+    from rlcd_lab.server.app import create_app
 
     text = (REPO / "docs" / "server.md").read_text(encoding="utf-8")
     assert 'state="47+38+16=91?"' in text and "<!-- server-example -->" in text

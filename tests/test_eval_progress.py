@@ -11,7 +11,7 @@ import sys
 
 from rlcd_lab.cli import main
 from rlcd_lab.evaluate import run_eval
-from rlcd_lab.tasks import TaskItem
+from rlcd_lab.tasks.items import TaskItem
 
 
 def _counts(err: str, total: int) -> list[int]:

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from rlcd_lab import rundir
 from rlcd_lab.cli import main
-from rlcd_lab.io import read_jsonl
-from rlcd_lab.tasks import load_task_items, read_items, write_items
-from rlcd_lab.tasks.items import FIELDS, TaskItem
+from rlcd_lab.files import rundir
+from rlcd_lab.files.io import read_jsonl
+from rlcd_lab.tasks import load_task_items
+from rlcd_lab.tasks.items import FIELDS, TaskItem, read_items, write_items
 
 REPO = Path(__file__).resolve().parent.parent
 ROWS = [{"step": 0, "loss": 1.5}, {"step": 1, "loss": 1.25}]
@@ -131,7 +131,7 @@ def test_the_dashboard_starts_with_an_unreadable_run_log(tmp_path):
     pytest.importorskip("gradio")
     import gradio as gr
 
-    from rlcd_lab.dashboard import build_demo
+    from rlcd_lab.dashboard.ui import build_demo
 
     (tmp_path / "assets").mkdir()
     good = _run(tmp_path / "runs" / "good", _lines(ROWS))
@@ -392,7 +392,7 @@ def _split_task(folder: Path, train, dev, test) -> Path:
 
 @pytest.fixture(scope="module")
 def checkpoint():
-    from rlcd_lab.assets import default_checkpoint, shipped_checkpoints
+    from rlcd_lab.files.assets import default_checkpoint, shipped_checkpoints
 
     found = shipped_checkpoints()
     return found[default_checkpoint(list(found))]
@@ -439,13 +439,14 @@ def _listening():
 
 def test_serve_and_app_check_the_port_before_loading_anything(monkeypatch, capsys):
     pytest.importorskip("gradio")
-    import rlcd_lab.dashboard as dashboard
+    import rlcd_lab.dashboard.ui as dashboard
     import rlcd_lab.server as server
+    import rlcd_lab.server.app as server_app
 
     loaded = []
     monkeypatch.setattr(server, "serve", lambda *a, **k: loaded.append("serve"))
     monkeypatch.setattr(dashboard, "build_demo", lambda **k: loaded.append("demo"))
-    monkeypatch.setattr(server, "default_checkpoint", lambda: loaded.append("ckpt"))
+    monkeypatch.setattr(server_app, "default_checkpoint", lambda: loaded.append("ckpt"))
     with _listening() as port:
         for command in ("serve", "app"):
             with pytest.raises(SystemExit) as exit_:
@@ -523,7 +524,7 @@ def test_warns_about_forced_markers_above_a_fifth_of_rationales():
 
 def test_warns_about_a_temperature_at_the_bound_of_the_fit():
     from rlcd_lab.evaluate import eval_warnings
-    from rlcd_lab.metrics import T_MAX, T_MIN
+    from rlcd_lab.math.metrics import T_MAX, T_MIN
 
     rows = _rows(10, 2, 10)  # all correct: no other warning
     for T in (T_MIN, T_MAX):
@@ -549,7 +550,7 @@ def test_warns_about_accuracy_within_the_binomial_margin_of_chance(k, n):
 
 def test_eval_command_reports_and_prints_its_warnings(tmp_path, checkpoint, capsys):
     from rlcd_lab.evaluate import eval_warnings
-    from rlcd_lab.models import calibration_T, read_meta
+    from rlcd_lab.lm.checkpoint import calibration_T, read_meta
 
     out = tmp_path / "rows.jsonl"
     args = ["eval", "--checkpoint", str(checkpoint), "--task", "verify", "--limit", "4"]
@@ -565,8 +566,8 @@ def test_eval_command_reports_and_prints_its_warnings(tmp_path, checkpoint, caps
 
 def test_a_task_under_home_is_read_from_its_portable_name(tmp_path, monkeypatch):
     """A config names a fetched task as ``~/...`` (rundir.portable_path): it loads."""
-    from rlcd_lab.tasks import load_task_items, write_items
-    from rlcd_lab.tasks.items import TaskItem
+    from rlcd_lab.tasks import load_task_items
+    from rlcd_lab.tasks.items import TaskItem, write_items
 
     monkeypatch.setenv("HOME", str(tmp_path))
     items = [TaskItem(f"u{i}", f"q{i}?", ("Y", "N"), i % 2, None) for i in range(3)]

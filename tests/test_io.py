@@ -1,4 +1,4 @@
-"""Packed JSON lines (rlcd_lab.io): ``X.jsonl.xz`` reads as ``X.jsonl`` did, and packing
+"""Packed JSON lines (rlcd_lab.files.io): ``X.jsonl.xz`` reads as ``X.jsonl`` did, and packing
 is lossless and reproducible."""
 
 import json
@@ -6,7 +6,7 @@ import lzma
 
 import pytest
 
-from rlcd_lab.io import jsonl_files, jsonl_path, main, pack, pack_jsonl, read_jsonl
+from rlcd_lab.files.io import jsonl_files, jsonl_path, main, pack, pack_jsonl, read_jsonl
 
 ROWS = [{"uid": "a", "probs": [0.25, 0.75], "text": "é ✓"}, {"uid": "b", "probs": [1.0, 0.0]}]
 
@@ -57,7 +57,7 @@ def test_pack_a_folder_and_find_its_dumps_in_either_form(tmp_path):
     ev = run / "eval"
     plain = jsonl_files(ev)
     assert [p.name for p in plain] == ["dev.jsonl", "test-m16.jsonl", "test.jsonl"]
-    main(["pack", str(tmp_path)])  # python -m rlcd_lab.io pack DIR
+    main(["pack", str(tmp_path)])  # python -m rlcd_lab.files.io pack DIR
     assert sorted(p.name for p in run.rglob("*")) == [
         "config.json", "dev.jsonl.xz", "eval", "log.jsonl.xz", "test-m16.jsonl.xz",
         "test.jsonl.xz",

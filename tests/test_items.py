@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from rlcd_lab.io import atomic_dir
-from rlcd_lab.tasks import TaskItem, read_items, write_items
+from rlcd_lab.files.io import atomic_dir
+from rlcd_lab.tasks.items import TaskItem, read_items, write_items
 
 
 def test_round_trip_and_target(tmp_path):

@@ -1,12 +1,16 @@
 """The package's structure, read from its source (no module is imported): the import graph
-has no cycle and no import from a lower floor to a higher one; only the Reader's own
-modules generate, render a chat template or take a softmax over a live model's option
-logits; the decision path's files and functions stay small.
+has no cycle (counting the package ``__init__`` an import runs) and no import from a lower
+floor to a higher one; no name is imported through a module that does not define it; only
+the Reader's package and the modules named in ``READER_USERS`` reach into the Reader
+(its modules, the marker, a chat template, a sampler's ``generate``, a softmax or a log
+loss over logits, in any disguise); the decision path's files and functions stay small.
 
-The floors (docs/layout.md): ``math`` (scores, estimators, metrics, statistics, the
-cost model, file formats), ``lm`` (models, checkpoints, prompts, sampling, scoring
-rationales, task items), ``reader`` (the Reader), ``lab`` (evaluation, results, training,
-decisions, reports, tutorials) and ``faces`` (dashboard, server, command line).
+The floors (docs/layout.md) are the package's folders: ``math`` and ``files`` (scores,
+estimators, metrics, statistics, the cost model; file formats), ``lm`` and ``tasks``
+(models, checkpoints, task items), ``reader`` (the Reader), the lab (``train``,
+``decision``, ``reports``, ``classroom``, ``bench``, evaluation, reproduction) and the
+faces (``dashboard``, ``server``, ``cli``). ``python tests/test_layering.py`` prints the
+structure in numbers.
 """
 
 from __future__ import annotations
@@ -19,36 +23,46 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "rlcd_lab"
 
 FLOORS = {
-    "math": (
-        "scoring", "decomposition", "estimators", "metrics", "stats", "routing", "verdicts",
-        "paper", "io", "rundir", "readout", "sampling", "packing", "pretrain_config",
-    ),
-    "lm": (
-        "models", "decoding", "prompts", "rationales", "reading", "pretrained", "loading",
-        "tasks", "tasks.items", "tasks.split", "tasks.synthetic", "tasks.worked",
-    ),
+    "math": ("math", "files"),
+    "lm": ("lm", "tasks", "tasks.items", "tasks.split", "tasks.synthetic", "tasks.worked"),
     "reader": ("reader",),
     "lab": ("tasks.convert", "tasks.fetch"),
     "faces": ("dashboard", "server", "cli"),
-}  # fmt: skip
+}
 """Modules by floor (a name covers its submodules; the longest name that matches wins);
 every other module is ``lab``."""
 ORDER = ("math", "lm", "reader", "lab", "faces")
 
-READER_OWN = {
-    "reader", "prompts", "rationales", "reading", "readout", "decoding", "sampling", "packing",
-}  # fmt: skip
-"""The Reader's own modules: they build prompts, sample and read out."""
-ALLOWED = {
-    "generate": READER_OWN | {"train.vllm"},  # vLLM's engine is a Sampler
-    "apply_chat_template": {"prompts"},
-    # metrics: the softmax of stored logits (math); verbal: the stated-confidence digits,
-    # not option tokens
-    "softmax": READER_OWN | {"metrics", "verbal"},
-    "log_softmax": READER_OWN | {"metrics", "verbal"},
+READER_USERS = {
+    # the training loops score rationales with gradient and sample through the Reader's
+    # functions (Algorithm 1 needs log pi(r | x) and u together, per batch)
+    "train": "scores and samples rationales in the training loops",
+    "evaluate": "writes eval dumps from the Reader's readings and direct readouts",
+    "integrations.trl": "RLCD inside TRL: its completions are cut at the marker and scored",
+    "lm_eval_tasks.model": "lm-eval's option log-likelihoods are the Reader's readouts",
+    "tasks.convert": "proposes GSM8K verify items by sampling a checkpoint's own answers",
+    "decision": "the decision engine: questions to option tokens, the Reader's phases",
+    "dashboard.ask_tab": "the Ask tab shows each rationale's readout through a Reader",
+    "dashboard.ask_checkpoint": "a checkpoint's prompt format and fitted T on its card",
+    "dashboard.compare_tab": "two Readers side by side",
+    "lm.checkpoint": "defines the marker a checkpoint's rlcd.json names by default",
 }
-SMALL_FILES = ("decide.py", "answering.py", "questions.py", "jev.py", "reader.py", "prompts.py",
-               "rationales.py", "reading.py", "server/*.py", "dashboard/*_tab.py")  # fmt: skip
+"""Modules outside ``reader/`` that may import its modules and the marker, and why (a
+name covers its submodules)."""
+LOGIT_CALLS = {
+    "math.metrics": {"softmax", "log_softmax"},  # temperature scaling of stored logits
+    "train.verbal": {"log_softmax"},  # the stated-confidence digits, not option tokens
+    "train.sft": {"cross_entropy"},  # SFT's loss on the label token (the paper's baseline)
+    "train.vllm": {"generate"},  # vLLM's engine is a Sampler
+    "tasks.convert": {"Answer:"},  # parses OLMo's data, whose queries end in "Answer:"
+    "lm.checkpoint": {"Answer:"},  # the default marker's definition
+}
+"""Modules outside ``reader/`` allowed one of :data:`READER_ONLY`, and which."""
+READER_ONLY = {"generate", "apply_chat_template", "softmax", "log_softmax", "cross_entropy",
+               "nll_loss", "MARKER", "SEP"}  # fmt: skip
+"""Names only the Reader uses (as a call, an attribute, a name or an import alias)."""
+MARKER_TEXT = "Answer:"
+SMALL_FILES = ("decision/*.py", "reader/*.py", "server/*.py", "dashboard/*_tab.py")
 MAX_LINES, MAX_FUNCTION_LINES = 500, 80
 
 
@@ -90,6 +104,12 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
         else:
             continue
         found |= {c for c in candidates if c in known and c != name}
+    # importing a.b.c first runs the packages a and a.b (their __init__), unless the
+    # importer is inside them (then they are already running)
+    packages = {
+        ".".join(parts[:k]) for c in found for parts in [c.split(".")] for k in range(1, len(parts))
+    }
+    found |= {pkg for pkg in packages if pkg in known and not (name + ".").startswith(pkg + ".")}
     return found
 
 
@@ -127,6 +147,33 @@ def test_the_import_graph_has_no_cycle():
             visit(node, [node])
 
 
+def test_every_module_imports_first_at_run_time():
+    """No cycle at run time either: each module, imported first in an interpreter that has
+    loaded no other module of the package, imports (a cycle would leave a name undefined
+    in a partly run module). One interpreter, the package's modules dropped between."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, sys\n"
+        "bad = []\n"
+        f"for name in {sorted(modules())!r}:\n"
+        "    for m in [m for m in sys.modules if m.startswith('rlcd_lab')]:\n"
+        "        del sys.modules[m]\n"
+        "    try:\n"
+        "        importlib.import_module('rlcd_lab.' + name)\n"
+        "    except ModuleNotFoundError as err:\n"  # an optional extra not installed
+        "        if (err.name or '').startswith('rlcd_lab'):\n"
+        "            bad.append(f'{name}: {err!r}')\n"
+        "    except ImportError as err:\n"
+        "        bad.append(f'{name}: {err!r}')\n"
+        "print('\\n'.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == ""
+
+
 def test_no_import_runs_up_a_floor():
     up = [
         f"{a} ({ORDER[floor(a)]}) imports {b} ({ORDER[floor(b)]})"
@@ -144,33 +191,121 @@ def test_the_cycle_and_floor_checks_can_fail(tmp_path):
     known = {"a", "b"}
     assert imports("a", tmp_path / "a.py", known) == {"b"}
     assert imports("b", tmp_path / "b.py", known) == {"a"}
-    assert floor("models") < floor("reader") < floor("decide") < floor("server.app")
+    assert floor("math.metrics") < floor("lm.model") < floor("reader.reading")
+    assert floor("reader") < floor("decision.decide") < floor("server.app")
     assert floor("tasks.items") < floor("reader") < floor("tasks.convert")
+    # importing a package's module runs the package first (from outside it)
+    (tmp_path / "c.py").write_text("from rlcd_lab.p.q import z\n")
+    assert imports("c", tmp_path / "c.py", {"c", "p", "p.q"}) == {"p", "p.q"}
+    assert imports("p.r", tmp_path / "c.py", {"p", "p.q", "p.r"}) == {"p.q"}
 
 
-def calls(path: Path) -> list[tuple[str, int]]:
-    """``(called name, line)`` of every call whose function is a name or an attribute."""
-    out = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call):
-            f = node.func
-            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-            if name:
-                out.append((name, node.lineno))
-    return out
+def _within(name: str, prefixes) -> str | None:
+    """The entry of ``prefixes`` that covers module ``name`` (itself or a package above)."""
+    return next((p for p in prefixes if name == p or name.startswith(p + ".")), None)
 
 
-def test_only_the_reader_generates_renders_chats_and_reads_options():
-    """No module but the Reader's own calls ``generate``, renders a chat template or
-    takes a softmax (docstrings and comments do not count: calls are read from the
-    syntax tree)."""
+def reader_reach(name: str, path: Path) -> list[str]:
+    """Where module ``name`` reaches into the Reader without being on the list: an import
+    of a ``reader`` module (the package itself, for :class:`Reader`, is open to all) or of
+    the marker; a :data:`READER_ONLY` name called, read as an attribute, bound or
+    imported under another name; a hand-written softmax (``exp(..) / ..exp(..)..``); a
+    string that builds a prompt with the marker text."""
+    if name == "reader" or name.startswith("reader."):
+        return []
+    user = _within(name, READER_USERS)
+    allowed = LOGIT_CALLS.get(name, set())
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    bad = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.ImportFrom | ast.Import) and not user:
+            module = (getattr(node, "module", None) or "").removeprefix("rlcd_lab")
+            targets = [module + "." + a.name if module else a.name for a in node.names]
+            for target in targets:
+                target = target.removeprefix("rlcd_lab.").strip(".")
+                if target.startswith("reader.") and target != "reader.Reader":
+                    bad.append(f"{line}: imports {target}")
+        if isinstance(node, ast.alias) and node.name in READER_ONLY - allowed:
+            if node.name not in ("MARKER", "SEP") or not user:
+                bad.append(f"{line}: imports {node.name}")
+        ref = (
+            node.attr
+            if isinstance(node, ast.Attribute)
+            else node.id
+            if isinstance(node, ast.Name)
+            else None
+        )
+        if ref in READER_ONLY - allowed - ({"MARKER", "SEP"} if user else set()):
+            bad.append(f"{line}: uses {ref}")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            exps = [
+                any(
+                    isinstance(c, ast.Call)
+                    and getattr(c.func, "attr", getattr(c.func, "id", None)) == "exp"
+                    for c in ast.walk(side)
+                )
+                for side in (node.left, node.right)
+            ]
+            if all(exps):
+                bad.append(f"{line}: divides an exp by a sum of exps (a softmax)")
+        text = (
+            node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+        )
+        if (
+            text is not None
+            and id(node) not in docstrings
+            and text.rstrip().endswith(MARKER_TEXT)
+            and MARKER_TEXT not in allowed
+        ):
+            bad.append(f"{line}: a string ending in the marker {MARKER_TEXT!r}")
+    return bad
+
+
+def test_only_the_reader_reads():
+    """No module outside ``reader/`` and the named lists imports the Reader's modules or
+    the marker, samples, renders a chat template, takes a softmax or a log loss over
+    logits, or writes the marker into a prompt (calls, attributes and aliases read from
+    the syntax tree; docstrings and comments do not count)."""
     bad = [
-        f"rlcd_lab/{path.relative_to(PACKAGE)}:{line} calls {name}"
-        for name_, path in modules().items()
-        for name, line in calls(path)
-        if name in ALLOWED and name_ not in ALLOWED[name]
+        f"rlcd_lab/{path.relative_to(PACKAGE)}:{problem}"
+        for name, path in modules().items()
+        for problem in reader_reach(name, path)
     ]
     assert not bad, "\n".join(bad)
+
+
+DISGUISES = {
+    "a hand-built prompt": 'def f(q):\n    return f"{q}\\nAnswer:"\n',
+    "a prompt's tail": 'TAIL = "\\nAnswer:"\n',
+    "generate, renamed": "def f(model):\n    gen = model.generate\n    return gen\n",
+    "a softmax by hand": "def f(np, z):\n    return np.exp(z) / np.exp(z).sum()\n",
+    "a log loss": "def f(F, z, y):\n    return F.cross_entropy(z, y)\n",
+    "an aliased softmax": "from torch.nn.functional import softmax as s\n",
+    "softmax bound to a name": "import torch\n\nsm = torch.softmax\n",
+    "a chat template": "def f(t, m):\n    return t.apply_chat_template(m)\n",
+    "the marker imported": "from rlcd_lab.lm.checkpoint import MARKER\n",
+    "a Reader module imported": "from rlcd_lab.reader.reading import score_rationales\n",
+    "a Reader module, relative": "from ..reader import readout\n",
+}
+
+
+@pytest.mark.parametrize("disguise", sorted(DISGUISES))
+def test_the_reader_rule_sees_each_disguise(tmp_path, disguise):
+    """Each way round the rule that an earlier, call-name rule let through is caught in a
+    module off the lists, and the same code in a ``reader/`` module passes."""
+    path = tmp_path / "m.py"
+    path.write_text(DISGUISES[disguise])
+    assert reader_reach("bench.m", path), disguise
+    assert reader_reach("reader.m", path) == []
 
 
 def test_the_decision_path_stays_small():
@@ -189,27 +324,92 @@ def test_the_decision_path_stays_small():
     assert not bad, "\n".join(bad)
 
 
-def test_moved_names_import_from_their_old_places():
-    """A restructuring moves code, not the names other code imports."""
-    from rlcd_lab import (
-        classroom,
-        decide,
-        exercises,
-        loading,
-        models,
-        pages,
-        reader,
-        reading,
-        report,
-        verdicts,
-    )
+def test_every_name_is_imported_from_the_module_that_defines_it():
+    """No re-export: an import names the module that defines the name (or a submodule),
+    so the import graph shows every arrow; no module redirects names at run time (a
+    module-level ``__getattr__``, PEP 562)."""
+    mods = modules()
+    assert pass_through(mods) == []
+    redirects = [
+        name
+        for name, path in mods.items()
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+    ]
+    assert redirects == []
 
-    # no module redirects moved names at run time (PEP 562): an import graph tools can see
-    assert not hasattr(models, "__getattr__") and not hasattr(models, "load_checkpoint")
-    assert loading.load_checkpoint.__module__ == "rlcd_lab.loading"
-    assert reader.read is reading.read and reader.score_rationales is reading.score_rationales
-    assert report.verdict is verdicts.verdict and report.html_page is pages.html_page
-    assert classroom.assert_correct is exercises.assert_correct
-    assert decide.DecideOptions.__module__ == "rlcd_lab.answering"
-    with pytest.raises(AttributeError):
-        models.not_a_name  # noqa: B018
+
+def test_the_pass_through_check_can_fail(tmp_path):
+    (tmp_path / "a.py").write_text("X = 1\n")
+    (tmp_path / "b.py").write_text("from .a import X\n")
+    (tmp_path / "c.py").write_text("from rlcd_lab.b import X\nfrom rlcd_lab.a import X as Y\n")
+    mods = {m: tmp_path / f"{m}.py" for m in "abc"}
+    assert pass_through(mods) == ["c: X from b"]
+
+
+def defined_names(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments)."""
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def pass_through(mods: dict[str, Path]) -> list[str]:
+    """``module: name from source`` for every name a module imports from a package module
+    that does not define it (the name lives elsewhere and is passed on)."""
+    out = []
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = [p for p in package.split(".") if p]
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            elif (node.module or "").startswith("rlcd_lab."):
+                source = node.module.removeprefix("rlcd_lab.")
+            else:
+                continue
+            if source not in mods:
+                continue
+            have = defined_names(mods[source])
+            out += [
+                f"{name}: {a.name} from {source}"
+                for a in node.names
+                if a.name not in have and f"{source}.{a.name}" not in mods
+            ]
+    return out
+
+
+def figures() -> dict[str, object]:
+    """The structure in numbers (``python tests/test_layering.py``): modules, entries at
+    the package's top level, import arrows between modules, pass-through imports,
+    functions over ``MAX_FUNCTION_LINES`` lines."""
+    mods = modules()
+    long = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name} {n}")
+    return {
+        "modules": len(mods),
+        "top-level entries": len([p for p in PACKAGE.iterdir() if p.name != "__pycache__"]),
+        "import arrows": sum(len(v) for v in graph().values()),
+        "pass-through imports": len(pass_through(mods)),
+        "functions over 80 lines": sorted(long, key=lambda s: -int(s.split()[-1])),
+    }
+
+
+if __name__ == "__main__":
+    for key, value in figures().items():
+        print(f"{key}: {len(value) if isinstance(value, list) else value}")
+        if isinstance(value, list):
+            print("  " + "\n  ".join(value))

@@ -23,13 +23,14 @@ lm_eval = pytest.importorskip("lm_eval")
 
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from rlcd_lab import metrics  # noqa: E402
 from rlcd_lab.cli import Eval, run_eval_command  # noqa: E402
 from rlcd_lab.evaluate import run_eval  # noqa: E402
+from rlcd_lab.lm.loading import load_checkpoint  # noqa: E402
 from rlcd_lab.lm_eval_tasks import TASK_DIR, register  # noqa: E402
 from rlcd_lab.lm_eval_tasks.tasks import METRICS  # noqa: E402
-from rlcd_lab.loading import load_checkpoint  # noqa: E402
-from rlcd_lab.tasks import TaskItem, load_task_items, write_items  # noqa: E402
+from rlcd_lab.math import metrics  # noqa: E402
+from rlcd_lab.tasks import load_task_items  # noqa: E402
+from rlcd_lab.tasks.items import TaskItem, write_items  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINTS = REPO / "assets" / "checkpoints"
@@ -154,7 +155,7 @@ def test_each_option_gets_its_log_readout_and_bad_options_are_refused():
     from lm_eval.api.instance import Instance
 
     from rlcd_lab.lm_eval_tasks.model import RLCDLM
-    from rlcd_lab.reader import read
+    from rlcd_lab.reader.reading import read
 
     lm = RLCDLM(checkpoint=str(VERIFY), mode="direct")
     prompts = ["12+3=15?", "40+2=43?"]

@@ -1,4 +1,4 @@
-"""rlcd_lab.mechanism: the measures of the paper's mechanism, on hand-built runs."""
+"""rlcd_lab.reports.mechanism: the measures of the paper's mechanism, on hand-built runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rlcd_lab import mechanism
+from rlcd_lab.reports import mechanism
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlcd_lab import metrics as M
+from rlcd_lab.math import metrics as M
 
 # ---------------------------------------------------------------------------------------
 # Brute-force references: plain Python loops over items, written from the definitions.
@@ -326,7 +326,7 @@ def test_tied_risks_are_the_average_over_every_order_of_the_ties(seed):
     )
     assert M.aurc(conf, correct) == pytest.approx(np.mean(curves), abs=1e-12)
     # stats' row-wise versions agree with the scalar ones
-    from rlcd_lab import stats
+    from rlcd_lab.math import stats
 
     c2, r2 = np.array([conf]), np.array([correct], dtype=float)
     assert stats.aurc_rows(c2, r2)[0] == pytest.approx(M.aurc(conf, correct), abs=1e-15)

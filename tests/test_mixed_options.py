@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlcd_lab import metrics
-from rlcd_lab.evaluate import summarize
-from rlcd_lab.io import read_jsonl
-from rlcd_lab.tasks import TaskItem, write_items
+from rlcd_lab.files.io import read_jsonl
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.math import metrics
+from rlcd_lab.reports.results import summarize
+from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.train import grpo
-from rlcd_lab.train.common import read_log
-from rlcd_lab.train.rlcd import preset
+from rlcd_lab.train.configs import GRPOConfig, preset
 from rlcd_lab.train.rlcd import train as train_rlcd
 
 LETTERS = "ABCDEFGHIJ"
@@ -86,7 +86,7 @@ def test_a_mixed_4_to_10_option_task_trains_and_evaluates(tmp_path, tiny_base):
     )  # fmt: skip
     runs = [
         train_rlcd(preset("calibrate", out=tmp_path / "cal", **kw)),
-        grpo.train(grpo.GRPOConfig(out=tmp_path / "grpo", **kw)),
+        grpo.train(GRPOConfig(out=tmp_path / "grpo", **kw)),
     ]
     for run in runs:
         log = read_log(run)

@@ -5,14 +5,9 @@ import json
 import pytest
 import torch
 
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.models import (
-    char_tokenizer,
-    read_meta,
-    save_checkpoint,
-    tiny_model,
-    write_checksums,
-)
+from rlcd_lab.lm.checkpoint import read_meta, save_checkpoint, write_checksums
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.model import char_tokenizer, tiny_model
 
 X = torch.tensor([[10, 11, 12, 13]])
 
@@ -108,7 +103,7 @@ def test_errors_name_what_is_wrong(tmp_path, tokenizer, tiny_lm):
 
 
 def test_plain_hf_directory_gets_default_meta(tmp_path, tokenizer, tiny_lm):
-    from rlcd_lab.models import UnverifiedCheckpointWarning
+    from rlcd_lab.lm.checkpoint import UnverifiedCheckpointWarning
 
     tiny_lm.save_pretrained(tmp_path / "hf")
     tokenizer.save_pretrained(tmp_path / "hf")
@@ -121,7 +116,7 @@ def test_torch_threads_follow_the_free_cores(monkeypatch):
     """Cores minus the rounded 1-minute load, at least one; OMP_NUM_THREADS wins."""
     import torch
 
-    from rlcd_lab import models
+    from rlcd_lab.lm import model as models
 
     monkeypatch.setattr(models.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     for load, free in ((0.2, 4), (1.6, 2), (3.9, 1), (9.0, 1)):

@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlcd_lab import classroom, plots, tutorial
+from rlcd_lab.classroom import student, tutorial
 from rlcd_lab.cli import _print_json, main
-from rlcd_lab.tasks import TaskItem, write_items
+from rlcd_lab.reports import plots
 from rlcd_lab.tasks import fetch as fetch_mod
+from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.tasks.split import split_paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +70,7 @@ def test_make_notebooks_leaves_pairs_jupyterlab_opens(tmp_path):
     checkout = time.time() - 3600
     for py in tmp_path.glob("*.py"):
         os.utime(py, (checkout, checkout))
-    written = classroom.pair_notebooks(tmp_path)
+    written = student.pair_notebooks(tmp_path)
     assert len(written) == 2
     margin = JupytextConfiguration().outdated_text_notebook_margin
     for twin in written:
@@ -83,7 +84,7 @@ def test_make_notebooks_leaves_pairs_jupyterlab_opens(tmp_path):
             modified = model["last_modified"]  # a paired notebook's time is its .py's
             expected = datetime.fromtimestamp(checkout, timezone.utc)
             assert abs((modified - expected).total_seconds()) < 1e-3, name
-    assert classroom.pair_notebooks(tmp_path) == []  # up to date: nothing rewritten
+    assert student.pair_notebooks(tmp_path) == []  # up to date: nothing rewritten
 
 
 # ------------------------------------------------------------- 2. tutorials as scripts
@@ -184,9 +185,9 @@ def test_cost_plot_x_range_is_the_data_with_a_margin():
 
 
 def test_routing_cost_plot_fills_its_axis_with_the_shipped_runs():
-    from rlcd_lab.assets import shipped_runs
-    from rlcd_lab.dashboard import default_runs
+    from rlcd_lab.dashboard.common import default_runs
     from rlcd_lab.dashboard.routing_tab import routing_figures
+    from rlcd_lab.files.assets import shipped_runs
 
     chosen = default_runs(list(shipped_runs()))
     _, costs = routing_figures(chosen, 10.0, 1.0, True)

@@ -21,16 +21,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlcd_lab.estimators import surrogate_terms
-from rlcd_lab.reader import (
-    Generated,
-    GumbelSampler,
-    hf_sampler,
-    sample_rationales,
-    score_rationales,
-)
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.math.estimators import surrogate_terms
+from rlcd_lab.reader.rationales import hf_sampler, sample_rationales
+from rlcd_lab.reader.reading import score_rationales
+from rlcd_lab.reader.sampling import Generated, GumbelSampler
 from rlcd_lab.train import launch_command, train
-from rlcd_lab.train.common import read_log
 from rlcd_lab.train.configs import GRPOConfig, preset
 
 SMALL = [

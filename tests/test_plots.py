@@ -7,8 +7,8 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from rlcd_lab import metrics as M
-from rlcd_lab import plots as P
+from rlcd_lab.math import metrics as M
+from rlcd_lab.reports import plots as P
 
 
 def case(n, k, seed):
@@ -290,7 +290,7 @@ def test_wrap_label(text, wrapped):
 
 
 def _slider_bars():
-    from rlcd_lab import tutorial
+    from rlcd_lab.classroom import tutorial
 
     names = ["anchor-only", "calibrate", "rft-kl-matched"]
     frames = [[go.Bar(x=names, y=[c, 1, 2])] for c in (1, 2)]

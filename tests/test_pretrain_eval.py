@@ -6,18 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlcd_lab import metrics
-from rlcd_lab.evaluate import run_eval, summarize
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.pretrain import (
-    PretrainConfig,
-    demonstrations,
-    encode_examples,
-    pretrain,
-    resolved,
-)
-from rlcd_lab.tasks import TaskItem
+from rlcd_lab.evaluate import run_eval
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.math import metrics
+from rlcd_lab.reports.results import summarize
+from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.tasks.synthetic import Example, get_task
+from rlcd_lab.train.pretrain import demonstrations, encode_examples, pretrain
+from rlcd_lab.train.pretrain_config import PretrainConfig, resolved
 
 
 def test_encode_examples_masks_the_prompt(tokenizer):

@@ -16,11 +16,13 @@ import time
 import pytest
 import torch
 
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.models import CHECKSUM_FILE, META_FILE, write_checksums
-from rlcd_lab.pretrained import MODELS, SMOLLM2, by_source, convert_gguf, gguf_path
-from rlcd_lab.reader import build_prompt, direct_readout
-from rlcd_lab.readout import option_token_ids
+from rlcd_lab.files.rundir import META_FILE
+from rlcd_lab.lm.checkpoint import CHECKSUM_FILE, write_checksums
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.pretrained import MODELS, SMOLLM2, by_source, convert_gguf, gguf_path
+from rlcd_lab.reader.prompts import build_prompt
+from rlcd_lab.reader.reading import direct_readout
+from rlcd_lab.reader.readout import option_token_ids
 
 GEMMA3 = MODELS["gemma3-270m"]
 

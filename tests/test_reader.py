@@ -7,17 +7,16 @@ import os
 import pytest
 import torch
 
-from rlcd_lab.reader import (
-    SHARE_MIN_PROMPT,
+from rlcd_lab.reader.rationales import (
     _MarkerStop,
     cut_at_marker,
-    direct_readout,
     mix_seed,
     sample_questions,
     sample_rationales,
-    score_rationales,
 )
-from rlcd_lab.readout import option_token_ids
+from rlcd_lab.reader.reading import direct_readout, score_rationales
+from rlcd_lab.reader.readout import option_token_ids
+from rlcd_lab.reader.sampling import SHARE_MIN_PROMPT
 
 PROMPTS = ["Q: 1?\n", "Q: 22?\n"]  # different lengths: left padding is exercised
 
@@ -437,7 +436,8 @@ def test_context_rule_is_one_function_for_decide_and_the_ask_tab(tokenizer, mark
     it needs n + 17 positions of marker_lm's 512: both accept 495 and refuse 496, through
     the same ``Reader.check_fits``."""
     from rlcd_lab.dashboard.ask_tab import ask_model
-    from rlcd_lab.decide import DecisionError, DecisionModel
+    from rlcd_lab.decision.decide import DecisionModel
+    from rlcd_lab.decision.jev import DecisionError
     from rlcd_lab.reader import ContextTooLong, Reader
 
     calls = []
@@ -467,25 +467,9 @@ def test_context_rule_is_one_function_for_decide_and_the_ask_tab(tokenizer, mark
     assert reader.check_question("1" * 496, ["Y", "N"], mode="direct") == (504, 505)
 
 
-def test_decoding_does_not_import_the_reader():
-    """The sampler floor (rlcd_lab.sampling) sits below both: importing the decoding loop
-    first loads neither the reader nor a cycle through it."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, rlcd_lab.decoding\n"
-        "assert 'rlcd_lab.reader' not in sys.modules, sorted(sys.modules)\n"
-        "import rlcd_lab.reader as r, rlcd_lab.sampling as s\n"
-        "assert r.Generated is s.Generated and r.Sampler is s.Sampler\n"
-        "assert r.SamplingStopped is s.SamplingStopped and r.pad_id is s.pad_id\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
 def test_generate_text_is_seeded_per_prompt_and_stops_at_eos(tokenizer, tiny_lm):
-    from rlcd_lab.decoding import kv_sampler
-    from rlcd_lab.reader import generate_text, hf_sampler, mix_seed
+    from rlcd_lab.reader.decoding import kv_sampler
+    from rlcd_lab.reader.rationales import generate_text, hf_sampler, mix_seed
 
     prompts = ["Q: 1?\n", "Q: 22?\n", "Q: 333?\n"]
     seeds = [mix_seed(7, i) for i in range(3)]
@@ -541,7 +525,7 @@ def test_readout_after_shares_the_common_prefix_and_equals_the_scoring_pass(
     ``u`` and ``logits`` equal the scoring pass's to float32 rounding (1e-5 relative,
     values of order 1-10), rows ending at the marker, at EOS and forced, options per row.
     Below 32 common tokens it is one plain pass."""
-    from rlcd_lab.reading import readout_after
+    from rlcd_lab.reader.reading import readout_after
 
     system = "You check sums. Think step by step, then answer.\n"
     opts = torch.tensor([[5, 6, -1], [5, 6, 7]])
@@ -574,7 +558,7 @@ def test_readout_on_the_samplers_prompt_cache_equals_the_scoring_pass(
     (with and without a shared prefix in the prefill); ``readout_after`` then runs only
     what follows each prompt (one call, as wide as the longest continuation) and equals
     the scoring pass to float32 rounding; ``read`` takes that path by default."""
-    from rlcd_lab.reading import read, readout_after
+    from rlcd_lab.reader.reading import read, readout_after
 
     opts = torch.tensor([[5, 6, -1], [5, 6, 7]])
     for model in (marker_lm, tiny_lm):

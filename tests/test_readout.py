@@ -5,8 +5,8 @@ import torch
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from rlcd_lab.reader import build_prompt
-from rlcd_lab.readout import option_logits, option_token_ids, readout
+from rlcd_lab.reader.prompts import build_prompt
+from rlcd_lab.reader.readout import option_logits, option_token_ids, readout
 
 
 def word_tokenizer():

@@ -9,17 +9,16 @@ import re
 import numpy as np
 import pytest
 
-from rlcd_lab import paper
-from rlcd_lab.assets import ASSETS
-from rlcd_lab.report import (
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.math import paper
+from rlcd_lab.math.verdicts import temperature_verdict, verdict
+from rlcd_lab.reports.report import (
     GENERATED,
     HEADLINE,
     findings_table,
     judge,
     sweep_table,
-    temperature_verdict,
     update_readme,
-    verdict,
     what_reproduces,
 )
 
@@ -174,7 +173,7 @@ def test_each_task_is_judged_on_its_own_kind_of_claim(task):
 
 
 def test_the_papers_numbers_live_once():
-    """Every number the paper states is written in rlcd_lab/paper.py only."""
+    """Every number the paper states is written in rlcd_lab/math/paper.py only."""
     texts = {
         c.paper for cs in paper.CLAIMS.values() for c in cs if any(ch.isdigit() for ch in c.paper)
     }
@@ -210,7 +209,7 @@ def test_claims_that_do_not_hold_link_to_the_why_table_that_explains_them():
     """Every cell of "What reproduces" whose verdict is not "reproduces" or "consistent"
     links to its task's "Why" heading in docs/results.md (from the README through that
     page), naming the columns of its metric; those that hold link nowhere."""
-    from rlcd_lab.report import HELD, why_column
+    from rlcd_lab.reports.report import HELD, why_column
 
     headings = {
         re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
@@ -262,7 +261,7 @@ def block(name: str, page=RESULTS_PAGE) -> str:
 
 def test_generated_blocks_are_the_modules_output_for_the_shipped_summaries():
     """README.md, docs/results.md and docs/bench.md: every generated block is what
-    ``python -m rlcd_lab.report --readme FILE`` writes, none is empty."""
+    ``python -m rlcd_lab.reports.report --readme FILE`` writes, none is empty."""
     for name in ("what-reproduces", "verify", "aleatoric", "facts", "real-model", "rung-lr"):
         assert block(name).strip(), f"docs/results.md block {name} is empty"
     assert block("headline", REPO / "README.md").strip()
@@ -297,8 +296,8 @@ def test_a_shipped_aurc_ci_recomputes_from_the_dumps_with_the_joint_item_bootstr
     """RLCD minus matched-budget GRPO on AURC in the shipped verify summary, recomputed
     from the raw eval dumps: T fitted on dev per seed, AURC per seed averaged, and each
     bootstrap replicate drawing one set of test items for all seeds (loop reference)."""
-    from rlcd_lab import metrics
-    from rlcd_lab.io import read_jsonl
+    from rlcd_lab.files.io import read_jsonl
+    from rlcd_lab.math import metrics
 
     root = ASSETS / "results" / "verify"
     summary = json.loads((root / "summary.json").read_text())
@@ -337,8 +336,8 @@ def test_a_shipped_aurc_ci_recomputes_from_the_dumps_with_the_joint_item_bootstr
 def test_shipped_real_model_summary_recomputes_from_its_dumps():
     """Every run's T and accuracy in the shipped rung summary follow from its eval dumps
     (per seed, then the mean over the three seeds)."""
-    from rlcd_lab.evaluate import summarize
-    from rlcd_lab.io import read_jsonl
+    from rlcd_lab.files.io import read_jsonl
+    from rlcd_lab.reports.results import summarize
 
     root = ASSETS / "results" / RUNG
     summary = json.loads((root / "summary.json").read_text())
@@ -362,7 +361,7 @@ def test_shipped_adapter_loads_on_the_smollm2_base(smollm2_dir):
     loads on the offline SmolLM2 and changes its output."""
     import torch
 
-    from rlcd_lab.loading import load_checkpoint
+    from rlcd_lab.lm.loading import load_checkpoint
 
     final = ASSETS / "results" / RUNG / "seed-17" / "reinforce" / "final"
     assert not (final / "tokenizer.json").exists()
@@ -377,7 +376,7 @@ def test_shipped_adapter_loads_on_the_smollm2_base(smollm2_dir):
 def test_paired_table_lists_only_rlcd_minus_each_run():
     """The aleatoric summary also holds Table 3's own pairs (mixture - endtoend, ...): the
     "RLCD minus" table shows RLCD's pairs only, one row per run, each once."""
-    from rlcd_lab.report import label, paired_table
+    from rlcd_lab.reports.report import label, paired_table
 
     summary = json.loads((ASSETS / "results" / "aleatoric" / "summary.json").read_text())
     assert any(not p.startswith("reinforce - ") for p in summary["paired"])

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlcd_lab import metrics, stats
-from rlcd_lab.io import atomic_write_jsonl, read_jsonl
-from rlcd_lab.report import write_report
+from rlcd_lab.files.io import atomic_write_jsonl, read_jsonl
+from rlcd_lab.math import metrics, stats
+from rlcd_lab.reports.report import write_report
+from rlcd_lab.reports.results import FORKS, summarize_runs
 from rlcd_lab.reproduce import SCALES, ReproduceConfig, plan, run_job, timed_job
-from rlcd_lab.results import FORKS, summarize_runs
 
 
 def by_name(wave):
@@ -126,7 +126,8 @@ def test_tune_picks_each_runs_lr_on_dev_with_equal_budgets(tmp_path):
     stage (matched twice that), reinforce from stage 1 at the same value, no test eval; the
     value of the lowest dev Brier after TS is kept (the smaller on a tie), two-stage RLCD's
     for both stages; then the main plan trains each run at its value."""
-    from rlcd_lab import reproduce, rundir
+    from rlcd_lab import reproduce
+    from rlcd_lab.files import rundir
 
     cfg = ReproduceConfig(seeds=(5, 6), out=tmp_path, scale="rung", lr_grid=(1e-5, 3e-5, 1e-4),
                           tune_steps=3, runs=("calibrate", "reinforce", "grpo-matched"),

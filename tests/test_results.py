@@ -1,6 +1,6 @@
-"""rlcd_lab.results: a run's eval dumps -> per-item values, and the paper's paired tests.
+"""rlcd_lab.reports.results: a run's eval dumps -> per-item values, and the paper's paired tests.
 
-Expectations are derived: per-item means against rlcd_lab.metrics, hand-computed values
+Expectations are derived: per-item means against rlcd_lab.math.metrics, hand-computed values
 for ragged option counts, and brute-force loop references (every sign/swap pattern
 enumerated, bootstrap replicates recomputed item by item with metrics.aurc) for paired().
 """
@@ -13,7 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from rlcd_lab import metrics, results
+from rlcd_lab.math import metrics
+from rlcd_lab.reports import results
 
 
 def _rows(logits, labels, q=None, lengths=3):
@@ -268,7 +269,7 @@ def test_importing_results_loads_no_torch():
     import sys
 
     code = (
-        "import sys, rlcd_lab.results, rlcd_lab.rundir; "
+        "import sys, rlcd_lab.reports.results, rlcd_lab.files.rundir; "
         "print(sorted(m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from rlcd_lab import metrics
-from rlcd_lab.assets import ASSETS
-from rlcd_lab.reader import left_pad, sample_questions
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.math import metrics
+from rlcd_lab.reader.prompts import left_pad
+from rlcd_lab.reader.rationales import sample_questions
 from rlcd_lab.reproduce import ReproduceConfig, plan, stated_view
 from rlcd_lab.train import TRAINERS, train
-from rlcd_lab.train.common import read_log
 from rlcd_lab.train.rlcr import policy_gradient_loss
-from rlcd_lab.verbal import (
+from rlcd_lab.train.verbal import (
     confidence_logprobs,
     confidence_tokens,
     digit_bin,

@@ -1,4 +1,4 @@
-"""rlcd_lab.routing's decision rules against hand numbers and brute force, and the three
+"""rlcd_lab.math.routing's decision rules against hand numbers and brute force, and the three
 places that decide (the dashboard's Ask tab, its Routing tab, the decision server) agreeing
 on the same readouts under the same rule."""
 
@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from rlcd_lab import routing
-from rlcd_lab.assets import shipped_checkpoints
 from rlcd_lab.dashboard import ask_tab, routing_tab
-from rlcd_lab.decide import DecideOptions, DecisionModel, decision_confidence
-from rlcd_lab.routing import (
+from rlcd_lab.decision.answering import DecideOptions
+from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decision.jev import decision_confidence
+from rlcd_lab.files.assets import shipped_checkpoints
+from rlcd_lab.math import routing
+from rlcd_lab.math.metrics import DEFAULT_EPS
+from rlcd_lab.math.routing import (
     DEFAULT_CHANCE_CORRECTED_THRESHOLD,
-    DEFAULT_EPS,
     DEFAULT_THRESHOLD,
     DecisionRule,
     aggregate_readouts,
@@ -27,7 +29,7 @@ from rlcd_lab.routing import (
     equivalent_threshold,
     threshold_for_coverage,
 )
-from rlcd_lab.server import create_app
+from rlcd_lab.server.app import create_app
 
 
 def _simplex(rng: np.random.Generator, shape: tuple[int, ...], sharp: float = 3.0) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""rlcd_lab.rundir: the run-directory format, standard library only."""
+"""rlcd_lab.files.rundir: the run-directory format, standard library only."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import json
 import subprocess
 import sys
 
-from rlcd_lab import rundir
-from rlcd_lab.io import pack_jsonl
+from rlcd_lab.files import rundir
+from rlcd_lab.files.io import pack_jsonl
 
 
 def test_import_is_stdlib_only():
     code = (
-        "import sys, rlcd_lab.rundir; "
+        "import sys, rlcd_lab.files.rundir; "
         "print(sorted(m for m in ('numpy', 'torch', 'tyro') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -26,16 +26,14 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from rlcd_lab import answering
-from rlcd_lab.decide import DecideOptions, Decision, DecisionError, DecisionModel
-from rlcd_lab.models import read_meta
-from rlcd_lab.server import (
-    REQUEST_ID_HEADER,
-    ServerLimits,
-    build_server,
-    create_app,
-    default_checkpoint,
-)
+from rlcd_lab.decision import answering
+from rlcd_lab.decision.answering import DecideOptions, Decision
+from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decision.jev import DecisionError
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.server.app import create_app, default_checkpoint
+from rlcd_lab.server.connections import build_server
+from rlcd_lab.server.hardening import REQUEST_ID_HEADER, ServerLimits
 
 typesafe_sdk = pytest.importorskip("typesafe_sdk")
 from typesafe_sdk import (  # noqa: E402
@@ -850,7 +848,7 @@ def test_a_batch_runs_in_deadline_order(decider):
 def test_an_unfitted_checkpoint_answers_directly_by_default(decider):
     """A base checkpoint's T = 1 is not fitted: the default auto mode would escalate on a
     confidence that says nothing about when reasoning helps; it answers directly."""
-    from rlcd_lab.assets import shipped_checkpoints
+    from rlcd_lab.files.assets import shipped_checkpoints
 
     base = DecisionModel.from_checkpoint(shipped_checkpoints()["checkpoints/base-verify"])
     assert not base.T_fitted and decider.T_fitted
@@ -1128,7 +1126,7 @@ def test_serve_checks_its_arguments_before_loading(monkeypatch, caplog):
     def no_load(*args, **kwargs):
         raise AssertionError("the checkpoint must not be loaded")
 
-    monkeypatch.setattr(server_mod.DecisionModel, "from_checkpoint", no_load)
+    monkeypatch.setattr(DecisionModel, "from_checkpoint", no_load)
     monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
     bad = [
         ({"max_wait_ms": float("inf")}, "max_wait_ms"),
@@ -1305,13 +1303,13 @@ def test_a_huge_request_head_is_431(app):
 
 
 def test_the_command_line_defaults_are_the_servers():
-    import rlcd_lab.server as server_mod
     from rlcd_lab.cli import Serve
+    from rlcd_lab.server import app, connections
 
     cfg = Serve()
-    assert cfg.deadline == server_mod.DEFAULT_DEADLINE_S
-    assert cfg.max_connections == server_mod.MAX_CONNECTIONS
-    assert cfg.max_client_connections == server_mod.MAX_CLIENT_CONNECTIONS
+    assert cfg.deadline == app.DEFAULT_DEADLINE_S
+    assert cfg.max_connections == connections.MAX_CONNECTIONS
+    assert cfg.max_client_connections == connections.MAX_CLIENT_CONNECTIONS
 
 
 def test_a_stuck_request_does_not_block_shutdown(decider):

@@ -25,14 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlcd_lab.decide import DecideOptions, DecisionModel
-from rlcd_lab.server import (
-    REQUEST_ID_HEADER,
-    ServerLimits,
-    build_server,
-    create_app,
-    default_checkpoint,
-)
+from rlcd_lab.decision.answering import DecideOptions
+from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.server.app import create_app, default_checkpoint
+from rlcd_lab.server.connections import build_server
+from rlcd_lab.server.hardening import REQUEST_ID_HEADER, ServerLimits
 
 zstd = pytest.importorskip("backports.zstd")
 

@@ -19,8 +19,10 @@ import time
 import h11
 import pytest
 
-from rlcd_lab.decide import DecideOptions, DecisionModel
-from rlcd_lab.server import build_server, create_app, default_checkpoint
+from rlcd_lab.decision.answering import DecideOptions
+from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.server.app import create_app, default_checkpoint
+from rlcd_lab.server.connections import build_server
 
 MAX_MEDIAN_MS = 25.0  # the bound (the tiny checkpoint answers in some 12 ms here)
 BODY = json.dumps(

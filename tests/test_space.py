@@ -129,7 +129,7 @@ def test_requirements_pin_the_tested_versions():
 
 def test_transformers_range_ends_at_the_tested_release():
     """pyproject admits transformers up to the minor release requirements.txt pins (the one
-    ``make test`` runs), not the next: ``decoding._LlamaSteps`` copies its Llama internals.
+    ``make test`` runs), not the next: ``llama.LlamaSteps`` copies its Llama internals.
     The supported range, as the package declares it: >= 5.0 (5.x tokenizers), < 5.25."""
     text = (REPO / "pyproject.toml").read_text()
     (line,) = re.findall(r'^\s*"(transformers[^"]*)"', text, re.M)

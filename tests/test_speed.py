@@ -155,10 +155,10 @@ def test_the_sampler_benchmark_multiplies_its_steps_to_the_total():
 def test_an_emulated_cpu_is_its_own_kind(monkeypatch):
     monkeypatch.setattr(speed, "machine", lambda: "AMD EPYC, 2 cores, flags: avx2 avx512f "
                         "avx512_bf16 avx512_vnni")  # fmt: skip
-    assert speed.machine_line({}) == speed.machine()
+    assert speed.machine_line({}) == machine()
     assert speed.cpu_kind(speed.machine_line({})) == "amd-epyc-avx512bf16"
     line = speed.machine_line(AVX2)
-    assert line.startswith(speed.machine() + "; limited to AVX2 (ATEN_CPU_CAPABILITY=avx2, ")
+    assert line.startswith(machine() + "; limited to AVX2 (ATEN_CPU_CAPABILITY=avx2, ")
     assert "OPENBLAS_CORETYPE=Haswell" in line
     assert speed.cpu_kind(line) == "amd-epyc-avx512bf16-limited-to-avx2"
     line = speed.machine_line({"OPENBLAS_CORETYPE": "Haswell"})  # a limit, no ISA named

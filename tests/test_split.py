@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from rlcd_lab.tasks import TaskItem, read_items, write_items
+from rlcd_lab.tasks.items import TaskItem, read_items, write_items
 from rlcd_lab.tasks.split import (
     default_sizes,
     split_base,

@@ -6,11 +6,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.tasks import TaskItem, load_task_items, write_items
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.tasks import load_task_items
+from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.tasks.worked import arithmetic
 from rlcd_lab.train import TRAINERS, train
-from rlcd_lab.train.common import QuestionStream, read_log
+from rlcd_lab.train.common import QuestionStream
 
 LETTERS = "ABCDEFGHIJ"
 

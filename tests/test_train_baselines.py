@@ -7,10 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlcd_lab.loading import load_checkpoint
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import TRAINERS, train
-from rlcd_lab.train.common import QuestionStream, k3_kl, read_log
+from rlcd_lab.train.common import QuestionStream, k3_kl
 
 TINY = dict(
     task="aleatoric",

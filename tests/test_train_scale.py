@@ -9,8 +9,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rlcd_lab.train.common import read_log, sample_batch, setup
-from rlcd_lab.train.rlcd import preset, train
+from rlcd_lab.files.rundir import read_log
+from rlcd_lab.train.common import sample_batch, setup
+from rlcd_lab.train.configs import preset
+from rlcd_lab.train.rlcd import train
 
 SMALL = dict(task="aleatoric", batch_size=2, m=3, max_new_tokens=5, eval_every=0, test_items=4)
 
@@ -75,7 +77,8 @@ def test_a_bf16_checkpoint_trains_in_float32(tmp_path, tokenizer):
     --save-dtype says otherwise."""
     from safetensors.torch import load_file
 
-    from rlcd_lab.models import save_checkpoint, tiny_model
+    from rlcd_lab.lm.checkpoint import save_checkpoint
+    from rlcd_lab.lm.model import tiny_model
 
     bf16 = save_checkpoint(
         tmp_path / "bf16", tiny_model(tokenizer, seed=0).to(torch.bfloat16), tokenizer

@@ -11,13 +11,15 @@ import torch
 from peft import LoraConfig
 from transformers import TrainerCallback
 
-from rlcd_lab.estimators import surrogate_terms
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.models import save_checkpoint
-from rlcd_lab.reader import Rationales, sample_questions, sample_rationales, score_rationales
+from rlcd_lab.lm.checkpoint import save_checkpoint
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.math.estimators import surrogate_terms
+from rlcd_lab.reader.rationales import Rationales, sample_questions, sample_rationales
+from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import rlcd as rlcd_loop
 from rlcd_lab.train.common import Session
+from rlcd_lab.train.configs import preset
 
 pytest.importorskip("trl")
 
@@ -150,7 +152,7 @@ def our_step(method: str, init: Path, out: Path, grad_accum: int, monkeypatch) -
 
     monkeypatch.setattr(rlcd_loop, "sample_batch", recording_sample)
     monkeypatch.setattr(Session, "step", recording_step)
-    cfg = rlcd_loop.preset(
+    cfg = preset(
         method, init=init, ref=BASE, out=out, task="verify", steps=1,
         batch_size=B * grad_accum, grad_accum=grad_accum, m=M, max_new_tokens=MAX_NEW,
         dtype="float64", device="cpu", eval_every=0, eval_items=1, test_items=0,

@@ -1,6 +1,7 @@
-"""Tests of the notebooks' helpers (rlcd_lab.tutorial, rlcd_lab.routing), numbers by hand.
+"""Tests of the notebooks' helpers (rlcd_lab.classroom.tutorial, rlcd_lab.math.routing),
+numbers by hand.
 
-Scoring eval dumps (rlcd_lab.results) is tested in tests/test_results.py."""
+Scoring eval dumps (rlcd_lab.reports.results) is tested in tests/test_results.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from rlcd_lab import metrics, results, routing, tutorial
+from rlcd_lab.classroom import tutorial
+from rlcd_lab.math import metrics, routing
+from rlcd_lab.reports import results
 
 # ------------------------------------------------------------------------------ scale
 

@@ -24,10 +24,10 @@ def run_bench(cfg: Any, progress: Callable[[str], None] | None = None) -> dict[s
     """Run the bench ``cfg`` names (a :class:`.configs.TypedBenchConfig` or
     :class:`.configs.AttackBenchConfig`); returns its headline numbers and the report
     paths (the full summary is in ``summary.json``)."""
-    from .configs import AttackBenchConfig, TypedBenchConfig
+    from rlcd_lab.bench.configs import AttackBenchConfig, TypedBenchConfig
 
     if isinstance(cfg, TypedBenchConfig):
-        from .typed import run_typed
+        from rlcd_lab.bench.typed import run_typed
 
         s = run_typed(cfg, progress=progress)
         c, a = s["calibration"], s["accuracy"]
@@ -47,7 +47,7 @@ def run_bench(cfg: Any, progress: Callable[[str], None] | None = None) -> dict[s
             "wall_s": s["wall_s"],
         }
     if isinstance(cfg, AttackBenchConfig):
-        from .attack import run_attack
+        from rlcd_lab.bench.attack import run_attack
 
         s = run_attack(cfg, progress=progress)
         attacks = {}

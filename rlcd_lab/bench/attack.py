@@ -42,9 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from ..routing import DEFAULT_CHANCE_CORRECTED_THRESHOLD, check_threshold
-from .backends import Backend, Outcome, Request, open_target, slug
-from .common import (
+from rlcd_lab.bench.backends import Backend, Outcome, Request, open_target, slug
+from rlcd_lab.bench.common import (
     bench_items,
     cpu_name,
     flip_excess,
@@ -56,7 +55,8 @@ from .common import (
     table,
     write_report,
 )
-from .configs import AttackBenchConfig
+from rlcd_lab.bench.configs import AttackBenchConfig
+from rlcd_lab.math.routing import DEFAULT_CHANCE_CORRECTED_THRESHOLD, check_threshold
 
 Progress = Callable[[str], None]
 QUESTION = "answer"
@@ -364,11 +364,11 @@ def attack_markdown(s: dict[str, Any]) -> str:
 
 
 def attack_figures(s: dict[str, Any]) -> dict[str, Any]:
-    """Excess flip rate per attack with its CI (:func:`rlcd_lab.plots.interval_figure`) and
+    """Excess flip rate per attack with its CI (:func:`rlcd_lab.reports.plots.interval_figure`) and
     the confident answers pushed below the threshold, attacked vs re-runs."""
     import plotly.graph_objects as go
 
-    from ..plots import interval_figure
+    from rlcd_lab.reports.plots import interval_figure
 
     scored = {n: r for n, r in s["attacks"].items() if r.get("run") and "flip" in r}
     figs: dict[str, Any] = {}

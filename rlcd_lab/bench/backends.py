@@ -5,8 +5,9 @@ its rationales and, for the wire only, ``extra`` fields outside the schema) and 
 same :class:`Outcome` (HTTP-like status, answers, usage, seconds), so a bench never
 knows which it talks to:
 
-* :class:`InProcessBackend`: :meth:`rlcd_lab.decide.DecisionModel.decide_batch`; a request
-  it cannot answer is status 422 with the :class:`~rlcd_lab.decide.DecisionError`'s message.
+* :class:`InProcessBackend`: :meth:`rlcd_lab.decision.decide.DecisionModel.decide_batch`; a
+  request it cannot answer is status 422 with the
+  :class:`~rlcd_lab.decision.decide.DecisionError`'s message.
   Fields outside the schema cannot reach the engine here (its API has no place for them):
   such a request is status 0, "not applicable".
 * :class:`WireBackend`: ``POST /v1/systemone`` on a running ``rlcd-lab serve`` (or any
@@ -24,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..io import loads_json
-from .configs import BenchTarget
+from rlcd_lab.bench.configs import BenchTarget
+from rlcd_lab.files.io import loads_json
 
 BATCH_REQUESTS = 256
 """Requests per ``decide_batch`` call of a batched in-process run."""
@@ -148,7 +149,7 @@ class Backend(Protocol):
 
 
 class InProcessBackend:
-    """A :class:`rlcd_lab.decide.DecisionModel` answering with ``mode`` and ``m``."""
+    """A :class:`rlcd_lab.decision.decide.DecisionModel` answering with ``mode`` and ``m``."""
 
     where = "in-process"
 
@@ -171,7 +172,8 @@ class InProcessBackend:
     def run(self, requests: Sequence[Request], batched: bool = True) -> list[Outcome]:
         """Outcomes in order; ``batched``: shared forward passes (``decide_batch`` over up to
         :data:`BATCH_REQUESTS` requests), else one timed request at a time."""
-        from ..decide import DecideOptions, DecisionError
+        from rlcd_lab.decision.answering import DecideOptions
+        from rlcd_lab.decision.jev import DecisionError
 
         out: list[Outcome | None] = [None] * len(requests)
         todo = []
@@ -338,14 +340,14 @@ def _json(resp: Any, where: str) -> Any:
 # ------------------------------------------------------------------------- opening
 def resolve_checkpoint(cfg: BenchTarget) -> Path | None:
     """The checkpoint a bench answers with: ``cfg.checkpoint``; None with ``cfg.url``;
-    neither: the shipped default (:func:`rlcd_lab.assets.default_checkpoint`)."""
+    neither: the shipped default (:func:`rlcd_lab.files.assets.default_checkpoint`)."""
     if cfg.checkpoint is not None:
         if cfg.url:
             raise ValueError("give a checkpoint or --url, not both")
         return Path(cfg.checkpoint)
     if cfg.url:
         return None
-    from ..assets import default_checkpoint, shipped_checkpoints
+    from rlcd_lab.files.assets import default_checkpoint, shipped_checkpoints
 
     found = shipped_checkpoints()
     name = default_checkpoint(list(found))
@@ -382,7 +384,7 @@ def open_backend(cfg: BenchTarget) -> tuple[Backend, str | None]:
         return backend, None
     import torch
 
-    from ..decide import DecisionModel
+    from rlcd_lab.decision.decide import DecisionModel
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -392,7 +394,7 @@ def open_backend(cfg: BenchTarget) -> tuple[Backend, str | None]:
 
 def shown(path: Path) -> str:
     """``path`` as a report shows it: relative to the repository when inside it."""
-    from ..assets import ASSETS
+    from rlcd_lab.files.assets import ASSETS
 
     try:
         return Path(path).resolve().relative_to(ASSETS.parent).as_posix()

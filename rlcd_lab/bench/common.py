@@ -6,7 +6,7 @@ Math (pure functions on numpy arrays, no I/O):
   calibrated predictor with the same confidences (its 95% range is the noise floor);
 * :func:`ranked_probability_score`: the RPS of ordinal forecasts;
 * :func:`asymmetric_cost_matrices`, :func:`cost_decisions`: realised cost of deciding by
-  expected cost vs taking the top answer (the Bayes rule of :mod:`rlcd_lab.routing`);
+  expected cost vs taking the top answer (the Bayes rule of :mod:`rlcd_lab.math.routing`);
 * :func:`flip_excess`, :func:`pushed_below`: attack scoring relative to re-runs.
 
 Variants are made by rules, never by a model: instruction templates, task-specific state
@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from ..io import atomic_write_text
-from ..metrics import ArrayLike, bin_index, to_numpy
-from ..pages import html_page, plotly_src
-from ..routing import realized_costs
-from ..stats import paired_bootstrap
+from rlcd_lab.files.io import atomic_write_text
+from rlcd_lab.math.metrics import ArrayLike, bin_index, to_numpy
+from rlcd_lab.math.routing import realized_costs
+from rlcd_lab.math.stats import paired_bootstrap
+from rlcd_lab.reports.pages import html_page, plotly_src
 
 FLOOR_LEVEL = 0.95
 """Central share of the simulated calibrated ECEs that makes the noise floor's range."""
@@ -44,9 +44,9 @@ def ece_floor_samples(
     """ECEs of a perfectly calibrated predictor with the given confidences, ``(n_sim,)``.
 
     Each simulation draws ``correct_i ~ Bernoulli(c_i)`` independently for every item
-    (``numpy.random.default_rng(seed)``, the draws of :func:`rlcd_lab.metrics.ece_noise_floor`
+    (``numpy.random.default_rng(seed)``, the draws of :func:`rlcd_lab.math.metrics.ece_noise_floor`
     in the same order, so ``ece_floor_samples(...).mean()`` equals it) and computes the
-    top-label ECE with the bins of :func:`rlcd_lab.metrics.ece`:
+    top-label ECE with the bins of :func:`rlcd_lab.math.metrics.ece`:
     ``ECE = sum_b |sum_{i in B_b} correct_i - sum_{i in B_b} c_i| / N``.
     Shapes: ``confidence (N,)`` in [0, 1] -> ``(n_sim,)``. A model's ECE inside the central
     95% of these values is indistinguishable from finite-sample noise; lower ECE is better
@@ -167,9 +167,9 @@ def asymmetric_cost_matrices(k: int, ratio: float = 5.0) -> dict[str, dict[str, 
 def cost_decisions(probs: ArrayLike, cost: ArrayLike) -> dict[str, np.ndarray]:
     """Actions of two rules under ``cost (K, K)`` for ``probs (N, K)``, each ``(N,)`` ints:
     ``expected_cost``: ``argmin_a sum_y p_iy cost[a, y]`` (the Bayes rule, optimal for
-    calibrated ``p``; :func:`rlcd_lab.routing.bayes_actions`); ``top_answer``:
+    calibrated ``p``; :func:`rlcd_lab.math.routing.bayes_actions`); ``top_answer``:
     ``argmax_k p_ik`` (ignores the costs). Ties: lowest index."""
-    from ..routing import bayes_actions
+    from rlcd_lab.math.routing import bayes_actions
 
     p = to_numpy(probs, np.float64)
     return {"expected_cost": bayes_actions(p, cost), "top_answer": np.argmax(p, axis=1)}
@@ -180,9 +180,9 @@ def realised_cost_comparison(
 ) -> dict[str, Any]:
     """Mean realised cost per decision (lower is better) of the two rules of
     :func:`cost_decisions`, ``cost[a_i, y_i]`` averaged over items
-    (:func:`rlcd_lab.routing.realized_costs`), and their paired difference
+    (:func:`rlcd_lab.math.routing.realized_costs`), and their paired difference
     ``expected_cost - top_answer`` with a percentile bootstrap CI over items
-    (:func:`rlcd_lab.stats.paired_bootstrap`; negative favours deciding by expected cost).
+    (:func:`rlcd_lab.math.stats.paired_bootstrap`; negative favours deciding by expected cost).
     Shapes: ``probs (N, K)``, ``labels (N,)``, ``cost (K, K)``."""
     actions = cost_decisions(probs, cost)
     per_item = {k: realized_costs(a, labels, cost) for k, a in actions.items()}
@@ -205,7 +205,7 @@ def flip_excess(
     (N,)``: per item the share of identical re-runs (other seeds) whose decision differs
     from the clean one. Returns ``{"flip_rate": mean(flips), "floor": mean(floor),
     "diff": mean(flips - floor), "ci_low", "ci_high"}``
-    (:func:`rlcd_lab.stats.paired_bootstrap`). Lower is better: an excess whose CI
+    (:func:`rlcd_lab.math.stats.paired_bootstrap`). Lower is better: an excess whose CI
     includes 0 is no more than sampling noise; above 0, the edit moves decisions.
     """
     f = to_numpy(flips, np.float64).reshape(-1)
@@ -286,7 +286,7 @@ def option_orders(k: int) -> dict[str, tuple[int, ...]]:
 def bench_items(task: str, split: str, n: int, need_labels: bool = True) -> list:
     """The first ``n`` items of a task split (:func:`rlcd_lab.tasks.load_task_items`);
     ``ValueError`` when there are none or, with ``need_labels``, one has no label."""
-    from ..tasks import load_task_items
+    from rlcd_lab.tasks import load_task_items
 
     items = load_task_items(task, split)[:n]
     if not items:
@@ -367,9 +367,9 @@ def write_report(
     out: Path, summary: Mapping[str, Any], md: str, figs: Mapping[str, Any], title: str
 ) -> dict[str, Path]:
     """``summary.json``, ``report.md`` and ``report.html`` in ``out``, each written
-    atomically (:func:`rlcd_lab.io.atomic_write_text`); the HTML is
-    :func:`rlcd_lab.pages.html_page`, loading the nearest shared plotly.js
-    (:func:`rlcd_lab.pages.plotly_src`). Returns the paths."""
+    atomically (:func:`rlcd_lab.files.io.atomic_write_text`); the HTML is
+    :func:`rlcd_lab.reports.pages.html_page`, loading the nearest shared plotly.js
+    (:func:`rlcd_lab.reports.pages.plotly_src`). Returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"summary": out / "summary.json", "markdown": out / "report.md"}
     atomic_write_text(

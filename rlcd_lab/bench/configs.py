@@ -33,7 +33,7 @@ class BenchTarget:
     n_items: int = 200
     """Items of the split (the first N)."""
     mode: Literal["direct", "reason", "auto"] = "reason"
-    """How decisions are computed (rlcd_lab.decide); reason samples M rationales."""
+    """How decisions are computed (rlcd_lab.decision.decide); reason samples M rationales."""
     m: int = 4
     """Rationales per question (reason, auto)."""
     seed: int = 0
@@ -83,6 +83,6 @@ class AttackBenchConfig(BenchTarget):
     """Identical re-runs (other seeds) whose flip rate is the noise floor."""
     threshold: float | None = None
     """Routing threshold on the chance-corrected confidence; default
-    rlcd_lab.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD (0.8)."""
+    rlcd_lab.math.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD (0.8)."""
     n_boot: int = 2000
     """Bootstrap replicates of the excess flip rates."""

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_text
-from .common import machine
+from rlcd_lab.bench.common import machine
+from rlcd_lab.files.io import atomic_write_text
 
 TARGETS = {
     "sampler": 2.0,  # sampler / generate, at least

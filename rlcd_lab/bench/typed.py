@@ -10,7 +10,7 @@ with ``--ordinal`` a ``score`` over them as ordered levels):
 2. calibration of the canonical variant: top-label ECE beside the noise floor, the 95%
    range of the ECE a perfectly calibrated predictor with the same confidences shows
    (``common.ece_floor_samples``);
-3. selective prediction: AURC and Cov@eps (:mod:`rlcd_lab.metrics`) on ``max p``;
+3. selective prediction: AURC and Cov@eps (:mod:`rlcd_lab.math.metrics`) on ``max p``;
 4. ordinal proper score: the RPS (``common.ranked_probability_score``) for score
    questions; "not applicable" for categorical answers;
 5. realised cost per decision under two asymmetric cost matrices, deciding by expected
@@ -31,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import metrics
-from .backends import Backend, Outcome, Request, open_target, slug
-from .common import (
+from rlcd_lab.bench.backends import Backend, Outcome, Request, open_target, slug
+from rlcd_lab.bench.common import (
     INSTRUCTION_TEMPLATES,
     asymmetric_cost_matrices,
     bench_items,
@@ -49,7 +48,8 @@ from .common import (
     table,
     write_report,
 )
-from .configs import TypedBenchConfig
+from rlcd_lab.bench.configs import TypedBenchConfig
+from rlcd_lab.math import metrics
 
 Progress = Callable[[str], None]
 QUESTION = "answer"
@@ -373,7 +373,7 @@ def typed_figures(
     noise floor, risk-coverage, realised costs, latency and tokens per decision."""
     import plotly.graph_objects as go
 
-    from ..plots import reliability_diagram, risk_coverage_figure
+    from rlcd_lab.reports.plots import reliability_diagram, risk_coverage_figure
 
     figs: dict[str, Any] = {}
     a = s["accuracy"]

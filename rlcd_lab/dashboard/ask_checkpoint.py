@@ -17,11 +17,13 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..assets import ASSETS
-from ..models import calibration_T, read_meta
-from ..reader import detect_prompt_format, raw_meta, temperature_fitted
-from ..tasks import TaskItem, load_task_items
-from .common import checkpoint_dir
+from rlcd_lab.dashboard.common import checkpoint_dir
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.lm.checkpoint import calibration_T, read_meta
+from rlcd_lab.reader import raw_meta, temperature_fitted
+from rlcd_lab.reader.prompts import detect_prompt_format
+from rlcd_lab.tasks import load_task_items
+from rlcd_lab.tasks.items import TaskItem
 
 N_EXAMPLES = 100
 """Task examples offered per checkpoint (the first of its task's test split)."""
@@ -106,7 +108,7 @@ def prompt_format(path: Path, meta: dict) -> str:
     """How the Ask tab and the server prompt this checkpoint: ``task`` (its rlcd.json lists
     its own ``options``: a character-level model that only knows its task's format),
     ``chat`` (its tokenizer has a chat template) or ``plain`` (see
-    :class:`rlcd_lab.decide.DecisionModel`): ``reader.detect_prompt_format``, the rule the
+    :class:`rlcd_lab.decision.decide.DecisionModel`): ``reader.detect_prompt_format``, the rule the
     Reader applies, with the template read from the files (the model is not loaded)."""
     return detect_prompt_format(has_chat_template(path), meta)
 

@@ -10,7 +10,7 @@ T was never fitted (a ``pretrain`` base model, a converted pretrained model; its
 T is 1) is read raw and said to be "not fitted" (:func:`temperature_status`). The
 single-query answer is the first rationale's readout (what the eval dumps and the Routing
 tab use); the mixture is ``p = mean_i u_i``.
-The routing decision is a :class:`rlcd_lab.routing.DecisionRule`: by default max p of the
+The routing decision is a :class:`rlcd_lab.math.routing.DecisionRule`: by default max p of the
 single query against the threshold; the tab can switch to the mixture and to the
 chance-corrected confidence (the server's measure), and says which rule it applied.
 The checkpoint side of the tab (its model card, the examples it offers: :func:`model_card`,
@@ -39,28 +39,17 @@ import plotly.graph_objects as go
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .. import plots
-from ..assets import ASSETS
-from ..loading import load_checkpoint
-from ..models import context_length as context_length  # re-exported: the tab's limit
-from ..reader import ContextTooLong, Reader
-from ..routing import DEFAULT_THRESHOLD, DecisionRule
-from .ask_checkpoint import (  # noqa: F401  re-exported: the checkpoint side of the tab
-    FORMATS,
-    GENERIC_EXAMPLES,
-    MAX_CARD_EXAMPLE,
-    N_EXAMPLES,
-    checkpoint_info,
-    example_fields,
+from rlcd_lab.dashboard.ask_checkpoint import (
     example_items,
-    example_question,
-    has_chat_template,
-    model_card,
-    prompt_format,
-    task_items,
     temperature_status,
 )
-from .common import checkpoint_dir, compact_layout
+from rlcd_lab.dashboard.common import checkpoint_dir, compact_layout
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.lm.checkpoint import MARKER
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.math.routing import DEFAULT_THRESHOLD, DecisionRule
+from rlcd_lab.reader import ContextTooLong, Reader
+from rlcd_lab.reports import plots
 
 MAX_QUESTION_CHARS = 2000
 """Longest question the Ask tab takes, in characters (about a page of text; with a BPE
@@ -161,7 +150,7 @@ def ask_model(
     ``u_raw = softmax(logits)`` and ``u = softmax(logits / T)``), ``mixture`` (mean of
     ``u``), ``diversity`` (``(1/M) sum_i ||u_i - p||^2``), and the single-query answer
     (first rationale): ``probs``, ``answer``, ``confidence``. Raises ``ValueError`` for
-    bad labels (:func:`rlcd_lab.readout.option_token_ids`), an empty question, or a
+    bad labels (:func:`rlcd_lab.reader.readout.option_token_ids`), an empty question, or a
     question whose reading needs more positions than the model reads
     (``Reader.check_question``: :func:`positions_needed` > :func:`context_length`; checked
     before sampling).
@@ -217,7 +206,7 @@ def ask_model(
 def make_rule(
     threshold: float = DEFAULT_THRESHOLD, measure: str = "max_p", aggregate: str = "single"
 ) -> DecisionRule:
-    """The :class:`rlcd_lab.routing.DecisionRule` of the tab's controls; bad values raise
+    """The :class:`rlcd_lab.math.routing.DecisionRule` of the tab's controls; bad values raise
     ``gr.Error`` with routing's message."""
     try:
         return DecisionRule(measure, threshold, aggregate)  # type: ignore[arg-type]
@@ -247,7 +236,7 @@ def route_result(result: dict, rule: DecisionRule | float) -> dict:
 def decision(result: dict, rule: DecisionRule | float) -> str:
     """``"automate"`` or ``"escalate"``: the rule (a threshold alone: max p of the single
     query) on the result's readouts. The Routing tab and the server decide alike
-    (:mod:`rlcd_lab.routing`)."""
+    (:mod:`rlcd_lab.math.routing`)."""
     return route_result(result, rule)["decision"]
 
 
@@ -297,7 +286,7 @@ def verdict_markdown(result: dict | None, rule: DecisionRule | float) -> str:
     if n_stopped:
         lines.append(
             f"**No marker:** {n_stopped} of {result['m']} rationales ended without writing "
-            f"`{result.get('marker', 'Answer:')}`; it was appended before the readout."
+            f"`{result.get('marker', MARKER)}`; it was appended before the readout."
         )
     item = result.get("item")
     if item:

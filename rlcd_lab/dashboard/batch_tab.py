@@ -11,7 +11,7 @@ row (invalid JSON, no question, too few or duplicate options, a label that is no
 option, ...) is a :class:`BadRow` reported in the results' ``error`` column, naming its
 line (JSONL) or data row (CSV) and the problem, and every valid row is still answered.
 Each question is read as in the Ask tab (:func:`rlcd_lab.dashboard.ask_tab.ask_model`)
-and decided by the same :class:`rlcd_lab.routing.DecisionRule`. A question the model
+and decided by the same :class:`rlcd_lab.math.routing.DecisionRule`. A question the model
 cannot represent (labels that are not single tokens, too long for its context) gets its
 error in its row too; the others are answered.
 """
@@ -29,9 +29,9 @@ from typing import Any
 
 import gradio as gr
 
-from ..assets import ASSETS
-from ..routing import DEFAULT_THRESHOLD, DecisionRule, decided_risk
-from . import ask_tab
+from rlcd_lab.dashboard import ask_tab
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.math.routing import DEFAULT_THRESHOLD, DecisionRule, decided_risk
 
 MAX_BATCH_ROWS = 100
 """Rows (questions, malformed ones included; blank lines not) per uploaded file (the app

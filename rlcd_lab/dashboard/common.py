@@ -3,7 +3,7 @@
 Besides the shipped artefacts under ``assets/`` the dashboard lists what was trained
 locally: every run directory under :data:`RUNS_DIR` (``runs/`` of the working directory,
 where ``rlcd-lab train`` writes by default; a directory whose ``config.json`` is a training
-config, :func:`rlcd_lab.rundir.is_run_dir`). Its ``final/`` checkpoint is offered in
+config, :func:`rlcd_lab.files.rundir.is_run_dir`). Its ``final/`` checkpoint is offered in
 the Ask, Compare and Batch tabs, its eval dumps in the Routing tab and its ``log.jsonl`` in
 the Runs tab, under the run's path (e.g. ``runs/verify-s0/reinforce``).
 
@@ -29,14 +29,14 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
-from .. import rundir
-from ..assets import ASSETS, shipped_checkpoints, shipped_runs, tiny_verify_first
-from ..io import jsonl_path
-from ..pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.files import rundir
+from rlcd_lab.files.assets import ASSETS, shipped_checkpoints, shipped_runs, tiny_verify_first
+from rlcd_lab.files.io import jsonl_path
+from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
 
 CHECKPOINT_ENV = "RLCD_CHECKPOINT"
 """Environment variable naming the checkpoint directory the Ask tab opens with (instead of
-``rlcd_lab.assets.default_checkpoint``)."""
+``rlcd_lab.files.assets.default_checkpoint``)."""
 
 RUNS_DIR = Path("runs")
 """Where locally trained runs are looked for (relative to the working directory)."""
@@ -60,7 +60,7 @@ def compact_layout(fig: go.Figure, offset: float = 0.22) -> go.Figure:
 
 
 def run_choices(root: str | Path = ASSETS) -> list[str]:
-    """Names of the shipped runs under ``root`` (see :func:`rlcd_lab.assets.shipped_runs`)."""
+    """Names of the shipped runs under ``root`` (see :func:`rlcd_lab.files.assets.shipped_runs`)."""
     return list(shipped_runs(root))
 
 
@@ -70,7 +70,7 @@ def checkpoint_choices(root: str | Path = ASSETS) -> list[str]:
 
 
 def local_runs(runs_root: str | Path = RUNS_DIR) -> list[Path]:
-    """Run directories under ``runs_root`` (:func:`rlcd_lab.rundir.list_runs`), in
+    """Run directories under ``runs_root`` (:func:`rlcd_lab.files.rundir.list_runs`), in
     sorted order, nested ones too (``runs/real/<task>/seed-17/reinforce``); none when it does
     not exist. A run's own subdirectories (checkpoints, eval dumps) are not searched."""
     return rundir.list_runs(runs_root, limit=MAX_LOCAL_RUNS)
@@ -177,7 +177,7 @@ def default_runs(names: Sequence[str]) -> list[str]:
     """The default comparison: the runs named ``*reinforce``, ``*grpo``, ``rft*`` and
     ``*sft`` that share a parent directory (one task and seed) with a ``*reinforce`` run,
     the first such parent in sorted order (the tiny ``verify`` task's first:
-    :func:`rlcd_lab.assets.tiny_verify_first`), RLCD first; else the first four."""
+    :func:`rlcd_lab.files.assets.tiny_verify_first`), RLCD first; else the first four."""
     groups: dict[str, list[str]] = {}
     for name in names:
         parent, _, leaf = name.rpartition("/")
@@ -249,7 +249,7 @@ def _inside(path: Path, places: Sequence[Path]) -> bool:
 def resolve_dir(name: str, root: str | Path, required: str | Sequence[str], what: str) -> Path:
     """The directory a dashboard name refers to: ``root/name`` (a shipped artefact) or the
     path ``name`` itself; it must hold ``required`` (one of them, when several; a JSONL
-    file plain or packed, :func:`rlcd_lab.io.jsonl_path`). Raises
+    file plain or packed, :func:`rlcd_lab.files.io.jsonl_path`). Raises
     ``gr.Error`` naming the places looked at. Inside :func:`confined_to`, only places
     under the allowed folders are looked at, and a name with none gets one message that
     says nothing about the server's files."""

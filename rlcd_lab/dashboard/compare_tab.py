@@ -2,7 +2,7 @@
 
 Each side is the Ask tab's reading (:func:`rlcd_lab.dashboard.ask_tab.ask`: M rationales,
 each one's temperature-scaled readout, the mixture) under the same
-:class:`rlcd_lab.routing.DecisionRule`, so the two decisions are comparable: e.g. a base
+:class:`rlcd_lab.math.routing.DecisionRule`, so the two decisions are comparable: e.g. a base
 checkpoint against the two-stage RLCD checkpoint trained from it. A side that cannot
 answer (options that are not single tokens for its tokenizer, a prompt past its context)
 shows why; the other is still shown.
@@ -25,14 +25,15 @@ from pathlib import Path
 import gradio as gr
 import plotly.graph_objects as go
 
-from .. import plots
-from ..assets import ASSETS, default_checkpoint, tiny_verify_first
-from ..models import CheckpointError, read_meta
-from ..reader import PRETRAINED_METHODS
-from ..routing import DEFAULT_THRESHOLD
-from . import ask_tab
-from .ask_checkpoint import task_items
-from .common import checkpoint_dir
+from rlcd_lab.dashboard import ask_tab
+from rlcd_lab.dashboard.ask_checkpoint import task_items
+from rlcd_lab.dashboard.common import checkpoint_dir
+from rlcd_lab.files.assets import ASSETS, default_checkpoint, tiny_verify_first
+from rlcd_lab.files.rundir import CheckpointError
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.math.routing import DEFAULT_THRESHOLD
+from rlcd_lab.reader import PRETRAINED_METHODS
+from rlcd_lab.reports import plots
 
 UNDECIDED_MARGIN = 0.05
 """A readout whose chance-corrected confidence ``(K max p - 1) / (K - 1)`` is below this
@@ -58,10 +59,10 @@ def _task_of(name: str, root: Path) -> tuple[str | None, str | None]:
 def default_pair(names: Sequence[str], root: str | Path = ASSETS) -> tuple[str | None, str | None]:
     """The pair the Compare tab opens on, among checkpoint ``names``: ``(A, B)`` with B a
     two-stage RLCD checkpoint (method :data:`TRAINED_METHOD`; the tiny ``verify`` task's
-    first, :func:`rlcd_lab.assets.tiny_verify_first`) and A a checkpoint of the *same task*
+    first, :func:`rlcd_lab.files.assets.tiny_verify_first`) and A a checkpoint of the *same task*
     (``rlcd.json`` ``"task"``): a base one (:data:`BASE_METHODS`) when there is one, else
     another of its task (e.g. its stage-1 ``calibrate``). Without such a pair both sides are
-    :func:`rlcd_lab.assets.default_checkpoint` (one checkpoint, two draws: still one task);
+    :func:`rlcd_lab.files.assets.default_checkpoint` (one checkpoint, two draws: still one task);
     ``(None, None)`` for no names. Reads only ``rlcd.json`` files."""
     names = list(names)
     if not names:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..assets import ASSETS
-from ..routing import DEFAULT_CHANCE_CORRECTED_THRESHOLD, DEFAULT_EPS, DEFAULT_THRESHOLD
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.math.metrics import DEFAULT_EPS
+from rlcd_lab.math.routing import DEFAULT_CHANCE_CORRECTED_THRESHOLD, DEFAULT_THRESHOLD
 
 NOTEBOOKS = ASSETS.parent / "notebooks"
 """The tutorial notebooks (jupytext percent-format ``.py`` files)."""
@@ -31,7 +32,7 @@ GLOSSARY: dict[str, str] = {
     "decision rule, threshold t": "decide automatically when the confidence is ≥ t, "
     f"escalate (to a human, a bigger model) otherwise; the dashboard's default is max p of "
     f"the single query at t = {DEFAULT_THRESHOLD}. Every tab and the server use the rules of "
-    "`rlcd_lab.routing`.",
+    "`rlcd_lab.math.routing`.",
     "coverage, risk": "coverage: the share of items decided automatically; risk: the error "
     "rate among them.",
     "AURC": "area under the risk–coverage curve (items ranked by confidence, risk of the top "
@@ -39,7 +40,7 @@ GLOSSARY: dict[str, str] = {
     "is better. It rewards ranking right answers above wrong ones.",
     "Cov@ε": "the largest share of the items, taken by decreasing confidence, whose error is "
     f"≤ ε (observed on labelled test items: an oracle); higher is better. ε = {DEFAULT_EPS} "
-    "by default (`rlcd_lab.routing.DEFAULT_EPS`). *pred. Cov@ε* uses the predicted error "
+    "by default (`rlcd_lab.math.routing.DEFAULT_EPS`). *pred. Cov@ε* uses the predicted error "
     "mean(1 − confidence) instead of labels, so it trusts the calibration.",
     "ECE": "expected calibration error: items binned by max p (15 bins); the item-weighted "
     "mean of |accuracy − mean confidence| over bins; 0 for a calibrated model, lower is "

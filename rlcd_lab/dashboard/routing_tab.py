@@ -1,18 +1,16 @@
 """Routing tab: decide automatically or escalate, on the cached eval dumps of finished runs.
 
-The rule is a :class:`rlcd_lab.routing.DecisionRule`, the same the Ask tab and the server
+The rule is a :class:`rlcd_lab.math.routing.DecisionRule`, the same the Ask tab and the server
 apply: decide automatically when the confidence (``max_p``: ``max_k p_k``, by default; or
 ``chance_corrected``: ``(K max p - 1) / (K - 1)``) of the readout (``single``: the first
 rationale's, the paper's single query, by default; or ``mixture``: the mean of the M
 readouts of the run's largest ``eval/test-m<M>.jsonl`` dump, M = 1 for runs that have
 none) is ``>= t``, escalate otherwise. The summary names the rule applied.
 
-Per run the dumps (``eval/test.jsonl`` and ``eval/dev.jsonl``) are read once through
-:func:`rlcd_lab.results.load_run` and cached by :func:`load_run`: the temperature T fitted
-on dev (none without a dev dump: the "temperature-scaled" view of such a run is its raw
-readout, shown as "not fitted"). Each view (raw or scaled, single or mixture, measure) is
-ranked once and cached, so a threshold change only costs O(N) numpy work per run
-(:func:`rlcd_lab.routing.selective_risk`) and one figure.
+Per run the dumps (``eval/test.jsonl``, ``eval/dev.jsonl``) are read once (cached by
+:func:`load_run`), with T fitted on dev (none without a dev dump: the "temperature-scaled"
+view is then the raw readout, shown as "not fitted"). Each view is ranked once and cached,
+so a threshold change costs O(N) numpy work per run and one figure.
 
 When a threshold decides nothing for a run (tiny runs' calibrated confidences rarely reach 0.9)
 the summary says so, with its highest confidence and the t deciding half its items
@@ -23,7 +21,7 @@ and ``c_e`` the cost of escalating (a correct automated decision costs 0):
 ``(c_w * #wrong automated + c_e * #escalated) / N``. With calibrated confidences the
 cost-optimal max-p threshold is ``1 - c_e / c_w`` (automate when the expected cost of a
 mistake ``(1 - max p) c_w`` is at most ``c_e``; Chow 1970;
-:func:`rlcd_lab.routing.bayes_threshold`).
+:func:`rlcd_lab.math.routing.bayes_threshold`).
 """
 
 from __future__ import annotations
@@ -38,19 +36,21 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import metrics, plots, routing, rundir
-from ..assets import ASSETS
-from ..io import jsonl_path
-from ..results import Ranked, RunResult, RunView, rank
-from ..results import load_run as load_result
-from ..routing import (
+from rlcd_lab.dashboard.common import resolve_dir, short_labels
+from rlcd_lab.files import rundir
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.files.io import jsonl_path
+from rlcd_lab.math import metrics, routing
+from rlcd_lab.math.routing import (
     DEFAULT_THRESHOLD,
     DecisionRule,
     selective_risk,
     threshold_for_coverage,
     threshold_for_risk,
 )
-from .common import resolve_dir, short_labels
+from rlcd_lab.reports import plots
+from rlcd_lab.reports.results import Ranked, RunResult, RunView, rank
+from rlcd_lab.reports.results import load_run as load_result
 
 MEASURE_CHOICES = [("max p", "max_p"), ("chance-corrected", "chance_corrected")]
 AGGREGATE_CHOICES = [("first rationale (single query)", "single"), ("mixture of M", "mixture")]
@@ -88,18 +88,18 @@ METRIC_COLUMNS += ["T", "mean length"]
 
 Scores = Ranked
 """One reading of a run's items ranked by the rule's confidence
-(:class:`rlcd_lab.results.Ranked`: ``probs``, ``labels``, ``confidence`` descending,
+(:class:`rlcd_lab.reports.results.Ranked`: ``probs``, ``labels``, ``confidence`` descending,
 ``correct``, and dev's ``dev_confidence`` / ``dev_correct``, None without a dev dump)."""
 make_scores = rank
-""":func:`rlcd_lab.results.rank`: :class:`Scores` of ``probs (N, K)`` with ``labels``."""
+""":func:`rlcd_lab.reports.results.rank`: :class:`Scores` of ``probs (N, K)`` with ``labels``."""
 
 
 @dataclass(frozen=True)
 class RunData:
-    """A run's eval dumps, read once: ``summary`` is :attr:`rlcd_lab.results.RunResult.row`
+    """A run's eval dumps, read once: ``summary`` is :attr:`rlcd_lab.reports.results.RunResult.row`
     (keys ``accuracy``... and, when T was fitted on dev, ``T`` and ``ts_*``); ``T`` is 1
     and ``fitted`` False without a dev dump. Each view (raw or scaled, single query or
-    mixture) is the run's :meth:`rlcd_lab.results.RunResult.view`, cached there."""
+    mixture) is the run's :meth:`rlcd_lab.reports.results.RunResult.view`, cached there."""
 
     name: str
     T: float
@@ -118,7 +118,7 @@ class RunData:
         return self.scores(True)
 
     def view(self, calibrated: bool = True, aggregate: str = "single") -> RunView:
-        """The run's :class:`rlcd_lab.results.RunView`."""
+        """The run's :class:`rlcd_lab.reports.results.RunView`."""
         return self.result.view(calibrated, aggregate)
 
     def mixture_m(self) -> int:
@@ -139,13 +139,13 @@ class RunData:
         return float(self.summary[ts if calibrated and ts in self.summary else key])
 
     def table_metrics(self, calibrated: bool, aggregate: str, eps: float) -> dict[str, float]:
-        """Table 1 metrics of the view's readout (:meth:`rlcd_lab.results.RunView.metrics`,
+        """Table 1 metrics of the view's readout (:meth:`rlcd_lab.reports.results.RunView.metrics`,
         max p): accuracy, brier, nll, ece, aurc, cov_at_eps, pred_cov_at_eps."""
         return self.view(calibrated, aggregate).metrics(eps)
 
 
 def run_data(name: str, result: RunResult) -> RunData:
-    """Everything the Routing tab needs from a run's :class:`rlcd_lab.results.RunResult`
+    """Everything the Routing tab needs from a run's :class:`rlcd_lab.reports.results.RunResult`
     (T fitted on dev, or 1 and not fitted without a dev dump); single-query readouts
     (``logits``) are routed by default, as in the paper's Table 1."""
     return RunData(name, result.T, result.fitted, result.row, result)
@@ -170,7 +170,7 @@ def load_run(name: str, root: str | Path = ASSETS) -> RunData:
 
 
 def route(scores: Scores, threshold: float, cost_wrong: float, cost_escalate: float) -> dict:
-    """Routing numbers at ``threshold``: :func:`rlcd_lab.routing.expected_cost`
+    """Routing numbers at ``threshold``: :func:`rlcd_lab.math.routing.expected_cost`
     (``coverage``, ``risk``, ``decided``, ``errors``, ``escalated`` and ``cost``, the
     expected cost per item, see the module docstring; lower is better)."""
     return routing.expected_cost(
@@ -180,7 +180,7 @@ def route(scores: Scores, threshold: float, cost_wrong: float, cost_escalate: fl
 
 def cost_curve(scores: Scores, cost_wrong: float, cost_escalate: float) -> tuple[np.ndarray, ...]:
     """Expected cost per item of "decide when confidence >= t" for every distinct t
-    (:func:`rlcd_lab.routing.cost_curve`): ``(t, cost)`` ascending in ``t``, ``cost[j]``
+    (:func:`rlcd_lab.math.routing.cost_curve`): ``(t, cost)`` ascending in ``t``, ``cost[j]``
     holding for ``t`` in ``(t[j-1], t[j]]``; ``t = 1`` escalates everything."""
     return routing.cost_curve(scores.confidence, scores.correct, cost_wrong, cost_escalate)
 
@@ -189,7 +189,7 @@ def bayes_threshold(
     cost_wrong: float, cost_escalate: float, measure: str = "max_p", k: int = 2
 ) -> float:
     """The cost-optimal threshold for calibrated confidences
-    (:func:`rlcd_lab.routing.bayes_threshold`; max p: ``1 - c_e / c_w`` clipped to
+    (:func:`rlcd_lab.math.routing.bayes_threshold`; max p: ``1 - c_e / c_w`` clipped to
     ``[0, 1]``); routing's ``ValueError`` for bad costs comes back as ``gr.Error``."""
     try:
         return routing.bayes_threshold(cost_wrong, cost_escalate, measure, k)  # type: ignore[arg-type]
@@ -205,7 +205,7 @@ def _check_costs(cost_wrong: float | None, cost_escalate: float | None) -> None:
 
 
 def make_rule(threshold: float, measure: str = "max_p", aggregate: str = "single") -> DecisionRule:
-    """The tab's :class:`rlcd_lab.routing.DecisionRule`; bad values raise ``gr.Error``."""
+    """The tab's :class:`rlcd_lab.math.routing.DecisionRule`; bad values raise ``gr.Error``."""
     try:
         return DecisionRule(measure, threshold, aggregate)  # type: ignore[arg-type]
     except ValueError as err:
@@ -215,7 +215,7 @@ def make_rule(threshold: float, measure: str = "max_p", aggregate: str = "single
 def nothing_decided_note(label: str, scores: Scores, threshold: float, share: float = HALF) -> str:
     """Why a threshold decides none of a run's items, in words ("" when it decides some):
     the run's highest confidence, and the highest threshold that decides ``share`` of the
-    items (:func:`rlcd_lab.routing.threshold_for_coverage`) with its coverage and error."""
+    items (:func:`rlcd_lab.math.routing.threshold_for_coverage`) with its coverage and error."""
     c = scores.confidence
     if c.size == 0 or c.max() >= threshold:
         return ""
@@ -346,7 +346,7 @@ def _summary(
     summary = (
         f"**Rule:** {rule.describe(max(ks) if len(set(ks)) == 1 else None)} "
         f"({kind} readouts, {readout}; the Ask tab and the server decide with the same "
-        f"`rlcd_lab.routing` rule). "
+        f"`rlcd_lab.math.routing` rule). "
         f"Expected cost per item = ({cost_wrong:g} × wrong automated decisions + "
         f"{cost_escalate:g} × escalations) / N; lowest here: **{labels[best]}** "
         f"({numbers[best]['cost']:.3f}). For calibrated confidences the cost-optimal "
@@ -408,7 +408,7 @@ def routing_update(
     docstring); the summary names it. Per run: coverage, error when decided, escalations
     and expected cost at ``threshold``; Cov@eps (oracle, on the rule's confidence) and
     label-free Cov@eps at ``eps``; the lowest threshold whose *dev* error is ``<= eps``
-    (:func:`rlcd_lab.routing.threshold_for_risk`, dev read as a single query) and what it
+    (:func:`rlcd_lab.math.routing.threshold_for_risk`, dev read as a single query) and what it
     gives on test; when nothing is decided, why (:func:`nothing_decided_note`). Only O(N)
     work per run once a view is cached. ``T`` in the exact numbers is the fitted temperature
     (1 in the raw view; None, shown as "not fitted", for a run without a dev dump in the

@@ -15,10 +15,11 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 
-from .. import plots, rundir
-from ..assets import ASSETS
-from ..models import read_meta
-from .common import compact_layout, resolve_dir, short_labels
+from rlcd_lab.dashboard.common import compact_layout, resolve_dir, short_labels
+from rlcd_lab.files import rundir
+from rlcd_lab.files.assets import ASSETS
+from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.reports import plots
 
 PANELS: dict[str, tuple[str, ...]] = {
     "rationale length": ("rationale_length",),
@@ -54,7 +55,7 @@ def scan_logs(names: Sequence[str], root: str | Path = ASSETS) -> tuple[list[str
     ``{name: why}`` for each log that cannot be read (truncated or corrupt ``.xz``, a line
     that is not JSON or not UTF-8; ``why`` names the file and the line), which the tab
     leaves out instead of failing to start. A partial last line is no problem
-    (:func:`rlcd_lab.rundir.read_log` ignores it)."""
+    (:func:`rlcd_lab.files.rundir.read_log` ignores it)."""
     columns: dict[str, None] = {}
     unreadable: dict[str, str] = {}
     for name in names:

@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.basedatatypes import BaseFigure
 
-from .ui import TAB_IDS
+from rlcd_lab.dashboard.ui import TAB_IDS
 
 DESKTOP_WIDTH = 1440
 """The width of every screenshot, in CSS pixels (device scale factor 1)."""
@@ -260,9 +260,9 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def serve_dashboard(**build_kwargs) -> Iterator[str]:
-    """Launch :func:`rlcd_lab.dashboard.build_demo` (``build_kwargs`` passed on) on a free
+    """Launch :func:`rlcd_lab.dashboard.ui.build_demo` (``build_kwargs`` passed on) on a free
     local port in this process; yield its URL; close it afterwards."""
-    from .ui import build_demo
+    from rlcd_lab.dashboard.ui import build_demo
 
     demo = build_demo(**build_kwargs)
     port = _free_port()

@@ -6,7 +6,7 @@ keyword bound here, so a test can point the whole app at fabricated runs.
 
 The decision rule (confidence measure, single query or mixture, threshold) is set in the
 Ask, Compare, Batch and Routing tabs; a user's change in one tab moves the others, so every
-tab applies the same :class:`rlcd_lab.routing.DecisionRule` and names it.
+tab applies the same :class:`rlcd_lab.math.routing.DecisionRule` and names it.
 
 The queue is bounded (:data:`QUEUE_MAX_SIZE`: past it a request is turned away at once
 with gradio's "Queue is full" message instead of waiting without end) and shared fairly
@@ -27,7 +27,7 @@ folders the operator allows (``build_demo(allowed_dirs=...)``, ``rlcd-lab app
 say whether it exists.
 
 Figures follow the page's light or dark theme: they are drawn on a transparent background
-with neutral grid lines (:func:`rlcd_lab.plots.apply_theme`, ``auto``) and :data:`CSS`
+with neutral grid lines (:func:`rlcd_lab.reports.plots.apply_theme`, ``auto``) and :data:`CSS`
 recolours their text in dark mode.
 """
 
@@ -42,11 +42,17 @@ from typing import Any
 import gradio as gr
 from gradio import queueing
 
-from .. import rundir
-from ..assets import ASSETS, default_checkpoint
-from ..routing import DEFAULT_EPS, DEFAULT_THRESHOLD
-from . import ask_tab, batch_tab, compare_tab, help_tab, playground, routing_tab, runs_tab
-from .common import (
+from rlcd_lab.dashboard import (
+    ask_checkpoint,
+    ask_tab,
+    batch_tab,
+    compare_tab,
+    help_tab,
+    playground,
+    routing_tab,
+    runs_tab,
+)
+from rlcd_lab.dashboard.common import (
     RUNS_DIR,
     allowed_places,
     checkpoint_choices,
@@ -59,6 +65,10 @@ from .common import (
     run_choices,
     trained_checkpoints,
 )
+from rlcd_lab.files import rundir
+from rlcd_lab.files.assets import ASSETS, default_checkpoint
+from rlcd_lab.math.metrics import DEFAULT_EPS
+from rlcd_lab.math.routing import DEFAULT_THRESHOLD
 
 INTRO = """# rlcd_lab: calibrated decisions from reasoning models
 A model writes a rationale that ends in `Answer:`; we **read** its next-token distribution
@@ -88,7 +98,7 @@ th[role="columnheader"] span {
 .js-plotly-plot .plotly:focus-within .modebar { opacity: 1; }
 """
 """Dark mode for the plotly figures: their text takes the theme's text colour (the figures
-themselves are transparent, :func:`rlcd_lab.plots.apply_theme`). Table headers break
+themselves are transparent, :func:`rlcd_lab.reports.plots.apply_theme`). Table headers break
 between words only (gradio's ``break-word`` split "escalated" across lines in a narrow
 column; the column widens to its longest word instead). Plotly's mode bar (toolbar)
 shows while the pointer is over a figure or a button in it has the focus: plotly does
@@ -283,7 +293,7 @@ def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, .
     inputs += [measure, aggregate]
     gr.on(
         [checkpoint.change, demo.load],
-        confine(partial(ask_tab.checkpoint_info, root=root), places),
+        confine(partial(ask_checkpoint.checkpoint_info, root=root), places),
         fields,
         [info, example, question, options],
         api_name="checkpoint_info",
@@ -296,7 +306,7 @@ def _ask_tab(root: Path, runs_root: Path, demo: gr.Blocks, places: tuple[Path, .
         concurrency_id=MODEL_CONCURRENCY_ID,
     )
     example.input(
-        confine(partial(ask_tab.example_fields, root=root), places),
+        confine(partial(ask_checkpoint.example_fields, root=root), places),
         [checkpoint, example],
         [question, options],
         api_name="example",

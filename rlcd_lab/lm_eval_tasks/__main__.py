@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from . import TASK_DIR, register
+from rlcd_lab.lm_eval_tasks import TASK_DIR, register
 
 
 def main(argv: Sequence[str] | None = None) -> None:

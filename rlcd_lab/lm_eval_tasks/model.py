@@ -47,9 +47,10 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from rlcd_lab.evaluate import check_items
-from rlcd_lab.loading import load_checkpoint
-from rlcd_lab.reader import Mode, Reading, read
-from rlcd_lab.tasks import TaskItem
+from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.reader.prompts import Mode
+from rlcd_lab.reader.reading import Reading, read
+from rlcd_lab.tasks.items import TaskItem
 
 Readout = Literal["single", "mixture"]
 log = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ any ASGI server) answers the Jev wire contract (docs/server.md) so that the offi
 (PyPI ``typesafe-sdk``) works unchanged against a model trained here:
 
 * ``POST /v1/systemone``: ``{"model", "state", "questions"}`` -> ``{"model", "answers",
-  "usage"}`` (the body is validated once with :mod:`rlcd_lab.jev`'s schema;
-  :mod:`rlcd_lab.decide` computes the answers);
+  "usage"}`` (the body is validated once with :mod:`rlcd_lab.decision.jev`'s schema;
+  :mod:`rlcd_lab.decision.decide` computes the answers);
 * ``GET /v1/models``: ``{"models": [{"name", "description", "release_date"}]}``, the
   checkpoint's name and its aliases (default ``jev-latest``, the client's default model);
 * ``GET /health``: ``{"status": "ok", "model", "batches", "jobs"}`` (no key needed;
@@ -87,64 +87,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..decide import DecisionModel  # the class create_app loads checkpoints with
-from ..jev import (
-    ChoiceQuestion,
-    Content,
-    DecisionError,
-    Label,
-    Name,
-    NoulCriteria,
-    NoulQuestion,
-    RlcdOptions,
-    ScoreQuestion,
-    SystemOneRequest,
-    WireQuestion,
-)
-from .app import DEFAULT_ALIASES, DEFAULT_DEADLINE_S, create_app, default_checkpoint
-from .batching import DynamicBatcher, Overloaded
-from .connections import (
+from rlcd_lab.decision.decide import DecisionModel  # the class create_app loads checkpoints with
+from rlcd_lab.decision.jev import DecisionError
+from rlcd_lab.server.app import create_app
+from rlcd_lab.server.connections import (
     MAX_CLIENT_CONNECTIONS,
     MAX_CONNECTIONS,
     MAX_HEADER_BYTES,
-    TimedH11Protocol,
     build_server,
     check_server_args,
     host_pattern,
     is_loopback,
 )
-from .hardening import REQUEST_ID_HEADER, ApiError, Capacity, ClientGone, ServerLimits, check_number
+from rlcd_lab.server.hardening import check_number
 
 __all__ = [
     "API_KEY_ENV",
-    "DEFAULT_ALIASES",
-    "DEFAULT_DEADLINE_S",
     "LOOPBACK_HOSTS",
-    "MAX_CLIENT_CONNECTIONS",
-    "MAX_CONNECTIONS",
-    "MAX_HEADER_BYTES",
-    "REQUEST_ID_HEADER",
-    "ApiError",
-    "Capacity",
-    "ChoiceQuestion",
-    "ClientGone",
-    "Content",
-    "DecisionModel",
-    "DynamicBatcher",
-    "Label",
-    "Name",
-    "NoulCriteria",
-    "NoulQuestion",
-    "Overloaded",
-    "RlcdOptions",
-    "ScoreQuestion",
-    "ServerLimits",
-    "SystemOneRequest",
-    "TimedH11Protocol",
-    "WireQuestion",
-    "build_server",
-    "create_app",
-    "default_checkpoint",
     "measure_passes",
     "serve",
 ]
@@ -238,7 +197,7 @@ def serve(
 def measure_passes(decider: DecisionModel | None) -> None:
     """Answer one small reasoning request (a direct readout, 2 rationales of at most 8
     tokens, their scoring pass) before serving, so that the deadlines' budget
-    (:class:`rlcd_lab.deadlines.PassCosts`) starts from measured passes of every kind:
+    (:class:`rlcd_lab.decision.deadlines.PassCosts`) starts from measured passes of every kind:
     an unmeasured kind's estimate is only a guess from the others."""
     if not isinstance(decider, DecisionModel):
         return

@@ -1,11 +1,10 @@
 """The ASGI app: routes, error handlers and the request pipeline of ``POST /v1/systemone``.
 
 :func:`create_app` checks its arguments, loads the checkpoint and wires three routes to a
-:class:`_Service`: read the body with bounds, validate it once with the Jev schema
-(:mod:`rlcd_lab.jev`), check the character limits and the cost budget, queue what needs
-the model in the :class:`DynamicBatcher`, answer single-option questions without it, and
-write the response (:func:`response_body`). Everything that guards the door (limits, the
-error shape, the key, request ids, the capacity gate) is :mod:`.hardening`'s.
+:class:`_Service`: read the body with bounds, validate it once with the Jev schema, check
+the character limits and the cost budget, queue what needs the model in the
+:class:`DynamicBatcher` (single-option questions need none), write the response.
+What guards the door (limits, error shape, key, request ids, capacity) is :mod:`.hardening`'s.
 """
 
 from __future__ import annotations
@@ -28,11 +27,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from .. import answering
-from ..assets import default_checkpoint as pick_default
-from ..assets import shipped_checkpoints
-from ..decide import DecideOptions, Decision, DecisionModel, with_options
-from ..jev import (
+from rlcd_lab.decision import answering
+from rlcd_lab.decision.answering import DecideOptions, Decision, with_options
+from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decision.jev import (
     MAX_LABEL_CHARS,
     DecisionError,
     Question,
@@ -40,8 +38,10 @@ from ..jev import (
     SystemOneRequest,
     state_text,
 )
-from .batching import DynamicBatcher, Overloaded, answer_unless_gone
-from .hardening import (
+from rlcd_lab.files.assets import default_checkpoint as pick_default
+from rlcd_lab.files.assets import shipped_checkpoints
+from rlcd_lab.server.batching import DynamicBatcher, Overloaded, answer_unless_gone
+from rlcd_lab.server.hardening import (
     REQUEST_ID_KEY,
     ApiError,
     Capacity,
@@ -69,7 +69,7 @@ below the official client's default timeout of 10 s."""
 
 def default_checkpoint() -> Path:
     """The shipped checkpoint the server answers with when none is given: the one the
-    dashboard opens with (``rlcd_lab.assets.default_checkpoint``: the tiny ``verify``
+    dashboard opens with (``rlcd_lab.files.assets.default_checkpoint``: the tiny ``verify``
     two-stage RLCD model)."""
     found = shipped_checkpoints()
     if not found:

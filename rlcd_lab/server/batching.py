@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import Request
 from starlette.types import Receive
 
-from .hardening import ClientGone, check_number
+from rlcd_lab.server.hardening import ClientGone, check_number
 
 
 class Overloaded(Exception):

@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .hardening import REQUEST_ID_HEADER, Capacity, check_number, error_entry
+from rlcd_lab.server.hardening import REQUEST_ID_HEADER, Capacity, check_number, error_entry
 
 log = logging.getLogger(__package__)
 MAX_HEADER_BYTES = 16_384

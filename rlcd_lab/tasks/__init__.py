@@ -6,21 +6,13 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 
-from .items import TaskItem, read_items, validate_item, write_items
-from .split import SPLITS, split_base, split_file, split_items, split_paths
-from .synthetic import TASKS, get_task
+from rlcd_lab.tasks.items import TaskItem, read_items
+from rlcd_lab.tasks.split import SPLITS, split_base, split_paths
+from rlcd_lab.tasks.synthetic import TASKS, get_task
 
 __all__ = [
-    "SPLITS",
-    "TaskItem",
     "check_unique_uids",
     "load_task_items",
-    "read_items",
-    "split_file",
-    "split_items",
-    "split_paths",
-    "validate_item",
-    "write_items",
 ]
 
 

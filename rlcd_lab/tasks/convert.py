@@ -63,8 +63,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..io import atomic_write_text, loads_json
-from .items import TaskItem, write_items
+from rlcd_lab.files.io import atomic_write_text, loads_json
+from rlcd_lab.tasks.items import TaskItem, write_items
 
 LETTERS = string.ascii_uppercase
 NLI_MEANINGS = ("entailment", "neutral", "contradiction")
@@ -474,7 +474,7 @@ def proposer_prompt(tokenizer: Any, question: str, instruction: str = PROPOSER_I
     prompt, ``reader.chat_text``) when it has one, else
     ``"<instruction>\\n\\nQuestion: <q>\\nSolution:"``."""
     if getattr(tokenizer, "chat_template", None):
-        from ..reader import chat_text
+        from rlcd_lab.reader.prompts import chat_text
 
         message = [{"role": "user", "content": f"{instruction}\n\n{question.strip()}"}]
         return chat_text(tokenizer, message)
@@ -494,7 +494,7 @@ def hf_proposer(
     progress: bool = False,
 ) -> Callable[[list[str]], list[str]]:
     """A ``propose`` for ``convert_gsm8k_verify``: sample one solution per question from a
-    causal LM (e.g. ``rlcd_lab.loading.load_checkpoint(...)[:2]``) through the reader's
+    causal LM (e.g. ``rlcd_lab.lm.loading.load_checkpoint(...)[:2]``) through the reader's
     sampler (``reader.generate_text``: the seeded KV-cached sampler rationales are drawn
     with, here without a marker).
 
@@ -506,7 +506,7 @@ def hf_proposer(
     is drawn with seed ``mix_seed(seed, i)`` (``reader.mix_seed``), so its proposal does
     not depend on ``batch_size`` or the other questions; the global RNG is untouched.
     """
-    from ..reader import generate_text, mix_seed
+    from rlcd_lab.reader.rationales import generate_text, mix_seed
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(
@@ -796,7 +796,7 @@ def convert_file(
     ``CANARY.txt`` beside the output. An MMLU ``.csv`` (one subject per file) gets its
     subject and uid prefix from the file name (``abstract_algebra_test.csv`` ->
     ``mmlu-abstract_algebra_test-<row>``). The output is one file: split it with
-    ``rlcd_lab.tasks.split_file`` (``rlcd-lab data split``) before training on it."""
+    ``rlcd_lab.tasks.split.split_file`` (``rlcd-lab data split``) before training on it."""
     if kind not in CONVERTERS:
         raise ValueError(f"unknown format {kind!r}; choose one of {sorted(CONVERTERS)}")
     in_path, out_path = Path(in_path), Path(out_path)

@@ -81,8 +81,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..io import atomic_write_text
-from .convert import (
+from rlcd_lab.files.io import atomic_write_text
+from rlcd_lab.tasks.convert import (
     bigbench_canary,
     convert_bigbench,
     convert_gsm8k_verify_synthetic,
@@ -90,8 +90,8 @@ from .convert import (
     convert_olmo_mc,
     other_proposals,
 )
-from .items import TaskItem, read_items, write_items
-from .split import default_sizes, split_items, split_paths
+from rlcd_lab.tasks.items import TaskItem, read_items, write_items
+from rlcd_lab.tasks.split import default_sizes, split_items, split_paths
 
 BIGBENCH_EXAMPLES = (
     "strategyqa",

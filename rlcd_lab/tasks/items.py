@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..io import atomic_write_text, loads_json
+from rlcd_lab.files.io import atomic_write_text, loads_json
 
 FIELDS = ("uid", "prompt", "options", "label", "q")
 REQUIRED = ("uid", "prompt", "options")

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .items import TaskItem, read_items, write_items
+from rlcd_lab.tasks.items import TaskItem, read_items, write_items
 
 SPLITS = ("train", "dev", "test")
 _SPLIT_FILE = re.compile(r"(?P<stem>.+)\.(?P<split>train|dev|test)\.jsonl")

@@ -13,7 +13,7 @@
   evaluation is against ``q`` (JSD) and against sampled labels.
 
 Each task also has a *teacher*: the behaviour the base model is pretrained to imitate
-(``rlcd_lab.pretrain``). It writes a rationale and then states a label with certainty;
+(``rlcd_lab.train.pretrain``). It writes a rationale and then states a label with certainty;
 its rationales contain slips that depend on features visible in the rationale (a
 dropped carry in ``verify``, an unfamiliar or misremembered entity in ``facts``; in
 ``aleatoric`` an imagined draw from the urn), so the base model is overconfident and
@@ -32,7 +32,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .items import TaskItem
+from rlcd_lab.tasks.items import TaskItem
 
 WORLD_SEED = 20261202
 SPLIT_SIZES = {"train": 2000, "dev": 200, "test": 400}

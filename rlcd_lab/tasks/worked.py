@@ -23,7 +23,7 @@ import operator
 import re
 from collections.abc import Callable
 
-from .items import TaskItem
+from rlcd_lab.tasks.items import TaskItem
 
 _OPS = {
     ast.Add: ("+", operator.add),

@@ -14,7 +14,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Literal
 
-from .configs import (
+from rlcd_lab.train.configs import (
     DESCRIPTIONS,
     METHODS,
     GRPOConfig,

@@ -1,7 +1,7 @@
 """Small helpers every training loop shares: the question stream, optimizer state and
 step checkpoints on disk (``save_step``), data parallelism, and what to log about a batch
 of rationales. The run directory itself (``RunDir``, ``read_log``, ``is_run_dir``,
-``releases_run``, ``config_dict``, ``config_diff``) lives in :mod:`rlcd_lab.rundir`
+``releases_run``, ``config_dict``, ``config_diff``) lives in :mod:`rlcd_lab.files.rundir`
 (standard library only) and is re-exported here.
 
 Data parallelism runs on ``accelerate`` (one code path for one process, N CPU processes
@@ -51,24 +51,23 @@ from safetensors.torch import load_file, save_file
 from tqdm import trange
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from ..evaluate import check_items, run_eval, summarize
-from ..loading import check_checkpoint, load_checkpoint
-from ..models import CheckpointError, save_checkpoint
-from ..reader import Sampler, default_sampler, mix_seed, sample_questions, score_rationales
-from ..rundir import (  # noqa: F401  re-exported: the run-directory format lives there
+from rlcd_lab.evaluate import check_items, run_eval
+from rlcd_lab.files.rundir import (
     OPTIMIZER_FILE,
-    RUN_OPTIONS,
-    STATE_FILE,
+    CheckpointError,
     RunDir,
     config_dict,
-    config_diff,
     final_dir,
-    is_run_dir,
-    read_log,
-    releases_run,
 )
-from ..tasks import TaskItem, load_task_items
-from .configs import GRPOConfig, RLCDConfig, TrainConfig
+from rlcd_lab.lm.checkpoint import save_checkpoint
+from rlcd_lab.lm.loading import check_checkpoint, load_checkpoint
+from rlcd_lab.reader.rationales import default_sampler, mix_seed, sample_questions
+from rlcd_lab.reader.reading import score_rationales
+from rlcd_lab.reader.sampling import Sampler
+from rlcd_lab.reports.results import summarize
+from rlcd_lab.tasks import load_task_items
+from rlcd_lab.tasks.items import TaskItem
+from rlcd_lab.train.configs import GRPOConfig, RLCDConfig, TrainConfig
 
 
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -243,14 +242,14 @@ def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
     if cfg.sampler == "hf":
         return default_sampler(model)
     if cfg.sampler == "fast":
-        from ..decoding import fast_sampler
+        from rlcd_lab.reader.decoding import fast_sampler
 
         return fast_sampler(model)
     if cfg.sampler == "bf16":
-        from ..decoding import CopySampler
+        from rlcd_lab.reader.decoding import CopySampler
 
         return CopySampler(torch.bfloat16)
-    from .vllm import VLLMSampler
+    from rlcd_lab.train.vllm import VLLMSampler
 
     return VLLMSampler(cfg)
 

@@ -15,12 +15,6 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from ..rundir import (  # noqa: F401  re-exported: a run's config.json lives in rundir
-    RUN_OPTIONS,
-    config_dict,
-    config_diff,
-)
-
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -133,7 +127,7 @@ class RLCDConfig(TrainConfig):
     """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
     rule: Literal["brier", "log"] = "brier"
     """The proper scoring rule ``J(u, Y)``: Brier ``2 u_Y - ||u||^2`` or log ``log u_Y``
-    (``rlcd_lab.scoring``)."""
+    (``rlcd_lab.math.scoring``)."""
     outcome_reward: bool = True
     """False: the score-function term gets the KL shaping reward only, the readout is still
     trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""

@@ -17,9 +17,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..reader import score_rationales
-from .common import rationale_stats, releases_run, sample_answers, sample_batch, setup, token_kl
-from .configs import RFTConfig  # the settings (no torch); re-exported here
+from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.reader.reading import score_rationales
+from rlcd_lab.train.common import rationale_stats, sample_answers, sample_batch, setup, token_kl
+from rlcd_lab.train.configs import RFTConfig  # the settings (no torch)
 
 
 @releases_run

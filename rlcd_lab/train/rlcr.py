@@ -46,25 +46,25 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..estimators import leave_one_out_mean
-from ..reader import score_rationales
-from ..verbal import (
+from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.math.estimators import leave_one_out_mean
+from rlcd_lab.reader.reading import score_rationales
+from rlcd_lab.train.common import (
+    Batch,
+    rationale_stats,
+    sample_answers,
+    sample_batch,
+    setup,
+    token_kl,
+)
+from rlcd_lab.train.configs import RLCRConfig  # the settings (no torch)
+from rlcd_lab.train.verbal import (
     confidence_logprobs,
     confidence_tokens,
     digit_bin,
     rlcr_reward,
     token_confidences,
 )
-from .common import (
-    Batch,
-    rationale_stats,
-    releases_run,
-    sample_answers,
-    sample_batch,
-    setup,
-    token_kl,
-)
-from .configs import RLCRConfig  # the settings (no torch); re-exported here
 
 
 def policy_gradient_loss(reward: Tensor, logp: Tensor, norm: float) -> Tensor:

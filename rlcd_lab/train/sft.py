@@ -15,9 +15,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..reader import direct_logits
-from .common import releases_run, setup
-from .configs import SFTConfig  # the settings (no torch); re-exported here
+from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.reader.reading import direct_logits
+from rlcd_lab.train.common import setup
+from rlcd_lab.train.configs import SFTConfig  # the settings (no torch)
 
 
 @releases_run

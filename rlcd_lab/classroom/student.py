@@ -1,0 +1,214 @@
+"""Classroom mode for the tutorial notebooks: student copies, answer checks, notebook pairing.
+
+The notebooks (``notebooks/NN_*.py``, jupytext percent format) end with exercises, an
+answer cell and solution cells tagged ``solution`` (hidden in JupyterLab, but "Run All"
+still prints them). This module gives an instructor four things:
+
+* :func:`write_student` (``make student``): every notebook with its ``solution``-tagged
+  cells removed, written as ``.ipynb`` (and/or ``.py``) into a separate directory;
+* one ``check_*`` function per exercise, called from each notebook's answer cell: the
+  student replaces a ``None`` with an answer and the check says whether it is right;
+* :func:`assert_correct`, which turns a check's verdict into a pass or an
+  ``AssertionError`` for the graded test cells of the nbgrader and otter-grader
+  assignments that ``make student`` also writes (``--format nbgrader|otter``, in
+  :mod:`rlcd_lab.classroom.assignments`);
+* :func:`pair_notebooks` and :func:`set_default_viewer` (``make notebooks``): ``.ipynb``
+  twins of the ``.py`` files (paired: JupyterLab saves both), and a JupyterLab setting
+  that opens the ``.py`` tutorials as notebooks on a double click.
+
+The checks, :class:`Feedback` and :func:`assert_correct` live in :mod:`rlcd_lab.classroom.exercises`
+(with :func:`is_solution` and :data:`NOTEBOOK_GLOB`, which the grader assignments read
+too) and are re-exported here: the notebooks call them as ``exercises.check_...``.
+
+Torch, transformers and jupytext are imported inside the functions that need them, so
+``python -m rlcd_lab.classroom.student`` loads quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlcd_lab.classroom.exercises import (
+    NOTEBOOK_GLOB,
+    is_solution,
+)
+
+PAIRED_FORMATS = "ipynb,py:percent"
+"""The jupytext pairing of the tutorials: the ``.py`` file is the source under git, the
+``.ipynb`` (git-ignored) what JupyterLab shows and keeps outputs in."""
+JUPYTEXT_VIEWER = "Jupytext Notebook"
+"""JupyterLab's name for jupytext's notebook view of a text file (jupytext >= 1.16)."""
+
+
+# ------------------------------------------------------------------------ student copies
+def student_notebook(path: str | Path) -> Any:
+    """The notebook at ``path`` (any format jupytext reads) without its solution cells,
+    outputs and jupytext pairing metadata (a student copy is not paired with anything)."""
+    import jupytext
+
+    nb = jupytext.read(Path(path))
+    nb.cells = [c for c in nb.cells if not is_solution(c)]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata.pop("jupytext", None)
+    return nb
+
+
+def write_student(
+    src_dir: str | Path = "notebooks",
+    out_dir: str | Path = "student",
+    formats: Sequence[str] = ("ipynb",),
+) -> list[Path]:
+    """Write a student copy of every tutorial in ``src_dir`` (``NN_*.py``) into ``out_dir``.
+
+    Each copy is :func:`student_notebook`: the same cells minus every ``solution``-tagged
+    one. ``formats`` are jupytext formats: ``ipynb`` (default) and/or ``py:percent``
+    (written as ``.py``). Returns the written paths, sorted. Raises
+    ``FileNotFoundError`` when ``src_dir`` holds no tutorial, and ``ValueError`` when
+    ``out_dir`` is ``src_dir`` (the copies would overwrite the sources).
+    """
+    import jupytext
+
+    src, out = Path(src_dir), Path(out_dir)
+    sources = sorted(src.glob(NOTEBOOK_GLOB))
+    if not sources:
+        raise FileNotFoundError(f"no tutorial notebooks ({NOTEBOOK_GLOB}) in {src}")
+    if out.resolve() == src.resolve():
+        raise ValueError(f"the student copies would overwrite the notebooks in {src}")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sources:
+        nb = student_notebook(path)
+        for fmt in formats:
+            ext = "." + fmt.split(":")[0]
+            if ext not in (".ipynb", ".py"):
+                raise ValueError(f"unsupported format {fmt!r}: use ipynb or py:percent")
+            target = out / (path.stem + ext)
+            jupytext.write(nb, target, fmt=fmt)
+            written.append(target)
+    return sorted(written)
+
+
+# ---------------------------------------------------------------------- make notebooks
+def pair_notebooks(src_dir: str | Path = "notebooks") -> list[Path]:
+    """Write the ``.ipynb`` twin of every tutorial in ``src_dir`` that lacks an up-to-date
+    one; the ``.py`` sources are never written.
+
+    Each ``NN_*.py`` header pairs it as :data:`PAIRED_FORMATS`, so once JupyterLab (with
+    jupytext) opens either file, saving writes both. Here: a missing ``.ipynb`` is created
+    from the ``.py``; one older than its ``.py`` (e.g. after a ``git pull``) gets the
+    ``.py``'s cells and keeps the outputs of the cells that did not change (``jupytext
+    --update``); one newer than its ``.py`` is left alone (it holds the latest edits).
+
+    A written ``.ipynb`` gets its ``.py``'s modification time (``jupytext
+    --use-source-timestamp``). JupyterLab's jupytext contents manager refuses to open a
+    pair whose ``.ipynb`` is more than ``outdated_text_notebook_margin`` (1 s) newer than
+    its ``.py`` unless both give exactly the same text (cell metadata order included); at
+    the ``.py``'s time the ``.py`` is the input, as after a save from Lab.
+    Returns the ``.ipynb`` paths written. Raises ``ValueError`` for a tutorial whose header
+    does not pair it with ``.ipynb``.
+    """
+    import jupytext
+    from jupytext.combine import combine_inputs_with_outputs
+
+    written = []
+    for path in sorted(Path(src_dir).glob(NOTEBOOK_GLOB)):
+        nb = jupytext.read(path)
+        formats = nb.metadata.get("jupytext", {}).get("formats", "")
+        if "ipynb" not in formats.split(","):
+            raise ValueError(f"{path}: its header pairs formats {formats!r}, not {PAIRED_FORMATS}")
+        twin = path.with_suffix(".ipynb")
+        if twin.exists():
+            if twin.stat().st_mtime >= path.stat().st_mtime:
+                continue
+            nb = combine_inputs_with_outputs(nb, jupytext.read(twin), fmt="py:percent")
+        jupytext.write(nb, twin)
+        src = path.stat()
+        os.utime(twin, ns=(src.st_atime_ns, src.st_mtime_ns))
+        written.append(twin)
+    return written
+
+
+def set_default_viewer(
+    config_dir: str | Path | None = None, doctypes: Sequence[str] = ("python",)
+) -> Path:
+    """Make JupyterLab open files of ``doctypes`` with jupytext's notebook view on a
+    double click, by adding them to ``<config_dir>/labconfig/default_setting_overrides.json``
+    (other settings in that file are kept; a doctype that already has a viewer keeps it).
+
+    ``config_dir`` defaults to ``<sys.prefix>/etc/jupyter``, the environment-wide Jupyter
+    configuration directory that ``.venv/bin/jupyter lab`` reads: the setting stays
+    inside the virtual environment and does not touch ``~/.jupyter``. It applies to every
+    ``.py`` file that Lab opens (library modules too: *Open With > Editor* shows the
+    text). Equivalent to ``jupytext-config set-default-viewer python`` with
+    ``--settings-file`` there. Returns the settings file.
+    """
+    base = Path(sys.prefix) / "etc" / "jupyter" if config_dir is None else Path(config_dir)
+    path = base / "labconfig" / "default_setting_overrides.json"
+    settings = json.loads(path.read_text()) if path.exists() else {}
+    plugin = settings.setdefault("@jupyterlab/docmanager-extension:plugin", {})
+    viewers = plugin.setdefault("defaultViewers", {})
+    for doctype in doctypes:
+        viewers.setdefault(doctype, JUPYTEXT_VIEWER)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------- command line
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rlcd_lab.classroom.student student|notebooks``: the Makefile's ``make student``
+    and ``make notebooks``. ``student --format nbgrader|otter`` writes grader assignments
+    (:func:`rlcd_lab.classroom.assignments.write_assignments`) instead of student copies. Writes the
+    paths it wrote, one per line, to stdout."""
+    parser = argparse.ArgumentParser(
+        prog="python -m rlcd_lab.classroom.student", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    student = sub.add_parser("student", help="write student copies without solution cells")
+    student.add_argument("--src", default="notebooks", help="the tutorials' directory")
+    student.add_argument("--out", default="student", help="where to write the copies")
+    student.add_argument(
+        "--formats",
+        default="ipynb",
+        help="comma-separated jupytext formats: ipynb, py:percent (--format ours only)",
+    )
+    student.add_argument(
+        "--format",
+        default="ours",
+        choices=("ours", "nbgrader", "otter"),
+        help="ours: student copies; nbgrader: source/<name>/<name>.ipynb for nbgrader; "
+        "otter: <name>/<name>.ipynb master notebooks for otter assign",
+    )
+    student.add_argument(
+        "--points", type=float, default=1.0, help="points per exercise (nbgrader, otter)"
+    )
+    pair = sub.add_parser("notebooks", help="pair .ipynb twins; open .py as notebooks in Lab")
+    pair.add_argument("--src", default="notebooks", help="the tutorials' directory")
+    pair.add_argument(
+        "--config-dir", default=None, help="Jupyter config dir (default: <sys.prefix>/etc/jupyter)"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "student" and args.format != "ours":
+        from rlcd_lab.classroom.assignments import write_assignments
+
+        points = float(args.points)  # int.is_integer is Python >= 3.12 only
+        points = int(points) if points.is_integer() else points
+        paths = write_assignments(args.src, args.out, args.format, points)
+    elif args.command == "student":
+        paths = write_student(args.src, args.out, tuple(args.formats.split(",")))
+    else:
+        paths = [*pair_notebooks(args.src), set_default_viewer(args.config_dir)]
+    sys.stdout.write("".join(f"{p}\n" for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

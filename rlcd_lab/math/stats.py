@@ -1,0 +1,285 @@
+"""Paired comparisons of two models on the same test items.
+
+Inputs are per-item arrays ``a, b`` of shape ``(N,)`` aligned by item (e.g. per-item
+Brier, NLL or correctness of model A and model B; average each item over seeds first, so
+the unit of resampling is the test item). Differences are always ``a - b``; whether a
+positive difference is good depends on the metric (for Brier, NLL and AURC, lower is
+better, so a negative ``a - b`` favours A).
+
+* :func:`paired_bootstrap`: percentile bootstrap CI of ``stat(a - b)`` resampling items
+  with replacement (Efron & Tibshirani 1993, "An introduction to the bootstrap", ch. 13;
+  Koehn 2004, "Statistical significance tests for machine translation evaluation").
+* :func:`sign_flip_test`: two-sided paired permutation (sign-flip) test of the mean
+  difference (Fisher 1935; Good 2005, "Permutation, parametric and bootstrap tests of
+  hypotheses", sec. 3.2), exact for small N, Monte Carlo otherwise.
+* :func:`paired_bootstrap_curve` and :func:`sign_flip_test_curve`: the same for a
+  whole-curve statistic (AURC, Cov@eps), which is not an average of per-item values:
+  computed per seed and averaged over seeds, each replicate resamples (or swaps) test
+  items jointly across seeds and recomputes the statistic for both models.
+
+All randomness comes from ``numpy.random.default_rng(seed)``; results are reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import product
+
+import numpy as np
+
+from rlcd_lab.math.metrics import ArrayLike, largest_covered, risk_curve_rows, to_numpy
+
+EXACT_MAX = 16
+"""Sign-flip tests enumerate all ``2^N`` flips when ``N <= EXACT_MAX`` (65 536 at most)."""
+
+_CHUNK_ELEMS = 2_000_000  # resampled values held in memory at once
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``k / n`` (95% for the default ``z``):
+    ``(p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)`` (Wilson 1927; Brown,
+    Cai & DasGupta 2001 recommend it over the normal interval for small ``n``)."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    p, z2 = k / n, z * z
+    centre = p + z2 / (2 * n)
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return float((centre - half) / (1 + z2 / n)), float((centre + half) / (1 + z2 / n))
+
+
+def _paired(a: ArrayLike, b: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    x = to_numpy(a, np.float64).reshape(-1)
+    y = to_numpy(b, np.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"paired arrays differ in length: {x.shape} vs {y.shape}")
+    if x.size == 0:
+        raise ValueError("need at least one item")
+    return x, y
+
+
+def _apply_rows(stat: Callable[..., ArrayLike], x: np.ndarray) -> np.ndarray:
+    """``stat`` of every row of ``x (R, N)``; uses ``axis=1`` when ``stat`` supports it."""
+    try:
+        out = np.asarray(stat(x, axis=1), dtype=np.float64)
+        if out.shape == (x.shape[0],):
+            return out
+    except TypeError:
+        pass
+    return np.array([float(stat(row)) for row in x])
+
+
+def _percentile_ci(samples: np.ndarray, level: float) -> tuple[float, float]:
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.percentile(samples, [100.0 * alpha, 100.0 * (1.0 - alpha)])
+    return float(lo), float(hi)
+
+
+def paired_bootstrap(
+    a: ArrayLike,
+    b: ArrayLike,
+    n: int = 10000,
+    seed: int = 0,
+    stat: Callable[..., ArrayLike] = np.mean,
+    level: float = 0.95,
+) -> dict[str, float]:
+    """Paired percentile bootstrap of ``stat(a - b)`` over items.
+
+    Shapes: ``a, b (N,)`` paired by item. Each of ``n`` replicates draws ``N`` item
+    indices with replacement (``default_rng(seed).integers``) and evaluates ``stat`` on
+    the resampled differences ``d = a - b``; the CI is the ``(1 - level)/2`` and
+    ``(1 + level)/2`` percentiles of the replicates (numpy's linear interpolation).
+    ``stat`` gets the ``(R, N)`` replicate matrix with ``axis=1`` if it accepts that
+    keyword, one row at a time otherwise. Returns ``{"diff": stat(a - b),
+    "ci_low", "ci_high"}`` (``diff`` is ``stat`` of the observed differences, the mean
+    by default). Identical inputs give ``0`` and the CI ``[0, 0]``.
+    Efron & Tibshirani (1993), "An introduction to the bootstrap", ch. 13 (percentile
+    interval); Koehn (2004), paired bootstrap resampling.
+    """
+    x, y = _paired(a, b)
+    d = x - y
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_ELEMS // d.size)
+    reps = []
+    for start in range(0, n, chunk):
+        idx = rng.integers(0, d.size, size=(min(chunk, n - start), d.size))
+        reps.append(_apply_rows(stat, d[idx]))
+    lo, hi = _percentile_ci(np.concatenate(reps), level)
+    return {"diff": float(stat(d)), "ci_low": lo, "ci_high": hi}
+
+
+def _all_signs(m: int) -> np.ndarray:
+    """All ``2^m`` sign vectors, ``(2^m, m)``, the all-plus vector first."""
+    return np.array(list(product((1.0, -1.0), repeat=m)))
+
+
+def _p_value(t_obs: float, t_null: np.ndarray, exact: bool) -> float:
+    """Two-sided p-value with a relative tolerance for float ties of ``|T*|`` and ``|T|``."""
+    tol = 1e-12 * max(1.0, abs(t_obs))
+    hits = int(np.sum(np.abs(t_null) >= abs(t_obs) - tol))
+    if exact:
+        return hits / t_null.size
+    return (1 + hits) / (1 + t_null.size)
+
+
+def sign_flip_test(
+    a: ArrayLike, b: ArrayLike, n: int = 10000, seed: int = 0, exact_max: int = EXACT_MAX
+) -> float:
+    """Two-sided paired sign-flip (permutation) test of ``mean(a - b) = 0``.
+
+    Shapes: ``a, b (N,)`` paired by item. Under H0 (A and B exchangeable on each item)
+    every difference ``d_i = a_i - b_i`` is equally likely to have either sign. The
+    statistic is ``T = mean(d)``; the p-value is
+
+    * exact when ``N <= exact_max`` (16): ``#{s in {-1,1}^N : |mean(s d)| >= |T|} / 2^N``,
+      enumerating every sign vector (the identity included, so ``p >= 2^-N``);
+    * Monte Carlo otherwise: ``(1 + #{|T*_j| >= |T|}) / (1 + n)`` over ``n`` random sign
+      vectors from ``default_rng(seed)`` (Phipson & Smyth 2010, "Permutation p-values
+      should never be zero"), so ``p >= 1/(n+1)``.
+
+    ``|T*| >= |T|`` is compared with a relative tolerance of 1e-12 so that float rounding
+    does not break ties. Identical inputs give ``p = 1``. Smaller p is stronger evidence
+    of a difference. Fisher (1935), "The design of experiments", sec. 21; Good (2005).
+    """
+    x, y = _paired(a, b)
+    d = x - y
+    t_obs = float(d.mean())
+    if d.size <= exact_max:
+        return _p_value(t_obs, _all_signs(d.size) @ d / d.size, exact=True)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_ELEMS // d.size)
+    t_null = []
+    for start in range(0, n, chunk):
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(min(chunk, n - start), d.size))
+        t_null.append(signs @ d / d.size)
+    return _p_value(t_obs, np.concatenate(t_null), exact=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Whole-curve statistics (AURC, Cov@eps), per seed, items resampled jointly across seeds
+# ---------------------------------------------------------------------------------------
+
+CurveStat = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""A whole-curve statistic of every row: ``(conf (R, N), correct (R, N)) -> (R,)``."""
+
+
+def aurc_rows(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """AURC of every row (lower is better): :func:`rlcd_lab.math.metrics.aurc` row by row
+    (ties averaged: :func:`rlcd_lab.math.metrics.risk_curve_rows`)."""
+    return risk_curve_rows(conf, 1.0 - correct)[0].mean(axis=1)
+
+
+def cov_rows(eps: float, tol: float = 1e-12) -> CurveStat:
+    """Cov@eps of every row (higher is better): :func:`rlcd_lab.math.metrics.coverage_at_risk`
+    row by row (the largest ``k/N`` at a tie-group end whose top-k error rate is ``<= eps``)."""
+
+    def stat(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
+        return largest_covered(*risk_curve_rows(conf, 1.0 - correct), eps, tol)
+
+    return stat
+
+
+def _seed_curves(
+    conf_a: ArrayLike, correct_a: ArrayLike, conf_b: ArrayLike, correct_b: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The four arrays as ``(S, N)`` float64 (a ``(N,)`` input is one seed)."""
+    out = []
+    for x, is_correct in ((conf_a, 0), (correct_a, 1), (conf_b, 0), (correct_b, 1)):
+        arr = to_numpy(x)
+        arr = arr.astype(bool) if is_correct else arr
+        out.append(np.atleast_2d(arr.astype(np.float64)))
+    shapes = {a.shape for a in out}
+    if len(shapes) != 1:
+        raise ValueError(f"confidence and correct arrays must share one shape, got {shapes}")
+    if out[0].ndim != 2 or out[0].size == 0:
+        raise ValueError("need (N,) or (seeds, N) arrays with at least one item")
+    return out[0], out[1], out[2], out[3]
+
+
+def _seed_mean_diff(
+    stat: CurveStat, ca: np.ndarray, ra: np.ndarray, cb: np.ndarray, rb: np.ndarray
+) -> np.ndarray:
+    """``mean_s [stat(A_s) - stat(B_s)]`` for ``(S, R, N)`` arrays -> ``(R,)``."""
+    s, r, n = ca.shape
+    flat = [x.reshape(s * r, n) for x in (ca, ra, cb, rb)]
+    return (stat(flat[0], flat[1]) - stat(flat[2], flat[3])).reshape(s, r).mean(axis=0)
+
+
+def paired_bootstrap_curve(
+    conf_a: ArrayLike,
+    correct_a: ArrayLike,
+    conf_b: ArrayLike,
+    correct_b: ArrayLike,
+    stat: CurveStat = aurc_rows,
+    n: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, float]:
+    """Paired percentile bootstrap of a whole-curve statistic, ``stat(A) - stat(B)``,
+    computed per seed and averaged over seeds.
+
+    Shapes: four ``(S, N)`` arrays (S seeds evaluated on the same N test items, aligned;
+    ``(N,)`` is one seed): confidence and correctness of each model. The statistic is
+    ``T = mean_s [stat(A_s) - stat(B_s)]`` (AURC by default; :func:`cov_rows` for
+    Cov@eps). Each replicate draws one set of ``N`` item indices with replacement and
+    applies it to every seed and both models (items resampled jointly across seeds, so
+    the unit of resampling is the test item), then recomputes ``T``. Duplicated items
+    keep their resampled order on confidence ties, as in ``metrics.aurc``. Returns
+    ``{"diff": T, "a": mean_s stat(A_s), "b": mean_s stat(B_s), "ci_low", "ci_high"}``.
+    For AURC lower is better (``diff < 0`` favours A); for Cov@eps higher is better.
+    Geifman et al. 2019 (AURC); OpenJev-RLCD sec. 5 (per-seed metrics averaged, items
+    resampled jointly across seeds); Efron & Tibshirani (1993), ch. 13.
+    """
+    ca, ra, cb, rb = _seed_curves(conf_a, correct_a, conf_b, correct_b)
+    a, b = float(stat(ca, ra).mean()), float(stat(cb, rb).mean())
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_ELEMS // ca.size)
+    reps = []
+    for start in range(0, n, chunk):
+        idx = rng.integers(0, ca.shape[1], size=(min(chunk, n - start), ca.shape[1]))
+        reps.append(_seed_mean_diff(stat, ca[:, idx], ra[:, idx], cb[:, idx], rb[:, idx]))
+    lo, hi = _percentile_ci(np.concatenate(reps), level)
+    return {"diff": a - b, "a": a, "b": b, "ci_low": lo, "ci_high": hi}
+
+
+def sign_flip_test_curve(
+    conf_a: ArrayLike,
+    correct_a: ArrayLike,
+    conf_b: ArrayLike,
+    correct_b: ArrayLike,
+    stat: CurveStat = aurc_rows,
+    n: int = 2000,
+    seed: int = 0,
+    exact_max: int = EXACT_MAX,
+) -> float:
+    """Two-sided paired permutation test of ``stat(A) = stat(B)`` by per-item swaps.
+
+    Shapes and statistic as in :func:`paired_bootstrap_curve`. Under H0 the two models are
+    exchangeable on each item, so item i's ``(conf, correct)`` of A may be swapped with
+    B's; one swap pattern applies to every seed (jointly, like the bootstrap's items) and
+    ``T = mean_s [stat(A'_s) - stat(B'_s)]`` is recomputed. The p-value follows
+    :func:`sign_flip_test`: exact enumeration of all ``2^N`` swap patterns when
+    ``N <= exact_max``, else ``(1 + #{|T*| >= |T|}) / (1 + n)`` over ``n`` random
+    patterns from ``default_rng(seed)``. Both models' confidences must be on a comparable
+    scale (both are probabilities). Identical inputs give ``p = 1``. Smaller p is stronger
+    evidence of a difference. Good (2005), sec. 3.2; Geifman et al. 2019 (AURC).
+    """
+    ca, ra, cb, rb = _seed_curves(conf_a, correct_a, conf_b, correct_b)
+    t_obs = float(_seed_mean_diff(stat, ca[:, None], ra[:, None], cb[:, None], rb[:, None])[0])
+
+    def t_of(swap: np.ndarray) -> np.ndarray:  # swap (R, N) booleans, the same for each seed
+        w = swap[None]
+        a2 = np.where(w, cb[:, None], ca[:, None]), np.where(w, rb[:, None], ra[:, None])
+        b2 = np.where(w, ca[:, None], cb[:, None]), np.where(w, ra[:, None], rb[:, None])
+        return _seed_mean_diff(stat, a2[0], a2[1], b2[0], b2[1])
+
+    items = ca.shape[1]
+    chunk = max(1, _CHUNK_ELEMS // ca.size)
+    if items <= exact_max:
+        swaps = _all_signs(items) < 0
+        t_null = np.concatenate([t_of(swaps[i : i + chunk]) for i in range(0, len(swaps), chunk)])
+        return _p_value(t_obs, t_null, exact=True)
+    rng = np.random.default_rng(seed)
+    t_null = np.concatenate(
+        [t_of(rng.random((min(chunk, n - s), items)) < 0.5) for s in range(0, n, chunk)]
+    )
+    return _p_value(t_obs, t_null, exact=False)

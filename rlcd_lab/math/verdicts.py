@@ -1,0 +1,83 @@
+"""The verdict rules on the paper's claims, and how a paired difference is written.
+
+A claim of the paper (:mod:`rlcd_lab.math.paper`) is judged on our paired difference and its
+95% CI by :func:`verdict` (reproduces, smaller than the paper's, not measurable, opposite
+direction; a claim of no difference is consistent or differs), the fitted-T claim by
+:func:`temperature_verdict`, and :func:`fmt_diff` writes the difference as the tables show
+it. Standard library only, so the reports (:mod:`rlcd_lab.reports.report`), the difficulty map
+(:mod:`rlcd_lab.reports.difficulty`) and the notebooks share one set of rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+SIGNIFICANCE = 0.05
+"""A difference counts when its 95% CI excludes 0 *and* its sign-flip test gives
+p < 0.05: both must agree (a percentile bootstrap of a step-function statistic such as
+Cov@eps can exclude 0 where the test does not reject)."""
+
+T_NEAR, T_FAR = 2.0, 3.0
+"""Fitted-T verdict: "near 1" is within a factor ``T_NEAR`` of 1 (the paper's RLCD: 1.4),
+"far from 1" a factor ``T_FAR`` or more (the paper's GRPO and RFT: about 7)."""
+
+
+def verdict(diff: Mapping[str, float], direction: int, effect: float | None = None) -> str:
+    """The verdict on a paired difference ``{"ci_low", "ci_high"[, "p"]}`` for a claim
+    of sign ``direction`` (+1 higher, -1 lower, 0 no difference) and size ``effect`` (the
+    paper's difference, or None where it gives no number).
+
+    Significant: the CI excludes 0 and p < :data:`SIGNIFICANCE` (p, when given). Then
+    *opposite direction* on the wrong side; on the paper's side *reproduces* when the CI
+    holds ``effect``, *smaller than the paper's* when the CI lies between 0 and it, and
+    *reproduces, larger than the paper's* beyond it. Not significant: *smaller than the
+    paper's* when the CI excludes ``effect``, else *not measurable*. A claim of no
+    difference is *consistent* when not significant, else *differs*."""
+    lo, hi, p = diff["ci_low"], diff["ci_high"], diff.get("p")
+    sig = (lo > 0 or hi < 0) and (p is None or p < SIGNIFICANCE)
+    if direction == 0:
+        return "differs: the paper finds no difference" if sig else "consistent: no difference"
+    paper_side = (lo > 0) == (direction > 0)
+    if sig and not paper_side:
+        return "opposite direction"
+    held = effect is not None and lo <= effect <= hi
+    beyond = effect is not None and (effect < lo if effect < 0 else effect > hi)
+    if sig:
+        if effect is None or held:
+            return "reproduces"
+        if beyond:
+            return "smaller than the paper's: same direction, CI excludes its effect"
+        return "reproduces, larger than the paper's"
+    if beyond:
+        return "smaller than the paper's: not significant, CI excludes its effect"
+    if held:
+        return "not measurable: not significant, CI holds the paper's effect"
+    return "not measurable: not significant"
+
+
+def temperature_verdict(t_rlcd: float, t_baselines: Sequence[float]) -> str:
+    """The fitted-T verdict, ordering and size (means over seeds): *reproduces* when
+    RLCD's T is the closest to 1 (on a log scale), near 1 (:data:`T_NEAR`) and every
+    baseline's far from it (:data:`T_FAR`); *smaller than the paper's* when RLCD is
+    closest but not near 1, or near 1 beside a baseline that is not far; *opposite
+    direction* when a baseline is as close to 1 or closer."""
+    dist = abs(math.log(t_rlcd))
+    others = [abs(math.log(t)) for t in t_baselines]
+    if not others or dist >= min(others) - 1e-9:
+        return "opposite direction: a baseline's T is as close to 1 or closer"
+    if dist > math.log(T_NEAR):
+        return f"smaller than the paper's: RLCD's T is closest to 1 but not within {T_NEAR:g}x"
+    if min(others) < math.log(T_FAR):
+        return f"smaller than the paper's: RLCD's T is near 1, a baseline's within {T_FAR:g}x"
+    return "reproduces"
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}"
+
+
+def fmt_diff(d: Mapping[str, float]) -> str:
+    """``+0.012 [-0.003, +0.020], p = 0.04`` (no p for intervals over seeds)."""
+    ci = f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+    return ci if d.get("p") is None else f"{ci}, p = {_p(d['p'])}"

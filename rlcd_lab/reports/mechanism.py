@@ -1,0 +1,166 @@
+"""Why a finding does or does not reproduce: the steps of the paper's mechanism, measured.
+
+The headline (OpenJev-RLCD sec. 5.1, Figure 2) rests on steps that can each be checked in a
+run's eval dumps and training log:
+
+1. reasoning helps: accuracy after the rationale (the paper: 87% on GSM8K-Verify) against
+   the same model answering directly (``direct_accuracy``, 56% in the paper; measured for
+   the base model, whose run holds a ``test-direct`` dump);
+2. after reasoning GRPO's readout is near one-hot (``saturated``: share of test items whose
+   raw readout max is above 0.99) and needs a large fitted T (about 7), RLCD's hedges
+   (``confidence``: mean raw max; T about 1.4);
+3. temperature scaling cannot repair a ranking: with two options it changes no order, so
+   selective prediction follows the readout's ranking (``auroc``: AUROC of the calibrated
+   confidence for right vs wrong answers; ``risk_ratio``: error rate of the most confident
+   half over the error rate of all, 1 for a ranking that knows nothing, 0 for a perfect one);
+4. what decides the ranking on a verification task is whether the readout notices a slipped
+   rationale: ``slipped_errors`` (share of wrong answers whose rationale holds a false
+   equation), ``slip_auroc`` (AUROC of the confidence for clean vs slipped rationales: 0.5
+   means the readout cannot tell them apart) and ``follows`` (share of readouts whose top
+   option is the rationale's own verdict, "same" for the first option, "different" for the
+   second);
+5. the run is the paper's recipe: ``forced`` (share of rationales that never wrote the
+   marker), ``kl_end`` (stage 2: mean per-rationale log-ratio to the anchor over the last
+   quarter of steps, nats), ``reward_trend`` (mean reward of the last quarter minus the
+   quarter before: still rising means under-trained).
+
+:func:`run_mechanism` measures one run (one seed), :func:`mechanism` averages a group of
+seeds; ``results.summarize_runs`` stores it in a summary under ``mechanism`` and
+:func:`mechanism_table` renders the "Why" table of docs/results.md from it. Measures that
+do not apply (no arithmetic in the rationales, no log, one kind of answer) are None.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rlcd_lab.files import rundir
+from rlcd_lab.files.io import read_jsonl
+from rlcd_lab.math import metrics
+
+SATURATED = 0.99
+"""A readout whose top probability exceeds this is counted as saturated (near one-hot)."""
+
+_EQUATION = re.compile(r"(-?\d+)\s*([-+*x])\s*(-?\d+)\s*=\s*(-?\d+)")
+_VERDICT = re.compile(r"\b(same|diff|different)\b\W*$")
+
+
+def slipped(rationale: str) -> bool | None:
+    """Whether a rationale states a false equation ``a op b = c`` (``op`` one of ``+ - *
+    x``): True if any is false, False if all are true, None if it states none."""
+    found = _EQUATION.findall(rationale)
+    if not found:
+        return None
+    ops = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "x": int.__mul__}
+    return any(ops[op](int(a), int(b)) != int(c) for a, op, b, c in found)
+
+
+def verdict(rationale: str) -> int | None:
+    """The option a verification rationale concludes: 0 when it ends with "same", 1 with
+    "diff"/"different", None otherwise."""
+    m = _VERDICT.search(rationale.strip())
+    return None if m is None else (0 if m.group(1) == "same" else 1)
+
+
+def _trend(values: Sequence[float]) -> float | None:
+    """Mean of the last quarter minus the mean of the quarter before (None: too short)."""
+    q = len(values) // 4
+    if q < 1:
+        return None
+    return float(np.mean(values[-q:]) - np.mean(values[-2 * q : -q]))
+
+
+def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
+    """The mechanism's measures (module docstring) of one run, its test dump read with its
+    fitted temperature ``T``."""
+    rows = read_jsonl(rundir.eval_file(run, "test"))
+    z = metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
+    labels = np.array([r["label"] for r in rows])
+    raw = metrics.apply_temperature(z, 1.0)  # the raw readout: T = 1
+    conf, correct = metrics.confidence_and_correct(metrics.apply_temperature(z, T), labels)
+    texts = [(r.get("rationales") or [""])[0] for r in rows]  # a dump may hold none
+    direct = None
+    if rundir.has_eval(run, rundir.DIRECT):
+        d = read_jsonl(rundir.eval_file(run, rundir.DIRECT))
+        zd = metrics.pad_ragged([r["logits"] for r in d], -np.inf)
+        direct = float(np.mean(zd.argmax(1) == np.array([r["label"] for r in d])))
+    out: dict[str, float | None] = {
+        "direct_accuracy": direct,
+        "accuracy": float(correct.mean()),
+        "saturated": float((raw.max(1) > SATURATED).mean()),
+        "confidence": float(raw.max(1).mean()),
+        "T": float(T),
+        "auroc": metrics.auroc(conf, correct) if 0 < correct.sum() < len(correct) else None,
+        "forced": float(np.mean([np.mean(r.get("forced") or [False]) for r in rows])),
+    }
+    _, risks = metrics.risk_coverage_curve(conf, correct)
+    out["risk_ratio"] = float(risks[len(risks) // 2 - 1] / risks[-1]) if risks[-1] > 0 else None
+    slips = [slipped(t) for t in texts]
+    known = np.array([s is not None for s in slips])
+    slip = np.array([bool(s) for s in slips])
+    wrong = ~correct & known
+    out["slipped_errors"] = float(slip[wrong].mean()) if wrong.any() else None
+    clean = ~slip & known
+    has_both = (slip & known).any() and clean.any()
+    out["slip_auroc"] = metrics.auroc(conf[known], clean[known]) if has_both else None
+    verdicts = [verdict(t) for t in texts]
+    said = np.array([v is not None for v in verdicts])
+    top = raw.argmax(1)
+    out["follows"] = (
+        float(np.mean([top[i] == verdicts[i] for i in np.flatnonzero(said)]))
+        if said.any()
+        else None
+    )
+    log = rundir.read_log(run) if rundir.log_path(run).exists() else []
+    kls = [r["kl"] for r in log if r.get("kl") is not None]
+    out["kl_end"] = float(np.mean(kls[-max(1, len(kls) // 4) :])) if kls else None
+    out["reward_trend"] = _trend([r["reward"] for r in log if r.get("reward") is not None])
+    return out
+
+
+def mechanism(runs: Sequence[str | Path], Ts: Sequence[float]) -> dict[str, float | None]:
+    """:func:`run_mechanism` of each seed's run, averaged (a measure None for any seed is
+    None)."""
+    per_seed = [run_mechanism(r, t) for r, t in zip(runs, Ts, strict=True)]
+    return {
+        k: None if any(p[k] is None for p in per_seed) else float(np.mean([p[k] for p in per_seed]))
+        for k in per_seed[0]
+    }
+
+
+COLUMNS = (
+    ("direct_accuracy", "acc direct", "{:.3f}"),
+    ("accuracy", "acc", "{:.3f}"),
+    ("saturated", "max u > 0.99", "{:.0%}"),
+    ("confidence", "mean max u", "{:.3f}"),
+    ("T", "T", "{:.2f}"),
+    ("auroc", "AUROC", "{:.3f}"),
+    ("risk_ratio", "risk top half / all", "{:.2f}"),
+    ("slipped_errors", "errors with a slip", "{:.0%}"),
+    ("slip_auroc", "AUROC clean vs slip", "{:.3f}"),
+    ("follows", "readout = verdict", "{:.0%}"),
+    ("forced", "forced marker", "{:.1%}"),
+    ("kl_end", "KL end (nats)", "{:.2f}"),
+    ("reward_trend", "reward trend", "{:+.3f}"),
+)
+"""The "Why" table's columns: summary key, header, format."""
+
+
+def mechanism_table(summary: Mapping, labels: Mapping[str, str]) -> str:
+    """The "Why" table (Markdown) of a summary's ``mechanism`` entries, one row per run in
+    the summary's order, named by ``labels`` (run name -> label; others left out); "-"
+    where a measure does not apply."""
+    mech = summary.get("mechanism", {})
+    head = "| run | " + " | ".join(h for _, h, _ in COLUMNS) + " |\n"
+    head += "|---" * (len(COLUMNS) + 1) + "|\n"
+    lines = []
+    for name, label in labels.items():
+        if name not in mech:
+            continue
+        cells = ["-" if mech[name][k] is None else f.format(mech[name][k]) for k, _, f in COLUMNS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |\n")
+    return head + "".join(lines)

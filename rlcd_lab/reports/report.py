@@ -1,0 +1,666 @@
+"""The paper's tables and figures, generated from a reproduction's summary and runs.
+
+``write_report(root, seeds, eps, title)`` reads the eval dumps under ``root`` through
+:mod:`rlcd_lab.reports.results` and writes ``summary.json``, ``report.md``, ``report.html`` (its
+figures load plotly.js from ``../plotly.min.js``, one file shared by the reports beside
+``root``: :func:`write_plotlyjs`) and ``figures/*.png``:
+
+* Table 1: every run (mean +- s.d. over seeds, after temperature scaling, with its
+  training budget in steps) and the paired tests of two-stage RLCD against each run;
+* Table 2: the stage-2 forks against their stage-1 checkpoint;
+* Table 3 (aleatoric tasks): JSD to ``q`` in bits, single query and the mixture;
+* Figure 1: System-One collapse, end to end without and with the KL anchor: rationale
+  length, readout variance and the score-function / pathwise gradient ratio over training;
+* Figure 2: risk-coverage curves; Figure 3: each stage-2 fork minus readout-only, Brier
+  and AURC with 95% CIs (and RLCD minus each run).
+
+``findings_table(summary)`` sets each of the paper's findings for the summary's kind of
+task (:mod:`rlcd_lab.math.paper`) beside ours (difference, 95% CI, p) with its verdict
+(:func:`rlcd_lab.math.verdicts.verdict`: reproduces, smaller than the paper's, not measurable,
+opposite direction; a finding of no difference is consistent or differs);
+``what_reproduces`` sets every task's verdicts side by side; ``runs_table(summary)`` lists
+the runs. The README's result blocks are these functions' output for the shipped
+summaries, never typed by hand: ``python -m rlcd_lab.reports.report SUMMARY`` prints them and a
+test compares. The verdict rules (:mod:`rlcd_lab.math.verdicts`) and the HTML pages and PNG
+figures (:mod:`rlcd_lab.reports.pages`) live below this module, which re-exports their names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rlcd_lab.files import rundir
+from rlcd_lab.files.io import atomic_write_text
+from rlcd_lab.math import paper
+from rlcd_lab.math.verdicts import (
+    fmt_diff,
+    temperature_verdict,
+    verdict,
+)
+from rlcd_lab.reports.mechanism import mechanism_table
+from rlcd_lab.reports.pages import PLOTLY_JS, html_page, write_plotlyjs, write_pngs
+from rlcd_lab.reports.results import (
+    FORKS,
+    MATCHED,
+    METRICS,
+    NO_KL,
+    RLCD,
+    STAGE1,
+    SWEEP_PREFIX,
+    RunResult,
+    rounded,
+    summarize_runs,
+    summary_json,
+)
+
+LABELS = {
+    "base": "base",
+    "sft": "SFT+TS",
+    "rft": "RFT+TS",
+    "rft-kl": "RFT+KL+TS",
+    "grpo": "GRPO+TS",
+    "rlcr": "RLCR+TS (readout)",
+    "rlcr-stated": "RLCR+TS (stated confidence)",
+    "endtoend": "per-rationale (end to end, KL)",
+    "mixture": "mixture (lam = 1)",
+    "calibrate": "RLCD stage 1",
+    "reinforce": "RLCD (two-stage)",
+    "readout-only": "fork: readout-only",
+    "anchor-only": "fork: anchor-only",
+    "grpo-cont": "fork: GRPO continuation",
+    "reinforce-ace": "fork: RLCD-RL with ACE",
+    SWEEP_PREFIX: "end to end, weight",
+    NO_KL: "end to end, weight 1, no KL",
+}
+ORDER = tuple(LABELS)
+
+
+def label(run: str) -> str:
+    """Display name of a run (``grpo-matched`` -> ``GRPO+TS (matched budget)``)."""
+    if run.endswith(MATCHED):
+        return f"{label(run[: -len(MATCHED)])} (matched budget)"
+    if run.startswith(SWEEP_PREFIX):
+        return f"{LABELS[SWEEP_PREFIX]} {run[len(SWEEP_PREFIX) :]}"
+    return LABELS.get(run, run)
+
+
+def _ordered(runs: Mapping) -> list[str]:
+    key = {n: i for i, n in enumerate(ORDER)}
+    return sorted(runs, key=lambda r: (key.get(r.removesuffix(MATCHED), len(key)), r))
+
+
+# ---------------------------------------------------------------------------------------
+# Claims of the paper and verdicts (the rules: rlcd_lab.math.verdicts)
+# ---------------------------------------------------------------------------------------
+
+
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+"""Student-t 97.5% quantiles by degrees of freedom: 95% CIs of per-seed changes (T)."""
+
+
+def fmt_cell(cell: Mapping, signed: bool = False) -> str:
+    """``mean ± s.d.`` over seeds (the mean alone for one seed)."""
+    sign = "+" if signed else ""
+    if cell.get("sd") is None or (isinstance(cell["sd"], float) and math.isnan(cell["sd"])):
+        return f"{cell['mean']:{sign}.3f}"
+    return f"{cell['mean']:{sign}.3f} ± {cell['sd']:.3f}"
+
+
+def summary_kind(summary: Mapping) -> str:
+    """The paper's kind of task (:func:`rlcd_lab.math.paper.kind`) of a summary: its
+    ``task`` key, else the task its runs' configs name."""
+    tasks = {summary["task"]} if "task" in summary else set()
+    tasks |= {c["task"] for c in summary.get("configs", {}).values() if "task" in c}
+    if len({paper.kind(t) for t in tasks}) != 1:
+        raise ValueError(f"a summary needs runs of one kind of task, got tasks {sorted(tasks)}")
+    return paper.kind(tasks.pop())
+
+
+def _seed_interval(cell: Mapping, n: int) -> dict[str, float] | None:
+    """95% t-interval of a mean over ``n`` seeds from ``{"mean", "sd"}`` (None: 1 seed)."""
+    if cell.get("sd") is None or n < 2:
+        return None
+    half = T975[min(n - 1, max(T975))] * cell["sd"] / math.sqrt(n)
+    return {"diff": cell["mean"], "ci_low": cell["mean"] - half, "ci_high": cell["mean"] + half}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One claim of the paper checked on one summary: ``row`` names the comparison the
+    same way for every task (the "What reproduces" table's row), ``name`` the runs
+    actually compared, ``ours`` our difference [CI] (p), ``verdict`` per :func:`verdict`."""
+
+    claim: paper.Claim | paper.TemperatureClaim
+    row: str
+    name: str
+    ours: str
+    verdict: str
+
+
+def _sign(direction: int) -> str:
+    return {+1: "higher", -1: "lower", 0: "no difference"}[direction]
+
+
+def _comparisons(summary: Mapping, claim: paper.Claim) -> list[tuple[str, str, Mapping | None]]:
+    """``(row, name, diff)`` of each comparison a claim is checked on: the matched-budget
+    baseline when shipped; every weight a reproduction ran for ``"sweep:*"``."""
+    metric = METRICS[claim.metric][0] if claim.metric in METRICS else "JSD"
+    if claim.pair == "sweep:*":
+        out = []
+        for w, tests in sorted(summary.get("sweep", {}).items(), key=lambda kv: float(kv[0])):
+            row = f"Table 4: end to end at weight {w} vs stage 1: {metric}"
+            out.append((row, row, tests.get(claim.metric)))
+        return out
+    if claim.pair.startswith("fork:"):
+        fork = claim.pair.removeprefix("fork:")
+        row = f"{label(fork)} vs its stage-1 checkpoint: {metric}"
+        tests = summary["forks"].get(fork) or {}
+        diff = tests.get(claim.metric)
+        if claim.metric == "T" and diff is not None:
+            diff = _seed_interval(diff, len(summary["seeds"]))
+        return [(row, row, diff)]
+    a, b = claim.pair.split(" - ")
+    row = f"{'RLCD' if a == RLCD else label(a)} vs {label(b)}: {metric}"
+    a, b = (r + MATCHED if r + MATCHED in summary["runs"] else r for r in (a, b))
+    name = f"{'RLCD' if a == RLCD else label(a)} vs {label(b)}: {metric}"
+    return [(row, name, summary["paired"].get(f"{a} - {b}", {}).get(claim.metric))]
+
+
+def judge(summary: Mapping) -> list[Judged]:
+    """Every claim of the summary's kind of task (:data:`rlcd_lab.math.paper.CLAIMS`) that its
+    runs can check, with its verdict; then the fitted-T claim where the paper makes one.
+    Claims whose runs or metrics are missing from ``summary`` are left out."""
+    k = summary_kind(summary)
+    out = []
+    for claim in paper.CLAIMS[k]:
+        for row, name, diff in _comparisons(summary, claim):
+            if diff is not None:
+                v = verdict(diff, claim.direction, claim.effect)
+                out.append(
+                    Judged(claim, f"{row}, {_sign(claim.direction)}", name, fmt_diff(diff), v)
+                )
+    t_claim = paper.TEMPERATURE.get(k)
+    others = [
+        o + MATCHED if o + MATCHED in summary["runs"] else o
+        for o in ("grpo", "rft-kl")
+        if o in summary["runs"] or o + MATCHED in summary["runs"]
+    ]
+    if t_claim is not None and RLCD in summary["runs"] and others:
+        t = {r: summary["runs"][r]["T"]["mean"] for r in (RLCD, *others)}
+        names = " / ".join(label(r) for r in t)
+        values = " / ".join(fmt_cell(summary["runs"][r]["T"]) for r in t)
+        v = temperature_verdict(t[RLCD], [t[r] for r in others])
+        row = "fitted T: RLCD near 1, GRPO and RFT+KL far from it"
+        out.append(Judged(t_claim, row, f"fitted T, {names}", values, v))
+    return out
+
+
+def findings_table(summary: Mapping) -> str:
+    """Markdown: each claim of the paper for this summary's kind of task, ours (difference
+    A - B, 95% CI, two-sided p) and the verdict (:func:`judge`)."""
+    where = paper.KIND_NAMES[summary_kind(summary)]
+    rows = [
+        f"| claim (paper: Qwen3-1.7B on {where}) | paper | ours: difference [95% CI], p | verdict |"
+    ]
+    rows.append("|---|---|---|---|")
+    for j in judge(summary):
+        direction = getattr(j.claim, "direction", None)
+        claim = j.name if direction is None else f"{j.name}, {_sign(direction)}"
+        rows.append(f"| {claim} | {j.claim.paper} (§{j.claim.section}) | {j.ours} | {j.verdict} |")
+    return "\n".join(rows) + "\n"
+
+
+HEADLINE = "RLCD vs GRPO+TS"
+"""The claims the README's headline table keeps: the paper's main comparison."""
+
+
+HELD = ("reproduces", "consistent")
+"""Verdicts (their first clause's start) under which a claim holds on a task."""
+
+
+def why_column(claim: str, kind: str) -> str:
+    """The columns of a task's "Why" table (:func:`rlcd_lab.reports.mechanism.mechanism_table`)
+    that explain a claim about ``claim``'s metric on a task of ``kind``: accuracy ->
+    ``acc`` (does reasoning help); Brier -> saturation and ``T`` (what temperature scaling
+    must undo); AURC and Cov@eps -> ranking (``AUROC``; on a verification task whether the
+    readout notices a slipped rationale); fitted T -> ``T`` and the anchor (``KL end``);
+    "" for a claim no column measures (JSD)."""
+    if "JSD" in claim:
+        return ""
+    if "fitted T" in claim or ": T," in claim:
+        return "T, KL end"
+    if "AURC" in claim or "Cov@eps" in claim:
+        return "AUROC clean vs slip" if kind == "gsm8k-verify" else "AUROC"
+    if "Brier" in claim:
+        return "max u > 0.99, T"
+    return "acc"
+
+
+def what_reproduces(
+    summaries: Mapping[str, Mapping], only: str = "", why: str | None = None
+) -> str:
+    """Markdown: one row per claim of the paper (those whose name starts with ``only``),
+    one column per task (``{task name: summary}``), each cell the verdict (its first
+    clause; :func:`findings_table` has it whole) on that task's kind of claim, our
+    difference [95% CI] and the paper's number; "-" where the paper makes no such claim
+    for that kind or the task did not run it. A task with none of the kept claims has no
+    column. With ``why`` (the results page, relative to the page the table is on; "" on
+    that page), a claim that does not hold links to the task's "Why" table
+    (``#why-<task>``) naming the columns that explain it (:func:`why_column`)."""
+    judged = {task: {j.row: j for j in judge(s)} for task, s in summaries.items()}
+    rows: list[str] = []
+    for found in judged.values():
+        rows += [r for r in found if r not in rows and r.startswith(only)]
+    summaries = {task: s for task, s in summaries.items() if set(judged[task]) & set(rows)}
+    kinds = {task: paper.KIND_NAMES[summary_kind(s)] for task, s in summaries.items()}
+    head = " | ".join(f"{task} ({kinds[task]})" for task in summaries)
+    out = [f"| claim | {head} |", "|---" * (len(summaries) + 1) + "|"]
+    for r in rows:
+        cells = []
+        for task in summaries:
+            j = judged[task].get(r)
+            if j is None:
+                cells.append("-")
+                continue
+            ours = j.ours.split(", p = ")[0]
+            effect = getattr(j.claim, "effect", None)
+            number = f" (paper {effect:+.3f})" if effect is not None else ""
+            verdict = j.verdict.split(":")[0]
+            link = ""
+            if why is not None and not verdict.startswith(HELD):
+                col = why_column(r, summary_kind(summaries[task]))
+                link = f" -> [why{': ' + col if col else ''}]({why}#why-{task})"
+            cells.append(f"**{verdict}** {ours}{number}{link}")
+        out.append(f"| {r} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def runs_table(
+    summary: Mapping,
+    keys: Sequence[str] = ("accuracy", "brier", "aurc", "cov_at_eps", "T", "length"),
+) -> str:
+    """Markdown: every run's budget (steps) and test metrics after temperature scaling,
+    mean ± s.d. over seeds."""
+    rows = ["| run | steps | " + " | ".join(METRICS[k][0] for k in keys) + " |"]
+    rows.append("|---" * (len(keys) + 2) + "|")
+    for run in _ordered(summary["runs"]):
+        entry = summary["runs"][run]
+        cells = [fmt_cell(entry[k]) for k in keys]
+        rows.append(f"| {label(run)} | {entry.get('steps', 0)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def _rlcd_pairs(summary: Mapping) -> list[str]:
+    """The keys ``"reinforce - X"`` of ``summary["paired"]``, in table order."""
+    order = _ordered(summary["runs"])
+    pairs = [p for p in summary["paired"] if p.startswith(f"{RLCD} - ")]
+    return sorted(pairs, key=lambda p: order.index(p.split(" - ")[1]))
+
+
+def paired_table(summary: Mapping) -> str:
+    """Markdown: two-stage RLCD minus every other run, accuracy, Brier, AURC, Cov@eps."""
+    keys = ("accuracy", "brier", "aurc", "cov_at_eps")
+    rows = ["| RLCD minus | " + " | ".join(f"Δ {METRICS[k][0]}" for k in keys) + " |"]
+    rows.append("|---" * (len(keys) + 1) + "|")
+    mine = [p for p in summary["paired"] if p.startswith(f"{RLCD} - ")]  # not Table 3's pairs
+    for pair in sorted(mine, key=lambda p: _ordered(summary["runs"]).index(p.split(" - ")[1])):
+        res = summary["paired"][pair]
+        rows.append(
+            f"| {label(pair.split(' - ')[1])} | "
+            + " | ".join(fmt_diff(res[k]) for k in keys)
+            + " |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def forks_table(summary: Mapping) -> str:
+    """Markdown: Table 2, each fork minus its stage-1 checkpoint (paired tests; T and
+    length: mean ± s.d. of the change over seeds)."""
+    keys = ("accuracy", "brier", "aurc", "cov_at_eps")
+    rows = ["| fork | " + " | ".join(f"Δ {METRICS[k][0]}" for k in keys) + " | Δ T | Δ length |"]
+    rows.append("|---" * (len(keys) + 3) + "|")
+    for fork, res in summary["forks"].items():
+        cells = [fmt_diff(res[k]) for k in keys] + [
+            fmt_cell(res[k], signed=True) for k in ("T", "length")
+        ]
+        rows.append(f"| {label(fork)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def vs_readout_table(summary: Mapping) -> str:
+    """Markdown: Figure 3 in numbers, each fork minus ``readout-only`` (paired tests)."""
+    keys = ("accuracy", "brier", "aurc", "cov_at_eps")
+    rows = ["| fork minus readout-only | " + " | ".join(f"Δ {METRICS[k][0]}" for k in keys) + " |"]
+    rows.append("|---" * (len(keys) + 1) + "|")
+    for fork, res in summary["vs_readout"].items():
+        rows.append(f"| {label(fork)} | " + " | ".join(fmt_diff(res[k]) for k in keys) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def jsd_table(summary: Mapping) -> str:
+    """Markdown: Table 3, JSD to ``q`` in bits (lower is better): the single query after
+    temperature scaling, and the paper's readout (the mixture of M rationales, or the
+    single query for runs that answer directly), with RLCD minus each run on the latter,
+    and the share of the mixture's rationales that are empty (reasoning switched off)."""
+    runs = [r for r in _ordered(summary["runs"]) if "jsd" in summary["runs"][r]]
+    m = max((summary["runs"][r].get("m_mixture", 0) for r in runs), default=0)
+    rows = [
+        f"| run | steps | JSD single | JSD mixture of {m} (direct: single) "
+        f"| RLCD minus run | length | empty rationales (of {m}) |"
+    ]
+    rows.append("|---" * 7 + "|")
+    for r in runs:
+        e = summary["runs"][r]
+        test = summary["paired"].get(f"{RLCD} - {r}", {}).get("jsd_table3")
+        diff = fmt_diff(test) if test else "-"
+        t3 = fmt_cell(e["jsd_table3"])
+        empty = fmt_cell(e["empty_share"]) if "empty_share" in e else "- (direct)"
+        cells = [label(r), str(e["steps"]), fmt_cell(e["jsd"]), t3, diff, fmt_cell(e["length"])]
+        cells.append(empty)
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def sweep_table(summary: Mapping, prefix: str = SWEEP_PREFIX) -> str:
+    """Markdown: Table 4, the end-to-end objective at each score-function weight (stage 1
+    is weight 0), mean ± s.d. over seeds; the last column is gradient dilution, RMS of
+    the score-function over RMS of the pathwise gradient norm over training."""
+    runs = {0.0: "calibrate"} if "calibrate" in summary["runs"] else {}
+    runs |= {float(r[len(prefix) :]): r for r in summary["runs"] if r.startswith(prefix)}
+    keys = ("accuracy", "brier", "aurc", "T", "length")
+    rows = ["| weight c | " + " | ".join(METRICS[k][0] for k in keys) + " | RMS sf / pathwise |"]
+    rows.append("|---" * (len(keys) + 2) + "|")
+    for c in sorted(runs):
+        e = summary["runs"][runs[c]]
+        ratio = fmt_cell(e["grad_rms_ratio"]) if "grad_rms_ratio" in e else "-"
+        rows.append(f"| {c:g} | " + " | ".join(fmt_cell(e[k]) for k in keys) + f" | {ratio} |")
+    return "\n".join(rows) + "\n"
+
+
+def report_markdown(summary: Mapping, title: str) -> str:
+    """``report.md``: the paper's tables for this reproduction."""
+    seeds = ", ".join(map(str, summary["seeds"]))
+    md = [
+        f"# rlcd_lab reproduction: {title}\n",
+        f"Seeds {seeds}. Single-query readouts on test after temperature scaling fitted on "
+        f"dev; mean ± s.d. over seeds. Cov@eps at eps = {summary['eps']}. `steps`: the "
+        "training budget (two-stage RLCD: both stages; `(matched budget)`: a baseline at "
+        "RLCD's budget). `length`: mean rationale tokens (0: direct answers).\n",
+        "## Table 1: methods\n",
+        runs_table(summary),
+    ]
+    if summary["paired"]:
+        md += [
+            "\n## Paired tests: two-stage RLCD minus each run\n\nDifference [95% CI], two-sided "
+            "sign-flip p. Accuracy and Brier: per-item values averaged over seeds, items "
+            "resampled. AURC and Cov@eps: per-seed metrics averaged, test items resampled "
+            f"jointly across seeds ({summary.get('n_boot', 2000)} replicates). Negative Brier/"
+            "AURC and positive accuracy/Cov@eps favour RLCD.\n",
+            paired_table(summary),
+            "\n## The paper's claims\n",
+            findings_table(summary),
+        ]
+    if summary["forks"]:
+        md += [
+            "\n## Table 2: stage-2 continuations from the same stage-1 checkpoint\n\nEach fork "
+            "minus its stage-1 checkpoint (same seed): paired tests as above; T and length: "
+            "mean ± s.d. of the change. anchor-only is RLCD-RL with the outcome reward removed "
+            "(the readout is still trained by the pathwise term).\n",
+            forks_table(summary),
+        ]
+    if summary.get("vs_readout"):
+        md += [
+            "\n## Figure 3: stage-2 reward matters\n\nEach fork minus readout-only (the "
+            "same stage-1 checkpoint, question stream and budget; paired tests as above). "
+            "Negative Brier/AURC: the fork's stage-2 reward did better than training the "
+            "readout alone.\n",
+            vs_readout_table(summary),
+        ]
+    if any(r.startswith(SWEEP_PREFIX) for r in summary["runs"]):
+        md += [
+            "\n## Table 4: score-function weight, end to end (KL-anchored, from the base)\n\n"
+            "Weight 0 is RLCD stage 1 (pathwise only). The last column is gradient dilution: "
+            "the RMS over training of the (unweighted) score-function gradient norm over the "
+            "pathwise one.\n",
+            sweep_table(summary),
+        ]
+    if any("jsd" in e for e in summary["runs"].values()):
+        md += [
+            "\n## Table 3: aleatoric outcomes (JSD to q in bits, lower is better)\n",
+            jsd_table(summary),
+        ]
+    return "\n".join(md)
+
+
+# ---------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------
+
+
+def _mean_log(logs: Sequence[Sequence[dict]], column: str, offset: int = 0) -> list[dict]:
+    """``[{"step", column}]``: ``column`` of each run's log rows averaged over runs at
+    every step that all of them logged; ``offset`` is added to the steps (a run
+    continued from stage 1 starts where stage 1 ended)."""
+    logs = [{r["step"] + offset: r.get(column) for r in rows} for rows in logs]
+    steps = sorted(
+        set.intersection(*(set(k for k, v in lg.items() if v is not None) for lg in logs))
+    )
+    return [{"step": s, column: float(np.mean([lg[s] for lg in logs]))} for s in steps]
+
+
+def _grad_ratio(logs: Sequence[Sequence[dict]], offset: int = 0) -> list[dict]:
+    """Ratio of the score-function to the pathwise gradient norm over training (each
+    averaged over runs first)."""
+    sf = _mean_log(logs, "grad_score_function", offset)
+    pw = {r["step"]: r["grad_pathwise"] for r in _mean_log(logs, "grad_pathwise", offset)}
+    return [
+        {"step": r["step"], "sf / pathwise": r["grad_score_function"] / pw[r["step"]]}
+        for r in sf
+        if pw.get(r["step"])
+    ]
+
+
+def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) -> dict:
+    """``{name: plotly figure}``. Figure 1 (System-One collapse): rationale length,
+    readout variance across rationales and the score-function / pathwise gradient ratio
+    over training, end to end at weight 1 without (``NO_KL``) and with the KL anchor,
+    mean over seeds (every run's curves where the reproduction has neither). Figure 2:
+    risk-coverage, seeds pooled. Figure 3: each stage-2 fork minus ``readout-only``
+    (Brier and AURC, 95% CIs). ``rlcd_minus_<metric>``: two-stage RLCD minus each run."""
+    from rlcd_lab.reports import plots
+
+    collapse = [n for n in (NO_KL, f"{SWEEP_PREFIX}1") if n in loaded]
+    trained = {  # each run's log rows, read once
+        n: [rundir.read_log(r.path) for r in loaded[n]]
+        for n in collapse or loaded
+        if all(rundir.log_path(r.path).exists() for r in loaded[n])
+    }
+    figs = {}
+    if trained:
+        stage1 = summary["runs"].get(STAGE1, {}).get("steps", 0)
+        start = {n: stage1 if n in FORKS else 0 for n in trained}  # continued from stage 1
+        for column, what in (
+            ("rationale_length", "rationale length"),
+            ("readout_variance", "variance of u across rationales"),
+        ):
+            curves = {label(n): _mean_log(p, column, start[n]) for n, p in trained.items()}
+            figs[f"fig1_{column}"] = plots.compare_curves(
+                curves, column, title=f"Figure 1: {what} over training (mean over seeds)"
+            )
+        ratios = {label(n): _grad_ratio(p, start[n]) for n, p in trained.items()}
+        ratios = {n: r for n, r in ratios.items() if r}
+        if ratios:
+            figs["fig1_grad_ratio"] = plots.compare_curves(
+                ratios,
+                "sf / pathwise",
+                title="Figure 1: score-function / pathwise gradient norm over training",
+            )
+            figs["fig1_grad_ratio"].update_yaxes(type="log")  # spans orders of magnitude
+    names = _ordered(loaded)
+    pooled = {
+        label(n): (
+            np.concatenate([r.confidence for r in loaded[n]]),
+            np.concatenate([r.correct for r in loaded[n]]),
+        )
+        for n in names
+        if "jsd" not in summary["runs"][n]
+    }
+    if pooled:
+        figs["fig2_risk_coverage"] = plots.risk_coverage_figure(
+            pooled, eps=summary["eps"], title="Figure 2: risk-coverage (after TS, seeds pooled)"
+        )
+    for metric in ("brier", "aurc"):
+        name = METRICS[metric][0]
+        forks = {label(f): t[metric] for f, t in summary.get("vs_readout", {}).items()}
+        if forks:
+            figs[f"fig3_{metric}"] = plots.interval_figure(
+                forks, f"Figure 3: each fork minus readout-only, {name}", f"Δ {name}"
+            )
+        diffs = {
+            label(p.split(" - ")[1]): summary["paired"][p][metric] for p in _rlcd_pairs(summary)
+        }
+        if diffs:
+            figs[f"rlcd_minus_{metric}"] = plots.interval_figure(
+                diffs, f"RLCD minus each run, {name}", f"Δ {name}"
+            )
+    return figs
+
+
+def write_report(
+    root: Path, seeds: Sequence[int], eps: float, title: str, task: str | None = None
+) -> dict:
+    """``summary.json``, ``report.md``, ``report.html`` (figures with plotly.js from
+    ``../plotly.min.js``, which :func:`write_plotlyjs` puts there) and
+    ``figures/<name>.png`` (:func:`write_pngs`) in ``root`` from the runs under it;
+    returns the summary. ``task`` (recorded as the summary's ``task``; default: the one
+    its runs' configs name) decides which of the paper's findings it is judged on."""
+    summary, loaded = summarize_runs(root, seeds, eps)
+    if task is not None:
+        summary["task"] = rundir.portable_path(task)
+    summary["configs"] = {
+        f"seed-{s}/{p.parent.name}": json.loads(p.read_text())
+        for s in seeds
+        for p in sorted(rundir.seed_dir(root, s).glob(f"*/{rundir.CONFIG}"))
+    }
+    summary = rounded(summary)  # what the file holds is what the report shows
+    atomic_write_text(root / rundir.SUMMARY, summary_json(summary))
+    md = report_markdown(summary, title)
+    atomic_write_text(root / "report.md", md)
+    figs = report_figures(summary, loaded)
+    write_pngs(figs, root / "figures")
+    html = html_page(title, md, figs, f"../{PLOTLY_JS}")
+    write_plotlyjs(Path(root).resolve().parent)
+    atomic_write_text(root / "report.html", html)
+    return summary
+
+
+def load_summaries(folder: Path) -> dict[str, dict]:
+    """``{task: summary}`` of every ``<task>/summary.json`` under ``folder``, in the order
+    of the paper's kinds of task (:data:`rlcd_lab.math.paper.KINDS`), then by name."""
+    found = {
+        p.parent.name: json.loads(p.read_text(encoding="utf-8"))
+        for p in folder.glob(f"*/{rundir.SUMMARY}")
+    }
+    order = {k: i for i, k in enumerate(paper.KINDS)}
+    return dict(sorted(found.items(), key=lambda kv: (order[summary_kind(kv[1])], kv[0])))
+
+
+def readme_block(summary: Mapping, short: bool = False) -> str:
+    """What the README shows for a shipped summary: the runs (Table 3 on aleatoric
+    tasks), then the paper's claims; for a difficulty map (``rlcd_lab.reports.difficulty``) its
+    table; for a bench report (``rlcd_lab.bench``) its Markdown below the title; for a
+    speed summary its targets (``short``: the README's few rows)."""
+    if summary.get("kind") == "difficulty":
+        from rlcd_lab.reports.difficulty import difficulty_table
+
+        return difficulty_table(summary)
+    if summary.get("bench") == "speed":  # benchmarks/results/<cpu>/speed.json
+        from rlcd_lab.bench.speed import speed_markdown
+
+        return speed_markdown(summary, short)
+    if summary.get("bench") in ("typed", "attack"):  # a bench report, below its title
+        from rlcd_lab.bench.attack import attack_markdown
+        from rlcd_lab.bench.typed import typed_markdown
+
+        md = (typed_markdown if summary["bench"] == "typed" else attack_markdown)(summary)
+        body = md.split("\n", 1)[1].lstrip("\n")
+        return re.sub(r"(?m)^(#+) ", r"#\1 ", body)  # its sections one level down
+    aleatoric = any("jsd" in e for e in summary["runs"].values())
+    return (
+        (jsd_table(summary) if aleatoric else runs_table(summary)) + "\n" + findings_table(summary)
+    )
+
+
+BLOCK = re.compile(
+    r"(<!-- (\S+):begin \(generated from (\S+) by [^)]*\) -->\n)(.*?)(<!-- \2:end -->)", re.S
+)
+"""A generated block in a Markdown file: ``<!-- NAME:begin (generated from SUMMARY by
+...) -->``; SUMMARY a ``summary.json``, or a folder of reproductions
+(:func:`what_reproduces`; the block named ``headline`` keeps the :data:`HEADLINE` claims)."""
+
+
+def update_readme(readme: Path) -> str:
+    """The text of ``readme`` (the README or a page under docs/) with every generated
+    block rewritten from the summary it names (paths relative to the file's folder), plus
+    the wall time from the ``timing.json`` beside it when there is one; returns the new
+    text (not written)."""
+    root = readme.parent
+
+    def fill(m: re.Match) -> str:
+        path = root / m.group(3)
+        if path.is_dir():  # every reproduction under it: the "What reproduces" table
+            only = HEADLINE if m.group(2) == "headline" else ""
+            page = path.parent.parent / RESULTS_PAGE  # where the "Why" tables are
+            why = "" if page.resolve() == readme.resolve() else os.path.relpath(page, root)
+            table = what_reproduces(load_summaries(path), only, Path(why).as_posix() if why else "")
+            return m.group(1) + table + m.group(5)
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        if m.group(2).startswith("why-"):  # the mechanism's steps, measured
+            names = [r for r in summary.get("mechanism", {}) if r in summary["runs"]]
+            return m.group(1) + mechanism_table(summary, {r: label(r) for r in names}) + m.group(5)
+        text = readme_block(summary, short=m.group(2).endswith("-short"))
+        timing = path.parent / "timing.json"
+        if timing.exists():
+            t = json.loads(timing.read_text(encoding="utf-8"))
+            where = Path(os.path.relpath(timing, root)).as_posix()
+            text += (
+                f"\nWall time of this reproduction: {t['wall_s'] / 60:.1f} min for "
+                f"{len(t['runs'])} runs, {t['jobs']} at a time (`{where}`).\n"
+            )
+        return m.group(1) + text + m.group(5)
+
+    return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
+
+
+RESULTS_PAGE = "docs/results.md"
+"""The page (relative to the repository) holding the "Why" tables, ``## Why: <task>``."""
+GENERATED = ("README.md", RESULTS_PAGE, "docs/bench.md", "docs/performance.md")
+"""The Markdown files (relative to the repository) that hold generated blocks."""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m rlcd_lab.reports.report SUMMARY`` prints the README block of a summary.json;
+    ``python -m rlcd_lab.reports.report --readme FILE...`` rewrites the generated blocks of each
+    Markdown file in place (the README and docs/results.md: :data:`GENERATED`)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--readme"]:
+        for name in args[1:]:
+            atomic_write_text(Path(name), update_readme(Path(name)))
+        return
+    (path,) = args
+    with open(path, encoding="utf-8") as f:
+        summary = json.load(f)
+    sys.stdout.write(readme_block(summary))
+
+
+if __name__ == "__main__":
+    main()

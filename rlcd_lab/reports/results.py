@@ -1,0 +1,677 @@
+"""A run's results, read from its eval dumps, and the paper's paired statistics.
+
+The one place that turns eval dumps (``run/eval/test.jsonl``, ``dev.jsonl`` and
+``test-m<M>.jsonl``, the format of :func:`rlcd_lab.evaluate.run_eval`) into numbers; the
+reproduction's report, the notebooks, the dashboard's Routing tab and the server's model
+card all read runs through it. File names come from :mod:`rlcd_lab.files.rundir`; numpy only
+(importing it loads no torch).
+
+* :func:`load_run`: one run, after temperature scaling fitted on dev (``T = 1`` and
+  ``fitted = False`` without a dev dump), as a :class:`RunResult` with per-item values;
+  :func:`from_rows` does the same for dump rows already in memory; :func:`summarize`
+  is Table 1's row of dump rows.
+* :meth:`RunResult.view`: a :class:`RunView` of the test items, what the dashboard's
+  Routing tab draws: calibrated (the fitted T) or raw, single query or the mixture of the
+  run's M rationales, with per-item correctness, confidence, Brier and NLL
+  (:func:`rlcd_lab.math.metrics.item_brier`, :func:`~rlcd_lab.math.metrics.item_nll`), the items
+  ranked under a confidence measure (:class:`Ranked`) and Table 1's metrics.
+* :func:`paired`: method A against method B over the same test items and seeds, as the
+  paper does it (OpenJev-RLCD sec. 5): accuracy, Brier and NLL per item averaged over
+  seeds (bootstrap over items, sign-flip p); AURC and Cov@eps computed per seed and
+  averaged, with test items resampled (or swapped) jointly across seeds. One set of
+  names for every metric: ``{"diff", "ci_low", "ci_high", "p"}``, ``diff = A - B``.
+* :func:`summarize_runs`: every run of a reproduction: mean and s.d. over seeds of each
+  metric, the paired tests of two-stage RLCD against every other run, Table 2 (each
+  stage-2 fork against its stage-1 checkpoint) and Table 3 (JSD to ``q``, in bits).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlcd_lab.files import rundir
+from rlcd_lab.files.io import read_jsonl
+from rlcd_lab.math import metrics, routing, stats
+from rlcd_lab.math.metrics import DEFAULT_EPS
+from rlcd_lab.reports.mechanism import mechanism
+
+RLCD = "reinforce"
+"""The run every other run is compared with: two-stage RLCD."""
+STAGE1 = "calibrate"
+MATCHED = "-matched"
+SWEEP_PREFIX = "endtoend-c"
+"""Prefix of Table 4's runs: the end-to-end objective at score-function weight W."""
+NO_KL = "endtoend-nokl"
+"""Figure 1's System-One collapse: the end-to-end objective at weight 1 without a KL
+anchor (beside ``endtoend-c1``, the same with it)."""
+READOUT_ONLY = "readout-only"
+"""Figure 3's reference: the fork that continues stage 1 (the readout alone)."""
+FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont", "reinforce-ace")
+"""Table 2: stage-2 continuations from the same stage-1 checkpoint (``reinforce-ace``:
+RLCD-RL with the optional ACE reward, ``rlcd-lab reproduce --ace``)."""
+PER_ITEM = ("accuracy", "brier", "nll")
+"""Metrics that are means of per-item values (paired over items averaged over seeds)."""
+CURVE = ("aurc", "cov_at_eps")
+"""Whole-curve metrics (per seed, averaged; items resampled jointly across seeds)."""
+METRICS = {  # summary key -> (column, key in evaluate.summarize's row)
+    "accuracy": ("acc", "ts_accuracy"),
+    "brier": ("Brier", "ts_brier"),
+    "nll": ("NLL", "ts_nll"),
+    "ece": ("ECE", "ts_ece"),
+    "aurc": ("AURC", "ts_aurc"),
+    "cov_at_eps": ("Cov@eps", "ts_cov_at_eps"),
+    "T": ("T", "T"),
+    "length": ("length", "mean_length"),
+}
+TABLE3_PAIRS = (("mixture", "endtoend"), ("sft", "endtoend"))
+"""Table 3's comparisons besides RLCD's (same budget): mixture objective and cross-entropy
+against the per-rationale objective."""
+MECHANISM_RUNS = (
+    "base", "calibrate", "reinforce", "grpo", "grpo-matched", "rft-kl", "rft-kl-matched",
+    "sft", "sft-matched", "rlcr-matched",
+)  # fmt: skip
+"""The runs whose mechanism (:mod:`rlcd_lab.reports.mechanism`) a summary measures."""
+N_BOOT = 2000
+"""Bootstrap replicates and Monte Carlo sign-flip patterns of every paired test."""
+
+
+def summarize(
+    rows: Sequence[dict], dev_rows: Sequence[dict] | None = None, eps: float = DEFAULT_EPS
+) -> dict:
+    """Table 1 row for single-query readouts (``metrics.evaluate``), plus rationale stats.
+
+    With ``dev_rows`` the temperature is fitted on dev and every metric is repeated after
+    scaling (``ts_`` prefix). Adds ``mean_length`` (sampled tokens per rationale) and
+    ``forced_rate``. Items may have different numbers of options: logits are padded with
+    ``-inf`` (probability 0) and ``q`` with 0 (``metrics.pad_ragged``), so every metric of
+    an item is computed over its own options. (Re-exported by ``rlcd_lab.evaluate``.)
+    """
+    labels = np.array([r["label"] for r in rows])
+    q = metrics.pad_ragged([r["q"] for r in rows], 0.0) if rows[0]["q"] is not None else None
+    dev = None
+    if dev_rows is not None:
+        dev = (
+            metrics.pad_ragged([r["logits"] for r in dev_rows], -np.inf),
+            np.array([r["label"] for r in dev_rows]),
+        )
+    logits = metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
+    out = metrics.evaluate(logits, labels, dev=dev, eps=eps, is_logits=True, q=q)
+    out["mean_length"] = float(np.mean([np.mean(r["lengths"]) for r in rows]))
+    out["forced_rate"] = float(np.mean([np.mean(r["forced"]) for r in rows]))
+    return out
+
+
+SUMMARY_DIGITS = 10
+"""Significant digits of every float a summary file holds. The numbers recompute from
+the dumps to about 1e-14 (relative) on any CPU: numpy's AVX-512 and AVX2 kernels differ
+in the last bits of ``exp`` and ``log``, and the fitted T is a root found to float64
+precision (:func:`rlcd_lab.math.metrics.fit_temperature`). Rounded to 10 digits, a recomputed
+summary is byte-identical to the shipped one unless a value lies within that noise of a
+rounding boundary (about 1e-4 per value), far below anything a table shows (3 digits)."""
+
+
+def rounded(obj: object, digits: int = SUMMARY_DIGITS) -> object:
+    """``obj`` (JSON-like: dicts, lists, numbers, strings) with every finite float rounded
+    to ``digits`` significant digits; ints, bools, strings and non-finite floats as they are."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else obj
+    if isinstance(obj, Mapping):
+        return {k: rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [rounded(v, digits) for v in obj]
+    return obj
+
+
+def summary_json(summary: Mapping) -> str:
+    """The text of a summary file: :func:`rounded` floats, sorted keys, one-space indent."""
+    return json.dumps(rounded(summary), indent=1, sort_keys=True)
+
+
+# ----------------------------------------------------------------------- views of a run
+@dataclass(frozen=True)
+class Ranked:
+    """The items of a view ranked by a confidence ``measure`` (descending, stable on ties,
+    :func:`rlcd_lab.math.metrics.confidence_order`): ``probs (N, K)``, ``labels (N,)``,
+    ``confidence (N,)``, ``correct (N,)`` bool; the dev split's ``dev_confidence`` and
+    ``dev_correct`` ranked the same way (None without dev). What the Routing tab's cost
+    and risk-coverage numbers are computed on (:mod:`rlcd_lab.math.routing`)."""
+
+    probs: np.ndarray
+    labels: np.ndarray
+    confidence: np.ndarray
+    correct: np.ndarray
+    dev_confidence: np.ndarray | None
+    dev_correct: np.ndarray | None
+    measure: str = "max_p"
+
+
+def _ranked(
+    probs: np.ndarray, labels: np.ndarray, measure: str, n_options: np.ndarray | None
+) -> tuple[np.ndarray, ...]:
+    conf = routing.confidences(probs, measure, n_options)  # type: ignore[arg-type]
+    correct = probs.argmax(1) == labels
+    order = metrics.confidence_order(conf)
+    return probs[order], labels[order], conf[order], correct[order]
+
+
+def rank(
+    probs: np.ndarray,
+    labels: np.ndarray,
+    measure: str = "max_p",
+    n_options: np.ndarray | None = None,
+    dev: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None,
+) -> Ranked:
+    """:class:`Ranked` of ``probs (N, K)`` with ``labels (N,)`` under the confidence
+    ``measure`` (:func:`rlcd_lab.math.routing.confidences`; ``n_options (N,)``: real options
+    per padded row); ``dev`` is ``(probs, labels, n_options)`` of the dev split or None."""
+    probs, labels, conf, correct = _ranked(probs, labels, measure, n_options)
+    dev_conf = dev_correct = None
+    if dev is not None:
+        _, _, dev_conf, dev_correct = _ranked(dev[0], dev[1], measure, dev[2])
+    return Ranked(probs, labels, conf, correct, dev_conf, dev_correct, measure)
+
+
+def n_options(logits: np.ndarray) -> np.ndarray:
+    """``(N,)`` real options per row of padded ``logits (N, K)`` (finite entries)."""
+    return np.isfinite(logits).sum(1)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One reading of a run's test items, what the faces draw: ``calibrated`` (divided by
+    the run's fitted ``T``; raw: ``T = 1``) or not, ``aggregate`` ``single`` (the first
+    rationale's readout, the paper's single query) or ``mixture`` (the mean of the ``m``
+    per-rationale readouts of the run's largest ``test-m<M>`` dump, each scaled by ``T``;
+    ``m = 1``: the dumps hold one rationale per item and the view is the single query).
+
+    ``probs (N, K)``, ``labels (N,)``, ``n_options (N,)``; the dev split read as a single
+    query (``dev_*``, None without a dev dump). Per-item values: :attr:`correct`,
+    :attr:`confidence` (max p), :attr:`brier`, :attr:`nll`; :meth:`ranked` under a
+    confidence measure and :meth:`metrics` (Table 1's numbers) are cached.
+    """
+
+    calibrated: bool
+    aggregate: str
+    m: int
+    T: float
+    probs: np.ndarray
+    labels: np.ndarray
+    n_options: np.ndarray
+    dev_probs: np.ndarray | None = None
+    dev_labels: np.ndarray | None = None
+    dev_n_options: np.ndarray | None = None
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def correct(self) -> np.ndarray:
+        """``(N,)`` bool: the argmax (first on ties) is the label."""
+        return self.probs.argmax(1) == self.labels
+
+    @cached_property
+    def confidence(self) -> np.ndarray:
+        """``(N,)`` max p."""
+        return self.probs.max(1)
+
+    @cached_property
+    def brier(self) -> np.ndarray:
+        """``(N,)`` per-item Brier loss (:func:`rlcd_lab.math.metrics.item_brier`)."""
+        return metrics.item_brier(self.probs, self.labels)
+
+    @cached_property
+    def nll(self) -> np.ndarray:
+        """``(N,)`` per-item NLL in nats (:func:`rlcd_lab.math.metrics.item_nll`)."""
+        return metrics.item_nll(self.probs, self.labels)
+
+    def ranked(self, measure: str = "max_p") -> Ranked:
+        """The items (and dev's) ranked by ``measure`` (:func:`rank`), cached."""
+        key = ("ranked", measure)
+        if key not in self._cache:
+            dev = None
+            if self.dev_probs is not None:
+                dev = (self.dev_probs, self.dev_labels, self.dev_n_options)
+            self._cache[key] = rank(self.probs, self.labels, measure, self.n_options, dev)
+        return self._cache[key]
+
+    def metrics(self, eps: float = DEFAULT_EPS) -> dict[str, float]:
+        """Table 1 metrics of the view (:func:`rlcd_lab.math.metrics.evaluate`, max p):
+        accuracy, brier, nll, ece, aurc, cov_at_eps, pred_cov_at_eps, ..., cached."""
+        key = ("metrics", float(eps))
+        if key not in self._cache:
+            row = metrics.evaluate(self.probs, self.labels, eps=eps)
+            self._cache[key] = {k: float(v) for k, v in row.items()}
+        return self._cache[key]
+
+
+def read_readouts(run: str | Path, labels: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """``(M, log u (N, M, K))`` of the run's test dump with the most rationales per item
+    (the largest ``eval/test-m<M>.jsonl``, else ``eval/test.jsonl``), padded options at
+    ``-inf``; None when there is no readable dump or its items are not ``labels``' items,
+    in the same order."""
+    dumps = rundir.mixture_dumps(run)
+    file = dumps[-1][1] if dumps else rundir.eval_file(run, "test")
+    try:
+        rows = read_jsonl(file)
+    except (OSError, ValueError):
+        return None
+    if len(rows) != len(labels) or any(
+        r.get("label") != y for r, y in zip(rows, labels, strict=True)
+    ):
+        return None
+    m = min(len(r["readouts"]) for r in rows)
+    k = max(len(r["readouts"][0]) for r in rows)
+    logu = np.full((len(rows), m, k), -np.inf)
+    for i, r in enumerate(rows):
+        u = np.asarray(r["readouts"][:m], dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            logu[i, :, : u.shape[1]] = np.log(u)
+    return m, logu
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run's test items, read from its eval dumps.
+
+    ``logits (N, K)`` single-query readouts (ragged option counts padded with ``-inf``),
+    ``labels (N,)``; ``T`` fitted on dev (``fitted``), else 1; ``row`` is
+    :func:`summarize` of test with dev (raw metrics and, when fitted, ``T`` and ``ts_*``);
+    ``q (N, K)`` outcome distributions and ``mixture (N, K)`` the mixture of ``m_mixture``
+    rationales when the task is aleatoric and the dump exists; ``empty_share`` the share
+    of those rationales that are empty (the model switched reasoning off). ``on_disk``:
+    read from ``path`` by :func:`load_run` (the mixture view reads its readouts there).
+    :meth:`view` gives what the faces draw (calibrated or raw, single query or mixture).
+    """
+
+    path: Path
+    row: dict
+    T: float
+    fitted: bool
+    logits: np.ndarray
+    labels: np.ndarray
+    dev_logits: np.ndarray | None = None
+    dev_labels: np.ndarray | None = None
+    q: np.ndarray | None = None
+    mixture: np.ndarray | None = None
+    m_mixture: int = 0
+    empty_share: float | None = None
+    on_disk: bool = False
+    _views: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def probs(self, calibrated: bool = True) -> np.ndarray:
+        """``(N, K)`` test probabilities, temperature-scaled when ``calibrated``."""
+        return metrics.apply_temperature(self.logits, self.T if calibrated else 1.0)
+
+    def dev_probs(self, calibrated: bool = True) -> np.ndarray | None:
+        """``(N_dev, K)`` dev probabilities, temperature-scaled when ``calibrated``; None
+        without a dev dump."""
+        if self.dev_logits is None:
+            return None
+        return metrics.apply_temperature(self.dev_logits, self.T if calibrated else 1.0)
+
+    @cached_property
+    def readouts(self) -> tuple[int, np.ndarray] | None:
+        """``(M, log u (N, M, K))`` per-rationale readouts of the run's largest test dump
+        (:func:`read_readouts`, read on first use); None for rows not read from disk."""
+        return read_readouts(self.path, self.labels) if self.on_disk else None
+
+    def view(self, calibrated: bool = True, aggregate: str = "single") -> RunView:
+        """The :class:`RunView` of the test items (cached): single query
+        ``softmax(z / T)``, or the mixture ``mean_i softmax(log u_i / T)`` of the M
+        readouts of :attr:`readouts` (``softmax(log u / T) = softmax(z / T)``: scaling a
+        readout is scaling its logits); ``T = 1`` raw. Dev is always the single query."""
+        key = (bool(calibrated), aggregate)
+        if key in self._views:
+            return self._views[key]
+        if aggregate not in routing.AGGREGATES:
+            raise ValueError(f"aggregate must be one of {list(routing.AGGREGATES)}")
+        T = self.T if calibrated else 1.0
+        mix = self.readouts if aggregate == "mixture" else None
+        m = 1 if mix is None else mix[0]
+        if m == 1:  # one rationale per item: the single query itself
+            probs = self.probs(calibrated)
+        else:
+            _, logu = mix
+            n, mm, k = logu.shape
+            flat = metrics.apply_temperature(logu.reshape(n * mm, k), T)
+            probs = flat.reshape(n, mm, k).mean(1)
+        dev = self.dev_logits
+        self._views[key] = RunView(
+            calibrated=bool(calibrated),
+            aggregate=aggregate,
+            m=m,
+            T=T,
+            probs=probs,
+            labels=self.labels,
+            n_options=n_options(self.logits),
+            dev_probs=self.dev_probs(calibrated),
+            dev_labels=self.dev_labels,
+            dev_n_options=None if dev is None else n_options(dev),
+        )
+        return self._views[key]
+
+    @property
+    def scaled(self) -> np.ndarray:
+        """``(N, K)`` test probabilities after temperature scaling (the "+TS" of Table 1)."""
+        return self.view(True).probs
+
+    @property
+    def confidence(self) -> np.ndarray:
+        """``(N,)`` max probability after scaling."""
+        return self.view(True).confidence
+
+    @property
+    def correct(self) -> np.ndarray:
+        """``(N,)`` 1.0 where the argmax is the label."""
+        return self.view(True).correct.astype(float)
+
+    @property
+    def brier(self) -> np.ndarray:
+        """``(N,)`` per-item Brier loss ``sum_k (p_k - 1[k = y])^2`` (lower is better)."""
+        return self.view(True).brier
+
+    @property
+    def nll(self) -> np.ndarray:
+        """``(N,)`` per-item ``-log max(p_y, 1e-12)`` in nats (lower is better)."""
+        return self.view(True).nll
+
+    def item_values(self, metric: str) -> np.ndarray:
+        """``(N,)`` per-item values whose mean is ``metric`` (accuracy, brier or nll)."""
+        return {"accuracy": self.correct, "brier": self.brier, "nll": self.nll}[metric]
+
+    @property
+    def jsd(self) -> np.ndarray | None:
+        """``(N,)`` JSD(single-query readout after scaling, q) in bits; None without q."""
+        return None if self.q is None else metrics.jsd(self.scaled, self.q)
+
+    @property
+    def mixture_jsd(self) -> np.ndarray | None:
+        """``(N,)`` JSD(mixture of ``m_mixture`` rationales, q) in bits (no scaling)."""
+        if self.q is None or self.mixture is None:
+            return None
+        return metrics.jsd(self.mixture, self.q)
+
+    @property
+    def jsd_table3(self) -> np.ndarray | None:
+        """``(N,)`` JSD to q in bits of the paper's Table 3 readout: the mixture of the
+        run's rationales when it has a mixture dump, else (direct answers, e.g. SFT) the
+        single query after temperature scaling."""
+        return self.mixture_jsd if self.mixture is not None else self.jsd
+
+
+def _logits(rows: Sequence[dict]) -> np.ndarray:
+    return metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
+
+
+def from_rows(
+    test: Sequence[dict],
+    dev: Sequence[dict] | None = None,
+    path: str | Path = "",
+    eps: float = DEFAULT_EPS,
+    mixture: tuple[int, Sequence[dict]] | None = None,
+    on_disk: bool = False,
+) -> RunResult:
+    """A :class:`RunResult` from eval dump rows already in memory (the format of
+    :func:`rlcd_lab.evaluate.run_eval`): ``test`` rows, ``dev`` rows (T is fitted on them;
+    None or empty: ``T = 1``, ``fitted = False``) and, optionally, ``(M, rows)`` of a
+    mixture dump of M rationales. ``path`` is only recorded (``on_disk``: the rows are
+    the run's dumps there, as :func:`load_run` reads them). Raises ValueError for an
+    empty test split."""
+    if not test:
+        raise ValueError(f"{path or 'test rows'}: the test dump is empty")
+    dev = list(dev) if dev else None
+    row = summarize(test, dev_rows=dev, eps=eps)
+    fitted = "T" in row
+    q = mix = empty = None
+    m_mixture = 0
+    if test[0].get("q") is not None:
+        q = metrics.pad_ragged([r["q"] for r in test], 0.0)
+        if mixture is not None:
+            m_mixture, rows = mixture
+            mix = metrics.pad_ragged([r["mixture"] for r in rows], 0.0)
+            empty = float(np.mean([t == "" for r in rows for t in r["rationales"]]))
+    return RunResult(
+        path=Path(path),
+        row=row,
+        T=float(row["T"]) if fitted else 1.0,
+        fitted=fitted,
+        logits=_logits(test),
+        labels=np.array([r["label"] for r in test]),
+        dev_logits=_logits(dev) if dev else None,
+        dev_labels=np.array([r["label"] for r in dev]) if dev else None,
+        q=q,
+        mixture=mix,
+        m_mixture=m_mixture,
+        empty_share=empty,
+        on_disk=on_disk,
+    )
+
+
+def load_run(run: str | Path, eps: float = DEFAULT_EPS) -> RunResult:
+    """Read ``run/eval``: ``test.jsonl`` (required), ``dev.jsonl`` (T is fitted on it) and
+    the largest ``test-m<M>.jsonl`` mixture dump, if any (:func:`from_rows`), each plain
+    or packed (``.jsonl.xz``, :func:`rlcd_lab.files.io.read_jsonl`). ``eps``:
+    Cov@eps's error budget. Raises FileNotFoundError (naming the file) when the test dump
+    is missing, ValueError when it is empty."""
+    run = Path(run)
+    if not rundir.has_eval(run, "test"):
+        test_file = rundir.eval_file(run, "test")
+        raise FileNotFoundError(f"{test_file}: no test dump (run rlcd-lab eval first)")
+    test = read_jsonl(rundir.eval_file(run, "test"))
+    dev = read_jsonl(rundir.eval_file(run, "dev")) if rundir.has_eval(run, "dev") else None
+    mixture = None
+    dumps = rundir.mixture_dumps(run)
+    if dumps and test and test[0].get("q") is not None:
+        mixture = (dumps[-1][0], read_jsonl(dumps[-1][1]))
+    return from_rows(test, dev, path=run, eps=eps, mixture=mixture, on_disk=True)
+
+
+def _check_aligned(a: Sequence[RunResult], b: Sequence[RunResult]) -> None:
+    if len(a) != len(b) or not a:
+        raise ValueError(f"need the same number (>= 1) of seeds for A and B: {len(a)}, {len(b)}")
+    for x, y in zip(a, b, strict=True):
+        if not np.array_equal(x.labels, y.labels):
+            raise ValueError(f"{x.path} and {y.path} were not evaluated on the same test items")
+
+
+def paired_items(
+    a: Sequence[np.ndarray], b: Sequence[np.ndarray], n: int = N_BOOT, seed: int = 0
+) -> dict[str, float]:
+    """Paired test of per-item values (one ``(N,)`` array per seed for each method): each
+    item averaged over seeds, then :func:`rlcd_lab.math.stats.paired_bootstrap` (95% CI of
+    the mean difference) and :func:`rlcd_lab.math.stats.sign_flip_test` (two-sided p).
+    Returns ``{"diff", "ci_low", "ci_high", "p"}`` with ``diff = mean(A - B)``."""
+    x, y = np.mean(a, axis=0), np.mean(b, axis=0)
+    ci = stats.paired_bootstrap(x, y, n=n, seed=seed)
+    return {**ci, "p": stats.sign_flip_test(x, y, n=n, seed=seed)}
+
+
+def paired(
+    a: Sequence[RunResult],
+    b: Sequence[RunResult],
+    eps: float = DEFAULT_EPS,
+    n: int = N_BOOT,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """Paired tests of method A against method B (one :class:`RunResult` per seed each,
+    aligned by seed, same test items), after temperature scaling.
+
+    ``accuracy``, ``brier``, ``nll``: per-item values averaged over seeds
+    (:func:`paired_items`). ``aurc`` and ``cov_at_eps``: the metric of each seed,
+    averaged over seeds; the bootstrap resamples test items jointly across seeds and the
+    sign-flip test swaps A and B on an item in every seed at once
+    (:func:`rlcd_lab.math.stats.paired_bootstrap_curve`, :func:`stats.sign_flip_test_curve`).
+    ``jsd``, ``mixture_jsd`` and ``jsd_table3`` (bits, per item) when both have them. Every entry is
+    ``{"diff", "ci_low", "ci_high", "p"}``, ``diff = A - B``: negative favours A for
+    Brier, NLL, AURC and JSD, positive for accuracy and Cov@eps.
+    """
+    _check_aligned(a, b)
+    out = {
+        m: paired_items([r.item_values(m) for r in a], [r.item_values(m) for r in b], n, seed)
+        for m in PER_ITEM
+    }
+    conf = [np.array([r.confidence for r in g]) for g in (a, b)]
+    corr = [np.array([r.correct for r in g]) for g in (a, b)]
+    for name, stat in (("aurc", stats.aurc_rows), ("cov_at_eps", stats.cov_rows(eps))):
+        ci = stats.paired_bootstrap_curve(conf[0], corr[0], conf[1], corr[1], stat, n, seed)
+        p = stats.sign_flip_test_curve(conf[0], corr[0], conf[1], corr[1], stat, n, seed)
+        out[name] = {"diff": ci["diff"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"], "p": p}
+    for key in ("jsd", "mixture_jsd", "jsd_table3"):
+        va, vb = [getattr(r, key) for r in a], [getattr(r, key) for r in b]
+        if all(v is not None for v in va + vb):
+            out[key] = paired_items(va, vb, n, seed)
+    return out
+
+
+def rms(x: Sequence[float] | np.ndarray) -> float:
+    """Root mean square ``sqrt(mean(x^2))`` (NaN for an empty input)."""
+    a = np.asarray(x, dtype=np.float64)
+    return float(np.sqrt(np.mean(a * a))) if a.size else float("nan")
+
+
+def gradient_dilution(
+    rows: Sequence[Mapping[str, Any]],
+    pathwise: str = "grad_pathwise",
+    score_function: str = "grad_score_function",
+) -> dict[str, Any]:
+    """Gradient dilution from a run's log rows (OpenJev-RLCD sec. 3.2).
+
+    Uses the rows that hold both norms (the training loops log the global L2 norm of the
+    pathwise gradient and of the *unweighted* score-function gradient every
+    ``grad_terms_every`` steps). Returns ``steps``, ``pathwise``, ``score_function`` and
+    ``ratio`` (per-step ``score_function / pathwise``) as arrays, and the scalar
+    ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the paper's 7-12x statistic
+    (a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
+    when no row holds both norms (or both are 0), ``inf`` when the pathwise norm is always
+    0 (a run without a pathwise term).
+    """
+    both = [
+        r
+        for r in rows
+        if isinstance(r.get(pathwise), (int, float))
+        and isinstance(r.get(score_function), (int, float))
+    ]
+    steps = np.array([float(r["step"]) for r in both])
+    pw = np.array([float(r[pathwise]) for r in both])
+    sf = np.array([float(r[score_function]) for r in both])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = sf / pw
+        rms_ratio = np.float64(rms(sf)) / np.float64(rms(pw)) if both else float("nan")
+    return {
+        "steps": steps,
+        "pathwise": pw,
+        "score_function": sf,
+        "ratio": ratio,
+        "rms_ratio": float(rms_ratio),
+    }
+
+
+def mean_sd(values: Sequence[float]) -> dict[str, float | None]:
+    """``{"mean", "sd"}`` over seeds (sample s.d., ``ddof = 1``; None for one seed: a
+    single seed has no spread to report)."""
+    v = np.asarray(values, dtype=float)
+    return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)) if v.size > 1 else None}
+
+
+def _steps(run: Path) -> int | None:
+    return rundir.read_config(run).get("steps")
+
+
+def summarize_runs(
+    root: str | Path, seeds: Sequence[int], eps: float = DEFAULT_EPS, n: int = N_BOOT
+) -> tuple[dict, dict[str, list[RunResult]]]:
+    """Every number of a reproduction in ``root/seed-<s>/<run>/eval`` (runs missing for
+    a seed are left out) and the loaded runs.
+
+    Summary keys: ``seeds``, ``eps``, ``units`` (JSD in bits); ``runs[name]``: mean and
+    s.d. over seeds of each of ``METRICS`` (after temperature scaling), ``steps`` (the
+    training budget, stage 1 included for the runs continued from it; 0 for the base),
+    ``per_seed`` rows, ``grad_rms_ratio`` (:func:`gradient_dilution` of each seed's
+    training log: RMS score-function / RMS pathwise gradient norm) for runs that log
+    both, and ``jsd`` / ``mixture_jsd`` / ``jsd_table3`` (bits) on aleatoric tasks;
+    ``paired["reinforce - X"]``: :func:`paired` for every other run X (and the pairs of
+    ``TABLE3_PAIRS`` on aleatoric tasks); ``forks[F]``:
+    :func:`paired` of each stage-2 fork against its stage-1 checkpoint, plus the mean
+    +- s.d. change of ``T`` and ``length``; ``vs_readout[F]``: :func:`paired` of every
+    other fork against ``readout-only`` (Figure 3: same checkpoint, stream and budget);
+    ``mechanism[name]``: :func:`rlcd_lab.reports.mechanism.mechanism` of the runs of
+    :data:`MECHANISM_RUNS`; ``sweep[W]``: :func:`paired` of Table 4's
+    run at score-function weight ``W`` (``SWEEP_PREFIX`` + W) against stage 1 (weight 0).
+    """
+    root = Path(root)
+    names = sorted(
+        {p.name for s in seeds for p in rundir.evaluated_runs(rundir.seed_dir(root, s), "*")}
+    )
+    loaded: dict[str, list[RunResult]] = {}
+    for name in names:
+        runs = [rundir.seed_dir(root, s) / name for s in seeds]
+        if all(rundir.has_eval(r, "test") for r in runs):
+            loaded[name] = [load_run(r, eps) for r in runs]
+    summary: dict = {
+        "seeds": list(seeds),
+        "eps": eps,
+        "units": {"jsd": "bits", "nll": "nats"},
+        "n_boot": n,
+        "runs": {},
+        "paired": {},
+        "forks": {},
+        "vs_readout": {},
+        "sweep": {},
+    }
+    for name, group in loaded.items():
+        entry = {
+            k: mean_sd([g.row.get(src, np.nan) for g in group]) for k, (_, src) in METRICS.items()
+        }
+        entry["steps"] = _steps(group[0].path) or 0
+        if name in FORKS and STAGE1 in loaded:  # continued from the stage-1 checkpoint
+            entry["steps"] += _steps(loaded[STAGE1][0].path) or 0
+        entry["items"] = len(group[0].labels)
+        entry["per_seed"] = [g.row for g in group]
+        for key in ("jsd", "mixture_jsd", "jsd_table3"):
+            if getattr(group[0], key) is not None:
+                entry[key] = mean_sd([float(getattr(g, key).mean()) for g in group])
+        if group[0].m_mixture:
+            entry["m_mixture"] = group[0].m_mixture
+            entry["empty_share"] = mean_sd([g.empty_share for g in group])
+        if all(rundir.log_path(g.path).exists() for g in group):
+            ratios = [gradient_dilution(rundir.read_log(g.path))["rms_ratio"] for g in group]
+            if all(np.isfinite(ratios)):
+                entry["grad_rms_ratio"] = mean_sd(ratios)
+        summary["runs"][name] = entry
+    summary["mechanism"] = {
+        name: mechanism([g.path for g in loaded[name]], [g.T for g in loaded[name]])
+        for name in MECHANISM_RUNS
+        if name in loaded
+    }
+    if RLCD in loaded:
+        for other in loaded:
+            if other != RLCD:
+                summary["paired"][f"{RLCD} - {other}"] = paired(loaded[RLCD], loaded[other], eps, n)
+    for a, b in TABLE3_PAIRS:
+        for sa, sb in ((a, b), (a + MATCHED, b + MATCHED)):
+            if sa in loaded and sb in loaded and loaded[sa][0].q is not None:
+                summary["paired"][f"{sa} - {sb}"] = paired(loaded[sa], loaded[sb], eps, n)
+    if STAGE1 in loaded:
+        for fork in (f for f in FORKS if f in loaded):
+            tests = paired(loaded[fork], loaded[STAGE1], eps, n)
+            for key, src in (("T", "T"), ("length", "mean_length")):
+                tests[key] = mean_sd(
+                    [
+                        f.row[src] - c.row[src]
+                        for f, c in zip(loaded[fork], loaded[STAGE1], strict=True)
+                    ]
+                )
+            summary["forks"][fork] = tests
+            if fork != READOUT_ONLY and READOUT_ONLY in loaded:
+                summary["vs_readout"][fork] = paired(loaded[fork], loaded[READOUT_ONLY], eps, n)
+        for name in (r for r in loaded if r.startswith(SWEEP_PREFIX)):
+            summary["sweep"][name[len(SWEEP_PREFIX) :]] = paired(
+                loaded[name], loaded[STAGE1], eps, n
+            )
+    return summary, loaded

@@ -1,0 +1,59 @@
+"""The settings of ``rlcd-lab pretrain`` (``PretrainConfig``) and the per-task defaults of
+the shipped base models (``SHIPPED``, ``resolved``).
+
+Standard library only, so ``rlcd-lab pretrain --help`` loads no torch; the loop
+(``rlcd_lab.train.pretrain``) imports these and re-exports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Pretrain a tiny base reasoning model on a synthetic task (defaults: the shipped ones)."""
+
+    task: Literal["verify", "verify-mixed", "facts", "aleatoric"] = "verify"
+    """Which synthetic task's teacher to imitate."""
+    out: Path | None = None
+    """Checkpoint directory to write, replaced atomically (default: runs/base-TASK)."""
+    steps: int | None = None
+    """Optimizer steps (default: the task's, ``SHIPPED``)."""
+    batch_size: int | None = None
+    """Demonstrations per step (default: the task's, ``SHIPPED``)."""
+    lr: float = 3e-3
+    warmup: int = 100
+    hidden_size: int = 96
+    layers: int = 4
+    heads: int = 4
+    p_direct: float = 0.5
+    """Fraction of demonstrations that answer directly after a bare marker."""
+    p_empty: float | None = None
+    """Fraction of the reasoning demonstrations whose rationale is empty (the marker right
+    after the question): gives the System-One shortcut the small probability a real LM
+    has, for RL to find (default: the task's, ``SHIPPED``)."""
+    slip: float | None = None
+    """``verify`` only: the teacher's probability of dropping a carry at each addition that
+    has one, which sets how often the base model reasons to a wrong answer (default 0.25,
+    the shipped base's; the difficulty map uses 0.05 and 0.6)."""
+    seed: int = 0
+    eval_items: int = 200
+    """Dev items measured at the end (direct and after one rationale each)."""
+    max_new_tokens: int = 48
+
+
+SHIPPED: dict[str, dict] = {
+    "verify": dict(steps=4000, batch_size=32, p_empty=0.0),
+    "verify-mixed": dict(steps=4000, batch_size=32, p_empty=0.0),
+    "facts": dict(steps=3000, batch_size=64, p_empty=0.02),
+    "aleatoric": dict(steps=3000, batch_size=64, p_empty=0.1),
+}
+"""Per-task defaults: the settings of the shipped ``assets/checkpoints/base-<task>``."""
+
+
+def resolved(cfg: PretrainConfig) -> PretrainConfig:
+    """``cfg`` with every ``None`` setting replaced by the task's default (``SHIPPED``)."""
+    return replace(cfg, **{k: v for k, v in SHIPPED[cfg.task].items() if getattr(cfg, k) is None})
