@@ -53,12 +53,12 @@ test: $(STAMP)
 # .ipynb in $(STUDENT_OUT) (student/ is git-ignored); STUDENT_FORMAT=nbgrader|otter writes
 # assignments for those graders instead.
 student: $(STAMP)
-	$(PY) -m rlcd_lab.classroom student --src notebooks --out $(STUDENT_OUT) --format $(STUDENT_FORMAT)
+	$(PY) -m rlcd_lab.classroom.student student --src notebooks --out $(STUDENT_OUT) --format $(STUDENT_FORMAT)
 
 # notebooks/*.ipynb paired with the .py sources (created or synced; git-ignored), and the
 # venv's JupyterLab set to open the .py tutorials as notebooks on a double click.
 notebooks: $(STAMP)
-	$(PY) -m rlcd_lab.classroom notebooks --src notebooks
+	$(PY) -m rlcd_lab.classroom.student notebooks --src notebooks
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
