@@ -77,7 +77,7 @@ from rlcd_lab.math import metrics, paper, verdicts
 from rlcd_lab.math.decomposition import variance_decomposition
 from rlcd_lab.reports import plots, report, results
 from rlcd_lab.tasks import load_task_items
-from rlcd_lab.train import TRAINERS, launch_command, train
+from rlcd_lab.train import METHOD_TABLE, launch_command, train
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
 torch.set_num_threads(1)
@@ -117,7 +117,7 @@ METHODS = {
 }
 runs = {}
 for name, (method, extra) in METHODS.items():
-    cfg = replace(TRAINERS[method][0], **COMMON, **extra, out=OUT / name)
+    cfg = replace(METHOD_TABLE[method].config, **COMMON, **extra, out=OUT / name)
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in extra.items())
     print(
         f"rlcd-lab train {method} --init {BASE} --task {TASK} --out {cfg.out} "
@@ -438,7 +438,7 @@ print("3:", exercises.check_urn_forecast(urn_forecast, "urn 3a1b2c?"))
 # %% jupyter={"source_hidden": true} tags=["solution"]
 # Solution 1 (default scale only, about 1.5 minutes):
 if SCALE == "default":
-    cfg = replace(TRAINERS["mixture"][0], **COMMON, lam=0.5, out=OUT / "lam0.5")
+    cfg = replace(METHOD_TABLE["mixture"].config, **COMMON, lam=0.5, out=OUT / "lam0.5")
     s = results.load_run(train(cfg)).row
     print(f"exercise 1: lam 0.5: single-query JSD {s['jsd']:.3f} bits (TS {s['ts_jsd']:.3f})")
 # Solution 2: the column 'var u across rationales' above is exactly that term, averaged

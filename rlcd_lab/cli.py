@@ -237,11 +237,14 @@ def _train_union():
     """``train <method>``: one subcommand per training method, with its defaults."""
     from functools import reduce
 
-    from rlcd_lab.train import TRAINERS
+    from rlcd_lab.train import METHOD_TABLE
 
     subs = [
-        Annotated[type(cfg), tyro.conf.subcommand(name, default=cfg, description=desc)]
-        for name, (cfg, _, desc) in TRAINERS.items()
+        Annotated[
+            type(m.config), tyro.conf.subcommand(name, default=m.config, description=m.description)
+        ]
+        for name, m in METHOD_TABLE.items()
+        if m.command
     ]
     return reduce(lambda a, b: a | b, subs)
 

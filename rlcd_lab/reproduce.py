@@ -49,11 +49,12 @@ from typing import TYPE_CHECKING, Literal
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.io import atomic_write_jsonl, atomic_write_text, jsonl_path, pack, read_jsonl
+from rlcd_lab.train import METHOD_TABLE
 
 if TYPE_CHECKING:
     from rlcd_lab.train.configs import TrainConfig
 
-BASELINES = ("sft", "rft", "rft-kl", "grpo", "rlcr", "endtoend", "mixture")
+BASELINES = tuple(n for n, m in METHOD_TABLE.items() if m.role == "baseline")
 """Runs that also get a budget-matched twin (``<name>-matched``: two stages' steps)."""
 SWEEP = (0.1, 0.3, 1.0)
 """Table 4: score-function weights of the end-to-end runs (weight 0 is RLCD stage 1)."""

@@ -65,7 +65,7 @@ def test_same_tokens_as_generate(tokenizer, tiny_lm, marker_lm, m, temperature, 
     for model in (marker_lm, tiny_lm):
         for seed in range(3):
             ref, out = both(
-                model, tokenizer, PROMPTS, m, seed, temperature=temperature, top_p=top_p
+                model, tokenizer, PROMPTS, m, seed, sampling_temperature=temperature, top_p=top_p
             )
             assert_same(ref, out)
             seen |= kinds(ref)

@@ -15,7 +15,7 @@ from rlcd_lab.math import metrics
 from rlcd_lab.reader.prompts import left_pad
 from rlcd_lab.reader.rationales import sample_questions
 from rlcd_lab.reproduce import ReproduceConfig, plan, stated_view
-from rlcd_lab.train import TRAINERS, train
+from rlcd_lab.train import METHOD_TABLE, train
 from rlcd_lab.train.rlcr import policy_gradient_loss
 from rlcd_lab.train.verbal import (
     confidence_logprobs,
@@ -181,7 +181,7 @@ def test_expected_loss_gradient_is_minus_the_reward_gradient_by_enumeration():
 def test_rlcr_runs_on_the_verify_base_logs_and_dumps_the_stated_confidence(tmp_path):
     base = ASSETS / "checkpoints" / "base-verify"
     cfg = replace(
-        TRAINERS["rlcr"][0], init=base, out=tmp_path / "rlcr", steps=3, format_steps=1,
+        METHOD_TABLE["rlcr"].config, init=base, out=tmp_path / "rlcr", steps=3, format_steps=1,
         batch_size=2, m=2, eval_every=0, eval_items=4, test_items=4, device="cpu",
     )  # fmt: skip
     run = train(cfg)
@@ -217,7 +217,7 @@ def test_rlcr_runs_on_the_verify_base_logs_and_dumps_the_stated_confidence(tmp_p
 
 
 def test_rlcr_needs_two_trajectories_and_runs_at_matched_budget_in_reproduce(tmp_path):
-    cfg = replace(TRAINERS["rlcr"][0], out=tmp_path / "r", m=1)
+    cfg = replace(METHOD_TABLE["rlcr"].config, out=tmp_path / "r", m=1)
     with pytest.raises(ValueError, match="--m must be >= 2"):
         train(cfg)
     assert not (tmp_path / "r").exists()

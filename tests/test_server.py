@@ -295,7 +295,8 @@ def test_extensions_are_opt_in(client, decider):
     ext = client.post("/v1/systemone", json=body(rlcd={**rlcd, "deadline_s": 3600})).json()
     assert ext["rlcd"]["options"]["mode"] == "auto"
     fitted = read_meta(default_checkpoint())["T"]  # the checkpoint's fitted T
-    assert fitted != 1.0 and ext["rlcd"]["temperature"] == pytest.approx(fitted)
+    assert fitted != 1.0 and ext["rlcd"]["T"] == pytest.approx(fitted)
+    assert "temperature" not in ext["rlcd"]  # one word per temperature: T is the fitted one
     for name, det in ext["rlcd"]["answers"].items():
         direct = decider.decide(STATES[0], QUESTIONS).details[name]["confidence"]
         assert det["escalated"] == (direct < 0.5)  # the direct verify readout is near chance

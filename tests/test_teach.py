@@ -11,7 +11,7 @@ from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.tasks.worked import arithmetic
-from rlcd_lab.train import TRAINERS, train
+from rlcd_lab.train import METHOD_TABLE, train
 from rlcd_lab.train.common import QuestionStream
 
 LETTERS = "ABCDEFGHIJ"
@@ -65,7 +65,9 @@ def test_teach_first_loss_is_the_worked_rationales_token_nll(tmp_path, tiny_base
     """The first step's loss, recomputed: a plain forward over ``prompt + r* + "\\n" +
     "Answer:" + " "`` gives log pi(r*, marker | x) and the readout over the options."""
     task = arithmetic_task(tmp_path)
-    cfg = replace(TRAINERS["teach"][0], init=tiny_base, task=task, out=tmp_path / "t", steps=2)
+    cfg = replace(
+        METHOD_TABLE["teach"].config, init=tiny_base, task=task, out=tmp_path / "t", steps=2
+    )
     run = train(replace(cfg, **TINY, device="cpu"))
     batch = QuestionStream(load_task_items(task, "train"), 2, seed=0).batch(0)
     model, _, _ = load_checkpoint(tiny_base)
@@ -89,7 +91,7 @@ def test_teach_first_loss_is_the_worked_rationales_token_nll(tmp_path, tiny_base
 
 
 def test_teach_refuses_a_task_its_rule_cannot_solve(tmp_path, tiny_base):
-    cfg = replace(TRAINERS["teach"][0], init=tiny_base, out=tmp_path / "t", steps=1, **TINY)
+    cfg = replace(METHOD_TABLE["teach"].config, init=tiny_base, out=tmp_path / "t", steps=1, **TINY)
     with pytest.raises(ValueError, match="writes no rationale for 2000 training items of verify"):
         train(replace(cfg, task="verify", device="cpu"))
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.tasks import load_task_items
-from rlcd_lab.train import TRAINERS, train
+from rlcd_lab.train import METHOD_TABLE, train
 from rlcd_lab.train.common import QuestionStream, k3_kl
 
 TINY = dict(
@@ -28,7 +28,9 @@ TINY = dict(
 
 @pytest.mark.parametrize("method", ["sft", "rft", "grpo"])
 def test_baseline_runs_and_saves(tmp_path, tiny_base, method):
-    cfg = replace(TRAINERS[method][0], init=tiny_base, out=tmp_path / method, steps=2, **TINY)
+    cfg = replace(
+        METHOD_TABLE[method].config, init=tiny_base, out=tmp_path / method, steps=2, **TINY
+    )
     run = train(cfg)
     log = read_log(run)
     assert [r["step"] for r in log] == [0, 1] and all(
@@ -44,7 +46,9 @@ def test_baseline_runs_and_saves(tmp_path, tiny_base, method):
 
 
 def test_sft_first_loss_is_the_label_cross_entropy(tmp_path, tiny_base, tokenizer):
-    run = train(replace(TRAINERS["sft"][0], init=tiny_base, out=tmp_path / "sft", steps=1, **TINY))
+    run = train(
+        replace(METHOD_TABLE["sft"].config, init=tiny_base, out=tmp_path / "sft", steps=1, **TINY)
+    )
     batch = QuestionStream(load_task_items("aleatoric", "train"), 2, seed=0).batch(0)
     model, _, _ = load_checkpoint(tiny_base)
     losses = []
@@ -57,7 +61,9 @@ def test_sft_first_loss_is_the_label_cross_entropy(tmp_path, tiny_base, tokenize
 
 
 def test_grpo_kl_starts_at_zero(tmp_path, tiny_base):
-    run = train(replace(TRAINERS["grpo"][0], init=tiny_base, out=tmp_path / "g", steps=1, **TINY))
+    run = train(
+        replace(METHOD_TABLE["grpo"].config, init=tiny_base, out=tmp_path / "g", steps=1, **TINY)
+    )
     assert read_log(run)[0]["kl"] == pytest.approx(0.0, abs=1e-6)
 
 
@@ -76,7 +82,9 @@ def test_too_few_rationales_are_refused_before_the_run(tmp_path, tiny_base, meth
     advantage is NaN); RFT trains with one. Checked before the run folder exists."""
     from rlcd_lab.train.common import check_train_config
 
-    cfg = replace(TRAINERS[method][0], init=tiny_base, out=tmp_path / method, **(TINY | {"m": m}))
+    cfg = replace(
+        METHOD_TABLE[method].config, init=tiny_base, out=tmp_path / method, **(TINY | {"m": m})
+    )
     if ok:
         check_train_config(cfg)
         return

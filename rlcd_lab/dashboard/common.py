@@ -33,6 +33,7 @@ from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS, shipped_checkpoints, shipped_runs, tiny_verify_first
 from rlcd_lab.files.io import jsonl_path
 from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.train import METHOD_TABLE
 
 CHECKPOINT_ENV = "RLCD_CHECKPOINT"
 """Environment variable naming the checkpoint directory the Ask tab opens with (instead of
@@ -45,7 +46,10 @@ MAX_LOCAL_RUNS = 200
 CHECKPOINT_FILES = ("config.json", "adapter_config.json")
 """A checkpoint directory holds a model (``config.json``) or a PEFT adapter."""
 
-RUN_KINDS = ("reinforce", "grpo", "rft", "sft")
+RUN_KINDS = tuple(
+    sorted((n for n, m in METHOD_TABLE.items() if m.compare is not None),
+           key=lambda n: METHOD_TABLE[n].compare)
+)  # fmt: skip
 """The default comparison, in this order: two-stage RLCD against its baselines."""
 
 

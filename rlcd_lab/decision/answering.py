@@ -71,7 +71,7 @@ class DecideOptions:
     aggregate: Aggregate = "mixture"
     threshold: float = DEFAULT_CHANCE_CORRECTED_THRESHOLD
     max_new_tokens: int | None = None
-    sample_temperature: float = 1.0
+    sampling_temperature: float = 1.0
     seed: int = 0
     details: bool = False
     deadline: float | None = None
@@ -89,8 +89,9 @@ class DecideOptions:
                 "in 1..4096",
             ),
             (
-                "sample_temperature",
-                math.isfinite(self.sample_temperature) and 0.05 <= self.sample_temperature <= 10,
+                "sampling_temperature",
+                math.isfinite(self.sampling_temperature)
+                and 0.05 <= self.sampling_temperature <= 10,
                 "in [0.05, 10]",
             ),
             (
@@ -352,7 +353,7 @@ def _reason_batches(jobs: Sequence[Job]) -> dict[tuple, list[tuple[Job, str, lis
                 prompts.setdefault((it.plan.reason_prompt, it.plan.opts.bridge), []).append(it)
         o = job.options
         for (prompt, bridge), its in prompts.items():
-            key = (o.m, job.max_new_tokens, o.sample_temperature, o.seed, bridge)
+            key = (o.m, job.max_new_tokens, o.sampling_temperature, o.seed, bridge)
             batches.setdefault(key, []).append((job, prompt, its))
     return batches
 

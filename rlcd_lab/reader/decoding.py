@@ -118,7 +118,7 @@ def kv_sampler(
     max_new_tokens: int,
     marker: str | None,
     eos: Sequence[int],
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     top_p: float = 1.0,
     should_stop: Callable[[], bool] | None = None,
     packed: PackedLinears | None = None,
@@ -143,7 +143,7 @@ def kv_sampler(
         raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    noise = GumbelSampler(row_seeds, temperature, top_p, ids.device)
+    noise = GumbelSampler(row_seeds, sampling_temperature, top_p, ids.device)
     stop = _StopCheck(tokenizer, marker, eos)
 
     def check() -> None:

@@ -191,7 +191,7 @@ def hf_sampler(
     max_new_tokens: int,
     marker: str | None,
     eos: Sequence[int],
-    temperature: float = 1.0,
+    sampling_temperature: float = 1.0,
     top_p: float = 1.0,
     should_stop: Callable[[], bool] | None = None,
 ) -> Generated:
@@ -210,7 +210,7 @@ def hf_sampler(
     loop (``decoding.kv_sampler``, the default), or an inference engine (which need only
     accept ``should_stop`` to be cancellable)."""
     stop = _MarkerStop(tokenizer, marker, ids.shape[1], len(ids), eos, should_stop)
-    noise = GumbelSampler(row_seeds, temperature, top_p, ids.device)
+    noise = GumbelSampler(row_seeds, sampling_temperature, top_p, ids.device)
     out = model.generate(
         input_ids=ids,
         attention_mask=mask,
@@ -318,7 +318,7 @@ def sample_rationales(
         model, tokenizer, ids.repeat_interleave(m, 0), mask.repeat_interleave(m, 0),
         row_seeds=[mix_seed(s, j) for s in seeds for j in range(m)],
         max_new_tokens=max_new_tokens, marker=marker, eos=eos,
-        temperature=sampling_temperature, top_p=top_p, **cancel,
+        sampling_temperature=sampling_temperature, top_p=top_p, **cancel,
     )  # fmt: skip
     # 2. cut: where each row's rationale ends, and what completes the marker
     marker_ids = list(tokenizer(marker, add_special_tokens=False)["input_ids"])
@@ -489,7 +489,7 @@ def generate_text(
         max_new_tokens=max_new_tokens,
         marker=None,
         eos=eos_ids(model),
-        temperature=sampling_temperature,
+        sampling_temperature=sampling_temperature,
         top_p=top_p,
     )
     width = out.tokens.shape[1]

@@ -68,26 +68,26 @@ def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
 
 
 class GumbelSampler(LogitsProcessor):
-    """Sampling as greedy decoding of ``logits / temperature + G``, ``G`` i.i.d. Gumbel(0, 1)
-    noise drawn from one generator per row (the Gumbel-max trick: ``argmax`` is then an
-    exact draw from ``softmax(logits / temperature)``, restricted to the nucleus when
-    ``top_p < 1``). Row ``i`` draws its noise from ``torch.Generator`` seeded by
+    """Sampling as greedy decoding of ``logits / sampling_temperature + G``, ``G`` i.i.d.
+    Gumbel(0, 1) noise drawn from one generator per row (the Gumbel-max trick: ``argmax``
+    is then an exact draw from ``softmax(logits / sampling_temperature)``, restricted to
+    the nucleus when ``top_p < 1``). Row ``i`` draws its noise from ``torch.Generator`` seeded by
     ``row_seeds[i]``, so what a row samples depends on its seed and its logits only, never
     on the batch it shares (batch size, padding, other rows, sharding across processes)."""
 
-    def __init__(self, row_seeds: Sequence[int], temperature: float, top_p: float, device):
+    def __init__(self, row_seeds: Sequence[int], sampling_temperature: float, top_p: float, device):
         self.gens = [torch.Generator(device=device).manual_seed(s) for s in row_seeds]
-        self.temperature = temperature
+        self.sampling_temperature = sampling_temperature
         self.top_p = TopPLogitsWarper(top_p) if top_p < 1.0 else None
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         return self.perturb(scores, self.gens)
 
     def perturb(self, scores: Tensor, gens: Sequence[torch.Generator]) -> Tensor:
-        """``scores / temperature`` (top-p filtered) plus Gumbel noise, row ``i`` of
+        """``scores / sampling_temperature`` (top-p filtered) plus Gumbel noise, row ``i`` of
         ``scores`` drawing one ``torch.rand(V)`` from ``gens[i]`` (a subset of ``self.gens``
         when a decoding loop drops finished rows: ``decoding.kv_sampler``)."""
-        scores = scores.float() / self.temperature
+        scores = scores.float() / self.sampling_temperature
         if self.top_p is not None:
             scores = self.top_p(None, scores)
         u = torch.stack(
@@ -135,7 +135,7 @@ class Sampler(Protocol):
 
     Called with the model, its tokenizer and left-padded rows ``ids, mask (N, T)``: draw
     up to ``max_new_tokens`` tokens per row, row ``i`` with noise seeded by
-    ``row_seeds[i]`` at the sampling temperature ``temperature`` (nucleus ``top_p``; the
+    ``row_seeds[i]`` at the sampling temperature ``sampling_temperature`` (nucleus ``top_p``; the
     protocol's keyword, which every sampler takes, is what callers pass as
     ``sampling_temperature``), stopping a row once its
     decoded text contains ``marker`` (None: no marker, free text) or it emitted a token of
@@ -154,7 +154,7 @@ class Sampler(Protocol):
         max_new_tokens: int,
         marker: str | None,
         eos: Sequence[int],
-        temperature: float = 1.0,
+        sampling_temperature: float = 1.0,
         top_p: float = 1.0,
         should_stop: Callable[[], bool] | None = None,
     ) -> Generated: ...

@@ -61,19 +61,16 @@ from rlcd_lab.reports.results import (
     summarize_runs,
     summary_json,
 )
+from rlcd_lab.train import METHOD_TABLE
 
+_METHOD_ROWS = ("sft", "rft", "rft-kl", "grpo", "rlcr")
 LABELS = {
     "base": "base",
-    "sft": "SFT+TS",
-    "rft": "RFT+TS",
-    "rft-kl": "RFT+KL+TS",
-    "grpo": "GRPO+TS",
-    "rlcr": "RLCR+TS (readout)",
+    **{name: METHOD_TABLE[name].label for name in _METHOD_ROWS},
     "rlcr-stated": "RLCR+TS (stated confidence)",
-    "endtoend": "per-rationale (end to end, KL)",
-    "mixture": "mixture (lam = 1)",
-    "calibrate": "RLCD stage 1",
-    "reinforce": "RLCD (two-stage)",
+    **{
+        name: METHOD_TABLE[name].label for name in ("endtoend", "mixture", "calibrate", "reinforce")
+    },
     "readout-only": "fork: readout-only",
     "anchor-only": "fork: anchor-only",
     "grpo-cont": "fork: GRPO continuation",

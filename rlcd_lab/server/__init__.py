@@ -61,11 +61,11 @@ readout (the ``rlcd`` extension marks it ``deadline_passed``).
 
 Extensions are opt-in: a request may carry ``"rlcd": {"mode", "m", "threshold",
 "aggregate", "max_new_tokens", "seed", "deadline_s", "rationales"}``; only then does the
-response carry an ``"rlcd"`` object (the mode, deadline and fitted calibration temperature T
-used, under the wire key ``"temperature"``, and, per
-question, the mode that answered it, the escalation flag and direct confidence in ``auto``
-mode, ``deadline_passed`` when the deadline cut its reasoning, the option tokens read and,
-with ``"rationales": true``, the rationales and their per-rationale readouts).
+response carry an ``"rlcd"`` object (the options and deadline used, the fitted
+calibration temperature under ``"T"``, the prompt format and, per question, the mode that
+answered it, the escalation flag and direct confidence in ``auto`` mode,
+``deadline_passed`` when the deadline cut its reasoning, the option tokens read and, with
+``"rationales": true``, the rationales and their per-rationale readouts).
 A choice with one label or a score with one level (the official schema allows both) is
 answered without the model: probability 1, confidence 1, mode ``single_option``.
 

@@ -171,7 +171,7 @@ def response_body(
         shown["deadline_s"] = deadline_s
         out["rlcd"] = {
             "options": shown,
-            "temperature": decider.T,  # the fitted calibration T (wire key kept)
+            "T": decider.T,  # the fitted calibration temperature
             "prompt_format": decider.prompt_format,
             "answers": result.details,
         }

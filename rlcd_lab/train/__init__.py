@@ -3,13 +3,13 @@
 pretrained model its task's skill first) on shared helpers (``common.py``);
 their settings in ``configs.py``.
 
-Importing this package (``TRAINERS``, ``train``) loads no torch: a loop module is imported
-when its method runs, so ``rlcd-lab train ... --help`` stays fast.
+Importing this package (:data:`METHOD_TABLE`, ``train``) loads no torch: a loop module is
+imported when its method runs, so ``rlcd-lab train ... --help`` stays fast.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import Literal
@@ -26,53 +26,84 @@ from rlcd_lab.train.configs import (
 )
 
 
-def _loop(module: str) -> Callable[[TrainConfig], Path]:
-    """The ``train`` function of ``rlcd_lab.train.<module>``, imported on the first call."""
+@dataclass(frozen=True)
+class Method:
+    """One training method, everything the lab needs to know of it in one row: the command
+    line (``rlcd-lab train <name>``), the reproduction, the reports and the dashboard read
+    :data:`METHOD_TABLE`, so a new method is one row here, its config in ``configs.py`` and
+    its loop in ``<loop>.py``."""
 
-    def run(cfg: TrainConfig) -> Path:
-        return import_module(f"{__name__}.{module}").train(cfg)
+    config: TrainConfig
+    """Its default settings (``rlcd-lab train <name>`` starts from them)."""
+    loop: str
+    """The module of ``rlcd_lab.train`` whose ``train(cfg)`` runs it."""
+    label: str
+    """Its name in tables and figures (``+TS``: read after temperature scaling)."""
+    role: Literal["rlcd", "baseline", "setup"]
+    """``rlcd``: the paper's two stages; ``baseline``: compared with them (a matched-budget
+    copy in the reproduction); ``setup``: prepares a base model."""
+    description: str
+    """One line for ``--help``."""
+    command: bool = True
+    """Offered as ``rlcd-lab train <name>`` (a variant of another method's config is not)."""
+    compare: int | None = None
+    """Its place in the dashboard's default comparison (None: not in it)."""
 
-    run.__qualname__ = run.__name__ = f"{module}.train"
-    run.__doc__ = f"Run ``rlcd_lab.train.{module}.train(cfg)``; returns the run directory."
-    return run
+    def run(self, cfg: TrainConfig) -> Path:
+        """Run ``rlcd_lab.train.<loop>.train(cfg)`` (imported now); returns the run directory."""
+        return import_module(f"{__name__}.{self.loop}").train(cfg)
 
 
-TRAINERS: dict[str, tuple[TrainConfig, Callable[[TrainConfig], Path], str]] = {
-    **{name: (cfg, _loop("rlcd"), DESCRIPTIONS[name]) for name, cfg in METHODS.items()},
-    "sft": (
-        SFTConfig(),
-        _loop("sft"),
-        "Baseline: direct answers, cross-entropy on the label token.",
+_BASELINE = "baseline"
+METHOD_TABLE: dict[str, Method] = {
+    "calibrate": Method(
+        METHODS["calibrate"], "rlcd", "RLCD stage 1", "rlcd", DESCRIPTIONS["calibrate"],
     ),
-    "rft": (
-        RFTConfig(),
-        _loop("rft"),
-        "Baseline: RFT/STaR, clone trajectories whose sampled answer is right.",
+    "reinforce": Method(
+        METHODS["reinforce"], "rlcd", "RLCD (two-stage)", "rlcd", DESCRIPTIONS["reinforce"],
+        compare=0,
     ),
-    "rlcr": (
-        RLCRConfig(),
-        _loop("rlcr"),
+    "endtoend": Method(
+        METHODS["endtoend"], "rlcd", "per-rationale (end to end, KL)", _BASELINE,
+        DESCRIPTIONS["endtoend"],
+    ),
+    "mixture": Method(
+        METHODS["mixture"], "rlcd", "mixture (lam = 1)", _BASELINE, DESCRIPTIONS["mixture"],
+    ),
+    "sft": Method(
+        SFTConfig(), "sft", "SFT+TS", _BASELINE,
+        "Baseline: direct answers, cross-entropy on the label token.", compare=3,
+    ),
+    "rft": Method(
+        RFTConfig(), "rft", "RFT+TS", _BASELINE,
+        "Baseline: RFT/STaR, clone trajectories whose sampled answer is right.", compare=2,
+    ),
+    "rft-kl": Method(
+        RFTConfig(beta=0.04), "rft", "RFT+KL+TS", _BASELINE,
+        "Baseline: RFT/STaR anchored by KL to its start (beta 0.04).", command=False,
+    ),
+    "rlcr": Method(
+        RLCRConfig(), "rlcr", "RLCR+TS (readout)", _BASELINE,
         "Baseline: RLCR, correctness + Brier of a stated confidence, KL anchor.",
     ),
-    "teach": (
-        TeachConfig(),
-        _loop("teach"),
+    "teach": Method(
+        TeachConfig(), "teach", "teach", "setup",
         "Give a pretrained model its task's skill: SFT on worked rationales (by rule).",
     ),
-    "grpo": (
-        GRPOConfig(),
-        _loop("grpo"),
-        "Baseline: GRPO, correctness reward of a sampled answer, KL anchor.",
+    "grpo": Method(
+        GRPOConfig(), "grpo", "GRPO+TS", _BASELINE,
+        "Baseline: GRPO, correctness reward of a sampled answer, KL anchor.", compare=1,
     ),
-}
-"""Each method: its default config, its training loop and a one-line description."""
+}  # fmt: skip
+"""Every training method by run name (the command line's order)."""
 
 
 def train(cfg: TrainConfig) -> Path:
     """Run the training loop of ``cfg.method``; returns the run directory."""
-    if cfg.method not in TRAINERS:
-        raise ValueError(f"unknown method {cfg.method!r}; choose one of {sorted(TRAINERS)}")
-    return TRAINERS[cfg.method][1](cfg)
+    commands = {n: m for n, m in METHOD_TABLE.items() if m.command}
+    if cfg.method not in commands:
+        raise ValueError(f"unknown method {cfg.method!r}; choose one of {sorted(commands)}")
+    return commands[cfg.method].run(cfg)
 
 
 def launch_command(args: str, processes: int, on: Literal["gpu", "cpu"] = "gpu") -> str:

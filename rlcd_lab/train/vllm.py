@@ -84,7 +84,7 @@ class VLLMSampler:
         max_new_tokens: int,
         marker: str | None,
         eos: Sequence[int],
-        temperature: float = 1.0,
+        sampling_temperature: float = 1.0,
         top_p: float = 1.0,
         should_stop: Callable[[], bool] | None = None,
     ) -> Generated:
@@ -105,7 +105,7 @@ class VLLMSampler:
         params = [
             SamplingParams(
                 n=1,
-                temperature=temperature,
+                temperature=sampling_temperature,  # vLLM's name
                 top_p=top_p,
                 max_tokens=max_new_tokens,
                 seed=int(seed) % 2**63,
