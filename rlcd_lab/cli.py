@@ -520,6 +520,67 @@ def _is(cfg: object, module: str, name: str) -> bool:
     return mod is not None and isinstance(cfg, getattr(mod, name))
 
 
+def _serve(cfg: Serve) -> None:
+    """``rlcd-lab serve``: the port checked and the checkpoint verified before it loads."""
+    check_port_free(cfg.host, cfg.port)  # before the checkpoint loads (seconds)
+    from rlcd_lab.decision.answering import DecideOptions
+    from rlcd_lab.server import serve
+    from rlcd_lab.server.app import default_checkpoint
+
+    if cfg.verify:  # before the server: answers only from files that can be verified
+        check_serve_checksums(cfg.checkpoint or default_checkpoint())
+
+    opts = DecideOptions(mode=cfg.mode, m=cfg.m, threshold=cfg.threshold)
+    serve(
+        cfg.checkpoint,
+        host=cfg.host,
+        port=cfg.port,
+        name=cfg.name,
+        aliases=cfg.alias,
+        api_key=cfg.api_key,
+        allowed_hosts=cfg.allowed_host,
+        limit_concurrency=cfg.limit_concurrency,
+        max_connections=cfg.max_connections,
+        max_client_connections=cfg.max_client_connections,
+        timeout_keep_alive=cfg.timeout_keep_alive,
+        timeout_request=cfg.timeout_request,
+        deadline_s=cfg.deadline,
+        options=opts,
+        batching=cfg.batching,
+        max_wait_ms=cfg.max_wait_ms,
+        device=cfg.device,
+        threads=cfg.threads,
+        verify=cfg.verify,
+    )
+
+
+def _data_convert(cfg: DataConvert) -> None:
+    """``rlcd-lab data convert``: a public data set to task items (GSM8K-Verify proposes
+    with a local checkpoint)."""
+    from rlcd_lab.tasks.convert import convert_file
+
+    kw: dict = {"limit": cfg.limit}
+    if cfg.kind in ("gsm8k-verify-synthetic", "clinc150", "bigbench"):
+        kw["seed"] = cfg.seed
+    if cfg.kind == "gsm8k-verify":
+        from rlcd_lab.lm.loading import load_checkpoint
+        from rlcd_lab.tasks.convert import hf_proposer
+
+        proposer = cfg.proposer.expanduser()
+        model, tok, _ = load_checkpoint(proposer, device=cfg.device, verify=cfg.verify)
+        kw["show"] = cfg.show
+        kw["propose"] = hf_proposer(
+            model,
+            tok,
+            max_new_tokens=cfg.max_new_tokens,
+            sampling_temperature=cfg.sampling_temperature,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            progress=True,
+        )
+    print(convert_file(cfg.kind, cfg.src, cfg.dst, **kw))
+
+
 def _run(cfg) -> None:
     if isinstance(cfg, App):
         check_port_free(cfg.host, cfg.port)  # before minutes of loading: a port in use fails now
@@ -528,36 +589,7 @@ def _run(cfg) -> None:
         demo = build_demo(allowed_dirs=cfg.allow_checkpoint_dir)
         demo.launch(server_name=cfg.host, server_port=cfg.port)
     elif isinstance(cfg, Serve):
-        check_port_free(cfg.host, cfg.port)  # before the checkpoint loads (seconds)
-        from rlcd_lab.decision.answering import DecideOptions
-        from rlcd_lab.server import serve
-        from rlcd_lab.server.app import default_checkpoint
-
-        if cfg.verify:  # before the server: answers only from files that can be verified
-            check_serve_checksums(cfg.checkpoint or default_checkpoint())
-
-        opts = DecideOptions(mode=cfg.mode, m=cfg.m, threshold=cfg.threshold)
-        serve(
-            cfg.checkpoint,
-            host=cfg.host,
-            port=cfg.port,
-            name=cfg.name,
-            aliases=cfg.alias,
-            api_key=cfg.api_key,
-            allowed_hosts=cfg.allowed_host,
-            limit_concurrency=cfg.limit_concurrency,
-            max_connections=cfg.max_connections,
-            max_client_connections=cfg.max_client_connections,
-            timeout_keep_alive=cfg.timeout_keep_alive,
-            timeout_request=cfg.timeout_request,
-            deadline_s=cfg.deadline,
-            options=opts,
-            batching=cfg.batching,
-            max_wait_ms=cfg.max_wait_ms,
-            device=cfg.device,
-            threads=cfg.threads,
-            verify=cfg.verify,
-        )
+        _serve(cfg)
     elif _is(cfg, "train.pretrain_config", "PretrainConfig"):
         from rlcd_lab.lm.checkpoint import read_meta
         from rlcd_lab.train.pretrain import pretrain
@@ -610,28 +642,7 @@ def _run(cfg) -> None:
 
         print(convert_gguf(cfg.model, cfg.out, getattr(torch, cfg.dtype), force=cfg.force))
     elif isinstance(cfg, DataConvert):
-        from rlcd_lab.tasks.convert import convert_file
-
-        kw: dict = {"limit": cfg.limit}
-        if cfg.kind in ("gsm8k-verify-synthetic", "clinc150", "bigbench"):
-            kw["seed"] = cfg.seed
-        if cfg.kind == "gsm8k-verify":
-            from rlcd_lab.lm.loading import load_checkpoint
-            from rlcd_lab.tasks.convert import hf_proposer
-
-            proposer = cfg.proposer.expanduser()
-            model, tok, _ = load_checkpoint(proposer, device=cfg.device, verify=cfg.verify)
-            kw["show"] = cfg.show
-            kw["propose"] = hf_proposer(
-                model,
-                tok,
-                max_new_tokens=cfg.max_new_tokens,
-                sampling_temperature=cfg.sampling_temperature,
-                batch_size=cfg.batch_size,
-                seed=cfg.seed,
-                progress=True,
-            )
-        print(convert_file(cfg.kind, cfg.src, cfg.dst, **kw))
+        _data_convert(cfg)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from rlcd_lab.math.metrics import T_MAX, T_MIN
 from rlcd_lab.reader import reading_length
 from rlcd_lab.reader.decoding import plain_copy, questions_per_call
 from rlcd_lab.reader.prompts import Mode, build_prompt, encode_prompts, item_options
-from rlcd_lab.reader.reading import read
+from rlcd_lab.reader.reading import Reading, read
 from rlcd_lab.reader.readout import OptionTokens
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.verbal import CUE, read_stated
@@ -211,6 +211,23 @@ def check_items(
     )
 
 
+def _dump_row(item: TaskItem, r: Reading) -> dict:
+    """One eval-dump row (the module docstring's fields) from an item and its reading."""
+    return {
+        "uid": item.uid,
+        "label": item.label,
+        "q": None if item.q is None else list(item.q),
+        "options": list(item.options),
+        "rationales": r.texts,
+        "forced": r.forced,
+        "lengths": r.lengths,
+        "readouts": r.u.tolist(),
+        "mixture": r.mixture.tolist(),
+        "probs": r.u[0].tolist(),
+        "logits": r.logits[0].tolist(),
+    }
+
+
 def run_eval(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -267,22 +284,7 @@ def run_eval(
     finally:
         if bar is not None:
             bar.close()
-    rows = [
-        {
-            "uid": it.uid,
-            "label": it.label,
-            "q": None if it.q is None else list(it.q),
-            "options": list(it.options),
-            "rationales": r.texts,
-            "forced": r.forced,
-            "lengths": r.lengths,
-            "readouts": r.u.tolist(),
-            "mixture": r.mixture.tolist(),
-            "probs": r.u[0].tolist(),
-            "logits": r.logits[0].tolist(),
-        }
-        for it, r in zip(items, readings, strict=True)
-    ]
+    rows = [_dump_row(it, r) for it, r in zip(items, readings, strict=True)]
     if stated and mode == "reason":
         said = read_stated(
             model, tokenizer, [it.prompt for it in items], [it.options for it in items],

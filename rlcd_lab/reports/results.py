@@ -583,6 +583,29 @@ def _steps(run: Path) -> int | None:
     return rundir.read_config(run).get("steps")
 
 
+def _run_entry(group: Sequence[RunResult], stage1: Path | None) -> dict:
+    """A run's ``summary["runs"]`` entry over its seeds (:func:`summarize_runs`): mean and
+    s.d. of each metric, its training ``steps`` (plus ``stage1``'s, the run it continued
+    from), per-seed rows, JSD columns, mixture size and the gradient-dilution ratio."""
+    entry = {k: mean_sd([g.row.get(src, np.nan) for g in group]) for k, (_, src) in METRICS.items()}
+    entry["steps"] = _steps(group[0].path) or 0
+    if stage1 is not None:  # continued from the stage-1 checkpoint
+        entry["steps"] += _steps(stage1) or 0
+    entry["items"] = len(group[0].labels)
+    entry["per_seed"] = [g.row for g in group]
+    for key in ("jsd", "mixture_jsd", "jsd_table3"):
+        if getattr(group[0], key) is not None:
+            entry[key] = mean_sd([float(getattr(g, key).mean()) for g in group])
+    if group[0].m_mixture:
+        entry["m_mixture"] = group[0].m_mixture
+        entry["empty_share"] = mean_sd([g.empty_share for g in group])
+    if all(rundir.log_path(g.path).exists() for g in group):
+        ratios = [gradient_dilution(rundir.read_log(g.path))["rms_ratio"] for g in group]
+        if all(np.isfinite(ratios)):
+            entry["grad_rms_ratio"] = mean_sd(ratios)
+    return entry
+
+
 def summarize_runs(
     root: str | Path, seeds: Sequence[int], eps: float = DEFAULT_EPS, n: int = N_BOOT
 ) -> tuple[dict, dict[str, list[RunResult]]]:
@@ -625,25 +648,8 @@ def summarize_runs(
         "sweep": {},
     }
     for name, group in loaded.items():
-        entry = {
-            k: mean_sd([g.row.get(src, np.nan) for g in group]) for k, (_, src) in METRICS.items()
-        }
-        entry["steps"] = _steps(group[0].path) or 0
-        if name in FORKS and STAGE1 in loaded:  # continued from the stage-1 checkpoint
-            entry["steps"] += _steps(loaded[STAGE1][0].path) or 0
-        entry["items"] = len(group[0].labels)
-        entry["per_seed"] = [g.row for g in group]
-        for key in ("jsd", "mixture_jsd", "jsd_table3"):
-            if getattr(group[0], key) is not None:
-                entry[key] = mean_sd([float(getattr(g, key).mean()) for g in group])
-        if group[0].m_mixture:
-            entry["m_mixture"] = group[0].m_mixture
-            entry["empty_share"] = mean_sd([g.empty_share for g in group])
-        if all(rundir.log_path(g.path).exists() for g in group):
-            ratios = [gradient_dilution(rundir.read_log(g.path))["rms_ratio"] for g in group]
-            if all(np.isfinite(ratios)):
-                entry["grad_rms_ratio"] = mean_sd(ratios)
-        summary["runs"][name] = entry
+        stage1 = loaded[STAGE1][0].path if name in FORKS and STAGE1 in loaded else None
+        summary["runs"][name] = _run_entry(group, stage1)
     summary["mechanism"] = {
         name: mechanism([g.path for g in loaded[name]], [g.T for g in loaded[name]])
         for name in MECHANISM_RUNS
