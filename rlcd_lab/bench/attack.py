@@ -199,6 +199,110 @@ def score_attack(
     return out
 
 
+Decisions = tuple[np.ndarray, np.ndarray]
+"""``(choice (N,), confidence (N,))`` of one run over the items (:func:`_read`)."""
+EXTRA_FIELD_IN_PROCESS = (
+    "in-process the engine reads only the schema's fields: a field outside "
+    "the schema cannot reach it; run against a server (--url)"
+)
+"""Why ``extra_field`` is not run in-process (the summary's note)."""
+
+
+def _clean_run(
+    backend: Backend, items: Sequence[Any], seed: int, what: str, where: str
+) -> Decisions:
+    """Ask every item's clean ``choice`` question with ``seed`` and read the decisions
+    (:func:`_read`); ``what`` (``"clean"``, ``"re-run 1"``, ...) and ``where`` (the target)
+    name the run when :func:`check_clean` refuses failed requests."""
+    reqs = [Request(it.prompt, {QUESTION: _choice(it.options)}, seed) for it in items]
+    outs = backend.run(reqs)
+    check_clean(outs, what, where)
+    return _read(outs, items)
+
+
+def _targets(items: Sequence[Any], clean_choice: np.ndarray) -> np.ndarray:
+    """``(N,)`` the option index each attack pushes towards: per item the first option
+    other than the clean decision (option 0 stands in for an unanswered one, so the
+    target is then option 1)."""
+    return np.array(
+        [
+            next((j for j in range(len(it.options)) if j != max(c, 0)), 0)
+            for it, c in zip(items, clean_choice, strict=True)
+        ]
+    )
+
+
+def _extra_field_verdict(outs: Sequence[Outcome], statuses: list[int]) -> str:
+    """What the server did with the ``extra_field`` attack's requests (``statuses``: their
+    sorted distinct HTTP statuses): ``rejected`` (all 422), ``ignored`` (all 200), a server
+    error, or mixed."""
+    if all(s == 422 for s in statuses):
+        return "rejected"
+    if all(s == 200 for s in statuses):
+        return "ignored"
+    if all(o.server_error for o in outs):
+        return f"server error (HTTP {statuses})"
+    return f"mixed (HTTP {statuses})"
+
+
+def _run_attacks(
+    cfg: AttackBenchConfig,
+    backend: Backend,
+    items: Sequence[Any],
+    clean: Decisions,
+    reruns: Sequence[Decisions],
+    threshold: float,
+    say: Progress,
+) -> dict[str, Any]:
+    """Run and score every attack of :data:`ATTACKS` (attack ``j`` with seed
+    ``cfg.seed + cfg.reruns + 1 + j``) against the ``clean`` decisions and the ``reruns``'
+    floor (:func:`score_attack`): the summary's ``"attacks"``, name -> scores with
+    ``"run"`` and the HTTP ``"statuses"`` (``extra_field`` also its verdict and first
+    error; not run in-process, with a note why)."""
+    targets = _targets(items, clean[0])
+    n_options = np.array([len(it.options) for it in items])
+    results: dict[str, Any] = {}
+    for j, name in enumerate(ATTACKS):
+        seed = cfg.seed + cfg.reruns + 1 + j
+        reqs = [
+            attack_request(name, it.prompt, it.options, it.options[t], seed)
+            for it, t in zip(items, targets, strict=True)
+        ]
+        say(f"attack: {name}")
+        if name == "extra_field" and backend.where != "wire":
+            results[name] = {"run": False, "note": EXTRA_FIELD_IN_PROCESS}
+            continue
+        outs = backend.run(reqs)
+        scored = score_attack(
+            clean, reruns, _read(outs, items), threshold, targets, n_options, cfg.n_boot
+        )
+        scored["run"] = True
+        statuses = sorted({o.status for o in outs})
+        scored["statuses"] = statuses
+        if name == "extra_field":
+            scored["verdict"] = _extra_field_verdict(outs, statuses)
+            scored["error"] = next((o.error for o in outs if not o.ok), "")
+        results[name] = scored
+    return results
+
+
+def _clean_summary(items: Sequence[Any], clean: Decisions, threshold: float) -> dict[str, Any]:
+    """The summary's ``"clean"``: the clean run's accuracy on the labelled items (None
+    without labels), the share of confident answers (confidence >= ``threshold``, the
+    ones an attack can push below it) and how many requests were not answered."""
+    labels = np.array([-1 if it.label is None else it.label for it in items])
+    has = labels >= 0
+    acc = None
+    if has.any():
+        acc = float((clean[0][has] == labels[has]).mean())
+    confident = clean[1] >= threshold
+    return {
+        "accuracy": acc,
+        "confident_share": float(confident.mean()),
+        "refused": int((clean[0] < 0).sum()),
+    }
+
+
 def run_attack(
     cfg: AttackBenchConfig, backend: Backend | None = None, progress: Progress | None = None
 ) -> dict[str, Any]:
@@ -216,65 +320,13 @@ def run_attack(
 
     target = backend.describe()
     shown = target.get("url") or target.get("checkpoint") or backend.where
-
-    def run(seed: int, what: str) -> tuple[np.ndarray, np.ndarray]:
-        reqs = [Request(it.prompt, {QUESTION: _choice(it.options)}, seed) for it in items]
-        outs = backend.run(reqs)
-        check_clean(outs, what, shown)
-        return _read(outs, items)
-
     say(f"attack: clean + {cfg.reruns} re-runs of {len(items)} items ({backend.where})")
-    clean = run(cfg.seed, "clean")
-    reruns = [run(cfg.seed + 1 + r, f"re-run {r + 1}") for r in range(cfg.reruns)]
-    targets = np.array(
-        [
-            next((j for j in range(len(it.options)) if j != max(c, 0)), 0)
-            for it, c in zip(items, clean[0], strict=True)
-        ]
-    )
-    n_options = np.array([len(it.options) for it in items])
-    results: dict[str, Any] = {}
-    for j, name in enumerate(ATTACKS):
-        seed = cfg.seed + cfg.reruns + 1 + j
-        reqs = [
-            attack_request(name, it.prompt, it.options, it.options[t], seed)
-            for it, t in zip(items, targets, strict=True)
-        ]
-        say(f"attack: {name}")
-        if name == "extra_field" and backend.where != "wire":
-            results[name] = {
-                "run": False,
-                "note": "in-process the engine reads only the schema's fields: a field outside "
-                "the schema cannot reach it; run against a server (--url)",
-            }
-            continue
-        outs = backend.run(reqs)
-        scored = score_attack(
-            clean, reruns, _read(outs, items), threshold, targets, n_options, cfg.n_boot
-        )
-        scored["run"] = True
-        statuses = sorted({o.status for o in outs})
-        scored["statuses"] = statuses
-        if name == "extra_field":
-            scored["verdict"] = (
-                "rejected"
-                if all(s == 422 for s in statuses)
-                else "ignored"
-                if all(s == 200 for s in statuses)
-                else f"server error (HTTP {statuses})"
-                if all(o.server_error for o in outs)
-                else f"mixed (HTTP {statuses})"
-            )
-            bad = next((o.error for o in outs if not o.ok), "")
-            scored["error"] = bad
-        results[name] = scored
-
-    labels = np.array([-1 if it.label is None else it.label for it in items])
-    has = labels >= 0
-    acc = None
-    if has.any():
-        acc = float((clean[0][has] == labels[has]).mean())
-    confident = clean[1] >= threshold
+    clean = _clean_run(backend, items, cfg.seed, "clean", shown)
+    reruns = [
+        _clean_run(backend, items, cfg.seed + 1 + r, f"re-run {r + 1}", shown)
+        for r in range(cfg.reruns)
+    ]
+    results = _run_attacks(cfg, backend, items, clean, reruns, threshold, say)
     summary: dict[str, Any] = {
         "bench": "attack",
         "target": target,
@@ -284,11 +336,7 @@ def run_attack(
         "seed": cfg.seed,
         "reruns": cfg.reruns,
         "threshold": threshold,
-        "clean": {
-            "accuracy": acc,
-            "confident_share": float(confident.mean()),
-            "refused": int((clean[0] < 0).sum()),
-        },
+        "clean": _clean_summary(items, clean, threshold),
         "floor_flip_rate": float(np.mean([(r[0] != clean[0]).mean() for r in reruns])),
         "attacks": results,
         "host": {"cpu": cpu_name(), "threads": cfg.threads},

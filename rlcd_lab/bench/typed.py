@@ -145,21 +145,24 @@ def _probs(outs: Sequence[Outcome], items: Sequence[Any], kind: str) -> list[np.
     ]
 
 
-def run_typed(
-    cfg: TypedBenchConfig, backend: Backend | None = None, progress: Progress | None = None
-) -> dict[str, Any]:
-    """Run the bench as ``cfg`` says (``backend``: answer with this one instead of opening
-    ``cfg``'s target); write the reports; return the summary (its ``"paths"`` name the
-    files)."""
-    say = progress or (lambda msg: None)
-    t_start = time.perf_counter()
-    backend, task = open_target(cfg, backend)
-    kind = "score" if cfg.ordinal else "choice"
-    items = bench_items(task, cfg.split, cfg.n_items)
-    y = np.array([it.label for it in items])
+def _mean_accuracy_by(per_variant: Sequence[dict[str, Any]], key: str) -> dict[str, float]:
+    """Mean accuracy of the variants sharing each value of ``key`` (``"paraphrase"`` or
+    ``"order"``), in first-seen order: ``{value: mean accuracy}`` from the per-variant
+    rows of :func:`_variant_accuracy`, to see which rule moves accuracy."""
+    names = dict.fromkeys(r[key] for r in per_variant)
+    return {n: float(np.mean([r["accuracy"] for r in per_variant if r[key] == n])) for n in names}
 
-    # 1. accuracy over rule-made variants ------------------------------------------------
-    variants, requests = variant_requests(items, kind, cfg.seed)
+
+def _variant_accuracy(
+    backend: Backend, items: Sequence[Any], y: np.ndarray, kind: str, seed: int, say: Progress
+) -> tuple[dict[str, Any], list[np.ndarray | None]]:
+    """Section 1 of the bench: ask every rule-made variant (:func:`variant_requests`) of
+    the items, ``y (N,)`` their labels. Returns ``(accuracy, canonical)``: the summary's
+    ``"accuracy"`` dict (median and range over variants, means per paraphrase and per
+    order, the share of items decided alike on every variant, per-variant rows, refused
+    requests) and the first (canonical) variant's probabilities per item, canonical
+    option order (None where refused), which sections 2-5 score."""
+    variants, requests = variant_requests(items, kind, seed)
     say(f"typed: {len(variants)} variants x {len(items)} items ({backend.where})")
     per_variant, decided, canonical = [], [], None
     n_refused = 0
@@ -173,36 +176,46 @@ def run_typed(
         per_variant.append({**v, "accuracy": acc, "answered": int(answered.sum())})
         decided.append(choice)
         if canonical is None:
-            canonical = (probs, outs)
+            canonical = probs
     accs = np.array([r["accuracy"] for r in per_variant])
     same = np.all(np.array(decided) == decided[0][None], axis=0) & (decided[0] >= 0)
-
-    def mean_by(key: str) -> dict[str, float]:
-        names = dict.fromkeys(r[key] for r in per_variant)
-        return {
-            n: float(np.mean([r["accuracy"] for r in per_variant if r[key] == n])) for n in names
-        }
-
     accuracy = {
         "median": float(np.nanmedian(accs)),
         "min": float(np.nanmin(accs)),
         "max": float(np.nanmax(accs)),
         "n_variants": len(variants),
-        "by_paraphrase": mean_by("paraphrase"),
-        "by_order": mean_by("order"),
+        "by_paraphrase": _mean_accuracy_by(per_variant, "paraphrase"),
+        "by_order": _mean_accuracy_by(per_variant, "order"),
         "same_decision_all_variants": float(same.mean()),
         "per_variant": per_variant,
         "refused_requests": n_refused,
     }
-
-    # 2-5. the canonical variant: calibration, selective prediction, RPS, costs ----------
     assert canonical is not None
-    probs_list, _ = canonical
+    return accuracy, canonical
+
+
+def _answered_matrix(
+    probs_list: Sequence[np.ndarray | None], y: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(P (n, K), labels (n,))`` of the answered items of the canonical variant
+    (``probs_list``: per item its probabilities or None; ``y (N,)``): rows padded with 0 to
+    the most options (:func:`rlcd_lab.math.metrics.pad_ragged`); ``ValueError`` when no
+    item was answered, as there is then nothing to score."""
     keep = np.array([p is not None for p in probs_list])
     if not keep.any():
         raise ValueError("no item of the canonical variant was answered")
     P = metrics.pad_ragged([p for p in probs_list if p is not None], 0.0)
-    yk = y[keep]
+    return P, y[keep]
+
+
+def _calibration_and_selective(
+    P: np.ndarray, yk: np.ndarray, cfg: TypedBenchConfig
+) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:
+    """Sections 2 and 3 on the canonical variant's ``P (n, K)`` and labels ``yk (n,)``:
+    ``(calibration, selective, sims)``, the summary's two dicts (ECE beside its noise
+    floor, Brier, NLL; accuracy, AURC, Cov@eps on ``max p``) and the ``(cfg.n_sim,)``
+    ECEs of a perfectly calibrated predictor with the same confidences (the floor, also
+    drawn in the report)."""
     conf, correct = metrics.confidence_and_correct(P, yk)
     ece = metrics.ece(P, yk, cfg.n_bins)
     sims = ece_floor_samples(conf, cfg.n_bins, cfg.n_sim, cfg.seed)
@@ -219,30 +232,69 @@ def run_typed(
         "eps": cfg.eps,
         "confidence": "max p of the canonical variant",
     }
-    fixed_k = len({len(it.options) for it in items}) == 1
-    if cfg.ordinal and fixed_k:
-        ordinal = {
+    return calibration, selective, sims
+
+
+def _ordinal_score(
+    cfg: TypedBenchConfig, task: str, levels: int | None, P: np.ndarray, yk: np.ndarray
+) -> dict[str, Any]:
+    """Section 4, the summary's ``"ordinal"`` dict: the mean RPS of ``P (n, K)`` against
+    ``yk (n,)`` when score questions were asked (``cfg.ordinal``) over a fixed number of
+    ``levels`` (None: the items' option counts differ), else why it does not apply."""
+    if cfg.ordinal and levels is not None:
+        return {
             "applicable": True,
             "rps": float(ranked_probability_score(P, yk).mean()),
-            "levels": len(items[0].options),
+            "levels": levels,
         }
-    else:
-        why = (
-            "options differ in number across items"
-            if cfg.ordinal
-            else f"task {task}'s answers are categorical (choice questions); no score "
-            "(ordinal) question was asked (--ordinal asks its options as ordered levels)"
-        )
-        ordinal = {"applicable": False, "reason": why}
+    why = (
+        "options differ in number across items"
+        if cfg.ordinal
+        else f"task {task}'s answers are categorical (choice questions); no score "
+        "(ordinal) question was asked (--ordinal asks its options as ordered levels)"
+    )
+    return {"applicable": False, "reason": why}
+
+
+def _realised_costs(P: np.ndarray, yk: np.ndarray, cfg: TypedBenchConfig) -> dict[str, Any]:
+    """Section 5, the summary's ``"costs"`` dict: per asymmetric cost matrix over the K
+    options of ``P (n, K)`` its description, the matrix and
+    :func:`rlcd_lab.bench.common.realised_cost_comparison` (expected-cost decisions vs the
+    top answer, paired bootstrap over the ``n`` items)."""
     costs: dict[str, Any] = {}
-    if fixed_k:
-        for name, spec in asymmetric_cost_matrices(P.shape[1], cfg.cost_ratio).items():
-            found = realised_cost_comparison(P, yk, spec["matrix"], cfg.n_boot, cfg.seed)
-            costs[name] = {
-                "description": spec["description"],
-                "matrix": spec["matrix"].tolist(),
-                **found,
-            }
+    for name, spec in asymmetric_cost_matrices(P.shape[1], cfg.cost_ratio).items():
+        found = realised_cost_comparison(P, yk, spec["matrix"], cfg.n_boot, cfg.seed)
+        costs[name] = {
+            "description": spec["description"],
+            "matrix": spec["matrix"].tolist(),
+            **found,
+        }
+    return costs
+
+
+def run_typed(
+    cfg: TypedBenchConfig, backend: Backend | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Run the bench as ``cfg`` says (``backend``: answer with this one instead of opening
+    ``cfg``'s target); write the reports; return the summary (its ``"paths"`` name the
+    files)."""
+    say = progress or (lambda msg: None)
+    t_start = time.perf_counter()
+    backend, task = open_target(cfg, backend)
+    kind = "score" if cfg.ordinal else "choice"
+    items = bench_items(task, cfg.split, cfg.n_items)
+    y = np.array([it.label for it in items])
+
+    # 1. accuracy over rule-made variants ------------------------------------------------
+    accuracy, canonical = _variant_accuracy(backend, items, y, kind, cfg.seed, say)
+
+    # 2-5. the canonical variant: calibration, selective prediction, RPS, costs ----------
+    P, yk = _answered_matrix(canonical, y)
+    calibration, selective, sims = _calibration_and_selective(P, yk, cfg)
+    fixed_k = len({len(it.options) for it in items}) == 1
+    levels = len(items[0].options) if fixed_k else None
+    ordinal = _ordinal_score(cfg, task, levels, P, yk)
+    costs = _realised_costs(P, yk, cfg) if fixed_k else {}
 
     # 6. latency and tokens ----------------------------------------------------------------
     say("typed: latency grid")
@@ -324,27 +376,42 @@ def typed_markdown(s: dict[str, Any]) -> str:
             else f"Not applicable: {s['ordinal']['reason']}.\n"
         ),
         "## Realised cost per decision\n",
+        _cost_section(s["costs"]),
+        "\n## Latency and tokens per decision\n",
+        *_latency_lines(s["latency"]),
+        "\nOne request at a time (median over the states); tokens from `usage`.\n",
     ]
-    if s["costs"]:
-        rows = []
-        for name, r in s["costs"].items():
-            d = r["diff"]
-            rows.append(
-                [
-                    f"{name}: {r['description']}",
-                    fmt(r["expected_cost"]),
-                    fmt(r["top_answer"]),
-                    f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]",
-                    fmt(r["changed"]),
-                ]
-            )
-        head = ["cost matrix", "by expected cost", "top answer", "difference [95% CI]"]
-        lines.append(table(head + ["decisions changed"], rows))
-    else:
-        lines.append("Not computed: options differ in number across items.\n")
-    lines.append("\n## Latency and tokens per decision\n")
+    return "\n".join(lines)
+
+
+def _cost_section(costs: dict[str, Any]) -> str:
+    """The report's realised-cost table from the summary's ``"costs"`` (one row per cost
+    matrix: cost by expected cost and by top answer, their difference with its 95% CI,
+    the share of decisions changed), or a note when none was computed."""
+    if not costs:
+        return "Not computed: options differ in number across items.\n"
+    rows = []
+    for name, r in costs.items():
+        d = r["diff"]
+        rows.append(
+            [
+                f"{name}: {r['description']}",
+                fmt(r["expected_cost"]),
+                fmt(r["top_answer"]),
+                f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]",
+                fmt(r["changed"]),
+            ]
+        )
+    head = ["cost matrix", "by expected cost", "top answer", "difference [95% CI]"]
+    return table(head + ["decisions changed"], rows)
+
+
+def _latency_lines(latency: Sequence[dict[str, Any]]) -> list[str]:
+    """The report's latency table from the summary's ``"latency"`` rows
+    (:func:`latency_grid`: one row per options x questions cell) and, per option count
+    with a refused cell, one line quoting its first error (cut to 160 characters)."""
     rows, refused = [], {}
-    for r in s["latency"]:
+    for r in latency:
         if r["ok"]:
             rows.append(
                 [
@@ -359,11 +426,9 @@ def typed_markdown(s: dict[str, Any]) -> str:
         else:
             refused.setdefault(r["options"], r["error"])
     head = ["options", "questions", "ms / request", "ms / decision", "in tok / dec"]
-    lines.append(table([*head, "out tok / dec"], rows))
-    for k, err in refused.items():
-        lines.append(f"\n{k} options: refused ({err[:160]}).")
-    lines.append("\nOne request at a time (median over the states); tokens from `usage`.\n")
-    return "\n".join(lines)
+    lines = [table([*head, "out tok / dec"], rows)]
+    lines += [f"\n{k} options: refused ({err[:160]})." for k, err in refused.items()]
+    return lines
 
 
 def typed_figures(

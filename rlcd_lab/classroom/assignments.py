@@ -168,6 +168,85 @@ def _solution_code(assignments: list[tuple[str, str, tuple[str, ...]]]) -> str:
     return "\n".join(lines)
 
 
+def _answer_cell(nb: Any) -> int:
+    """The index of the notebook's answer cell: the one code cell, not tagged
+    ``solution``, that calls a classroom check; ``ValueError`` naming the candidates when
+    there is none or more than one (the exercises would be ambiguous)."""
+    answer_cells = [
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        and not exercises.is_solution(cell)
+        and _calls_with_guards(_parse(cell.source))
+    ]
+    if len(answer_cells) != 1:
+        raise ValueError(f"expected one answer cell calling classroom checks, found {answer_cells}")
+    return answer_cells[0]
+
+
+def _unanswered_name(stmt: ast.stmt) -> str | None:
+    """The name of an answer line ``name = None`` (where the student puts a value), or
+    None when ``stmt`` is anything else."""
+    if (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and isinstance(stmt.value, ast.Constant)
+        and stmt.value.value is None
+    ):
+        return stmt.targets[0].id
+    return None
+
+
+def _answer_statements(
+    tree: ast.Module, source: str
+) -> tuple[dict[str, ast.stmt], list[tuple[ast.stmt, ast.Call]], list[str]]:
+    """Sort the answer cell's top-level statements (``tree`` parsed from ``source``):
+    ``(unanswered, calls, setup)``, the ``name = None`` lines by name in order, each
+    statement calling a check with that call (in order: exercise 1, 2, ...) and the source
+    lines of everything else. ``ValueError`` for a statement calling two checks."""
+    unanswered: dict[str, ast.stmt] = {}
+    calls: list[tuple[ast.stmt, ast.Call]] = []
+    setup: list[str] = []
+    for stmt in tree.body:
+        found = [c for c, _ in _calls_with_guards(stmt)]
+        if len(found) > 1:
+            raise ValueError(f"one check per statement: {ast.unparse(stmt)}")
+        if found:
+            calls.append((stmt, found[0]))
+        elif (name := _unanswered_name(stmt)) is not None:
+            unanswered[name] = stmt
+        else:
+            setup += _lines(source, stmt)
+    return unanswered, calls, setup
+
+
+def _solution_assignments(
+    number: int,
+    check: str,
+    call: ast.Call,
+    names: list[str],
+    solved: dict[str, tuple[dict[str, ast.expr], tuple[str, ...]]],
+) -> list[tuple[str, str, tuple[str, ...]]]:
+    """``(name, solution expression, guards)`` for each answer ``name`` of exercise
+    ``number``: the expression the solution cells' (last) call of ``check`` passes to the
+    parameter that the answer cell's ``call`` passes ``name`` to, under that call's ``if``
+    guards (``solved``: check -> (bound arguments, guards)). ``ValueError`` when no
+    solution cell gives a value for an answer."""
+    args = _bind(call)
+    sol_args, guards = solved.get(check, ({}, ()))
+    assignments = []
+    for name in names:
+        params = [p for p, a in args.items() if isinstance(a, ast.Name) and a.id == name]
+        given = [sol_args[p] for p in params if p in sol_args]
+        if not given:
+            raise ValueError(
+                f"exercise {number}: no solution cell calls {check} with a value for {name}"
+            )
+        assignments.append((name, ast.unparse(given[0]), guards))
+    return assignments
+
+
 def parse_exercises(nb: Any) -> Exercises:
     """The exercises of a tutorial notebook (an ``nbformat`` notebook, e.g. from
     ``jupytext.read``).
@@ -179,16 +258,7 @@ def parse_exercises(nb: Any) -> Exercises:
     calls two checks, or when an answer has no solution (no solution cell passes a value
     to that parameter of that check).
     """
-    answer_cells = [
-        i
-        for i, cell in enumerate(nb.cells)
-        if cell.cell_type == "code"
-        and not exercises.is_solution(cell)
-        and _calls_with_guards(_parse(cell.source))
-    ]
-    if len(answer_cells) != 1:
-        raise ValueError(f"expected one answer cell calling classroom checks, found {answer_cells}")
-    (index,) = answer_cells
+    index = _answer_cell(nb)
     source = nb.cells[index].source
     tree = ast.parse(source)
     worked = "\n\n".join(
@@ -197,26 +267,7 @@ def parse_exercises(nb: Any) -> Exercises:
     solved: dict[str, tuple[dict[str, ast.expr], tuple[str, ...]]] = {}
     for call, guards in _calls_with_guards(ast.parse(worked)):  # the last call of each check
         solved[_checked(call)] = (_bind(call), guards)
-
-    unanswered: dict[str, ast.stmt] = {}  # name = None, in order
-    calls: list[tuple[ast.stmt, ast.Call]] = []
-    setup: list[str] = []
-    for stmt in tree.body:
-        found = [c for c, _ in _calls_with_guards(stmt)]
-        if len(found) > 1:
-            raise ValueError(f"one check per statement: {ast.unparse(stmt)}")
-        if found:
-            calls.append((stmt, found[0]))
-        elif (
-            isinstance(stmt, ast.Assign)
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Constant)
-            and stmt.value.value is None
-        ):
-            unanswered[stmt.targets[0].id] = stmt
-        else:
-            setup += _lines(source, stmt)
+    unanswered, calls, setup = _answer_statements(tree, source)
 
     items, taken = [], set()
     for number, (stmt, call) in enumerate(calls, start=1):
@@ -227,17 +278,7 @@ def parse_exercises(nb: Any) -> Exercises:
             if n not in taken and any(isinstance(a, ast.Name) and a.id == n for a in ast.walk(call))
         ]
         taken.update(names)
-        args = _bind(call)
-        sol_args, guards = solved.get(check, ({}, ()))
-        assignments = []
-        for name in names:
-            params = [p for p, a in args.items() if isinstance(a, ast.Name) and a.id == name]
-            given = [sol_args[p] for p in params if p in sol_args]
-            if not given:
-                raise ValueError(
-                    f"exercise {number}: no solution cell calls {check} with a value for {name}"
-                )
-            assignments.append((name, ast.unparse(given[0]), guards))
+        assignments = _solution_assignments(number, check, call, names, solved)
         items.append(
             Exercise(
                 number=number,

