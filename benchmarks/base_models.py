@@ -36,14 +36,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoints", type=Path, default=Path("assets/checkpoints"))
     ap.add_argument("--items", type=int, default=400)
+    ap.add_argument("--tasks", nargs="+", default=["verify", "verify-mixed", "facts", "aleatoric"])
     args = ap.parse_args()
     cols = ["accuracy", "brier", "nll", "ece", "aurc", "T", "ts_ece", "mean_length"]
     print(f"{'model':<16} {'mode':<7} " + " ".join(f"{c:>11}" for c in cols))
-    for task in ("verify", "facts", "aleatoric"):
+    for task in args.tasks:
         t0 = time.perf_counter()
         res = measure(args.checkpoints / f"base-{task}", task, args.items)
         for mode, r in res.items():
-            print(f"base-{task:<11} {mode:<7} " + " ".join(f"{r[c]:>11.3f}" for c in cols))
+            print(f"{'base-' + task:<16} {mode:<7} " + " ".join(f"{r[c]:>11.3f}" for c in cols))
         gap = res["reason"]["accuracy"] - res["direct"]["accuracy"]
         extra = (
             f" jsd direct {res['direct']['jsd']:.3f} reason {res['reason']['jsd']:.3f}"

@@ -43,8 +43,8 @@ QUESTION = {"q": {"type": "noul", "instructions": "Is the statement right?"}}
 def serve_child(checkpoint: str, port: int) -> None:
     import torch
 
-    from rlcd_lab.decision.answering import DecideOptions
-    from rlcd_lab.decision.decide import DecisionModel
+    from rlcd_lab.decide import DecisionModel
+    from rlcd_lab.decide.answering import DecideOptions
     from rlcd_lab.server.app import create_app
     from rlcd_lab.server.connections import build_server
 

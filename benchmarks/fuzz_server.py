@@ -33,8 +33,8 @@ from pathlib import Path
 import httpx
 from serve import free_port, wait_up  # benchmarks/serve.py, beside this script
 
-from rlcd_lab.decision.answering import DecideOptions
-from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decide import DecisionModel
+from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.connections import build_server
 from rlcd_lab.server.hardening import REQUEST_ID_HEADER

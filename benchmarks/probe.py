@@ -32,8 +32,8 @@ import torch
 from rlcd_lab.bench.common import machine
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.lm.pretrained import MODELS, convert_gguf
-from rlcd_lab.math.metrics import auroc
 from rlcd_lab.math.stats import wilson_interval
+from rlcd_lab.metrics import auroc
 from rlcd_lab.reader.reading import read
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import TaskItem

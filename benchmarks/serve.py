@@ -36,9 +36,9 @@ import numpy as np
 import torch
 import uvicorn
 
-from rlcd_lab.decision.answering import DecideOptions, Decision
-from rlcd_lab.decision.decide import DecisionModel
-from rlcd_lab.decision.jev import question_from_wire
+from rlcd_lab.decide import DecisionModel
+from rlcd_lab.decide.answering import DecideOptions, Decision
+from rlcd_lab.decide.jev import question_from_wire
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.tasks import load_task_items
 

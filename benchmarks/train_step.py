@@ -68,10 +68,10 @@ from pathlib import Path
 import torch
 
 from rlcd_lab.bench.speed import add_json_argument, machine_line, record_speed
+from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
-from rlcd_lab.math.estimators import surrogate_terms
 from rlcd_lab.reader.decoding import fast_dtype
 from rlcd_lab.reader.prompts import build_prompt
 from rlcd_lab.reader.reading import score_rationales

@@ -34,9 +34,9 @@ from transformers.utils import logging as hf_logging
 
 from rlcd_lab.integrations.trl import RLCDSettings, RLCDTrainer, rlcd_args, rlcd_dataset
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.math.metrics import accuracy, brier
-from rlcd_lab.math.scoring import brier_score
+from rlcd_lab.metrics import accuracy, brier
 from rlcd_lab.reader.reading import read
+from rlcd_lab.scoring import brier_score
 from rlcd_lab.tasks import load_task_items
 
 BASE = Path(__file__).resolve().parents[1] / "assets" / "checkpoints" / "base-verify"

@@ -53,12 +53,12 @@ from IPython.display import display
 from plotly.subplots import make_subplots
 
 from rlcd_lab.classroom import tutorial
+from rlcd_lab.decomposition import sampled_answer_decomposition, variance_decomposition
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.files import assets
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.math.decomposition import sampled_answer_decomposition, variance_decomposition
-from rlcd_lab.math.scoring import expected_score
 from rlcd_lab.reports import plots
+from rlcd_lab.scoring import expected_score
 from rlcd_lab.tasks import load_task_items
 
 pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script

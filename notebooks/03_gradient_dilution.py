@@ -15,7 +15,7 @@
 # # 3. Gradient dilution: the score-function term drowns the readout signal
 #
 # The gradient of the per-rationale objective `E_r J(u(r), q)` has two parts
-# (`rlcd_lab.math.estimators`):
+# (`rlcd_lab.estimators`):
 #
 # * the **pathwise** term `(1/M) sum_i grad R_i`, through the readout `u` (low variance:
 #   it is a plain supervised signal, the gradient of a proper score);

@@ -40,7 +40,7 @@
 #
 # Where the numbers come from: all three runs are trained *in this notebook* (into a
 # temporary directory) at the size set by `SCALE`, then evaluated on the test split
-# against `q` (Jensen-Shannon divergence, `rlcd_lab.math.metrics.jsd`, in bits as in the
+# against `q` (Jensen-Shannon divergence, `rlcd_lab.metrics.jsd`, in bits as in the
 # paper: 0 when equal, 1 for disjoint supports; lower is better). Their eval dumps are
 # read with `rlcd_lab.reports.results.load_run` (temperature fitted on dev) and compared with
 # `rlcd_lab.reports.results` (per-item JSD averaged over seeds, bootstrap over test items,
@@ -67,14 +67,15 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
+from rlcd_lab import metrics
 from rlcd_lab.classroom import tutorial
+from rlcd_lab.decomposition import variance_decomposition
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.files import assets
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.math import metrics, paper, verdicts
-from rlcd_lab.math.decomposition import variance_decomposition
+from rlcd_lab.math import paper, verdicts
 from rlcd_lab.reports import plots, report, results
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import METHOD_TABLE, launch_command, train
@@ -442,7 +443,7 @@ if SCALE == "default":
     s = results.load_run(train(cfg)).row
     print(f"exercise 1: lam 0.5: single-query JSD {s['jsd']:.3f} bits (TS {s['ts_jsd']:.3f})")
 # Solution 2: the column 'var u across rationales' above is exactly that term, averaged
-# over test items (rlcd_lab.math.decomposition.variance_decomposition gives it per item).
+# over test items (rlcd_lab.decomposition.variance_decomposition gives it per item).
 print(
     "exercise 2:", quality.get("var u across rationales", pd.Series(dtype=float)).round(4).to_dict()
 )

@@ -54,12 +54,13 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
+from rlcd_lab import metrics
 from rlcd_lab.classroom import tutorial
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.files import assets
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.math import metrics, routing
+from rlcd_lab.math import routing
 from rlcd_lab.reports import plots, report, results
 from rlcd_lab.tasks import load_task_items
 

@@ -523,7 +523,7 @@ def _is(cfg: object, module: str, name: str) -> bool:
 def _serve(cfg: Serve) -> None:
     """``rlcd-lab serve``: the port checked and the checkpoint verified before it loads."""
     check_port_free(cfg.host, cfg.port)  # before the checkpoint loads (seconds)
-    from rlcd_lab.decision.answering import DecideOptions
+    from rlcd_lab.decide.answering import DecideOptions
     from rlcd_lab.server import serve
     from rlcd_lab.server.app import default_checkpoint
 

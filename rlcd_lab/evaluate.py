@@ -36,7 +36,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlcd_lab.lm.checkpoint import MARKER, SEP
 from rlcd_lab.lm.model import context_length
-from rlcd_lab.math.metrics import T_MAX, T_MIN
+from rlcd_lab.metrics import T_MAX, T_MIN
 from rlcd_lab.reader import reading_length
 from rlcd_lab.reader.decoding import plain_copy, questions_per_call
 from rlcd_lab.reader.prompts import Mode, build_prompt, encode_prompts, item_options
@@ -65,8 +65,8 @@ def eval_warnings(
       marker the model never wrote (it has not learned the format, or --max-new-tokens
       is too small);
     * temperature at a bound: the checkpoint's fitted calibration temperature ``T`` is
-      at :data:`rlcd_lab.math.metrics.T_MIN` or :data:`~rlcd_lab.math.metrics.T_MAX` (relative
-      tolerance 1e-6), where :func:`rlcd_lab.math.metrics.fit_temperature` stops: the fit
+      at :data:`rlcd_lab.metrics.T_MIN` or :data:`~rlcd_lab.metrics.T_MAX` (relative
+      tolerance 1e-6), where :func:`rlcd_lab.metrics.fit_temperature` stops: the fit
       did not converge (readouts that carry no signal, or a constant answer);
     * accuracy at chance: over the labelled rows, the accuracy of the single-query
       readout (``argmax probs == label``) is at most chance ``c = mean_i 1/K_i`` plus

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from rlcd_lab import metrics
 from rlcd_lab.bench.attack import ATTACKS, attack_request, score_attack
 from rlcd_lab.bench.common import (
     asymmetric_cost_matrices,
@@ -27,7 +28,6 @@ from rlcd_lab.bench.common import (
     realised_cost_comparison,
 )
 from rlcd_lab.files.assets import default_checkpoint, shipped_checkpoints
-from rlcd_lab.math import metrics
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_null_attack_flips_no_more_than_reruns(checkpoint):
     # its excess flip rate over identical re-runs is noise, CI includes 0 (or is below it)
     from rlcd_lab.bench.attack import _read
     from rlcd_lab.bench.backends import InProcessBackend, Request
-    from rlcd_lab.decision.decide import DecisionModel
+    from rlcd_lab.decide import DecisionModel
     from rlcd_lab.tasks import load_task_items
 
     backend = InProcessBackend(DecisionModel.from_checkpoint(checkpoint), "reason", 2)
@@ -241,8 +241,8 @@ def test_bench_attack_over_the_wire_rejects_extra_field(checkpoint, tmp_path):
     from rlcd_lab.bench.attack import run_attack
     from rlcd_lab.bench.backends import WireBackend
     from rlcd_lab.bench.configs import AttackBenchConfig
-    from rlcd_lab.decision.answering import DecideOptions
-    from rlcd_lab.decision.decide import DecisionModel
+    from rlcd_lab.decide import DecisionModel
+    from rlcd_lab.decide.answering import DecideOptions
     from rlcd_lab.server.app import create_app
 
     app = create_app(DecisionModel.from_checkpoint(checkpoint), options=DecideOptions())

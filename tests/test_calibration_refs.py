@@ -17,7 +17,7 @@
 import numpy as np
 import pytest
 
-from rlcd_lab.math import metrics as M
+from rlcd_lab import metrics as M
 
 
 @pytest.fixture(scope="module")

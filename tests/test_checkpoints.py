@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decide import DecisionModel
 from rlcd_lab.files.rundir import CheckpointError
 from rlcd_lab.lm.checkpoint import (
     CHECKSUM_FILE,

@@ -1,4 +1,4 @@
-"""The dashboard: pure callbacks against hand-derived numbers and rlcd_lab.math.metrics, clear
+"""The dashboard: pure callbacks against hand-derived numbers and rlcd_lab.metrics, clear
 errors for bad input, and the launched app driven through gradio_client."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from rlcd_lab import metrics
 from rlcd_lab.dashboard import ask_tab, batch_tab, compare_tab, routing_tab, ui
 from rlcd_lab.dashboard.ask_checkpoint import (
     GENERIC_EXAMPLES,
@@ -60,7 +61,6 @@ from rlcd_lab.dashboard.ui import build_demo, offline_theme
 from rlcd_lab.files.assets import default_checkpoint, shipped_checkpoints, shipped_runs
 from rlcd_lab.lm.checkpoint import read_meta, save_checkpoint
 from rlcd_lab.lm.model import char_tokenizer, context_length
-from rlcd_lab.math import metrics
 from rlcd_lab.math.routing import realized_costs
 from rlcd_lab.tasks import load_task_items
 
@@ -790,7 +790,7 @@ def runs_dir(tmp_path, marker_lm, tokenizer):
 
 
 def test_runs_trained_under_runs_are_listed(runs_dir, tiny_root):
-    from rlcd_lab.math.metrics import DEFAULT_EPS
+    from rlcd_lab.metrics import DEFAULT_EPS
 
     run, nested = f"{runs_dir}/verify-s0/reinforce", f"{runs_dir}/deep/seed-1/sft"
     assert [str(p) for p in local_runs(runs_dir)] == [nested, run]

@@ -1,4 +1,4 @@
-"""Typed decisions (rlcd_lab.decision.decide): answers derived by hand from independent readouts.
+"""Typed decisions (rlcd_lab.decide): answers derived by hand from independent readouts.
 
 The reference numbers come from ``rlcd_lab.reader.readout`` / ``rlcd_lab.reader`` called
 directly on the same tiny models (shipped checkpoints and an in-process chat model),
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlcd_lab.decision.answering import DecideOptions
-from rlcd_lab.decision.decide import DecisionModel
-from rlcd_lab.decision.jev import (
+from rlcd_lab.decide import DecisionModel
+from rlcd_lab.decide.answering import DecideOptions
+from rlcd_lab.decide.jev import (
     DecisionError,
     decision_confidence,
     expected_level,

@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from rlcd_lab.math.decomposition import sampled_answer_decomposition, variance_decomposition
-from rlcd_lab.math.scoring import brier_score, expected_score
+from rlcd_lab.decomposition import sampled_answer_decomposition, variance_decomposition
+from rlcd_lab.scoring import brier_score, expected_score
 
 pytestmark = pytest.mark.usefixtures("float64")  # exactness checks run in float64
 

@@ -11,7 +11,7 @@ import itertools
 import pytest
 import torch
 
-from rlcd_lab.math.estimators import (
+from rlcd_lab.estimators import (
     grad_norm,
     gradient_terms,
     lambda_surrogate,
@@ -20,7 +20,7 @@ from rlcd_lab.math.estimators import (
     per_rationale_surrogate,
     surrogate_terms,
 )
-from rlcd_lab.math.scoring import expected_score
+from rlcd_lab.scoring import expected_score
 
 pytestmark = pytest.mark.usefixtures("float64")  # exactness checks run in float64
 
@@ -197,7 +197,7 @@ def test_ace_scales_only_negative_advantages_by_the_confidence_shift():
     advantages (0.43, -0.62, 0.19); with c = (0.5, 2.0, -1.0) and alpha = 0.5 only the
     negative one changes: -0.62 (1 + 0.5 * 2) = -1.24. The score-function gradient with
     respect to log pi(r_i) is -A_i' / M."""
-    from rlcd_lab.math.estimators import surrogate_terms
+    from rlcd_lab.estimators import surrogate_terms
 
     u = torch.tensor([[0.9, 0.1], [0.4, 0.6], [0.7, 0.3]], dtype=torch.float64)
     logp = torch.zeros(3, dtype=torch.float64, requires_grad=True)

@@ -524,7 +524,7 @@ def test_warns_about_forced_markers_above_a_fifth_of_rationales():
 
 def test_warns_about_a_temperature_at_the_bound_of_the_fit():
     from rlcd_lab.evaluate import eval_warnings
-    from rlcd_lab.math.metrics import T_MAX, T_MIN
+    from rlcd_lab.metrics import T_MAX, T_MIN
 
     rows = _rows(10, 2, 10)  # all correct: no other warning
     for T in (T_MIN, T_MAX):

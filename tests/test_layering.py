@@ -5,10 +5,11 @@ the Reader's package and the modules named in ``READER_USERS`` reach into the Re
 (its modules, the marker, a chat template, a sampler's ``generate``, a softmax or a log
 loss over logits, in any disguise); the decision path's files and functions stay small.
 
-The floors (docs/layout.md) are the package's folders: ``math`` and ``files`` (scores,
-estimators, metrics, statistics, the cost model; file formats), ``lm`` and ``tasks``
-(models, checkpoints, task items), ``reader`` (the Reader), the lab (``train``,
-``decision``, ``reports``, ``classroom``, ``bench``, evaluation, reproduction) and the
+The floors (docs/layout.md) are the package's folders: ``math`` and ``files`` (statistics,
+the cost model; file formats) under the four contract modules at the top (``scoring``,
+``decomposition``, ``estimators``, ``metrics``), ``lm`` and ``tasks`` (models,
+checkpoints, task items), ``reader`` (the Reader), the lab (``train``, ``decide``,
+``reports``, ``classroom``, ``bench``, evaluation, reproduction) and the
 faces (``dashboard``, ``server``, ``cli``). ``python tests/test_layering.py`` prints the
 structure in numbers.
 """
@@ -23,7 +24,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "rlcd_lab"
 
 FLOORS = {
-    "math": ("math", "files"),
+    "math": ("scoring", "decomposition", "estimators", "metrics", "math", "files"),
     "lm": ("lm", "tasks", "tasks.items", "tasks.split", "tasks.synthetic", "tasks.worked"),
     "reader": ("reader",),
     "lab": ("tasks.convert", "tasks.fetch"),
@@ -41,7 +42,7 @@ READER_USERS = {
     "integrations.trl": "RLCD inside TRL: its completions are cut at the marker and scored",
     "lm_eval_tasks.model": "lm-eval's option log-likelihoods are the Reader's readouts",
     "tasks.convert": "proposes GSM8K verify items by sampling a checkpoint's own answers",
-    "decision": "the decision engine: questions to option tokens, the Reader's phases",
+    "decide": "the decision engine: questions to option tokens, the Reader's phases",
     "dashboard.ask_tab": "the Ask tab shows each rationale's readout through a Reader",
     "dashboard.ask_checkpoint": "a checkpoint's prompt format and fitted T on its card",
     "dashboard.compare_tab": "two Readers side by side",
@@ -50,7 +51,7 @@ READER_USERS = {
 """Modules outside ``reader/`` that may import its modules and the marker, and why (a
 name covers its submodules)."""
 LOGIT_CALLS = {
-    "math.metrics": {"softmax", "log_softmax"},  # temperature scaling of stored logits
+    "metrics": {"softmax", "log_softmax"},  # temperature scaling of stored logits
     "train.verbal": {"log_softmax"},  # the stated-confidence digits, not option tokens
     "train.sft": {"cross_entropy"},  # SFT's loss on the label token (the paper's baseline)
     "train.vllm": {"generate"},  # vLLM's engine is a Sampler
@@ -62,7 +63,7 @@ READER_ONLY = {"generate", "apply_chat_template", "softmax", "log_softmax", "cro
                "nll_loss", "MARKER", "SEP"}  # fmt: skip
 """Names only the Reader uses (as a call, an attribute, a name or an import alias)."""
 MARKER_TEXT = "Answer:"
-SMALL_FILES = ("decision/*.py", "reader/*.py", "server/*.py", "dashboard/*_tab.py")
+SMALL_FILES = ("decide/*.py", "reader/*.py", "server/*.py", "dashboard/*_tab.py")
 MAX_LINES, MAX_FUNCTION_LINES = 500, 80
 
 
@@ -191,8 +192,8 @@ def test_the_cycle_and_floor_checks_can_fail(tmp_path):
     known = {"a", "b"}
     assert imports("a", tmp_path / "a.py", known) == {"b"}
     assert imports("b", tmp_path / "b.py", known) == {"a"}
-    assert floor("math.metrics") < floor("lm.model") < floor("reader.reading")
-    assert floor("reader") < floor("decision.decide") < floor("server.app")
+    assert floor("metrics") < floor("lm.model") < floor("reader.reading")
+    assert floor("math.stats") < floor("reader") < floor("decide.jev") < floor("server.app")
     assert floor("tasks.items") < floor("reader") < floor("tasks.convert")
     # importing a package's module runs the package first (from outside it)
     (tmp_path / "c.py").write_text("from rlcd_lab.p.q import z\n")

@@ -23,12 +23,12 @@ lm_eval = pytest.importorskip("lm_eval")
 
 from lm_eval.tasks import TaskManager  # noqa: E402
 
+from rlcd_lab import metrics  # noqa: E402
 from rlcd_lab.cli import Eval, run_eval_command  # noqa: E402
 from rlcd_lab.evaluate import run_eval  # noqa: E402
 from rlcd_lab.lm.loading import load_checkpoint  # noqa: E402
 from rlcd_lab.lm_eval_tasks import TASK_DIR, register  # noqa: E402
 from rlcd_lab.lm_eval_tasks.tasks import METRICS  # noqa: E402
-from rlcd_lab.math import metrics  # noqa: E402
 from rlcd_lab.tasks import load_task_items  # noqa: E402
 from rlcd_lab.tasks.items import TaskItem, write_items  # noqa: E402
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rlcd_lab import metrics
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.files.rundir import read_log
-from rlcd_lab.math import metrics
 from rlcd_lab.reports.results import summarize
 from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.train import grpo

@@ -21,8 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.files.rundir import read_log
-from rlcd_lab.math.estimators import surrogate_terms
 from rlcd_lab.reader.rationales import hf_sampler, sample_rationales
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Generated, GumbelSampler

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from rlcd_lab.math import metrics as M
+from rlcd_lab import metrics as M
 from rlcd_lab.reports import plots as P
 
 

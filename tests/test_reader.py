@@ -436,8 +436,8 @@ def test_context_rule_is_one_function_for_decide_and_the_ask_tab(tokenizer, mark
     it needs n + 17 positions of marker_lm's 512: both accept 495 and refuse 496, through
     the same ``Reader.check_fits``."""
     from rlcd_lab.dashboard.ask_tab import ask_model
-    from rlcd_lab.decision.decide import DecisionModel
-    from rlcd_lab.decision.jev import DecisionError
+    from rlcd_lab.decide import DecisionModel
+    from rlcd_lab.decide.jev import DecisionError
     from rlcd_lab.reader import ContextTooLong, Reader
 
     calls = []

@@ -296,8 +296,8 @@ def test_a_shipped_aurc_ci_recomputes_from_the_dumps_with_the_joint_item_bootstr
     """RLCD minus matched-budget GRPO on AURC in the shipped verify summary, recomputed
     from the raw eval dumps: T fitted on dev per seed, AURC per seed averaged, and each
     bootstrap replicate drawing one set of test items for all seeds (loop reference)."""
+    from rlcd_lab import metrics
     from rlcd_lab.files.io import read_jsonl
-    from rlcd_lab.math import metrics
 
     root = ASSETS / "results" / "verify"
     summary = json.loads((root / "summary.json").read_text())

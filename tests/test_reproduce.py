@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlcd_lab import metrics
 from rlcd_lab.files.io import atomic_write_jsonl, read_jsonl
-from rlcd_lab.math import metrics, stats
+from rlcd_lab.math import stats
 from rlcd_lab.reports.report import write_report
 from rlcd_lab.reports.results import FORKS, summarize_runs
 from rlcd_lab.reproduce import SCALES, ReproduceConfig, plan, run_job, timed_job

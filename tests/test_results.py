@@ -1,6 +1,6 @@
 """rlcd_lab.reports.results: a run's eval dumps -> per-item values, and the paper's paired tests.
 
-Expectations are derived: per-item means against rlcd_lab.math.metrics, hand-computed values
+Expectations are derived: per-item means against rlcd_lab.metrics, hand-computed values
 for ragged option counts, and brute-force loop references (every sign/swap pattern
 enumerated, bootstrap replicates recomputed item by item with metrics.aurc) for paired().
 """
@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from rlcd_lab.math import metrics
+from rlcd_lab import metrics
 from rlcd_lab.reports import results
 
 

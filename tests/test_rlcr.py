@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from rlcd_lab import metrics
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.rundir import read_log
-from rlcd_lab.math import metrics
 from rlcd_lab.reader.prompts import left_pad
 from rlcd_lab.reader.rationales import sample_questions
 from rlcd_lab.reproduce import ReproduceConfig, plan, stated_view

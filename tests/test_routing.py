@@ -12,12 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rlcd_lab.dashboard import ask_tab, routing_tab
-from rlcd_lab.decision.answering import DecideOptions
-from rlcd_lab.decision.decide import DecisionModel
-from rlcd_lab.decision.jev import decision_confidence
+from rlcd_lab.decide import DecisionModel
+from rlcd_lab.decide.answering import DecideOptions
+from rlcd_lab.decide.jev import decision_confidence
 from rlcd_lab.files.assets import shipped_checkpoints
 from rlcd_lab.math import routing
-from rlcd_lab.math.metrics import DEFAULT_EPS
 from rlcd_lab.math.routing import (
     DEFAULT_CHANCE_CORRECTED_THRESHOLD,
     DEFAULT_THRESHOLD,
@@ -29,6 +28,7 @@ from rlcd_lab.math.routing import (
     equivalent_threshold,
     threshold_for_coverage,
 )
+from rlcd_lab.metrics import DEFAULT_EPS
 from rlcd_lab.server.app import create_app
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlcd_lab.math.scoring import (
+from rlcd_lab.scoring import (
     RULES,
     brier_score,
     expected_score,
@@ -35,7 +35,7 @@ def test_the_rules_are_listed_once():
     """The settings' type names exactly the rules of the one table."""
     from typing import get_args
 
-    from rlcd_lab.math.scoring import Rule
+    from rlcd_lab.scoring import Rule
 
     assert get_args(Rule) == tuple(RULES)
     with pytest.raises(ValueError, match=r"choose one of \('brier', 'log', 'spherical'\)"):

@@ -26,10 +26,9 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from rlcd_lab.decision import answering
-from rlcd_lab.decision.answering import DecideOptions, Decision
-from rlcd_lab.decision.decide import DecisionModel
-from rlcd_lab.decision.jev import DecisionError
+from rlcd_lab.decide import DecisionModel, answering
+from rlcd_lab.decide.answering import DecideOptions, Decision
+from rlcd_lab.decide.jev import DecisionError
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.connections import build_server

@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlcd_lab.decision.answering import DecideOptions
-from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decide import DecisionModel
+from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.connections import build_server
 from rlcd_lab.server.hardening import REQUEST_ID_HEADER, ServerLimits

@@ -19,8 +19,8 @@ import time
 import h11
 import pytest
 
-from rlcd_lab.decision.answering import DecideOptions
-from rlcd_lab.decision.decide import DecisionModel
+from rlcd_lab.decide import DecisionModel
+from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.connections import build_server
 

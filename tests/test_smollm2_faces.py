@@ -16,12 +16,12 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from rlcd_lab import metrics
 from rlcd_lab.dashboard.ask_checkpoint import GENERIC_EXAMPLES, checkpoint_info, example_fields
 from rlcd_lab.dashboard.ask_tab import ask, ask_model, load_model
-from rlcd_lab.decision.answering import DecideOptions
-from rlcd_lab.decision.decide import DecisionModel
-from rlcd_lab.decision.jev import question_from_wire, render
-from rlcd_lab.math import metrics
+from rlcd_lab.decide import DecisionModel
+from rlcd_lab.decide.answering import DecideOptions
+from rlcd_lab.decide.jev import question_from_wire, render
 from rlcd_lab.reader import DEFAULT_NEW_TOKENS
 from rlcd_lab.reader.prompts import build_prompt
 from rlcd_lab.reader.reading import direct_readout

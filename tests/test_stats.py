@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlcd_lab.math import metrics as M
+from rlcd_lab import metrics as M
 from rlcd_lab.math import stats as S
 
 # ---------------------------------------------------------------------------------------

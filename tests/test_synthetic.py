@@ -79,36 +79,110 @@ def test_verify_slip_is_the_teachers_carry_drop_rate(slip):
     assert abs(drops - slip * carries) <= 4.5 * sd + 1e-9
 
 
-def test_verify_mixed_sums_two_to_four_terms_and_slips_more_on_longer_ones():
-    """Items: 2 to 4 two-digit terms, half proposing the sum, half a tens-digit near miss.
-    The teacher adds term by term: without slips every equation is true and it is always
-    right; dropping every carry, ``47+38+16`` goes 47+38=75 (7+8 carries), 75+16=81 (5+6
-    carries): what a hand calculation that drops both carries gives. At slip 0.2 the
-    teacher is right less often on longer sums (more carries)."""
+_MIXED = re.compile(r"^(\d+(?:\+\d+)+)=(\d+)\?$")
+_MIXED_RATIONALE = re.compile(r"^((?:\d+\+\d+=\d+;)+)(\d+) vs (\d+):(same|diff)$")
+
+
+def _teacher_odds(terms, p, slip):
+    """Exact chances that the verify-mixed teacher's sum of ``terms`` is off, and that its
+    verdict on ``p`` is right: its running total's distribution, step by step (a carry
+    dropped with probability ``slip``)."""
+    dist = {terms[0]: 1.0}
+    for t in terms[1:]:
+        nxt = {}
+        for total, w in dist.items():
+            carry = (total % 10 + t % 10) >= 10
+            for got, v in ((total + t, 1 - slip if carry else 1.0), (total + t - 10, slip)):
+                if v and (got == total + t or carry):
+                    nxt[got] = nxt.get(got, 0.0) + w * v
+        dist = nxt
+    s = sum(terms)
+    off = 1 - dist.get(s, 0.0)
+    right = dist.get(s, 0.0) if p == s else 1 - dist.get(p, 0.0)
+    return off, right
+
+
+def test_verify_mixed_items_and_teacher_format():
+    """Items: 2 or 3 two-digit terms (both counts common), half proposing the sum, half a
+    tens-digit near miss. The teacher adds term by term, restates its sum beside the
+    proposal and states the verdict that follows from its own rationale; rationale plus
+    the marker fit the 48 new tokens. Without slips it is always right; dropping every
+    carry, ``47+38+16`` goes 47+38=75, 75+16=81."""
     task = get_task("verify-mixed")
+    assert task.slip == 0.2 and task.split("test") == VerifyMixed(slip=0.9).split("test")
     items = task.split("test")
-    counts = {len(i.prompt.split("+")) for i in items}
-    assert counts == {2, 3, 4}
+    counts = np.bincount([len(i.prompt.split("+")) for i in items], minlength=4)
+    assert counts[:2].sum() == 0 and counts[2] + counts[3] == len(items)
+    assert min(counts[2], counts[3]) > 0.4 * len(items)
+    assert 0.4 < np.mean([it.label for it in items]) < 0.6
     for item in items:
-        head, p = item.prompt[:-1].split("=")
-        total = sum(map(int, head.split("+")))
-        assert (int(p) == total) == (item.label == 0)
-        assert item.label == 0 or (int(p) - total) in (-20, -10, 10, 20)
+        head, p = _MIXED.match(item.prompt).groups()
+        terms = [int(t) for t in head.split("+")]
+        assert all(10 <= t <= 99 for t in terms)
+        assert (int(p) == sum(terms)) == (item.label == 0)
+        assert item.label == 0 or (int(p) - sum(terms)) in (-20, -10, 10, 20)
     rng = np.random.default_rng(0)
-    for item in items[:100]:
-        ex = VerifyMixed(slip=0.0).teach(item, rng, direct=False)
-        for a, b, c in re.findall(r"(\d+)\+(\d+)=(\d+)", ex.rationale):
-            assert int(a) + int(b) == int(c)
-        assert ex.label == task.options[item.label] and len(ex.rationale) <= 40
-    hand = TaskItemLike("47+38+16=81?")
-    ex = VerifyMixed(slip=1.0).teach(hand, rng, direct=False)
-    assert ex.rationale == "47+38=75;75+16=81;same" and ex.label == "Y"
-    right = {n: [] for n in (2, 3, 4)}
+    exact = VerifyMixed(slip=0.0)
     for item in items:
-        ex = task.teach(item, rng, direct=False)
-        right[len(item.prompt.split("+"))].append(ex.label == task.options[item.label])
-    acc = {n: float(np.mean(v)) for n, v in right.items()}
-    assert acc[2] > acc[4] and 0.8 < float(np.mean(sum(right.values(), []))) < 0.95, acc
+        ex = exact.teach(item, rng, direct=False)
+        steps, total, p, verdict = _MIXED_RATIONALE.match(ex.rationale).groups()
+        assert int(total) == sum(map(int, item.prompt.split("=")[0].split("+")))
+        sums = re.findall(r"(\d+)\+(\d+)=(\d+)", steps)
+        assert all(int(a) + int(b) == int(c) for a, b, c in sums)
+        assert ex.label == task.options[item.label]
+        assert verdict == ("same" if ex.label == "Y" else "diff")
+    longest = VerifyMixed(slip=0.0).teach(TaskItemLike("99+99+99=317?"), rng, direct=False)
+    assert longest.rationale == "99+99=198;198+99=297;297 vs 317:diff"
+    assert len(longest.rationale + " Answer:") <= 48  # the longest rationale there is
+    hand = VerifyMixed(slip=1.0).teach(TaskItemLike("47+38+16=81?"), rng, direct=False)
+    assert hand.rationale == "47+38=75;75+16=81;81 vs 81:same" and hand.label == "Y"
+    direct = task.teach(items[0], rng, direct=True)
+    assert direct.rationale == "" and direct.label == items[0].options[items[0].label]
+
+
+def test_verify_mixed_slips_more_on_longer_sums():
+    """On 6000 fresh items of each length the teacher (slip 0.2) writes well-formed
+    additions only (each step exact, or short by 10 where it carries), states the verdict
+    of its own rationale, and is off / wrong as often as the exact per-item chances
+    (``_teacher_odds``) add up to: within 4.5 standard deviations of their sum (variance
+    sum p(1-p)). Those chances match the docstring's enumeration (sum off on 9.0% of
+    two-term and 17.5% of three-term items; verdict right on 93.7% and 87.8%), and the
+    three-term teacher is wrong measurably more often."""
+    task = get_task("verify-mixed")
+    rng = np.random.default_rng(1)
+    n = 6000
+    seen = {}
+    for k in (2, 3):
+        off = right = 0
+        p_off, p_right = [], []
+        for _ in range(n):
+            terms = [int(v) for v in rng.integers(10, 100, size=k)]
+            s = sum(terms)
+            p = s if rng.random() < 0.5 else s + int(rng.choice([-20, -10, -10, 10, 20]))
+            item = TaskItemLike("+".join(map(str, terms)) + f"={p}?")
+            ex = task.teach(item, rng, direct=False)
+            steps, total, shown, verdict = _MIXED_RATIONALE.match(ex.rationale).groups()
+            found = [tuple(map(int, m)) for m in re.findall(r"(\d+)\+(\d+)=(\d+)", steps)]
+            assert [b for _, b, _ in found] == terms[1:] and found[0][0] == terms[0]
+            nexts = [f[0] for f in found[1:]] + [int(total)]  # each sum carried on
+            for (x, y, got), nxt in zip(found, nexts, strict=True):
+                carry = (x % 10 + y % 10) >= 10
+                assert got in ((x + y, x + y - 10) if carry else (x + y,)) and nxt == got
+            assert int(shown) == p and (verdict == "same") == (int(total) == p)
+            assert ex.label == ("Y" if verdict == "same" else "N")
+            off += int(total) != s
+            right += ex.label == ("Y" if p == s else "N")
+            o, r = _teacher_odds(terms, p, task.slip)
+            p_off.append(o)
+            p_right.append(r)
+        for got, chances in ((off, np.array(p_off)), (right, np.array(p_right))):
+            sd = float(np.sqrt((chances * (1 - chances)).sum()))
+            assert abs(got - chances.sum()) <= 4.5 * sd, (k, got, chances.sum(), sd)
+        seen[k] = (np.mean(p_off), np.mean(p_right), right / n)
+    assert abs(seen[2][0] - 0.090) < 0.01 and abs(seen[3][0] - 0.175) < 0.012
+    assert abs(seen[2][1] - 0.937) < 0.01 and abs(seen[3][1] - 0.878) < 0.012
+    gap_sd = np.sqrt(sum(r * (1 - r) for _, r, _ in seen.values()) / n)
+    assert seen[2][2] - seen[3][2] > 4.5 * gap_sd, seen
 
 
 def TaskItemLike(prompt):  # noqa: N802  an item with only a prompt (the teacher reads that)

@@ -11,9 +11,9 @@ import torch
 from peft import LoraConfig
 from transformers import TrainerCallback
 
+from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.lm.checkpoint import save_checkpoint
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.math.estimators import surrogate_terms
 from rlcd_lab.reader.rationales import Rationales, sample_questions, sample_rationales
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.tasks import load_task_items

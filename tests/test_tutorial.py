@@ -12,8 +12,9 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
+from rlcd_lab import metrics
 from rlcd_lab.classroom import tutorial
-from rlcd_lab.math import metrics, routing
+from rlcd_lab.math import routing
 from rlcd_lab.reports import results
 
 # ------------------------------------------------------------------------------ scale

@@ -5,9 +5,9 @@ its rationales and, for the wire only, ``extra`` fields outside the schema) and 
 same :class:`Outcome` (HTTP-like status, answers, usage, seconds), so a bench never
 knows which it talks to:
 
-* :class:`InProcessBackend`: :meth:`rlcd_lab.decision.decide.DecisionModel.decide_batch`; a
+* :class:`InProcessBackend`: :meth:`rlcd_lab.decide.DecisionModel.decide_batch`; a
   request it cannot answer is status 422 with the
-  :class:`~rlcd_lab.decision.decide.DecisionError`'s message.
+  :class:`~rlcd_lab.decide.DecisionError`'s message.
   Fields outside the schema cannot reach the engine here (its API has no place for them):
   such a request is status 0, "not applicable".
 * :class:`WireBackend`: ``POST /v1/systemone`` on a running ``rlcd-lab serve`` (or any
@@ -149,7 +149,7 @@ class Backend(Protocol):
 
 
 class InProcessBackend:
-    """A :class:`rlcd_lab.decision.decide.DecisionModel` answering with ``mode`` and ``m``."""
+    """A :class:`rlcd_lab.decide.DecisionModel` answering with ``mode`` and ``m``."""
 
     where = "in-process"
 
@@ -172,8 +172,8 @@ class InProcessBackend:
     def run(self, requests: Sequence[Request], batched: bool = True) -> list[Outcome]:
         """Outcomes in order; ``batched``: shared forward passes (``decide_batch`` over up to
         :data:`BATCH_REQUESTS` requests), else one timed request at a time."""
-        from rlcd_lab.decision.answering import DecideOptions
-        from rlcd_lab.decision.jev import DecisionError
+        from rlcd_lab.decide.answering import DecideOptions
+        from rlcd_lab.decide.jev import DecisionError
 
         out: list[Outcome | None] = [None] * len(requests)
         todo = []
@@ -384,7 +384,7 @@ def open_backend(cfg: BenchTarget) -> tuple[Backend, str | None]:
         return backend, None
     import torch
 
-    from rlcd_lab.decision.decide import DecisionModel
+    from rlcd_lab.decide import DecisionModel
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

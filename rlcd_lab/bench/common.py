@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from rlcd_lab.files.io import atomic_write_text
-from rlcd_lab.math.metrics import ArrayLike, bin_index, to_numpy
 from rlcd_lab.math.routing import realized_costs
 from rlcd_lab.math.stats import paired_bootstrap
+from rlcd_lab.metrics import ArrayLike, bin_index, to_numpy
 from rlcd_lab.reports.pages import html_page, plotly_src
 
 FLOOR_LEVEL = 0.95
@@ -44,9 +44,9 @@ def ece_floor_samples(
     """ECEs of a perfectly calibrated predictor with the given confidences, ``(n_sim,)``.
 
     Each simulation draws ``correct_i ~ Bernoulli(c_i)`` independently for every item
-    (``numpy.random.default_rng(seed)``, the draws of :func:`rlcd_lab.math.metrics.ece_noise_floor`
+    (``numpy.random.default_rng(seed)``, the draws of :func:`rlcd_lab.metrics.ece_noise_floor`
     in the same order, so ``ece_floor_samples(...).mean()`` equals it) and computes the
-    top-label ECE with the bins of :func:`rlcd_lab.math.metrics.ece`:
+    top-label ECE with the bins of :func:`rlcd_lab.metrics.ece`:
     ``ECE = sum_b |sum_{i in B_b} correct_i - sum_{i in B_b} c_i| / N``.
     Shapes: ``confidence (N,)`` in [0, 1] -> ``(n_sim,)``. A model's ECE inside the central
     95% of these values is indistinguishable from finite-sample noise; lower ECE is better

@@ -33,7 +33,7 @@ class BenchTarget:
     n_items: int = 200
     """Items of the split (the first N)."""
     mode: Literal["direct", "reason", "auto"] = "reason"
-    """How decisions are computed (rlcd_lab.decision.decide); reason samples M rationales."""
+    """How decisions are computed (rlcd_lab.decide); reason samples M rationales."""
     m: int = 4
     """Rationales per question (reason, auto)."""
     seed: int = 0

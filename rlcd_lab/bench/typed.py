@@ -10,7 +10,7 @@ with ``--ordinal`` a ``score`` over them as ordered levels):
 2. calibration of the canonical variant: top-label ECE beside the noise floor, the 95%
    range of the ECE a perfectly calibrated predictor with the same confidences shows
    (``common.ece_floor_samples``);
-3. selective prediction: AURC and Cov@eps (:mod:`rlcd_lab.math.metrics`) on ``max p``;
+3. selective prediction: AURC and Cov@eps (:mod:`rlcd_lab.metrics`) on ``max p``;
 4. ordinal proper score: the RPS (``common.ranked_probability_score``) for score
    questions; "not applicable" for categorical answers;
 5. realised cost per decision under two asymmetric cost matrices, deciding by expected
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rlcd_lab import metrics
 from rlcd_lab.bench.backends import Backend, Outcome, Request, open_target, slug
 from rlcd_lab.bench.common import (
     INSTRUCTION_TEMPLATES,
@@ -49,7 +50,6 @@ from rlcd_lab.bench.common import (
     write_report,
 )
 from rlcd_lab.bench.configs import TypedBenchConfig
-from rlcd_lab.math import metrics
 
 Progress = Callable[[str], None]
 QUESTION = "answer"
@@ -199,7 +199,7 @@ def _answered_matrix(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(P (n, K), labels (n,))`` of the answered items of the canonical variant
     (``probs_list``: per item its probabilities or None; ``y (N,)``): rows padded with 0 to
-    the most options (:func:`rlcd_lab.math.metrics.pad_ragged`); ``ValueError`` when no
+    the most options (:func:`rlcd_lab.metrics.pad_ragged`); ``ValueError`` when no
     item was answered, as there is then nothing to score."""
     keep = np.array([p is not None for p in probs_list])
     if not keep.any():

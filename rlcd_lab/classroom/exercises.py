@@ -206,15 +206,15 @@ def check_log_score_gap(
     row per rationale; :data:`LOG_GAP_READOUTS`), their mixture ``p`` and the outcome
     distribution ``q`` (:data:`LOG_GAP_Q`); ``diversity``: Proposition 1's
     ``E_r ||u(r) - p||^2`` for the same readouts (the Brier gap). Expected values:
-    :func:`rlcd_lab.math.scoring.expected_score` with the log rule and
-    :func:`rlcd_lab.math.decomposition.variance_decomposition` (tolerances 0.001).
+    :func:`rlcd_lab.scoring.expected_score` with the log rule and
+    :func:`rlcd_lab.decomposition.variance_decomposition` (tolerances 0.001).
     """
     if _missing(log_gap, diversity):
         return Feedback(None, NOT_ANSWERED)
     import torch
 
-    from rlcd_lab.math.decomposition import variance_decomposition
-    from rlcd_lab.math.scoring import expected_score
+    from rlcd_lab.decomposition import variance_decomposition
+    from rlcd_lab.scoring import expected_score
 
     u = torch.tensor(readouts, dtype=torch.float64)
     qt = torch.tensor(q, dtype=torch.float64)
@@ -247,14 +247,14 @@ def check_certainty_threshold(lam: Any, q1: float = 0.7) -> Feedback:
     Expected value: the optimum leaves ``p_1 = 1`` once the objective's slope there turns
     negative; the slope is ``a + lambda b``, with ``a`` and ``b`` the derivatives of the
     ``sampled_brier`` and ``gini`` terms of
-    :func:`rlcd_lab.math.decomposition.sampled_answer_decomposition` at ``p_1 = 1`` (autograd),
+    :func:`rlcd_lab.decomposition.sampled_answer_decomposition` at ``p_1 = 1`` (autograd),
     so the threshold is ``-a / b`` (tolerance 0.01).
     """
     if _missing(lam):
         return Feedback(None, NOT_ANSWERED)
     import torch
 
-    from rlcd_lab.math.decomposition import sampled_answer_decomposition
+    from rlcd_lab.decomposition import sampled_answer_decomposition
 
     p1 = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
     q = torch.tensor([1 - q1, q1], dtype=torch.float64)
@@ -542,14 +542,14 @@ def check_aurc_before_after(result: Any, aurc_raw: Any, aurc_ts: Any) -> Feedbac
     """Notebook 4, exercise 1: a run's AURC before and after temperature scaling.
 
     ``result``: a :class:`rlcd_lab.reports.results.RunResult` (e.g. ``first[GRPO]``). Expected
-    values: :func:`rlcd_lab.math.metrics.aurc` of the raw and of the scaled probabilities
+    values: :func:`rlcd_lab.metrics.aurc` of the raw and of the scaled probabilities
     (tolerance 0.001).
     """
     if result is None:
         return _nothing("no run to check against")
     if _missing(aurc_raw, aurc_ts):
         return Feedback(None, NOT_ANSWERED)
-    from rlcd_lab.math import metrics
+    from rlcd_lab import metrics
 
     exp_raw = metrics.aurc(*metrics.confidence_and_correct(result.probs(False), result.labels))
     exp_ts = metrics.aurc(result.confidence, result.correct)
@@ -572,13 +572,13 @@ def check_coverage_at_risk(result: Any, answer: Any, eps: float = 0.02) -> Feedb
 
     ``result``: a :class:`rlcd_lab.reports.results.RunResult` (e.g. ``first[RLCD]``). Expected
     value:
-    :func:`rlcd_lab.math.metrics.coverage_at_risk` at ``eps`` (tolerance 0.001).
+    :func:`rlcd_lab.metrics.coverage_at_risk` at ``eps`` (tolerance 0.001).
     """
     if result is None:
         return _nothing("no run to check against")
     if _missing(answer):
         return Feedback(None, NOT_ANSWERED)
-    from rlcd_lab.math import metrics
+    from rlcd_lab import metrics
 
     expected = metrics.coverage_at_risk(result.confidence, result.correct, eps)
     value = _number(answer)
@@ -649,7 +649,7 @@ def check_diversity_term(rows: Sequence[Mapping[str, Any]] | None, answer: Any) 
 
     ``rows``: eval-dump rows with several ``readouts`` per item (e.g. ``mrows``). Expected
     value: the mean over items of ``diversity`` from
-    :func:`rlcd_lab.math.decomposition.variance_decomposition` (tolerance 2% or 1e-4).
+    :func:`rlcd_lab.decomposition.variance_decomposition` (tolerance 2% or 1e-4).
     """
     if not rows:
         return _nothing("no readouts at this scale")
@@ -657,7 +657,7 @@ def check_diversity_term(rows: Sequence[Mapping[str, Any]] | None, answer: Any) 
         return Feedback(None, NOT_ANSWERED)
     import torch
 
-    from rlcd_lab.math.decomposition import variance_decomposition
+    from rlcd_lab.decomposition import variance_decomposition
 
     values = []
     for r in rows:

@@ -9,7 +9,7 @@ and a plotly slider figure. Pure functions (file readers aside); no printing. Sc
 run's eval dumps (temperature scaling, per-item values, paired tests over seeds) is
 :mod:`rlcd_lab.reports.results`; display names of runs are :func:`rlcd_lab.reports.report.label`.
 
-Directions: scores are *higher is better*, as in :mod:`rlcd_lab.math.scoring`.
+Directions: scores are *higher is better*, as in :mod:`rlcd_lab.scoring`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from rlcd_lab.files import rundir
-from rlcd_lab.math.scoring import expected_score
+from rlcd_lab.scoring import expected_score
 
 # ------------------------------------------------------------------------------ scale
 SCALES: tuple[str, ...] = ("ci", "default", "paper")
@@ -92,7 +92,7 @@ def linear_score(u: Tensor, y: int | Tensor) -> Tensor:
 
 
 def expected_toy_score(u: Tensor, q: Tensor, rule: ToyRule = "brier") -> Tensor:
-    """``E_{Y~q} J(u, Y)`` for a proper rule (:func:`rlcd_lab.math.scoring.expected_score`) or
+    """``E_{Y~q} J(u, Y)`` for a proper rule (:func:`rlcd_lab.scoring.expected_score`) or
     the improper ``"linear"`` one (``u.q``). Shapes ``u, q (..., K)`` -> ``(...)``;
     higher is better."""
     if rule == "linear":

@@ -108,7 +108,7 @@ def prompt_format(path: Path, meta: dict) -> str:
     """How the Ask tab and the server prompt this checkpoint: ``task`` (its rlcd.json lists
     its own ``options``: a character-level model that only knows its task's format),
     ``chat`` (its tokenizer has a chat template) or ``plain`` (see
-    :class:`rlcd_lab.decision.decide.DecisionModel`): ``reader.detect_prompt_format``, the rule the
+    :class:`rlcd_lab.decide.DecisionModel`): ``reader.detect_prompt_format``, the rule the
     Reader applies, with the template read from the files (the model is not loaded)."""
     return detect_prompt_format(has_chat_template(path), meta)
 

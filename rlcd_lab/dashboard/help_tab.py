@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from rlcd_lab.files.assets import ASSETS
-from rlcd_lab.math.metrics import DEFAULT_EPS
 from rlcd_lab.math.routing import DEFAULT_CHANCE_CORRECTED_THRESHOLD, DEFAULT_THRESHOLD
+from rlcd_lab.metrics import DEFAULT_EPS
 
 NOTEBOOKS = ASSETS.parent / "notebooks"
 """The tutorial notebooks (jupytext percent-format ``.py`` files)."""

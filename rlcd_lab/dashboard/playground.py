@@ -2,7 +2,7 @@
 
 Scoring the mixture ``p = (1/M) sum_r u_r`` of M readouts pays a bonus for readouts that
 disagree; the mean of the per-rationale scores does not (OpenJev-RLCD, Proposition 1,
-:func:`rlcd_lab.math.decomposition.variance_decomposition`). With sampled one-hot answers the
+:func:`rlcd_lab.decomposition.variance_decomposition`). With sampled one-hot answers the
 mixture score is RLVR's reward plus a Gini bonus (Corollary 1).
 """
 
@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import torch
 
 from rlcd_lab.dashboard.common import compact_layout
-from rlcd_lab.math.decomposition import sampled_answer_decomposition, variance_decomposition
+from rlcd_lab.decomposition import sampled_answer_decomposition, variance_decomposition
 from rlcd_lab.reports import plots
 
 MAX_M = 4

@@ -20,8 +20,7 @@ Expected cost per item of the rule, with ``c_w`` the cost of a wrong automated d
 and ``c_e`` the cost of escalating (a correct automated decision costs 0):
 ``(c_w * #wrong automated + c_e * #escalated) / N``. With calibrated confidences the
 cost-optimal max-p threshold is ``1 - c_e / c_w`` (automate when the expected cost of a
-mistake ``(1 - max p) c_w`` is at most ``c_e``; Chow 1970;
-:func:`rlcd_lab.math.routing.bayes_threshold`).
+mistake ``(1 - max p) c_w`` is at most ``c_e``; Chow 1970; ``routing.bayes_threshold``).
 """
 
 from __future__ import annotations
@@ -36,11 +35,12 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 
+from rlcd_lab import metrics
 from rlcd_lab.dashboard.common import resolve_dir, short_labels
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.io import jsonl_path
-from rlcd_lab.math import metrics, routing
+from rlcd_lab.math import routing
 from rlcd_lab.math.routing import (
     DEFAULT_THRESHOLD,
     DecisionRule,

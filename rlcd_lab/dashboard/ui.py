@@ -67,8 +67,8 @@ from rlcd_lab.dashboard.common import (
 )
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS, default_checkpoint
-from rlcd_lab.math.metrics import DEFAULT_EPS
 from rlcd_lab.math.routing import DEFAULT_THRESHOLD
+from rlcd_lab.metrics import DEFAULT_EPS
 
 INTRO = """# rlcd_lab: calibrated decisions from reasoning models
 A model writes a rationale that ends in `Answer:`; we **read** its next-token distribution

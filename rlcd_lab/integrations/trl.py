@@ -2,7 +2,7 @@
 
 Install with ``pip install 'rlcd_lab[trl]'``. Per step, for the ``B`` questions of a
 process and ``M = num_generations`` completions each, the estimator of
-``rlcd_lab.train.rlcd.train`` (loss terms from ``rlcd_lab.math.estimators``):
+``rlcd_lab.train.rlcd.train`` (loss terms from ``rlcd_lab.estimators``):
 
 1. TRL samples the completions, no gradient (its generation path: the model's
    ``generate``, vLLM in server or colocate mode, or continuous batching), on prompts
@@ -71,14 +71,14 @@ try:
 except ImportError as err:  # the optional extra is not installed
     raise ImportError("rlcd_lab.integrations.trl needs TRL: pip install 'rlcd_lab[trl]'") from err
 
+from rlcd_lab.estimators import SurrogateTerms, surrogate_terms
 from rlcd_lab.lm.checkpoint import MARKER, SEP
-from rlcd_lab.math.estimators import SurrogateTerms, surrogate_terms
-from rlcd_lab.math.scoring import RULES, Rule
 from rlcd_lab.reader.decoding import _StopCheck
 from rlcd_lab.reader.prompts import build_prompt, encode_prompts, item_options, padded_option_ids
 from rlcd_lab.reader.rationales import Rationales, sample_rationales
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Generated, Sampler, pad_id
+from rlcd_lab.scoring import RULES, Rule
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.common import rationale_stats
 from rlcd_lab.train.configs import preset
@@ -101,7 +101,7 @@ class RLCDSettings:
     * ``sf_weight`` c >= 0: weight of the score-function term (0: stage 1, pathwise only);
     * ``lam`` in [0, 1]: mixture weight of ``(1 - lam) E_r J + lam J(p, q)`` (Brier only,
       ``num_generations >= 3`` when > 0);
-    * ``rule``: the proper score ``J`` (``rlcd_lab.math.scoring``), higher is better;
+    * ``rule``: the proper score ``J`` (``rlcd_lab.scoring``), higher is better;
     * ``outcome_reward``: False leaves only the KL shaping reward in the score-function
       term (the anchor-only control); the readout is still trained pathwise;
     * ``marker``, ``sep``: the answer marker and what separates it from the option label,

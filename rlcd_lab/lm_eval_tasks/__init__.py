@@ -3,7 +3,7 @@
 This folder is an lm-eval ``--include_path``: the task YAMLs ``rlcd_verify``,
 ``rlcd_facts`` and ``rlcd_aleatoric`` (tag ``rlcd``) read the synthetic tasks' test items
 offline (:mod:`.tasks`) and report accuracy, Brier, NLL, ECE, AURC, Cov@eps and the
-label-free Cov@eps (plus JSD on ``rlcd_aleatoric``) with :mod:`rlcd_lab.math.metrics`, the
+label-free Cov@eps (plus JSD on ``rlcd_aleatoric``) with :mod:`rlcd_lab.metrics`, the
 numbers ``rlcd-lab eval`` prints. The ``rlcd`` model (:mod:`.model`) answers each
 question's option log-likelihoods with ``log u`` from one reading of a checkpoint, direct
 or after a sampled rationale. lm-eval has no plug-in discovery for models, so run it

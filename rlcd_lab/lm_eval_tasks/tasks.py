@@ -15,7 +15,7 @@ The task YAML files beside this module (``rlcd_verify.yaml``, ``rlcd_facts.yaml`
 * :func:`process_results` keeps, per doc, ``(index, lls, label, q)``; the corpus-level
   aggregations (:func:`accuracy`, :func:`brier`, :func:`nll`, :func:`ece`, :func:`aurc`,
   :func:`cov_at_eps`, :func:`pred_cov_at_eps`, :func:`jsd`) compute the metric over all
-  docs with :func:`rlcd_lab.math.metrics.evaluate` (``is_logits=True``, each item over its own
+  docs with :func:`rlcd_lab.metrics.evaluate` (``is_logits=True``, each item over its own
   options via ``metrics.pad_ragged``), exactly as ``rlcd_lab.reports.results.summarize`` (and so
   ``rlcd-lab eval``) does. No formula is written here.
 
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlcd_lab.math import metrics
+from rlcd_lab import metrics
 from rlcd_lab.tasks import load_task_items
 
 if TYPE_CHECKING:

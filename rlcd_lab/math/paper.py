@@ -13,7 +13,7 @@ its own findings; a reproduction is judged against the findings of its own kind 
 
 A :class:`Claim` is a paired difference ``A - B`` on one metric with the paper's sign and,
 where the paper states it, its size (``effect``, in the units our metrics report:
-accuracy and coverage as fractions, Brier and AURC as ``rlcd_lab.math.metrics`` computes
+accuracy and coverage as fractions, Brier and AURC as ``rlcd_lab.metrics`` computes
 them, JSD in bits). ``pair`` is a key of a summary's ``paired`` section (``"reinforce -
 grpo"``: two-stage RLCD minus GRPO), ``"fork:<name>"`` (a Table 2 fork minus its stage-1
 checkpoint) or ``"sweep:<weight>"`` (Table 4: the end-to-end objective at that

@@ -4,7 +4,7 @@ A calibrated decision model is useful because software can act on its confidence
 decide automatically when the model is sure, escalate (to a human, or to a more
 expensive model) when it is not. This module owns every rule for that, as small pure
 functions on numpy arrays (torch tensors and lists are accepted too); the dashboard's Ask,
-Compare, Batch and Routing tabs and the decision server (:mod:`rlcd_lab.decision.decide`) all call
+Compare, Batch and Routing tabs and the decision server (:mod:`rlcd_lab.decide`) all call
 it, so they decide alike:
 
 * a :class:`DecisionRule`: which confidence (``max_p``: ``max_k p_k``; or
@@ -34,7 +34,7 @@ mis-shaped arrays) raises ``ValueError``.
 Shapes: ``probs (N, K)`` rows on the simplex, ``readouts (M, K)`` one row per rationale,
 ``labels (N,)`` ints, ``confidence (N,)``, ``correct (N,)`` booleans, ``cost (A, K)`` with
 ``cost[a, y]`` the cost of action ``a`` when the outcome is ``y`` (lower is better).
-Ranking follows :mod:`rlcd_lab.math.metrics` (confidence descending, stable on ties).
+Ranking follows :mod:`rlcd_lab.metrics` (confidence descending, stable on ties).
 References: Chow (1970), "On optimum recognition error and reject tradeoff"; Geifman &
 El-Yaniv (2017), "Selective classification for deep neural networks"; OpenJev-RLCD
 sec. 5 (Cov@eps); StartLux AutoThink (answer directly when confident).
@@ -49,11 +49,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from rlcd_lab.math import metrics
-from rlcd_lab.math.metrics import (
+from rlcd_lab import metrics
+from rlcd_lab.metrics import (
     DEFAULT_EPS as DEFAULT_EPS,  # the error budget, defined with Cov@eps
 )
-from rlcd_lab.math.metrics import to_numpy
+from rlcd_lab.metrics import to_numpy
 
 DEFAULT_THRESHOLD = 0.9
 """The dashboard's default threshold on max p (Ask, Compare, Batch and Routing tabs)."""
@@ -63,7 +63,7 @@ mode escalates below it). With K = 2 options it is the max-p rule at 0.9
 (:func:`equivalent_threshold`: ``c = 2 max p - 1``)."""
 
 if TYPE_CHECKING:
-    from rlcd_lab.math.metrics import ArrayLike
+    from rlcd_lab.metrics import ArrayLike
 
 Measure = Literal["max_p", "chance_corrected"]
 Aggregate = Literal["single", "mixture"]
@@ -101,7 +101,7 @@ class DecisionRule:
     :func:`aggregate_readouts`); ``threshold`` in [0, 1]. Raises ``ValueError`` for
     anything else. The dashboard's default is ``DecisionRule()`` (max p of the single
     query at :data:`DEFAULT_THRESHOLD`); the server's ``auto`` mode uses the
-    chance-corrected confidence (see :class:`rlcd_lab.decision.decide.DecideOptions`).
+    chance-corrected confidence (see :class:`rlcd_lab.decide.DecideOptions`).
     """
 
     measure: Measure = "max_p"
@@ -194,7 +194,7 @@ def threshold_for_risk(
 
     Items are ranked by confidence (descending); the prefix is the largest ``k`` ending
     between two distinct confidences whose error rate is ``<= eps`` (observed error when
-    ``correct`` is given, as :func:`rlcd_lab.math.metrics.coverage_at_risk`; else the
+    ``correct`` is given, as :func:`rlcd_lab.metrics.coverage_at_risk`; else the
     label-free *predicted* error ``mean(1 - confidence)``, as
     :func:`metrics.predicted_coverage_at_risk`). Returns the confidence of the ``k``-th
     item, so that "decide when ``confidence >= threshold``" decides exactly that prefix
@@ -372,7 +372,7 @@ def cost_curve(
     ``(t[j-1], t[j]]``; deciding the top ``k`` items (``t = conf_(k)``, ties kept
     together) costs ``(c_w errors_k + c_e (N - k)) / N``, and ``t = 1`` (above every
     confidence below 1) escalates everything. Items are ranked as in
-    :func:`rlcd_lab.math.metrics.confidence_order` (confidence descending, stable on ties).
+    :func:`rlcd_lab.metrics.confidence_order` (confidence descending, stable on ties).
     """
     c_w, c_e = check_costs(cost_wrong, cost_escalate)
     c, r = _conf_correct(confidence, correct)

@@ -27,7 +27,7 @@ from itertools import product
 
 import numpy as np
 
-from rlcd_lab.math.metrics import ArrayLike, largest_covered, risk_curve_rows, to_numpy
+from rlcd_lab.metrics import ArrayLike, largest_covered, risk_curve_rows, to_numpy
 
 EXACT_MAX = 16
 """Sign-flip tests enumerate all ``2^N`` flips when ``N <= EXACT_MAX`` (65 536 at most)."""
@@ -163,13 +163,13 @@ CurveStat = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def aurc_rows(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """AURC of every row (lower is better): :func:`rlcd_lab.math.metrics.aurc` row by row
-    (ties averaged: :func:`rlcd_lab.math.metrics.risk_curve_rows`)."""
+    """AURC of every row (lower is better): :func:`rlcd_lab.metrics.aurc` row by row
+    (ties averaged: :func:`rlcd_lab.metrics.risk_curve_rows`)."""
     return risk_curve_rows(conf, 1.0 - correct)[0].mean(axis=1)
 
 
 def cov_rows(eps: float, tol: float = 1e-12) -> CurveStat:
-    """Cov@eps of every row (higher is better): :func:`rlcd_lab.math.metrics.coverage_at_risk`
+    """Cov@eps of every row (higher is better): :func:`rlcd_lab.metrics.coverage_at_risk`
     row by row (the largest ``k/N`` at a tie-group end whose top-k error rate is ``<= eps``)."""
 
     def stat(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:

@@ -42,7 +42,7 @@ from rlcd_lab.files.rundir import META_FILE
 from rlcd_lab.lm.checkpoint import DEFAULT_META, calibration_T, upgrade_meta
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.lm.model import context_length
-from rlcd_lab.math.metrics import apply_temperature
+from rlcd_lab.metrics import apply_temperature
 from rlcd_lab.reader.prompts import (
     Mode,
     PromptFormat,

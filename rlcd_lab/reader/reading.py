@@ -16,7 +16,7 @@ The readout of a row is taken at its last column, over the question's own ``K`` 
   (2..K options each) and returns one :class:`Reading` per question.
 
 Above :mod:`rlcd_lab.reader.prompts` and :mod:`rlcd_lab.reader.rationales`; re-exported by
-:mod:`rlcd_lab.reader`. (Not :mod:`rlcd_lab.math.scoring`: that is the proper scoring rules.)
+:mod:`rlcd_lab.reader`. (Not :mod:`rlcd_lab.scoring`: that is the proper scoring rules.)
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from rlcd_lab import metrics
 from rlcd_lab.lm.checkpoint import MARKER, SEP
-from rlcd_lab.math import metrics
 from rlcd_lab.reader.decoding import kv_sampler, shared_prompt_pass
 from rlcd_lab.reader.packing import pack_rows
 from rlcd_lab.reader.prompts import (

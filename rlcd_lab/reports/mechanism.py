@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
-from rlcd_lab.math import metrics
 
 SATURATED = 0.99
 """A readout whose top probability exceeds this is counted as saturated (near one-hot)."""

@@ -1,7 +1,7 @@
 """Plotly figures for calibration, selective prediction, rationales and training logs.
 
 Every function returns a ``plotly.graph_objects.Figure`` and writes nothing; numbers are
-computed by :mod:`rlcd_lab.math.metrics` so a figure always shows the same values as the
+computed by :mod:`rlcd_lab.metrics` so a figure always shows the same values as the
 tables. Data arrays are stored as plain lists (``fig.to_dict()`` is readable JSON) and
 the exact metric values behind a label are kept in each trace's ``meta`` dict.
 :func:`training_curves` and :func:`compare_curves` may read ``log.jsonl`` files when given
@@ -23,9 +23,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from rlcd_lab import metrics
 from rlcd_lab.files.io import read_jsonl
-from rlcd_lab.math import metrics
-from rlcd_lab.math.metrics import DEFAULT_EPS, ArrayLike, to_numpy
+from rlcd_lab.metrics import DEFAULT_EPS, ArrayLike, to_numpy
 
 COLORS = (
     "#636efa",
@@ -254,7 +254,7 @@ def reliability_diagram(
 ) -> go.Figure:
     """Top-label reliability diagram with a confidence histogram underneath.
 
-    ``probs (N, K)``, ``labels (N,)``; bins as in :func:`rlcd_lab.math.metrics.ece`
+    ``probs (N, K)``, ``labels (N,)``; bins as in :func:`rlcd_lab.metrics.ece`
     (``(i/n, (i+1)/n]``). Row 1 holds four traces, in this order: ``"perfect
     calibration"`` (the diagonal), ``"accuracy"`` (bars of per-bin accuracy at the bin
     centres, non-empty bins only), ``"gap"`` (bars from the bin accuracy up or down to
@@ -464,8 +464,8 @@ def risk_coverage_figure(
 
     * the curve, named ``"{name} (AURC=0.0123)"``, with
       ``meta = {"model", "aurc", "cov_at_eps"}`` holding the exact values of
-      :func:`rlcd_lab.math.metrics.aurc` and :func:`rlcd_lab.math.metrics.coverage_at_risk`;
-    * its oracle curve (:func:`rlcd_lab.math.metrics.oracle_risk_coverage_curve`), named
+      :func:`rlcd_lab.metrics.aurc` and :func:`rlcd_lab.metrics.coverage_at_risk`;
+    * its oracle curve (:func:`rlcd_lab.metrics.oracle_risk_coverage_curve`), named
       ``"{name} oracle"``, for the first model only (``oracle="first"``), for every model
       (``"each"``) or none;
     * with ``cov_style="lines"``, a vertical dashed line at ``x = Cov@eps``, named
@@ -532,8 +532,8 @@ def reliability_curves(
     ``models`` maps a name to ``(probs (N, K), labels (N,))``. Row 1: the diagonal
     (``"perfect calibration"``), then per model a line through ``(conf_b, acc_b)``, the
     mean confidence and the accuracy of each non-empty bin (bins as in
-    :func:`rlcd_lab.math.metrics.ece`), named ``"{name} (ECE=0.0123)"`` with
-    ``meta = {"model", "ece"}`` (exact :func:`rlcd_lab.math.metrics.ece`). Row 2: per model the
+    :func:`rlcd_lab.metrics.ece`), named ``"{name} (ECE=0.0123)"`` with
+    ``meta = {"model", "ece"}`` (exact :func:`rlcd_lab.metrics.ece`). Row 2: per model the
     fraction of its items in each bin (all bins, at the bin centres), named
     ``"{name} items"``. Points below the diagonal mean overconfidence. Guo et al. 2017.
     """

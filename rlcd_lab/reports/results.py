@@ -13,7 +13,7 @@ card all read runs through it. File names come from :mod:`rlcd_lab.files.rundir`
 * :meth:`RunResult.view`: a :class:`RunView` of the test items, what the dashboard's
   Routing tab draws: calibrated (the fitted T) or raw, single query or the mixture of the
   run's M rationales, with per-item correctness, confidence, Brier and NLL
-  (:func:`rlcd_lab.math.metrics.item_brier`, :func:`~rlcd_lab.math.metrics.item_nll`), the items
+  (:func:`rlcd_lab.metrics.item_brier`, :func:`~rlcd_lab.metrics.item_nll`), the items
   ranked under a confidence measure (:class:`Ranked`) and Table 1's metrics.
 * :func:`paired`: method A against method B over the same test items and seeds, as the
   paper does it (OpenJev-RLCD sec. 5): accuracy, Brier and NLL per item averaged over
@@ -37,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
-from rlcd_lab.math import metrics, routing, stats
-from rlcd_lab.math.metrics import DEFAULT_EPS
+from rlcd_lab.math import routing, stats
+from rlcd_lab.metrics import DEFAULT_EPS
 from rlcd_lab.reports.mechanism import mechanism
 
 RLCD = "reinforce"
@@ -113,7 +114,7 @@ SUMMARY_DIGITS = 10
 """Significant digits of every float a summary file holds. The numbers recompute from
 the dumps to about 1e-14 (relative) on any CPU: numpy's AVX-512 and AVX2 kernels differ
 in the last bits of ``exp`` and ``log``, and the fitted T is a root found to float64
-precision (:func:`rlcd_lab.math.metrics.fit_temperature`). Rounded to 10 digits, a recomputed
+precision (:func:`rlcd_lab.metrics.fit_temperature`). Rounded to 10 digits, a recomputed
 summary is byte-identical to the shipped one unless a value lies within that noise of a
 rounding boundary (about 1e-4 per value), far below anything a table shows (3 digits)."""
 
@@ -139,7 +140,7 @@ def summary_json(summary: Mapping) -> str:
 @dataclass(frozen=True)
 class Ranked:
     """The items of a view ranked by a confidence ``measure`` (descending, stable on ties,
-    :func:`rlcd_lab.math.metrics.confidence_order`): ``probs (N, K)``, ``labels (N,)``,
+    :func:`rlcd_lab.metrics.confidence_order`): ``probs (N, K)``, ``labels (N,)``,
     ``confidence (N,)``, ``correct (N,)`` bool; the dev split's ``dev_confidence`` and
     ``dev_correct`` ranked the same way (None without dev). What the Routing tab's cost
     and risk-coverage numbers are computed on (:mod:`rlcd_lab.math.routing`)."""
@@ -222,12 +223,12 @@ class RunView:
 
     @cached_property
     def brier(self) -> np.ndarray:
-        """``(N,)`` per-item Brier loss (:func:`rlcd_lab.math.metrics.item_brier`)."""
+        """``(N,)`` per-item Brier loss (:func:`rlcd_lab.metrics.item_brier`)."""
         return metrics.item_brier(self.probs, self.labels)
 
     @cached_property
     def nll(self) -> np.ndarray:
-        """``(N,)`` per-item NLL in nats (:func:`rlcd_lab.math.metrics.item_nll`)."""
+        """``(N,)`` per-item NLL in nats (:func:`rlcd_lab.metrics.item_nll`)."""
         return metrics.item_nll(self.probs, self.labels)
 
     def ranked(self, measure: str = "max_p") -> Ranked:
@@ -241,7 +242,7 @@ class RunView:
         return self._cache[key]
 
     def metrics(self, eps: float = DEFAULT_EPS) -> dict[str, float]:
-        """Table 1 metrics of the view (:func:`rlcd_lab.math.metrics.evaluate`, max p):
+        """Table 1 metrics of the view (:func:`rlcd_lab.metrics.evaluate`, max p):
         accuracy, brier, nll, ece, aurc, cov_at_eps, pred_cov_at_eps, ..., cached."""
         key = ("metrics", float(eps))
         if key not in self._cache:

@@ -5,8 +5,8 @@ any ASGI server) answers the Jev wire contract (docs/server.md) so that the offi
 (PyPI ``typesafe-sdk``) works unchanged against a model trained here:
 
 * ``POST /v1/systemone``: ``{"model", "state", "questions"}`` -> ``{"model", "answers",
-  "usage"}`` (the body is validated once with :mod:`rlcd_lab.decision.jev`'s schema;
-  :mod:`rlcd_lab.decision.decide` computes the answers);
+  "usage"}`` (the body is validated once with :mod:`rlcd_lab.decide.jev`'s schema;
+  :mod:`rlcd_lab.decide` computes the answers);
 * ``GET /v1/models``: ``{"models": [{"name", "description", "release_date"}]}``, the
   checkpoint's name and its aliases (default ``jev-latest``, the client's default model);
 * ``GET /health``: ``{"status": "ok", "model", "batches", "jobs"}`` (no key needed;
@@ -87,8 +87,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcd_lab.decision.decide import DecisionModel  # the class create_app loads checkpoints with
-from rlcd_lab.decision.jev import DecisionError
+from rlcd_lab.decide import DecisionModel  # the class create_app loads checkpoints with
+from rlcd_lab.decide.jev import DecisionError
 from rlcd_lab.server.app import create_app
 from rlcd_lab.server.connections import (
     MAX_CLIENT_CONNECTIONS,
@@ -197,7 +197,7 @@ def serve(
 def measure_passes(decider: DecisionModel | None) -> None:
     """Answer one small reasoning request (a direct readout, 2 rationales of at most 8
     tokens, their scoring pass) before serving, so that the deadlines' budget
-    (:class:`rlcd_lab.decision.deadlines.PassCosts`) starts from measured passes of every kind:
+    (:class:`rlcd_lab.decide.deadlines.PassCosts`) starts from measured passes of every kind:
     an unmeasured kind's estimate is only a guess from the others."""
     if not isinstance(decider, DecisionModel):
         return

@@ -27,10 +27,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from rlcd_lab.decision import answering
-from rlcd_lab.decision.answering import DecideOptions, Decision, with_options
-from rlcd_lab.decision.decide import DecisionModel
-from rlcd_lab.decision.jev import (
+from rlcd_lab.decide import DecisionModel, answering
+from rlcd_lab.decide.answering import DecideOptions, Decision, with_options
+from rlcd_lab.decide.jev import (
     MAX_LABEL_CHARS,
     DecisionError,
     Question,

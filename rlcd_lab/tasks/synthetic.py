@@ -158,23 +158,40 @@ _SUM = re.compile(r"^(\d+(?:\+\d+)+)=(\d+)\?$")
 
 
 class VerifyMixed(Verify):
-    """``verify`` at mixed difficulty: sums of 2 to 4 two-digit terms (``a+b=p?`` ..
-    ``a+b+c+d=p?``, the count uniform), the teacher adding term by term and dropping a
-    carry with probability ``slip`` (0.2) at each step that has one. A longer sum has more
-    carries, so its rationale slips more often (the teacher is right on about 93% of
-    two-term sums, 82% of four-term ones, 88% overall), and how long the sum is and which
-    steps carried is visible to the readout: the world where the paper's ranking step can
-    hold (a readout that hedges where its rationale is likely wrong), which ``verify``'s
-    single length does not offer. Its rationale ends with the verdict alone
-    (``47+38=85;85+16=101;same``) to stay within 48 characters."""
+    """``verify`` at mixed length: sums of 2 or 3 two-digit terms (``a+b=p?`` or
+    ``a+b+c=p?``, each half the time; proposals as in ``verify``: half right, half a
+    tens-digit near miss). The teacher adds term by term, dropping a carry with
+    probability ``slip`` (0.2) at each step that has one, then restates its sum beside
+    the proposal and compares (``47+38=85;85+16=101;101 vs 91:diff``): at most 37
+    characters, so rationale and marker fit the 48 new tokens of ``PretrainConfig``.
+
+    A three-term sum has two additions, so more carries and more slips: by exact
+    enumeration of every operand tuple (and the near-miss mix), the teacher's sum is off
+    on 9.0% of two-term items and 17.5% of three-term ones, and its verdict is right on
+    93.7% of two-term items, 87.8% of three-term ones, 90.7% overall (the ceiling of a
+    base that imitates it and samples at temperature 1). Which risk an item carries is
+    visible to the readout, in the prompt (the term count) and in the rationale (which
+    steps carried): the world where the paper's ranking step can hold (a readout that
+    hedges where its rationale is likely wrong), which ``verify``'s single length does
+    not offer. The restatement matters: without it (verdict alone, the first design) a
+    4000-step base added correctly but compared its sum with the proposal at chance
+    (dev accuracy 0.505 direct, 0.535 after reasoning). With it, the shipped settings
+    (``SHIPPED["verify-mixed"]``: 4000 steps of 32, the default 96-wide 4-layer model, 11
+    wall minutes on 2 busy CPU cores) give dev accuracy 0.53 direct and 0.87 after one
+    sampled rationale (its ``rlcd.json``; on test, 0.8675: 0.94 on two terms, 0.81 on
+    three). Below the teacher on three terms: some of its own additions are neither exact
+    nor a dropped carry, often bent towards the proposal (``41+39=81;81+83=163``)."""
 
     name = "verify-mixed"
+    terms = (2, 3)
+    """The term counts, drawn uniformly."""
 
     def __init__(self, seed: int = WORLD_SEED, slip: float = 0.2):
         super().__init__(seed, slip)
 
     def draw(self, rng, uid):
-        terms = [int(v) for v in rng.integers(10, 100, size=int(rng.integers(2, 5)))]
+        k = int(rng.integers(self.terms[0], self.terms[-1] + 1))
+        terms = [int(v) for v in rng.integers(10, 100, size=k)]
         s = sum(terms)
         if rng.random() < 0.5:
             p, label = s, 0
@@ -193,7 +210,7 @@ class VerifyMixed(Verify):
             steps.append(f"{total}+{t}={step}")
             total = step
         same = total == p
-        rationale = ";".join(steps) + (";same" if same else ";diff")
+        rationale = ";".join(steps) + f";{total} vs {p}:{'same' if same else 'diff'}"
         return Example(item.prompt, rationale, "Y" if same else "N", False)
 
 

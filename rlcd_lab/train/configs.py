@@ -127,7 +127,7 @@ class RLCDConfig(TrainConfig):
     """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
     rule: Literal["brier", "log"] = "brier"
     """The proper scoring rule ``J(u, Y)``: Brier ``2 u_Y - ||u||^2`` or log ``log u_Y``
-    (``rlcd_lab.math.scoring``)."""
+    (``rlcd_lab.scoring``)."""
     outcome_reward: bool = True
     """False: the score-function term gets the KL shaping reward only, the readout is still
     trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""

@@ -36,9 +36,10 @@ class PretrainConfig:
     after the question): gives the System-One shortcut the small probability a real LM
     has, for RL to find (default: the task's, ``SHIPPED``)."""
     slip: float | None = None
-    """``verify`` only: the teacher's probability of dropping a carry at each addition that
-    has one, which sets how often the base model reasons to a wrong answer (default 0.25,
-    the shipped base's; the difficulty map uses 0.05 and 0.6)."""
+    """``verify`` and ``verify-mixed`` only: the teacher's probability of dropping a carry at
+    each addition that has one, which sets how often the base model reasons to a wrong
+    answer (default: the task's, 0.25 for ``verify``, 0.2 for ``verify-mixed``; the
+    difficulty map uses 0.05 and 0.6)."""
     seed: int = 0
     eval_items: int = 200
     """Dev items measured at the end (direct and after one rationale each)."""

@@ -10,7 +10,7 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
    pathwise term (the readout is still trained): the paper's "anchor only" control;
    ``ace > 0`` penalises overconfident errors harder (``estimators.ace_advantages``);
 4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight`` x the
-   leave-one-out score-function term (``rlcd_lab.math.estimators``), a mean over questions;
+   leave-one-out score-function term (``rlcd_lab.estimators``), a mean over questions;
    AdamW, clipping. Each process takes its share of the B questions in ``grad_accum``
    micro-batches (``Session.micro_batches``); their gradients add up to the batch's.
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
+from rlcd_lab.estimators import grad_norm, gradient_terms, surrogate_terms
 from rlcd_lab.files.rundir import releases_run
-from rlcd_lab.math.estimators import grad_norm, gradient_terms, surrogate_terms
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.train.common import rationale_stats, sample_batch, setup
 from rlcd_lab.train.configs import RLCDConfig

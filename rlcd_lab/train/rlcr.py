@@ -46,8 +46,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rlcd_lab.estimators import leave_one_out_mean
 from rlcd_lab.files.rundir import releases_run
-from rlcd_lab.math.estimators import leave_one_out_mean
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.train.common import (
     Batch,

@@ -26,7 +26,7 @@ a format failure. :func:`parse_confidence` parses free text too ("0.8", "80%", "
 For the metrics a stated confidence becomes a distribution over the K options
 (:func:`stated_probs`): ``p(a) = c``, the rest spread evenly over the other K - 1; its
 logits ``log p`` (:func:`stated_logits`) go through temperature scaling and every metric
-of :mod:`rlcd_lab.math.metrics` unchanged. :func:`read_stated` reads a model's stated
+of :mod:`rlcd_lab.metrics` unchanged. :func:`read_stated` reads a model's stated
 confidence for eval dumps (``evaluate.run_eval(..., stated=True)``).
 """
 
@@ -142,7 +142,7 @@ def stated_probs(answer: Tensor, c: Tensor, k: Tensor | int) -> Tensor:
 def stated_logits(answer: Tensor, c: Tensor, k: Tensor | int) -> Tensor:
     """``log max(stated_probs, PROB_FLOOR)``, ``-inf`` on absent options: logits whose
     softmax is the stated distribution (up to the floor), for temperature scaling and
-    :mod:`rlcd_lab.math.metrics`. Shapes as :func:`stated_probs`."""
+    :mod:`rlcd_lab.metrics`. Shapes as :func:`stated_probs`."""
     k = torch.as_tensor(k, dtype=torch.long).expand(answer.shape)
     p = stated_probs(answer, c, k)
     present = torch.arange(p.shape[1])[None, :] < k[:, None]

@@ -1,7 +1,7 @@
 """Answering planned requests through a checkpoint's Reader, in shared passes.
 
-The decision engine's batch phases (:class:`rlcd_lab.decision.decide.DecisionModel` plans the
-requests, :func:`rlcd_lab.decision.questions.plan_questions`, and hands them here as :class:`Job`
+The decision engine's batch phases (:class:`rlcd_lab.decide.DecisionModel` plans the
+requests, :func:`rlcd_lab.decide.questions.plan_questions`, and hands them here as :class:`Job`
 objects): :func:`answer_jobs` reads every direct and ``auto`` question of a batch in shared
 forward passes (``Reader.direct``, a state's prefix once per request), applies the ``auto``
 cascade (:meth:`Job.route`: reason exactly when ``DecideOptions.rule`` does not automate
@@ -14,7 +14,7 @@ questions that would fall back still fit before the deadline, as budgeted from t
 measured cost of the reader's passes (:class:`PassCosts`). Every readout is calibrated
 with ``Reader.calibrate``: ``p = softmax(z / T)``. :class:`DecideOptions` says how a
 request is answered and :class:`Decision` holds its answers (both re-exported by
-:mod:`rlcd_lab.decision.decide`).
+:mod:`rlcd_lab.decide`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlcd_lab.decision.deadlines import PassCosts, pass_costs, read_tokens, score_tokens
-from rlcd_lab.decision.jev import DecisionError, decision_confidence
-from rlcd_lab.decision.questions import PlannedQuestion
+from rlcd_lab.decide.deadlines import PassCosts, pass_costs, read_tokens, score_tokens
+from rlcd_lab.decide.jev import DecisionError, decision_confidence
+from rlcd_lab.decide.questions import PlannedQuestion
 from rlcd_lab.math.routing import DEFAULT_CHANCE_CORRECTED_THRESHOLD, Aggregate, DecisionRule
 from rlcd_lab.reader import Reader
 from rlcd_lab.reader.rationales import Rationales
@@ -137,7 +137,7 @@ class Decision:
 # --------------------------------------------------------------------------- a request
 @dataclass
 class Item:
-    """One planned question of one request (:class:`rlcd_lab.decision.questions.PlannedQuestion`)
+    """One planned question of one request (:class:`rlcd_lab.decide.questions.PlannedQuestion`)
     and its answer so far: ``p``, ``detail`` (:attr:`Decision.details`)."""
 
     plan: PlannedQuestion

@@ -160,7 +160,7 @@ def brier(probs: ArrayLike, labels: ArrayLike) -> float:
 
     Shapes: ``probs (N, K)``, ``labels (N,)``. Lower is better, in ``[0, 2]`` (0 for a
     confident correct answer, 2 for a confident wrong one). This is the usual squared
-    error, i.e. ``1 - J`` for the shifted RLCD reward ``J`` in ``rlcd_lab.math.scoring``.
+    error, i.e. ``1 - J`` for the shifted RLCD reward ``J`` in ``rlcd_lab.scoring``.
     Brier (1950), "Verification of forecasts expressed in terms of probability".
     """
     return float(item_brier(probs, labels).mean())

@@ -11,12 +11,11 @@ sampler), with its fitted temperature ``T`` applied to the option logits ``z``
 
 The wire contract (the schema, its one validation, :class:`Question` and the typed answers
 built from ``p``: a noul's ``p_yes``, a choice's argmax and chance-corrected confidence, a
-score's expected level and ordinal confidence) is :mod:`rlcd_lab.decision.jev`'s; its names are
-re-exported here. This module is the engine's entry, a thin adapter over the Reader:
-:class:`DecisionModel` plans each request (questions -> prompts and option tokens,
-:mod:`rlcd_lab.decision.questions`) and answers the plans in shared passes
-(:func:`rlcd_lab.decision.answering.answer_jobs`, which also holds :class:`DecideOptions` and
-:class:`Decision`; both re-exported here).
+score's expected level and ordinal confidence) is :mod:`.jev`'s. This package's entry,
+:class:`DecisionModel`, is a thin adapter over the Reader: it plans each request
+(questions -> prompts and option tokens, :mod:`.questions`) and answers the plans in shared
+passes (:func:`.answering.answer_jobs`, beside :class:`~.answering.DecideOptions` and
+:class:`~.answering.Decision`); :mod:`.deadlines` prices a pass in time.
 
 For routing (``auto`` mode) a question's confidence is its answer's (a noul's is the
 chance-corrected value with K = 2, ``|2 p_yes - 1|``). The confidences, the mixture and the
@@ -52,7 +51,7 @@ reasoning is cut by the deadline is answered by its direct readout (details
 
 How questions map to prompts and option codes depends on the checkpoint's prompt format
 (``chat``, ``plain`` or ``task``; ``DecisionModel.prompt_format``, the Reader's): that is
-:mod:`rlcd_lab.decision.questions`'s (its names ``CODES``, ``YES_LIKE``, ``NO_LIKE`` and
+:mod:`rlcd_lab.decide.questions`'s (its names ``CODES``, ``YES_LIKE``, ``NO_LIKE`` and
 ``DEFAULT_INSTRUCTIONS`` are re-exported here). A question that cannot be represented
 raises :class:`DecisionError` naming it; the state is only ever rendered into the prompt.
 """
@@ -67,9 +66,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlcd_lab.decision.answering import DecideOptions, Decision, Item, Job, answer_jobs
-from rlcd_lab.decision.jev import DecisionError, Question
-from rlcd_lab.decision.questions import OptionCache, plan_questions, user_text
+from rlcd_lab.decide.answering import DecideOptions, Decision, Item, Job, answer_jobs
+from rlcd_lab.decide.jev import DecisionError, Question
+from rlcd_lab.decide.questions import OptionCache, plan_questions, user_text
 from rlcd_lab.reader import Reader
 from rlcd_lab.reader.prompts import PromptFormat
 from rlcd_lab.reader.readout import OptionTokens
@@ -210,14 +209,14 @@ class DecisionModel:
     # ------------------------------------------------------------------ questions
     def option_tokens(self, q: Question) -> OptionTokens:
         """The option tokens read for ``q``, one per label in order (the mapping of
-        :mod:`rlcd_lab.decision.questions`). Raises :class:`DecisionError` when ``q`` cannot be
+        :mod:`rlcd_lab.decide.questions`). Raises :class:`DecisionError` when ``q`` cannot be
         represented with this checkpoint's tokens."""
         return self._options.for_question(q)
 
     def question_text(self, state_text: str, q: Question, codes: Sequence[str]) -> str:
         """The user text of a chat/plain prompt: the state first (so every question about
         it shares the prefix), then the instructions and one line per option
-        (:func:`rlcd_lab.decision.questions.user_text`)."""
+        (:func:`rlcd_lab.decide.questions.user_text`)."""
         return user_text(state_text, q, codes, self.prompt_format)
 
     def _encode(self, text: str) -> list[int]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rlcd_lab.math.scoring import expected_score
+from rlcd_lab.scoring import expected_score
 
 
 def _weights(u: Tensor, w: Tensor | None) -> Tensor:

@@ -40,7 +40,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from rlcd_lab.math.scoring import Rule, score
+from rlcd_lab.scoring import Rule, score
 
 Reduction = Literal["mean", "sum", "none"]
 

@@ -1,6 +1,6 @@
 """Typed questions as prompts and option codes: how the decision engine asks a checkpoint.
 
-A request's questions about one state (:class:`rlcd_lab.decision.jev.Question`) become prompts that
+A request's questions about one state (:class:`rlcd_lab.decide.jev.Question`) become prompts that
 end in the marker and a set of K option tokens, read through the checkpoint's
 :class:`rlcd_lab.reader.Reader` (:func:`plan_questions`). How depends on the checkpoint's
 prompt format (``Reader.prompt_format``):
@@ -21,7 +21,7 @@ prompt format (``Reader.prompt_format``):
   at most as many labels as the checkpoint has options. All questions about a state then
   share one prompt: one readout row (direct) or one set of rationales (reason) serves them.
 
-A question that cannot be represented raises :class:`rlcd_lab.decision.jev.DecisionError` naming it
+A question that cannot be represented raises :class:`rlcd_lab.decide.jev.DecisionError` naming it
 (too many options, a label that is not a single token, characters the tokenizer maps to its
 unknown token, a prompt longer than the model's context: ``Reader.check_fits``, the rule the
 Ask tab applies too). The state is only ever rendered into the prompt: its content never
@@ -37,7 +37,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from rlcd_lab.decision.jev import DecisionError, Question, question_from_wire, render, state_text
+from rlcd_lab.decide.jev import DecisionError, Question, question_from_wire, render, state_text
 from rlcd_lab.reader import ContextTooLong, Reader
 from rlcd_lab.reader.readout import OptionTokens
 

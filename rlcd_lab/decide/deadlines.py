@@ -1,7 +1,7 @@
 """What a deadline must leave time for: the measured cost of a reader's forward passes.
 
 :class:`PassCosts` fits the seconds of each kind of pass (direct readouts, rationale
-scoring, a sampler's prompt pass) to the tokens it reads; :mod:`rlcd_lab.decision.answering`
+scoring, a sampler's prompt pass) to the tokens it reads; :mod:`rlcd_lab.decide.answering`
 budgets a request's readouts with it so that a deadline covers them too.
 :func:`read_tokens` and :func:`score_tokens` count the tokens a pass reads.
 """
