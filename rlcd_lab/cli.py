@@ -104,7 +104,7 @@ class Eval:
 
     checkpoint: Path
     task: str = "verify"
-    """A synthetic task name (verify, facts, aleatoric) or a task-item JSONL file."""
+    """A synthetic task name (verify, verify-mixed, facts, aleatoric) or a task-item JSONL file."""
     split: Literal["train", "dev", "test"] = "test"
     mode: Literal["direct", "reason"] = "reason"
     m: int = 1
@@ -277,7 +277,7 @@ def _summary(cls: type) -> str:
 
 COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     "pretrain": (
-        "Pretrain a tiny base reasoning model on a synthetic task (verify, facts, aleatoric).",
+        "Pretrain a tiny base reasoning model on a synthetic task (verify, verify-mixed, facts, aleatoric).",
         _pretrain_config,
     ),
     "train": (
