@@ -277,7 +277,8 @@ def _summary(cls: type) -> str:
 
 COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     "pretrain": (
-        "Pretrain a tiny base reasoning model on a synthetic task (verify, verify-mixed, facts, aleatoric).",
+        "Pretrain a tiny base reasoning model on a synthetic task (verify, verify-mixed, facts,"
+        " aleatoric).",
         _pretrain_config,
     ),
     "train": (

@@ -121,7 +121,8 @@ class ReproduceConfig:
     """Run (or reuse) every method and seed of the paper's comparison and write the report."""
 
     task: str = "verify"
-    """verify, verify-mixed, facts, aleatoric, or a task-item JSONL file (with .train/.dev/.test siblings)."""
+    """verify, verify-mixed, facts, aleatoric, or a task-item JSONL file (with
+    .train/.dev/.test siblings)."""
     scale: Literal["tiny", "small", "rung", "paper"] = "tiny"
     seeds: tuple[int, ...] = (17, 23, 29)
     out: Path = Path("runs/reproduce")
