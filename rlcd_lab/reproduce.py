@@ -260,6 +260,7 @@ def run_job(job: Job) -> str:
     from rlcd_lab.lm.loading import load_checkpoint
     from rlcd_lab.tasks import load_task_items
     from rlcd_lab.train import train
+    from rlcd_lab.train.common import pick_device
     from rlcd_lab.train.configs import TrainConfig
 
     if _finished(job):
@@ -274,7 +275,7 @@ def run_job(job: Job) -> str:
     else:
         model_dir = Path(job.settings["init"])
     task, seed = job.settings["task"], job.seed
-    model, tok, meta = load_checkpoint(model_dir, job.settings["device"])
+    model, tok, meta = load_checkpoint(model_dir, pick_device(job.settings["device"]))
     kw = dict(
         max_new_tokens=job.settings["max_new_tokens"],
         seed=seed,
@@ -311,9 +312,10 @@ def _direct_dump(job: Job) -> None:
     from rlcd_lab.evaluate import run_eval
     from rlcd_lab.lm.loading import load_checkpoint
     from rlcd_lab.tasks import load_task_items
+    from rlcd_lab.train.common import pick_device
 
     s = job.settings
-    model, tok, meta = load_checkpoint(Path(s["init"]), s["device"])
+    model, tok, meta = load_checkpoint(Path(s["init"]), pick_device(s["device"]))
     test = load_task_items(s["task"], "test")[: s["test_items"]]
     kw = dict(seed=job.seed, marker=meta["marker"], sep=meta["sep"], mode="direct")
     rows = run_eval(model, tok, test, m=1, max_new_tokens=s["max_new_tokens"], **kw)

@@ -65,6 +65,9 @@ class LlamaSteps:
                 m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook")
                 for m in model.modules()
             )
+            # a forward set on the instance (``--bf16``'s autocast wrapper, ...) is not the
+            # class's, which these steps copy
+            and "forward" not in vars(model)
         )
 
     def __init__(
