@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rlcd_lab import metrics
-from rlcd_lab.dashboard import ask_tab, batch_tab, compare_tab, routing_tab, ui
+from rlcd_lab.dashboard import ask_tab, batch_tab, compare_tab, controls, routing_tab, ui
 from rlcd_lab.dashboard.ask_checkpoint import (
     GENERIC_EXAMPLES,
     checkpoint_info,
@@ -440,11 +440,11 @@ def test_queue_is_bounded_and_model_requests_share_one_slot(tiny_root):
         "compare_checkpoints",
     ]
     assert {(f.concurrency_limit, f.concurrency_id) for f in asks} == {
-        (ui.MODEL_CONCURRENCY, ui.MODEL_CONCURRENCY_ID)
+        (controls.MODEL_CONCURRENCY, controls.MODEL_CONCURRENCY_ID)
     }
-    assert ui.MODEL_CONCURRENCY == 1  # the reader seeds torch's global generator
+    assert controls.MODEL_CONCURRENCY == 1  # the reader seeds torch's global generator
     others = [f for f in demo.fns.values() if f not in asks]
-    assert others and all(f.concurrency_id != ui.MODEL_CONCURRENCY_ID for f in others)
+    assert others and all(f.concurrency_id != controls.MODEL_CONCURRENCY_ID for f in others)
     assert all(f.concurrency_limit == "default" for f in others)
 
 

@@ -1,6 +1,8 @@
 """The Gradio dashboard (``app.py`` and ``rlcd-lab app`` both call :func:`build_demo`).
 
-Seven tabs, each a set of pure callbacks (tested without a browser) wired in :mod:`.ui`:
+Seven tabs, each a set of pure callbacks (tested without a browser) in ``*_tab.py`` and its
+layout and wiring in ``*_layout.py`` (shared controls in :mod:`.controls`); :mod:`.ui` loops
+over the tab list:
 
 * **Ask** (:mod:`.ask_tab`): a shipped checkpoint, a run trained under ``runs/`` (or a
   path) answers a task example or your own question: its model card, M rationales, each
