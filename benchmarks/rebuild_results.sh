@@ -5,12 +5,16 @@
 # and logs packed as .jsonl.xz; report.html loads assets/results/plotly.min.js, which
 # write_report put in runs/reproduce/ and is copied beside the reports here).
 #
-#     bash benchmarks/rebuild_results.sh [TASK ...]      # default: verify facts aleatoric
+#     bash benchmarks/rebuild_results.sh [--time-only] [TASK ...]   # default: verify facts aleatoric
+#
+# --time-only: run and time the reproductions, ship nothing (the runs stay in /tmp/regen).
 #
 # Wall times: each task's timing.json, and the total printed at the end. Run it on a quiet
 # machine: the wall-time targets (verify <= 45 min, all three <= 90 min) are for that.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+ship=1
+if [[ ${1:-} == --time-only ]]; then ship=0; shift; fi
 tasks=("${@:-verify facts aleatoric}")
 read -r -a tasks <<<"${tasks[*]}"
 work=/tmp/regen
@@ -24,6 +28,7 @@ for task in "${tasks[@]}"; do
   echo "$task: $(( $(date +%s) - start )) s since the start"
 done
 echo "total: $(( $(date +%s) - start )) s for ${tasks[*]}"
+((ship)) || exit 0
 for task in "${tasks[@]}"; do
   weights=()
   [[ $task == verify ]] && weights=(calibrate reinforce grpo rft-kl sft)
