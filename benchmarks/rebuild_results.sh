@@ -31,7 +31,7 @@ echo "total: $(( $(date +%s) - start )) s for ${tasks[*]}"
 ((ship)) || exit 0
 for task in "${tasks[@]}"; do
   weights=()
-  [[ $task == verify ]] && weights=(calibrate reinforce grpo rft-kl sft)
+  [[ $task == verify ]] && weights=(calibrate reinforce grpo)
   .venv/bin/python -c 'import sys; from rlcd_lab.reproduce import ship
 ship(f"runs/reproduce/{sys.argv[1]}", f"{sys.argv[2]}/assets/results/{sys.argv[1]}", tuple(sys.argv[3:]))' \
     "$task" "$repo" "${weights[@]}"

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from rlcd_lab import metrics
 from rlcd_lab.reports import mechanism
 
 
@@ -66,11 +67,31 @@ def test_one_run_by_hand(tmp_path):
     assert got["slipped_errors"] == 1.0  # the one error slipped
     # clean (3 items: 0.999, 0.9, 0.7) vs slipped (0.8): 2 of 3 clean above -> 2/3
     assert got["slip_auroc"] == pytest.approx(2 / 3)
+    assert got["slip_auroc_steps"] == got["slip_auroc"]  # one equation in each rationale
     assert got["follows"] == 1.0  # top options Y, Y, Y, N; verdicts same, same, same, diff
     assert got["forced"] == 0.25
     assert got["kl_end"] == 7.0  # last quarter of 8 steps: kl 6 and 8
     # last quarter (0.2, 0.3) minus the quarter before (0, 0.1): 0.25 - 0.05
     assert got["reward_trend"] == pytest.approx(0.2)
+
+
+def test_stratified_auroc_by_hand():
+    """Short chains (1 equation) mostly clean, long ones (2) mostly slipped, and within
+    each length the readout gives every rationale the same confidence: overall the clean
+    ones rank above (9 of 16 pairs above, 6 tied: 0.75), within a length it knows nothing
+    (0.5 each)."""
+    conf = np.array([0.9, 0.9, 0.9, 0.9, 0.6, 0.6, 0.6, 0.6])
+    clean = np.array([1, 1, 1, 0, 1, 0, 0, 0], dtype=bool)
+    steps = np.array([1, 1, 1, 1, 2, 2, 2, 2])
+    assert metrics.auroc(conf, clean) == pytest.approx(0.75)
+    assert mechanism.stratified_auroc(conf, clean, steps) == pytest.approx(0.5)
+    # sizes 4 and 2, AUROCs 1 and 0: (4 * 1 + 2 * 0) / 6; a stratum of one kind left out
+    conf = np.array([0.9, 0.8, 0.2, 0.1, 0.3, 0.7, 0.5])
+    clean = np.array([1, 1, 0, 0, 1, 0, 1], dtype=bool)
+    steps = np.array([1, 1, 1, 1, 2, 2, 3])
+    assert mechanism.stratified_auroc(conf, clean, steps) == pytest.approx(2 / 3)
+    assert mechanism.stratified_auroc(conf, clean, np.arange(7)) is None  # no stratum has both
+    assert [mechanism.equations(t) for t in ("1+2=3;3+4=7;7 vs 7:same", "recall a")] == [2, 0]
 
 
 def test_direct_accuracy_comes_from_the_direct_dump(tmp_path):
@@ -89,6 +110,7 @@ def test_a_run_without_arithmetic_or_log_has_none_of_those(tmp_path):
     run = _run(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [0, 0], ["recall a", "recall b"])
     got = mechanism.run_mechanism(run, T=2.0)
     assert got["slipped_errors"] is None and got["slip_auroc"] is None
+    assert got["slip_auroc_steps"] is None
     assert got["follows"] is None and got["kl_end"] is None and got["reward_trend"] is None
     table = mechanism.mechanism_table({"mechanism": {"x": got}}, {"x": "X run"})
     assert table.splitlines()[2].startswith("| X run | - | 0.500 |") and "| - |" in table

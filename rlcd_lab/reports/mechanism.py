@@ -16,7 +16,11 @@ run's eval dumps and training log:
 4. what decides the ranking on a verification task is whether the readout notices a slipped
    rationale: ``slipped_errors`` (share of wrong answers whose rationale holds a false
    equation), ``slip_auroc`` (AUROC of the confidence for clean vs slipped rationales: 0.5
-   means the readout cannot tell them apart) and ``follows`` (share of readouts whose top
+   means the readout cannot tell them apart), ``slip_auroc_steps`` (the same AUROC within
+   rationales of equally many equations, averaged by their share: where longer chains
+   slip more, a readout that only knows which questions are long ranks slipped rationales
+   low overall yet scores 0.5 here; equal to ``slip_auroc`` when every rationale states
+   as many) and ``follows`` (share of readouts whose top
    option is the rationale's own verdict, "same" for the first option, "different" for the
    second);
 5. the run is the paper's recipe: ``forced`` (share of rationales that never wrote the
@@ -57,6 +61,27 @@ def slipped(rationale: str) -> bool | None:
         return None
     ops = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "x": int.__mul__}
     return any(ops[op](int(a), int(b)) != int(c) for a, op, b, c in found)
+
+
+def equations(rationale: str) -> int:
+    """How many equations ``a op b = c`` a rationale states."""
+    return len(_EQUATION.findall(rationale))
+
+
+def stratified_auroc(conf: np.ndarray, positive: np.ndarray, strata: np.ndarray) -> float | None:
+    """AUROC of ``conf`` for ``positive`` vs the rest within each stratum, averaged with
+    weights proportional to the stratum's size; strata holding only one kind are left out.
+
+    ``sum_s n_s AUROC_s / sum_s n_s`` over the strata ``s`` with both kinds; None when no
+    stratum has both. Shapes ``[N]``. Higher: ``conf`` ranks positives above the rest
+    among comparable items; what the strata alone explain (one stratum riskier than
+    another) does not count."""
+    keep = [s for s in np.unique(strata) if 0 < positive[strata == s].sum() < (strata == s).sum()]
+    if not keep:
+        return None
+    sizes = np.array([(strata == s).sum() for s in keep], dtype=float)
+    aucs = [metrics.auroc(conf[strata == s], positive[strata == s]) for s in keep]
+    return float(np.dot(sizes, aucs) / sizes.sum())
 
 
 def verdict(rationale: str) -> int | None:
@@ -107,6 +132,8 @@ def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
     clean = ~slip & known
     has_both = (slip & known).any() and clean.any()
     out["slip_auroc"] = metrics.auroc(conf[known], clean[known]) if has_both else None
+    steps = np.array([equations(t) for t in texts])
+    out["slip_auroc_steps"] = stratified_auroc(conf[known], clean[known], steps[known])
     verdicts = [verdict(t) for t in texts]
     said = np.array([v is not None for v in verdicts])
     top = raw.argmax(1)
@@ -142,6 +169,7 @@ COLUMNS = (
     ("risk_ratio", "risk top half / all", "{:.2f}"),
     ("slipped_errors", "errors with a slip", "{:.0%}"),
     ("slip_auroc", "AUROC clean vs slip", "{:.3f}"),
+    ("slip_auroc_steps", "same steps", "{:.3f}"),
     ("follows", "readout = verdict", "{:.0%}"),
     ("forced", "forced marker", "{:.1%}"),
     ("kl_end", "KL end (nats)", "{:.2f}"),
