@@ -423,11 +423,6 @@ def _run_pool(pool: ProcessPoolExecutor, first: list[Job], second: list[Job]):
             future.cancel()
 
 
-TUNE = "tune"
-"""``OUT/<task>/tune/``: the tuning runs (``lr-<value>/<task>/seed-<s>/<run>``) and
-``choice.json``."""
-
-
 def tune(cfg: ReproduceConfig, run: Callable[[list[Job], list[Job]], list[dict]]) -> dict:
     """Each run's learning rate from ``cfg.lr_grid``, chosen on dev with an equal budget per
     run: for every value, every run of ``cfg`` (not the base model) on the first seed at
@@ -438,7 +433,7 @@ def tune(cfg: ReproduceConfig, run: Callable[[list[Job], list[Job]], list[dict]]
     and ``reinforce``), chosen by the two-stage run. ``run`` runs two waves of jobs.
     Returns (and writes to ``OUT/<task>/tune/choice.json``) ``{"grid", "steps", "seed",
     "dev_ts_brier": {run: {value: score}}, "lr": {run: value}}``."""
-    root = cfg.out / Path(cfg.task).stem / TUNE
+    root = cfg.out / Path(cfg.task).stem / rundir.TUNE
     scores: dict[str, dict[str, float]] = {}
     waves: tuple[list[Job], list[Job]] = ([], [])
     for value in cfg.lr_grid:
@@ -452,12 +447,10 @@ def tune(cfg: ReproduceConfig, run: Callable[[list[Job], list[Job]], list[dict]]
         meta = rundir.final_dir(job.out) / rundir.META_FILE
         dev = json.loads(meta.read_text())["metrics"]["dev"]
         scores.setdefault(job.name, {})[f"{job.train.lr:g}"] = dev["ts_brier"]
-    lrs = {name: float(min(by_lr, key=lambda v: (by_lr[v], float(v))))
-           for name, by_lr in scores.items()}  # fmt: skip
-    if "reinforce" in lrs:  # two-stage RLCD: one value, the two-stage run's
-        lrs["calibrate"] = lrs["reinforce"]
+    from rlcd_lab.reports.results import choose_lr
+
     choice = {"grid": list(cfg.lr_grid), "steps": cfg.tune_steps, "seed": cfg.seeds[0],
-              "dev_ts_brier": scores, "lr": lrs}  # fmt: skip
+              "dev_ts_brier": scores, "lr": choose_lr(scores)}  # fmt: skip
     atomic_write_text(root / "choice.json", json.dumps(choice, indent=2))
     return choice
 
@@ -507,7 +500,9 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     return out
 
 
-SHIPPED_FILES = ("timing.json", rundir.SUMMARY, "report.md", "report.html")
+SHIPPED_FILES = (
+    "timing.json", rundir.SUMMARY, "report.md", "report.html", f"{rundir.TUNE}/choice.json"
+)  # fmt: skip
 """A reproduction's own files that ``assets/results/<task>/`` ships. Not ``figures/``: its
 PNGs are static copies of ``report.html``'s figures (``report.write_pngs``, rebuilt with
 kaleido), left out to keep ``assets/`` lean."""
@@ -517,13 +512,15 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
     """Copy what ``assets/results`` ships of the reproduction in ``src`` (``OUT/<task>``)
     to ``dst``, replacing it: per run ``config.json``, ``log.jsonl``, ``done.json`` and the
     eval dumps ``eval/*.jsonl``; ``final/`` only for the seed-17 runs named in
-    ``weights``; then ``SHIPPED_FILES``. The JSONL files are shipped
-    packed (``.jsonl.xz``, :func:`rlcd_lab.files.io.pack`); ``src``'s may be either."""
+    ``weights``; the same of the tuning runs (``tune/``, no weights); then
+    ``SHIPPED_FILES``. The JSONL files are shipped packed (``.jsonl.xz``,
+    :func:`rlcd_lab.files.io.pack`); ``src``'s may be either."""
     import shutil
 
     src, dst = Path(src), Path(dst)
     shutil.rmtree(dst, ignore_errors=True)
-    for run in sorted(src.glob("seed-*/*")):
+    tuned = sorted(src.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*"))
+    for run in sorted(src.glob("seed-*/*")) + tuned:
         out = dst / run.relative_to(src)
         for name in (rundir.CONFIG, rundir.LOG, rundir.DONE):
             file = jsonl_path(run / name)
@@ -537,5 +534,6 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
             shutil.copytree(rundir.final_dir(run), rundir.final_dir(out))
     for name in SHIPPED_FILES:
         if (src / name).exists():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src / name, dst / name)
     pack(dst)

@@ -3,6 +3,7 @@ and the decision server's documented example answering as docs/server.md says.""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -74,8 +75,6 @@ def test_the_prose_about_the_tables_says_what_the_summaries_hold():
     """docs/results.md's sentences that read the tables (numbers and rankings in prose)
     are true of the shipped summaries: each number printed as the sentence prints it,
     each ranking recomputed."""
-    import json
-
     text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
 
     def runs(task):
@@ -109,8 +108,6 @@ def test_the_prose_about_the_tables_says_what_the_summaries_hold():
 def test_the_why_reading_says_what_the_mechanism_tables_hold():
     """docs/results.md's reading of the "Why" tables: each number as the summaries'
     ``mechanism`` entries hold it (mean over seeds), printed as the sentence prints it."""
-    import json
-
     text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
 
     def mech(task):
@@ -156,8 +153,6 @@ def test_the_reading_of_verify_mixed_says_what_its_summary_and_dumps_hold():
     that the paper's preconditions hold: the mechanism's numbers as its summary holds
     them, the headline verdicts as the README's generated table gives them, and the
     claim that RLCD's readout ranks by the length of the sum, checked on the test dumps."""
-    import json
-
     import numpy as np
 
     from rlcd_lab.files.io import read_jsonl
@@ -203,3 +198,27 @@ def test_the_reading_of_verify_mixed_says_what_its_summary_and_dumps_hold():
     assert (
         "AURC reproduces, and Cov@5% goes the paper's way by less than the paper's margin" in readme
     )
+
+
+def test_the_reading_of_the_dev_curves_says_what_the_summaries_hold():
+    """docs/results.md's "trained long enough?" paragraph against the shipped dev curves."""
+    results = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    summaries = {
+        t: json.loads((REPO / "assets" / "results" / t / "summary.json").read_text())
+        for t in ("verify", "verify-mixed", "aleatoric", "facts")
+    }
+    flat = [abs(summaries[t]["mechanism"]["reinforce"]["dev_trend"]) for t in summaries][:3]
+    assert max(flat) < 0.01 and "(it moves by\nless than 0.01)" in results
+    facts = summaries["facts"]
+    rlcd = facts["runs"]["reinforce"]["dev_curve"]
+    assert rlcd[0]["step"] == facts["runs"]["calibrate"]["steps"] + 50  # 50 stage-2 steps
+    assert all(a["brier"] > b["brier"] for a, b in zip(rlcd[:-1], rlcd[1:], strict=True))
+    trend = facts["mechanism"]["reinforce"]["dev_trend"]
+    assert trend < -0.03
+    assert (
+        f"from {rlcd[0]['brier']:.3f} after the first 50 stage-2 steps to\n"
+        f"{rlcd[-1]['brier']:.3f} at the end, a trend of {trend:.3f})" in results
+    )
+    sft = facts["runs"]["sft-matched"]["dev_curve"]
+    assert sft[-1]["brier"] > sft[0]["brier"] + 0.03
+    assert f"(from {sft[0]['brier']:.3f}\nto {sft[-1]['brier']:.3f})" in results

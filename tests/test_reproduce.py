@@ -15,7 +15,7 @@ from rlcd_lab import metrics
 from rlcd_lab.files.io import atomic_write_jsonl, read_jsonl
 from rlcd_lab.math import stats
 from rlcd_lab.reports.report import write_report
-from rlcd_lab.reports.results import FORKS, summarize_runs
+from rlcd_lab.reports.results import FORKS, rounded, summarize_runs
 from rlcd_lab.reproduce import SCALES, ReproduceConfig, plan, run_job, timed_job
 
 
@@ -322,3 +322,80 @@ def test_ship_copies_what_assets_ships(tmp_path):
     assert sorted(str(p.relative_to(again)) for p in again.rglob("*") if p.is_file()) == [
         g for g in got if "final" not in g
     ]
+
+
+def test_dev_curves_and_the_tuning_grid_are_recomputed_from_logs_and_dumps(tmp_path):
+    """Dev curves: the raw dev Brier each seed's log holds, averaged over seeds at the steps
+    both logged (step = 0-based log step + 1, plus stage 1's steps for two-stage RLCD).
+    Tuning: each tuning run's dev Brier after TS fitted on its own dev dump, the lowest
+    value kept, two-stage RLCD's for its stage 1; report.md and the docs blocks show both,
+    and ship() carries the tuning runs and choice.json."""
+    from rlcd_lab.reports.report import dev_curve_table, update_readme
+    from rlcd_lab.reproduce import ship
+
+    rng = np.random.default_rng(3)
+    labels, dev_labels = rng.integers(0, 2, 20), rng.integers(0, 2, 12)
+    dev = {  # (run, seed): dev Brier logged at 0-based steps 1 and 3
+        ("calibrate", 1): [0.4, 0.3], ("calibrate", 2): [0.2, 0.1],
+        ("reinforce", 1): [0.5, 0.5], ("reinforce", 2): [0.3, 0.1],
+    }  # fmt: skip
+    for (name, seed), values in dev.items():
+        z = rng.normal(0, 2, (20, 2))
+        fake_run(tmp_path, seed, name, z, z[:12], labels, dev_labels)
+        run = tmp_path / f"seed-{seed}" / name
+        (run / "config.json").write_text(json.dumps({"method": name, "steps": 4}))
+        log = [{"step": s, "loss": 0.0} for s in range(4)]
+        log[1]["dev_brier"], log[3]["dev_brier"] = values
+        if seed == 2:
+            log[0]["dev_brier"] = 0.9  # seed 1 has no dev score at step 0: left out
+        atomic_write_jsonl(run / "log.jsonl", log)
+    scores = {}
+    for lr in (1e-5, 1e-4):
+        for name, steps in (("calibrate", 3), ("reinforce", 3), ("grpo-matched", 6), ("x", 6)):
+            run = tmp_path / "tune" / f"lr-{lr:g}" / "verify" / "seed-1" / name
+            d = rng.normal(0, 2, (12, 2))
+            fake_run(run.parents[1], 1, name, d, d, dev_labels, dev_labels)
+            (run / "config.json").write_text(json.dumps({"method": name, "steps": steps, "lr": lr}))
+            if name != "x":  # x has no training log: another run's evaluation, left out
+                atomic_write_jsonl(run / "log.jsonl", [{"step": 0, "loss": 0.0}])
+                p = metrics.apply_temperature(d, metrics.fit_temperature(d, dev_labels))
+                scores.setdefault(name, {})[lr] = metrics.brier(p, dev_labels)
+    (tmp_path / "tune" / "choice.json").write_text("{}")
+    summary = write_report(tmp_path, (1, 2), eps=0.1, title="fake", task="verify")
+
+    assert summary["runs"]["calibrate"]["dev_curve"] == [
+        {"step": 2, "brier": pytest.approx(0.3)}, {"step": 4, "brier": pytest.approx(0.2)}
+    ]  # fmt: skip
+    assert summary["runs"]["reinforce"]["dev_curve"] == [
+        {"step": 6, "brier": pytest.approx(0.4)}, {"step": 8, "brier": pytest.approx(0.3)}
+    ]  # fmt: skip
+    table = dev_curve_table(summary).splitlines()
+    assert table[0] == "| run | 2 | 4 | 6 | 8 |"
+    assert table[2] == "| RLCD stage 1 | 0.300 | 0.200 |  |  |"
+    assert table[3] == "| RLCD (two-stage) |  |  | 0.400 | 0.300 |"
+    tune = summary["tuning"]
+    assert tune["grid"] == [1e-5, 1e-4] and set(tune["dev_ts_brier"]) == set(scores)
+    assert tune["steps"] == {"calibrate": 3, "reinforce": 3, "grpo-matched": 6}
+    for name, by_lr in scores.items():
+        for lr, value in by_lr.items():
+            assert tune["dev_ts_brier"][name][f"{lr:g}"] == pytest.approx(value, rel=1e-9)
+    best = {name: min(by_lr, key=by_lr.get) for name, by_lr in scores.items()}
+    assert tune["lr"] == {**best, "calibrate": best["reinforce"]}
+    md = (tmp_path / "report.md").read_text()
+    assert "## Dev curves" in md and "| RLCD (two-stage) |  |  | 0.400 | 0.300 |" in md
+    grpo = min(scores["grpo-matched"].values())
+    assert f"**{grpo:.3f}**" in md and "## Learning rates, chosen on dev" in md
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- dev-x:begin (generated from summary.json by hand) -->\nold\n<!-- dev-x:end -->\n"
+        "<!-- tune-x:begin (generated from summary.json by hand) -->\n<!-- tune-x:end -->\n"
+    )
+    text = update_readme(page)
+    assert "| RLCD stage 1 | 0.300 | 0.200 |  |  |" in text and "old" not in text
+    assert f"| {tune['lr']['grpo-matched']:g} |" in text and "| lr 1e-05 | lr 0.0001 |" in text
+    ship(tmp_path, tmp_path / "shipped")
+    shipped = tmp_path / "shipped" / "tune"
+    assert (shipped / "choice.json").read_text() == "{}"
+    assert (shipped / "lr-1e-05/verify/seed-1/grpo-matched/eval/dev.jsonl.xz").exists()
+    again = summarize_runs(tmp_path / "shipped", (1, 2), eps=0.1, n=10)[0]
+    assert rounded(again["tuning"]) == summary["tuning"]  # the summary keeps 10 digits

@@ -26,7 +26,9 @@ run's eval dumps and training log:
 5. the run is the paper's recipe: ``forced`` (share of rationales that never wrote the
    marker), ``kl_end`` (stage 2: mean per-rationale log-ratio to the anchor over the last
    quarter of steps, nats), ``reward_trend`` (mean reward of the last quarter minus the
-   quarter before: still rising means under-trained).
+   quarter before: still rising means under-trained) and ``dev_trend`` (the same for the
+   dev Brier that training logs every ``eval_every`` steps, raw: still falling, a
+   negative trend, means under-trained; a rise means it went past its best).
 
 :func:`run_mechanism` measures one run (one seed), :func:`mechanism` averages a group of
 seeds; ``results.summarize_runs`` stores it in a summary under ``mechanism`` and
@@ -146,6 +148,7 @@ def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
     kls = [r["kl"] for r in log if r.get("kl") is not None]
     out["kl_end"] = float(np.mean(kls[-max(1, len(kls) // 4) :])) if kls else None
     out["reward_trend"] = _trend([r["reward"] for r in log if r.get("reward") is not None])
+    out["dev_trend"] = _trend([r["dev_brier"] for r in log if r.get("dev_brier") is not None])
     return out
 
 
@@ -174,6 +177,7 @@ COLUMNS = (
     ("forced", "forced marker", "{:.1%}"),
     ("kl_end", "KL end (nats)", "{:.2f}"),
     ("reward_trend", "reward trend", "{:+.3f}"),
+    ("dev_trend", "dev Brier trend", "{:+.3f}"),
 )
 """The "Why" table's columns: summary key, header, format."""
 

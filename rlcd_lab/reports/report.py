@@ -12,7 +12,9 @@ figures load plotly.js from ``../plotly.min.js``, one file shared by the reports
 * Figure 1: System-One collapse, end to end without and with the KL anchor: rationale
   length, readout variance and the score-function / pathwise gradient ratio over training;
 * Figure 2: risk-coverage curves; Figure 3: each stage-2 fork minus readout-only, Brier
-  and AURC with 95% CIs (and RLCD minus each run).
+  and AURC with 95% CIs (and RLCD minus each run);
+* the dev curves (raw dev Brier over training) and, where the learning rates were tuned
+  (``reproduce --lr-grid``), each run's dev score at every value of the grid.
 
 ``findings_table(summary)`` sets each of the paper's findings for the summary's kind of
 task (:mod:`rlcd_lab.math.paper`) beside ours (difference, 95% CI, p) with its verdict
@@ -57,6 +59,7 @@ from rlcd_lab.reports.results import (
     STAGE1,
     SWEEP_PREFIX,
     RunResult,
+    mean_log,
     rounded,
     summarize_runs,
     summary_json,
@@ -383,6 +386,50 @@ def sweep_table(summary: Mapping, prefix: str = SWEEP_PREFIX) -> str:
     return "\n".join(rows) + "\n"
 
 
+def dev_curve_table(summary: Mapping) -> str:
+    """Markdown: the dev curves (``runs[name]["dev_curve"]``,
+    :func:`rlcd_lab.reports.results.dev_curve`), one row per run that logged one, one
+    column per step count (a run continued from stage 1 counts stage 1's steps); raw dev
+    Brier, mean over seeds; "" where a run did not evaluate; "" (no table) when no run
+    logged a curve."""
+    curves = {
+        run: {p["step"]: p["brier"] for p in summary["runs"][run]["dev_curve"]}
+        for run in _ordered(summary["runs"])
+        if summary["runs"][run].get("dev_curve")
+    }
+    if not curves:
+        return ""
+    steps = sorted(set().union(*curves.values()))
+    rows = ["| run | " + " | ".join(map(str, steps)) + " |", "|---" * (len(steps) + 1) + "|"]
+    for run, curve in curves.items():
+        cells = [f"{curve[s]:.3f}" if s in curve else "" for s in steps]
+        rows.append(f"| {label(run)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def tuning_table(summary: Mapping) -> str:
+    """Markdown: the learning-rate grid (``summary["tuning"]``,
+    :func:`rlcd_lab.reports.results.tuning`): each tuned run's dev Brier after temperature
+    scaling at every grid value, its tuning steps, and the value kept (in bold where it
+    was its own lowest score: two-stage RLCD's stage 1 takes the two-stage run's)."""
+    tune = summary["tuning"]
+    grid = [f"{v:g}" for v in tune["grid"]]
+    rows = ["| run | steps | " + " | ".join(f"lr {v}" for v in grid) + " | lr used |"]
+    rows.append("|---" * (len(grid) + 3) + "|")
+    for run in _ordered(tune["dev_ts_brier"]):
+        by_lr, kept = tune["dev_ts_brier"][run], tune["lr"][run]
+        cells = [
+            "" if v not in by_lr else
+            (f"**{by_lr[v]:.3f}**" if float(v) == kept and by_lr[v] == min(by_lr.values())
+             else f"{by_lr[v]:.3f}")
+            for v in grid
+        ]  # fmt: skip
+        rows.append(
+            f"| {label(run)} | {tune['steps'][run]} | " + " | ".join(cells) + f" | {kept:g} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def report_markdown(summary: Mapping, title: str) -> str:
     """``report.md``: the paper's tables for this reproduction."""
     seeds = ", ".join(map(str, summary["seeds"]))
@@ -435,6 +482,20 @@ def report_markdown(summary: Mapping, title: str) -> str:
             "\n## Table 3: aleatoric outcomes (JSD to q in bits, lower is better)\n",
             jsd_table(summary),
         ]
+    if dev_curve_table(summary):
+        md += [
+            "\n## Dev curves\n\nRaw dev Brier (T = 1, lower is better) after each number "
+            "of training steps, as the training loop logs it, mean over seeds (two-stage RLCD "
+            "and its forks count stage 1's steps).\n",
+            dev_curve_table(summary),
+        ]
+    if summary.get("tuning"):
+        md += [
+            "\n## Learning rates, chosen on dev\n\nEvery run on the first seed once per "
+            "value, its dev Brier after temperature scaling; the lowest is kept (bold; "
+            "two-stage RLCD's stage 1 takes the two-stage run's value).\n",
+            tuning_table(summary),
+        ]
     return "\n".join(md)
 
 
@@ -443,22 +504,11 @@ def report_markdown(summary: Mapping, title: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _mean_log(logs: Sequence[Sequence[dict]], column: str, offset: int = 0) -> list[dict]:
-    """``[{"step", column}]``: ``column`` of each run's log rows averaged over runs at
-    every step that all of them logged; ``offset`` is added to the steps (a run
-    continued from stage 1 starts where stage 1 ended)."""
-    logs = [{r["step"] + offset: r.get(column) for r in rows} for rows in logs]
-    steps = sorted(
-        set.intersection(*(set(k for k, v in lg.items() if v is not None) for lg in logs))
-    )
-    return [{"step": s, column: float(np.mean([lg[s] for lg in logs]))} for s in steps]
-
-
 def _grad_ratio(logs: Sequence[Sequence[dict]], offset: int = 0) -> list[dict]:
     """Ratio of the score-function to the pathwise gradient norm over training (each
     averaged over runs first)."""
-    sf = _mean_log(logs, "grad_score_function", offset)
-    pw = {r["step"]: r["grad_pathwise"] for r in _mean_log(logs, "grad_pathwise", offset)}
+    sf = mean_log(logs, "grad_score_function", offset)
+    pw = {r["step"]: r["grad_pathwise"] for r in mean_log(logs, "grad_pathwise", offset)}
     return [
         {"step": r["step"], "sf / pathwise": r["grad_score_function"] / pw[r["step"]]}
         for r in sf
@@ -489,7 +539,7 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
             ("rationale_length", "rationale length"),
             ("readout_variance", "variance of u across rationales"),
         ):
-            curves = {label(n): _mean_log(p, column, start[n]) for n, p in trained.items()}
+            curves = {label(n): mean_log(p, column, start[n]) for n, p in trained.items()}
             figs[f"fig1_{column}"] = plots.compare_curves(
                 curves, column, title=f"Figure 1: {what} over training (mean over seeds)"
             )
@@ -602,7 +652,9 @@ BLOCK = re.compile(
 )
 """A generated block in a Markdown file: ``<!-- NAME:begin (generated from SUMMARY by
 ...) -->``; SUMMARY a ``summary.json``, or a folder of reproductions
-(:func:`what_reproduces`; the block named ``headline`` keeps the :data:`HEADLINE` claims)."""
+(:func:`what_reproduces`; the block named ``headline`` keeps the :data:`HEADLINE` claims).
+A NAME starting ``why-`` holds the summary's "Why" table, ``dev-`` its dev curves,
+``tune-`` its learning-rate grid; any other, :func:`readme_block`."""
 
 
 def update_readme(readme: Path) -> str:
@@ -624,6 +676,10 @@ def update_readme(readme: Path) -> str:
         if m.group(2).startswith("why-"):  # the mechanism's steps, measured
             names = [r for r in summary.get("mechanism", {}) if r in summary["runs"]]
             return m.group(1) + mechanism_table(summary, {r: label(r) for r in names}) + m.group(5)
+        if m.group(2).startswith("dev-"):
+            return m.group(1) + dev_curve_table(summary) + m.group(5)
+        if m.group(2).startswith("tune-"):
+            return m.group(1) + tuning_table(summary) + m.group(5)
         text = readme_block(summary, short=m.group(2).endswith("-short"))
         timing = path.parent / "timing.json"
         if timing.exists():

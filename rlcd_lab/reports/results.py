@@ -580,6 +580,60 @@ def mean_sd(values: Sequence[float]) -> dict[str, float | None]:
     return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)) if v.size > 1 else None}
 
 
+def mean_log(logs: Sequence[Sequence[dict]], column: str, offset: int = 0) -> list[dict]:
+    """``[{"step", column}]``: ``column`` of each run's log rows averaged over runs at
+    every step that all of them logged; ``offset`` is added to the steps (a run
+    continued from stage 1 starts where stage 1 ended)."""
+    logs = [{r["step"] + offset: r.get(column) for r in rows} for rows in logs]
+    steps = sorted(
+        set.intersection(*(set(k for k, v in lg.items() if v is not None) for lg in logs))
+    )
+    return [{"step": s, column: float(np.mean([lg[s] for lg in logs]))} for s in steps]
+
+
+def dev_curve(logs: Sequence[Sequence[dict]], offset: int = 0) -> list[dict]:
+    """The dev curve of a run over its seeds' logs: ``[{"step", "brier"}]``, ``brier`` the
+    raw (T = 1) dev Brier that the training loop logs every ``eval_every`` steps
+    (``dev_brier``; lower is better), averaged over seeds at the steps all of them logged;
+    ``step`` the optimizer steps done when it was measured (the log's 0-based step + 1 +
+    ``offset``: a run continued from stage 1 counts stage 1's). Empty when none logged it."""
+    return [
+        {"step": r["step"] + 1, "brier": r["dev_brier"]}
+        for r in mean_log(logs, "dev_brier", offset)
+    ]
+
+
+def choose_lr(scores: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Each run's learning rate from its tuning scores ``{run: {value: dev Brier after
+    TS}}`` (values written ``f"{lr:g}"``): the value of the lowest score, the smaller value
+    on a tie. Two-stage RLCD takes one value for both stages, the one chosen by the
+    two-stage run (``reinforce``) for ``calibrate`` too."""
+    lrs = {name: float(min(by_lr, key=lambda v: (by_lr[v], float(v))))
+           for name, by_lr in scores.items()}  # fmt: skip
+    if RLCD in lrs:
+        lrs[STAGE1] = lrs[RLCD]
+    return lrs
+
+
+def tuning(tune: str | Path) -> dict:
+    """A reproduction's learning-rate choice (``rlcd_lab.reproduce.tune``) recomputed from
+    its tuning runs' dev dumps (``tune``: ``OUT/<task>/tune``, runs
+    ``lr-<value>/<task>/seed-<s>/<run>``): ``{"grid": [values], "steps": {run: steps},
+    "dev_ts_brier": {run: {value: dev Brier after TS fitted on those dev items}}, "lr":
+    choose_lr(...)}``. Runs without a training log (another run's evaluation) are left out."""
+    scores: dict[str, dict[str, float]] = {}
+    steps: dict[str, int] = {}
+    for run in sorted(Path(tune).glob("lr-*/*/seed-*/*")):
+        if not (rundir.log_path(run).exists() and rundir.has_eval(run, "dev")):
+            continue
+        rows = read_jsonl(rundir.eval_file(run, "dev"))
+        cfg = rundir.read_config(run)
+        scores.setdefault(run.name, {})[f"{cfg['lr']:g}"] = summarize(rows, rows)["ts_brier"]
+        steps[run.name] = cfg["steps"]
+    grid = sorted({float(v) for by_lr in scores.values() for v in by_lr})
+    return {"grid": grid, "steps": steps, "dev_ts_brier": scores, "lr": choose_lr(scores)}
+
+
 def _steps(run: Path) -> int | None:
     return rundir.read_config(run).get("steps")
 
@@ -601,9 +655,13 @@ def _run_entry(group: Sequence[RunResult], stage1: Path | None) -> dict:
         entry["m_mixture"] = group[0].m_mixture
         entry["empty_share"] = mean_sd([g.empty_share for g in group])
     if all(rundir.log_path(g.path).exists() for g in group):
-        ratios = [gradient_dilution(rundir.read_log(g.path))["rms_ratio"] for g in group]
+        logs = [rundir.read_log(g.path) for g in group]
+        ratios = [gradient_dilution(log)["rms_ratio"] for log in logs]
         if all(np.isfinite(ratios)):
             entry["grad_rms_ratio"] = mean_sd(ratios)
+        curve = dev_curve(logs, (_steps(stage1) or 0) if stage1 is not None else 0)
+        if curve:
+            entry["dev_curve"] = curve
     return entry
 
 
@@ -618,7 +676,8 @@ def summarize_runs(
     training budget, stage 1 included for the runs continued from it; 0 for the base),
     ``per_seed`` rows, ``grad_rms_ratio`` (:func:`gradient_dilution` of each seed's
     training log: RMS score-function / RMS pathwise gradient norm) for runs that log
-    both, and ``jsd`` / ``mixture_jsd`` / ``jsd_table3`` (bits) on aleatoric tasks;
+    both, ``dev_curve`` (:func:`dev_curve`) for runs that log one, and ``jsd`` /
+    ``mixture_jsd`` / ``jsd_table3`` (bits) on aleatoric tasks;
     ``paired["reinforce - X"]``: :func:`paired` for every other run X (and the pairs of
     ``TABLE3_PAIRS`` on aleatoric tasks); ``forks[F]``:
     :func:`paired` of each stage-2 fork against its stage-1 checkpoint, plus the mean
@@ -626,7 +685,8 @@ def summarize_runs(
     other fork against ``readout-only`` (Figure 3: same checkpoint, stream and budget);
     ``mechanism[name]``: :func:`rlcd_lab.reports.mechanism.mechanism` of the runs of
     :data:`MECHANISM_RUNS`; ``sweep[W]``: :func:`paired` of Table 4's
-    run at score-function weight ``W`` (``SWEEP_PREFIX`` + W) against stage 1 (weight 0).
+    run at score-function weight ``W`` (``SWEEP_PREFIX`` + W) against stage 1 (weight 0);
+    ``tuning``: :func:`tuning` of ``root/tune`` where the learning rates were tuned.
     """
     root = Path(root)
     names = sorted(
@@ -660,6 +720,8 @@ def summarize_runs(
         for other in loaded:
             if other != RLCD:
                 summary["paired"][f"{RLCD} - {other}"] = paired(loaded[RLCD], loaded[other], eps, n)
+    if (root / rundir.TUNE).is_dir():
+        summary["tuning"] = tuning(root / rundir.TUNE)
     for a, b in TABLE3_PAIRS:
         for sa, sb in ((a, b), (a + MATCHED, b + MATCHED)):
             if sa in loaded and sb in loaded and loaded[sa][0].q is not None:
