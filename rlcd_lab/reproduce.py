@@ -508,30 +508,54 @@ PNGs are static copies of ``report.html``'s figures (``report.write_pngs``, rebu
 kaleido), left out to keep ``assets/`` lean."""
 
 
-def ship(src: Path, dst: Path, weights: tuple[str, ...] = ()) -> None:
+def _relocated(value: object, old: str, new: str) -> object:
+    """``value`` (a parsed config) with every string path under ``old`` moved under ``new``."""
+    if isinstance(value, dict):
+        return {k: _relocated(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relocated(v, old, new) for v in value]
+    if isinstance(value, str) and (value == old or value.startswith(old + "/")):
+        return new + value[len(old) :]
+    return value
+
+
+def ship(src: Path, dst: Path, weights: tuple[str, ...] = (), out: str | None = None) -> None:
     """Copy what ``assets/results`` ships of the reproduction in ``src`` (``OUT/<task>``)
     to ``dst``, replacing it: per run ``config.json``, ``log.jsonl``, ``done.json`` and the
     eval dumps ``eval/*.jsonl``; ``final/`` only for the seed-17 runs named in
-    ``weights``; the same of the tuning runs (``tune/``, no weights); then
-    ``SHIPPED_FILES``. The JSONL files are shipped packed (``.jsonl.xz``,
-    :func:`rlcd_lab.files.io.pack`); ``src``'s may be either."""
+    ``weights`` (an adapter without its tokenizer files, which are its base's, and with
+    its ``checksums.json`` rewritten); the same of the tuning runs (``tune/``, no
+    weights); then ``SHIPPED_FILES``. The JSONL files are shipped packed (``.jsonl.xz``,
+    :func:`rlcd_lab.files.io.pack`); ``src``'s may be either. With ``out`` (the documented
+    ``--out``, e.g. ``runs/rung``) the configs' paths under ``src``'s OUT folder name it
+    instead, so that no directory of the machine that ran it is shipped."""
     import shutil
+
+    from rlcd_lab.lm.checkpoint import TOKENIZER_FILES, write_checksums
 
     src, dst = Path(src), Path(dst)
     shutil.rmtree(dst, ignore_errors=True)
     tuned = sorted(src.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*"))
     for run in sorted(src.glob("seed-*/*")) + tuned:
-        out = dst / run.relative_to(src)
+        to = dst / run.relative_to(src)
         for name in (rundir.CONFIG, rundir.LOG, rundir.DONE):
             file = jsonl_path(run / name)
             if file.exists():
-                out.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(file, out / file.name)
+                to.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(file, to / file.name)
+                if out is not None and name != rundir.LOG:
+                    moved = _relocated(json.loads(file.read_text()), str(src.parent), out)
+                    atomic_write_text(to / file.name, json.dumps(moved, indent=2))
         for dump in map(jsonl_path, rundir.eval_files(run)):
-            rundir.eval_dir(out).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(dump, rundir.eval_dir(out) / dump.name)
+            rundir.eval_dir(to).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(dump, rundir.eval_dir(to) / dump.name)
         if run.parent.name == "seed-17" and run.name in weights:
-            shutil.copytree(rundir.final_dir(run), rundir.final_dir(out))
+            final = rundir.final_dir(to)
+            shutil.copytree(rundir.final_dir(run), final)
+            if (final / "adapter_config.json").exists():
+                for name in TOKENIZER_FILES:
+                    (final / name).unlink(missing_ok=True)
+                write_checksums(final)
     for name in SHIPPED_FILES:
         if (src / name).exists():
             (dst / name).parent.mkdir(parents=True, exist_ok=True)

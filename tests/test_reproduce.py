@@ -399,3 +399,38 @@ def test_dev_curves_and_the_tuning_grid_are_recomputed_from_logs_and_dumps(tmp_p
     assert (shipped / "lr-1e-05/verify/seed-1/grpo-matched/eval/dev.jsonl.xz").exists()
     again = summarize_runs(tmp_path / "shipped", (1, 2), eps=0.1, n=10)[0]
     assert rounded(again["tuning"]) == summary["tuning"]  # the summary keeps 10 digits
+
+
+def test_ship_names_the_documented_out_and_ships_an_adapter_without_its_tokenizer(tmp_path):
+    """With ``out``, every path under the OUT folder that ran the reproduction (config and
+    done.json, nested too) names the documented folder instead; other values are kept.
+    A shipped adapter leaves out the tokenizer files (its base's) and its checksums cover
+    what is left, so it still verifies."""
+    from rlcd_lab.lm.checkpoint import verify_checksums, write_checksums
+    from rlcd_lab.reproduce import ship
+
+    src = tmp_path / "machine" / "out" / "rung"
+    run = src / "seed-17" / "reinforce"
+    stage1 = str(src / "seed-17" / "calibrate" / "final")
+    config = {"init": stage1, "out": str(run), "task": "~/.cache/x.jsonl", "lr": 1e-4,
+              "other": str(tmp_path / "machine" / "outside")}  # fmt: skip
+    (run / "final").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "done.json").write_text(json.dumps({"settings": {"init": stage1, "steps": [1]}}))
+    for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "chat_template.jinja", "rlcd.json"):  # fmt: skip
+        (run / "final" / name).write_text(name)
+    write_checksums(run / "final")
+    dst = tmp_path / "assets" / "rung"
+    ship(src, dst, weights=("reinforce",), out="runs/x")
+    got = json.loads((dst / "seed-17/reinforce/config.json").read_text())
+    assert got == {**config, "init": "runs/x/rung/seed-17/calibrate/final",
+                   "out": "runs/x/rung/seed-17/reinforce"}  # fmt: skip
+    done = json.loads((dst / "seed-17/reinforce/done.json").read_text())
+    assert done == {"settings": {"init": "runs/x/rung/seed-17/calibrate/final", "steps": [1]}}
+    final = dst / "seed-17/reinforce/final"
+    assert sorted(p.name for p in final.iterdir()) == [
+        "adapter_config.json", "adapter_model.safetensors", "checksums.json", "rlcd.json"
+    ]  # fmt: skip
+    assert verify_checksums(final)
+    assert json.loads((run / "config.json").read_text()) == config  # the source untouched

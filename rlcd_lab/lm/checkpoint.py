@@ -38,6 +38,12 @@ CHECKSUM_VERSION = 2
 """``checksums.json`` format: version 2 lists every file of the checkpoint (config,
 ``rlcd.json``, tokenizer files, adapter config, weights, optimizer state); a manifest
 without ``version`` (version 1, written before) lists the weight files only."""
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+    "added_tokens.json", "vocab.json", "merges.txt",
+)  # fmt: skip
+"""The files ``tokenizer.save_pretrained`` may write into a checkpoint. An adapter
+without them loads its base's (:func:`rlcd_lab.lm.loading.load_checkpoint`)."""
 DEFAULT_META = {"marker": MARKER, "sep": SEP, "T": 1.0}
 T_KEY = "T"
 """The ``rlcd.json`` key of the fitted calibration temperature T."""
