@@ -549,7 +549,7 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = (), out: str | None = 
         for dump in map(jsonl_path, rundir.eval_files(run)):
             rundir.eval_dir(to).mkdir(parents=True, exist_ok=True)
             shutil.copy2(dump, rundir.eval_dir(to) / dump.name)
-        if run.parent.name == "seed-17" and run.name in weights:
+        if run.parent.parent == src and run.parent.name == "seed-17" and run.name in weights:
             final = rundir.final_dir(to)
             shutil.copytree(rundir.final_dir(run), final)
             if (final / "adapter_config.json").exists():

@@ -329,3 +329,28 @@ def test_apply_theme_mode_bar_has_no_dark_background(theme):
     lay = P.apply_theme(go.Figure(), theme).to_dict()["layout"]
     assert lay["modebar"]["bgcolor"] == P.TRANSPARENT
     assert lay["modebar"]["color"] == P.MODEBAR["color"]
+
+
+def test_a_report_page_writes_its_figures_numbers_to_five_significant_digits():
+    """html_page rounds every float a figure writes as a decimal (in lists, nested too) to
+    5 significant digits; integers, strings and non-finite values are kept; a page of the
+    same figures is the same bytes."""
+    import plotly.graph_objects as go
+
+    from rlcd_lab.reports.pages import html_page
+
+    fig = go.Figure(
+        go.Scatter(
+            x=[1 / 3, 2 / 3, 123456.789],
+            y=[0.000123456789, float("nan"), 7],
+            error_y={"array": [1e-9 / 3, 0.5, 0.25]},
+            name="a 0.123456789 name",
+        )
+    )
+    page = html_page("t", "# x\n", {"f": fig}, "../plotly.min.js")
+    assert page == html_page("t", "# x\n", {"f": fig}, "../plotly.min.js")
+    assert '"x":[0.33333,0.66667,123460.0]' in page
+    assert '"y":[0.00012346,null,7]' in page
+    assert '"array":[3.3333e-10,0.5,0.25]' in page
+    assert '"name":"a 0.123456789 name"' in page  # strings untouched
+    assert "0.333333" not in page

@@ -67,15 +67,45 @@ def plotly_src(folder: Path) -> str:
     return f"../{PLOTLY_JS}"
 
 
+FIGURE_DIGITS = 5
+"""Significant digits of the numbers a page's figures carry: far finer than a plot shows,
+and a page a third the size of one that writes every float in full."""
+
+
+def _rounded(value: Any, digits: int = FIGURE_DIGITS) -> Any:
+    """``value`` (a figure's JSON form, ``to_plotly_json``: dicts, lists, numbers, strings)
+    with every float rounded to ``digits`` significant digits; integers, strings,
+    non-finite floats and numpy arrays (which plotly writes as compact binary) as they
+    are."""
+    import math
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v, digits) for v in value]
+    if isinstance(value, (float, np.floating)) and math.isfinite(value):
+        return float(f"{float(value):.{digits}g}")
+    return value
+
+
 def html_page(title: str, md: str, figs: Mapping[str, Any], src: str) -> str:
     """A self-standing report page: the Markdown ``md`` rendered (tables included), then the
-    plotly ``figs`` under "Figures", each in a div named after it (the same figures give
-    the same bytes); plotly.js loads once from ``src`` (:func:`plotly_src`), never inlined."""
+    plotly ``figs`` under "Figures", each in a div named after it, their numbers to
+    ``FIGURE_DIGITS`` significant digits (the same figures give the same bytes); plotly.js
+    loads once from ``src`` (:func:`plotly_src`), never inlined."""
+    import plotly.io as pio
     from markdown_it import MarkdownIt
 
     body = MarkdownIt("commonmark").enable("table").render(md)
     divs = "".join(
-        f.to_html(full_html=False, include_plotlyjs=src if i == 0 else False, div_id=name)
+        pio.to_html(
+            _rounded(f.to_plotly_json()),
+            full_html=False,
+            include_plotlyjs=src if i == 0 else False,
+            div_id=name,
+        )
         for i, (name, f) in enumerate(figs.items())
     )
     style = (
