@@ -421,8 +421,12 @@ def test_ship_names_the_documented_out_and_ships_an_adapter_without_its_tokenize
                  "tokenizer_config.json", "chat_template.jinja", "rlcd.json"):  # fmt: skip
         (run / "final" / name).write_text(name)
     write_checksums(run / "final")
+    tuned = src / "tune" / "lr-0.0001" / "rung" / "seed-17" / "reinforce"
+    shutil.copytree(run, tuned)
     dst = tmp_path / "assets" / "rung"
     ship(src, dst, weights=("reinforce",), out="runs/x")
+    assert (dst / tuned.relative_to(src) / "config.json").exists()
+    assert not (dst / tuned.relative_to(src) / "final").exists()  # weights: main seeds only
     got = json.loads((dst / "seed-17/reinforce/config.json").read_text())
     assert got == {**config, "init": "runs/x/rung/seed-17/calibrate/final",
                    "out": "runs/x/rung/seed-17/reinforce"}  # fmt: skip
