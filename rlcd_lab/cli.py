@@ -265,6 +265,24 @@ def _bench_union():
     )
 
 
+def status_text(state: dict, jobs: int) -> str:
+    """``rlcd-lab reproduce --status``: :func:`rlcd_lab.reproduce.progress` as a table, then
+    the steps left and the estimate of the time they take."""
+    lines = [f"{'run':<32} {'seed':>4} {'steps':>9}  {'state':<8} {'s/step':>6}"]
+    for r in state["runs"]:
+        name = r["run"] if r["tuning"] is None else f"tune lr {r['tuning']:g}: {r['run']}"
+        pace = "" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}"
+        done = f"{r['done']}/{r['steps']}"
+        lines.append(f"{name:<32} {r['seed']:>4} {done:>9}  {r['state']:<8} {pace:>6}")
+    left = f"{state['steps_left']} training steps left"
+    if state["hours_left"] is not None:
+        left += (
+            f", about {state['hours_left']:.1f} h at {jobs} jobs (each at the median time of"
+            " its run's logged steps; evaluations not counted)"
+        )
+    return "\n".join([*lines, left])
+
+
 def _reproduce_config():
     from rlcd_lab.reproduce import ReproduceConfig
 
@@ -598,8 +616,11 @@ def _run(cfg) -> None:
         path = pretrain(cfg)
         _print_json({"checkpoint": str(path), **read_meta(path)["metrics"]})
     elif _is(cfg, "reproduce", "ReproduceConfig"):
-        from rlcd_lab.reproduce import run_all
+        from rlcd_lab.reproduce import progress, run_all
 
+        if cfg.status:
+            print(status_text(progress(cfg), cfg.jobs))
+            return
         out = run_all(cfg, progress=lambda done: print(f"done: {done}", file=sys.stderr))
         print(out / "report.md")
     elif _is(cfg, "bench.configs", "BenchTarget"):

@@ -151,6 +151,9 @@ class ReproduceConfig:
     """Only these runs (names as in the report: base, sft, rft, rft-kl, grpo, rlcr,
     calibrate, reinforce, readout-only, anchor-only, grpo-cont, endtoend, mixture, and
     ``<name>-matched``); empty: all."""
+    status: bool = False
+    """Print where the reproduction in ``--out`` stands (each run's steps done, seconds per
+    step, an estimate of the time left: :func:`progress`) and exit; runs nothing."""
 
 
 @dataclass(frozen=True)
@@ -423,6 +426,21 @@ def _run_pool(pool: ProcessPoolExecutor, first: list[Job], second: list[Job]):
             future.cancel()
 
 
+def tune_plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
+    """The tuning runs of :func:`tune` in two waves: every run of ``cfg`` but the base on
+    the first seed, once per value of ``cfg.lr_grid``, at ``cfg.tune_steps`` steps per
+    stage, without dev curves or test evaluation."""
+    root = cfg.out / Path(cfg.task).stem / rundir.TUNE
+    waves: tuple[list[Job], list[Job]] = ([], [])
+    for value in cfg.lr_grid:
+        sub = replace(cfg, seeds=cfg.seeds[:1], steps=cfg.tune_steps, lr=value,
+                      out=root / f"lr-{value:g}", lr_grid=())  # fmt: skip
+        for wave, jobs in zip(waves, plan(sub), strict=True):
+            wave += [replace(j, train=replace(j.train, eval_every=0, test_items=0))
+                     for j in jobs if j.train is not None]  # fmt: skip
+    return waves
+
+
 def tune(cfg: ReproduceConfig, run: Callable[[list[Job], list[Job]], list[dict]]) -> dict:
     """Each run's learning rate from ``cfg.lr_grid``, chosen on dev with an equal budget per
     run: for every value, every run of ``cfg`` (not the base model) on the first seed at
@@ -435,13 +453,7 @@ def tune(cfg: ReproduceConfig, run: Callable[[list[Job], list[Job]], list[dict]]
     "dev_ts_brier": {run: {value: score}}, "lr": {run: value}}``."""
     root = cfg.out / Path(cfg.task).stem / rundir.TUNE
     scores: dict[str, dict[str, float]] = {}
-    waves: tuple[list[Job], list[Job]] = ([], [])
-    for value in cfg.lr_grid:
-        sub = replace(cfg, seeds=cfg.seeds[:1], steps=cfg.tune_steps, lr=value,
-                      out=root / f"lr-{value:g}", lr_grid=())  # fmt: skip
-        for wave, jobs in zip(waves, plan(sub), strict=True):
-            wave += [replace(j, train=replace(j.train, eval_every=0, test_items=0))
-                     for j in jobs if j.train is not None]  # fmt: skip
+    waves = tune_plan(cfg)
     run(*waves)
     for job in waves[0] + waves[1]:
         meta = rundir.final_dir(job.out) / rundir.META_FILE
@@ -453,6 +465,46 @@ def tune(cfg: ReproduceConfig, run: Callable[[list[Job], list[Job]], list[dict]]
               "dev_ts_brier": scores, "lr": choose_lr(scores)}  # fmt: skip
     atomic_write_text(root / "choice.json", json.dumps(choice, indent=2))
     return choice
+
+
+def progress(cfg: ReproduceConfig) -> dict:
+    """Where the reproduction of ``cfg`` stands, read from its folder (nothing is run):
+    ``{"runs": [...], "steps_left", "hours_left"}``, one row per run of the plan, the
+    tuning runs first when ``cfg.lr_grid`` is set: ``{"run", "seed", "tuning" (the grid
+    value, else None), "steps" (planned; 0 for the base), "done" (steps in its log),
+    "state" ("finished", "partial" or "waiting"), "s_per_step"}`` (median over its logged
+    steps, else None). ``hours_left`` is the steps left, each at the median of the logged
+    steps of the same run name (of every run where none is logged yet), shared among
+    ``cfg.jobs`` processes: training steps only, evaluations not counted; None before any
+    step is logged."""
+    import numpy as np
+
+    choice = cfg.out / Path(cfg.task).stem / rundir.TUNE / "choice.json"
+    lrs = json.loads(choice.read_text())["lr"] if choice.exists() else None
+    tuning = [*sum(tune_plan(cfg), [])] if cfg.lr_grid else []
+    rows, times = [], {}
+    for job in tuning + [*sum(plan(cfg, lrs), [])]:
+        log = rundir.read_log(job.out) if rundir.log_path(job.out).exists() else []
+        steps = [r["time_step"] for r in log if "time_step" in r]
+        times.setdefault(job.name, []).extend(steps)
+        ended = (
+            rundir.done_file(job.out).exists() if job.train is None else rundir.has_final(job.out)
+        )
+        rows.append({
+            "run": job.name, "seed": job.seed,
+            "tuning": job.train.lr if job in tuning else None,
+            "steps": 0 if job.train is None else job.train.steps, "done": len(log),
+            "state": "finished" if ended else ("partial" if log else "waiting"),
+            "s_per_step": float(np.median(steps)) if steps else None,
+        })  # fmt: skip
+    every = [t for ts in times.values() for t in ts]
+    left = [(r["run"], r["steps"] - r["done"]) for r in rows if r["state"] != "finished"]
+    seconds = sum(n * float(np.median(times[name] or every)) for name, n in left) if every else None
+    return {
+        "runs": rows,
+        "steps_left": sum(n for _, n in left),
+        "hours_left": None if seconds is None else seconds / 3600 / max(1, cfg.jobs),
+    }
 
 
 def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None) -> Path:

@@ -438,3 +438,49 @@ def test_ship_names_the_documented_out_and_ships_an_adapter_without_its_tokenize
     ]  # fmt: skip
     assert verify_checksums(final)
     assert json.loads((run / "config.json").read_text()) == config  # the source untouched
+
+
+def test_progress_reads_where_a_long_reproduction_stands(tmp_path):
+    """``reproduce --status``: per run of the plan (tuning runs first) its steps logged,
+    its state and its median seconds per step; the time left is each unfinished run's
+    steps left at the median of its run name's logged steps (of every logged step where
+    its name has none), over the jobs. Rows, states and hours checked by hand."""
+    from rlcd_lab.cli import status_text
+    from rlcd_lab.files import rundir
+    from rlcd_lab.reproduce import progress
+
+    cfg = ReproduceConfig(seeds=(5,), out=tmp_path, steps=4, jobs=2, lr_grid=(1e-5, 1e-4),
+                          tune_steps=2, runs=("base", "calibrate", "reinforce"))  # fmt: skip
+    root = tmp_path / "verify"
+
+    def logged(run, times, finished=False):
+        atomic_write_jsonl(run / "log.jsonl", [{"step": i, "time_step": t} for i, t in
+                                               enumerate(times)])  # fmt: skip
+        if finished:
+            (rundir.final_dir(run)).mkdir(parents=True)
+            (rundir.final_dir(run) / "rlcd.json").write_text("{}")
+
+    for lr in ("1e-05", "0.0001"):  # the tuning: 2 steps each, all finished
+        logged(root / "tune" / f"lr-{lr}" / "verify" / "seed-5" / "calibrate", [9, 11], True)
+        logged(root / "tune" / f"lr-{lr}" / "verify" / "seed-5" / "reinforce", [30, 50], True)
+    logged(root / "seed-5" / "calibrate", [10, 20, 30])  # 3 of 4 steps, stopped
+    state = progress(cfg)
+    got = [(r["run"], r["tuning"], r["steps"], r["done"], r["state"], r["s_per_step"])
+           for r in state["runs"]]  # fmt: skip
+    assert got == [
+        ("calibrate", 1e-5, 2, 2, "finished", 10.0),
+        ("calibrate", 1e-4, 2, 2, "finished", 10.0),
+        ("reinforce", 1e-5, 2, 2, "finished", 40.0),
+        ("reinforce", 1e-4, 2, 2, "finished", 40.0),
+        ("base", None, 0, 0, "waiting", None),
+        ("calibrate", None, 4, 3, "partial", 20.0),
+        ("reinforce", None, 4, 0, "waiting", None),
+    ]
+    # left: calibrate 1 step at the median of its 7 logged steps (9, 11, 9, 11, 10, 20,
+    # 30: 11 s), reinforce 4 at the median of its 4 (30, 50, 30, 50: 40 s); two jobs
+    assert state["steps_left"] == 5
+    assert state["hours_left"] == pytest.approx((1 * 11 + 4 * 40) / 3600 / 2)
+    text = status_text(state, 2)
+    assert "tune lr 1e-05: calibrate" in text and "3/4" in text
+    assert text.endswith("about 0.0 h at 2 jobs (each at the median time of its run's logged "
+                         "steps; evaluations not counted)")  # fmt: skip
