@@ -383,3 +383,24 @@ def test_paired_table_lists_only_rlcd_minus_each_run():
     rows = paired_table(summary).splitlines()[2:]
     mine = [p.split(" - ")[1] for p in summary["paired"] if p.startswith("reinforce - ")]
     assert sorted(r.split(" | ")[0].removeprefix("| ") for r in rows) == sorted(map(label, mine))
+
+
+def test_the_wall_time_line_says_when_a_reproduction_ran_in_pieces(tmp_path):
+    """A timing.json whose runs all ran in its invocation gives the reproduction's wall
+    time; one where some runs had finished in earlier invocations (reused) says that it
+    times the last piece only, and how many runs were reused."""
+    import shutil
+
+    shutil.copy(ASSETS / "results" / "rung-lr" / "lr-1e-4" / "summary.json", tmp_path)
+    page = tmp_path / "page.md"
+    block = "<!-- x:begin (generated from summary.json by hand) -->\n<!-- x:end -->\n"
+    runs = [{"run": "a", "seed": 1, "reused": False}, {"run": "b", "seed": 1, "reused": False}]
+    for reused, expected in (
+        (0, "Wall time of this reproduction: 2.5 min for 2 runs, 2 at a time (`timing.json`)."),
+        (1, "Wall time of the last of the invocations that ran this reproduction: 2.5 min, 2 "
+            "runs at a time; 1 of its 2 runs had finished in earlier ones (`timing.json`)."),
+    ):  # fmt: skip
+        runs[0]["reused"] = bool(reused)
+        (tmp_path / "timing.json").write_text(json.dumps({"wall_s": 150, "jobs": 2, "runs": runs}))
+        page.write_text(block)
+        assert expected in update_readme(page)

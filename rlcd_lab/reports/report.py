@@ -685,10 +685,18 @@ def update_readme(readme: Path) -> str:
         if timing.exists():
             t = json.loads(timing.read_text(encoding="utf-8"))
             where = Path(os.path.relpath(timing, root)).as_posix()
-            text += (
-                f"\nWall time of this reproduction: {t['wall_s'] / 60:.1f} min for "
-                f"{len(t['runs'])} runs, {t['jobs']} at a time (`{where}`).\n"
-            )
+            reused = sum(bool(r.get("reused")) for r in t["runs"])
+            if reused:  # it ran in pieces: the file times the last one only
+                text += (
+                    f"\nWall time of the last of the invocations that ran this reproduction: "
+                    f"{t['wall_s'] / 60:.1f} min, {t['jobs']} runs at a time; {reused} of its "
+                    f"{len(t['runs'])} runs had finished in earlier ones (`{where}`).\n"
+                )
+            else:
+                text += (
+                    f"\nWall time of this reproduction: {t['wall_s'] / 60:.1f} min for "
+                    f"{len(t['runs'])} runs, {t['jobs']} at a time (`{where}`).\n"
+                )
         return m.group(1) + text + m.group(5)
 
     return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
