@@ -20,6 +20,17 @@ from rlcd_lab.reports import mechanism
         ("6 + 7 = 11. 11 vs 11: same.", True, 0),  # 6 + 7 is 13
         ("13 + 8 = 21. 21 vs 22: different.", False, 1),
         ("4 x 5 = 20; 20 - 3 = 18; 18 vs 18: same", True, 0),  # 20 - 3 is 17
+        # the rung's worked operations (tasks.worked): division, powers, remainders,
+        # roots and decimals written to 4 places
+        ("8 / 2 = 4; 6 + 4 = 10. 10 vs 11: different.", False, 1),
+        ("18 / 6 = 2. 2 vs 13: different.", True, 1),  # 18 / 6 is 3
+        ("7 / 2 = 3.5; 2.5 + 1 = 3.5. 3.5 vs 3.5: same.", False, 0),
+        ("2.5 + 1 = 4.5. 4.5 vs 4.5: same.", True, 0),  # read whole: not "5 + 1 = 4"
+        ("1 / 3 = 0.3333. 0.3333 vs 1: different.", False, 1),
+        ("2 ^ 10 = 1024; -7 mod 3 = 2. 2 vs 2: same.", False, 0),  # Python's remainder
+        ("8 / 0 = 0. 0 vs 0: same.", True, 0),  # no value: false
+        ("sqrt(16) = 4. 4 vs 4: same.", False, 0),
+        ("sqrt(16) = 5. 5 vs 4: different.", True, 1),
         ("recall zgc=F", None, None),  # no arithmetic, no verdict
         ("maybe a", None, None),
     ],
@@ -77,6 +88,12 @@ def test_one_run_by_hand(tmp_path):
     assert got["reward_trend"] == pytest.approx(0.2)
     # four dev evaluations: the last (0.26) minus the one before (0.25): past its best
     assert got["dev_trend"] == pytest.approx(0.01)
+
+
+def test_equations_counts_every_worked_operation():
+    assert mechanism.equations("8 / 2 = 4; sqrt(16) = 4; 6 + 4 = 10. 10 vs 11: different.") == 3
+    assert mechanism.equations("33+60=93;93+20=113;113 vs 113:same") == 2
+    assert mechanism.equations("recall zgc=F") == 0
 
 
 def test_stratified_auroc_by_hand():

@@ -38,6 +38,7 @@ do not apply (no arithmetic in the rationales, no log, one kind of answer) are N
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -47,27 +48,51 @@ import numpy as np
 from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
+from rlcd_lab.tasks.worked import OPERATIONS, written
 
 SATURATED = 0.99
 """A readout whose top probability exceeds this is counted as saturated (near one-hot)."""
 
-_EQUATION = re.compile(r"(-?\d+)\s*([-+*x])\s*(-?\d+)\s*=\s*(-?\d+)")
+_NUMBER = r"-?\d+(?:\.\d+)?"
+_EQUATION = re.compile(rf"({_NUMBER})\s*(mod|[-+*x/^])\s*({_NUMBER})\s*=\s*({_NUMBER})")
+_ROOT = re.compile(rf"sqrt\(({_NUMBER})\)\s*=\s*({_NUMBER})")
 _VERDICT = re.compile(r"\b(same|diff|different)\b\W*$")
 
 
+def _holds(value: float | complex | None, written_result: str) -> bool:
+    """Whether ``value`` written as a worked rationale writes numbers (``worked.written``:
+    integers plain, else to 4 decimals) is the result a rationale wrote."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return False
+    return float(written(value)) == float(written_result)
+
+
+def _truths(rationale: str) -> list[bool]:
+    """Whether each equation a rationale states holds: ``a op b = c`` (``op`` one of ``+ - *
+    x / ^ mod``, the worked operations) and ``sqrt(a) = c``; a division by zero, a complex
+    or overflowing power, a root of a negative number are false."""
+    out = []
+    for a, op, b, c in _EQUATION.findall(rationale):
+        try:
+            value = OPERATIONS["*" if op == "x" else op](float(a), float(b))
+        except (ZeroDivisionError, OverflowError):
+            value = None
+        out.append(_holds(value, c))
+    out += [float(a) >= 0 and _holds(math.sqrt(float(a)), c) for a, c in _ROOT.findall(rationale)]
+    return out
+
+
 def slipped(rationale: str) -> bool | None:
-    """Whether a rationale states a false equation ``a op b = c`` (``op`` one of ``+ - *
-    x``): True if any is false, False if all are true, None if it states none."""
-    found = _EQUATION.findall(rationale)
-    if not found:
-        return None
-    ops = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "x": int.__mul__}
-    return any(ops[op](int(a), int(b)) != int(c) for a, op, b, c in found)
+    """Whether a rationale states a false equation (:func:`_truths`: the worked operations
+    ``+ - * x / ^ mod`` and ``sqrt``, integers or decimals): True if any is false, False if
+    all are true, None if it states none."""
+    truths = _truths(rationale)
+    return None if not truths else not all(truths)
 
 
 def equations(rationale: str) -> int:
-    """How many equations ``a op b = c`` a rationale states."""
-    return len(_EQUATION.findall(rationale))
+    """How many equations (:func:`_truths`) a rationale states."""
+    return len(_truths(rationale))
 
 
 def stratified_auroc(conf: np.ndarray, positive: np.ndarray, strata: np.ndarray) -> float | None:

@@ -25,19 +25,24 @@ from collections.abc import Callable
 
 from rlcd_lab.tasks.items import TaskItem
 
-_OPS = {
-    ast.Add: ("+", operator.add),
-    ast.Sub: ("-", operator.sub),
-    ast.Mult: ("*", operator.mul),
-    ast.Div: ("/", operator.truediv),
-    ast.Pow: ("^", operator.pow),
-    ast.Mod: ("mod", operator.mod),
+OPERATIONS: dict[str, Callable[[float, float], float]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "^": operator.pow,
+    "mod": operator.mod,
 }
+"""What each operation a worked rationale writes (``a op b = c``) computes."""
+_OPS = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "^", ast.Mod: "mod"
+}  # fmt: skip
 _OPTION = re.compile(r"^([A-Z])\. (.+)$")
 
 
-def _num(x: float) -> str:
-    """``12`` for integral values, else up to 4 decimals (``2.5``)."""
+def written(x: float) -> str:
+    """How a worked rationale writes a number: ``12`` for integral values, else up to 4
+    decimals (``2.5``, ``0.3333``)."""
     return str(int(round(x))) if abs(x - round(x)) < 1e-9 else f"{x:.4f}".rstrip("0")
 
 
@@ -54,11 +59,11 @@ class _Steps:
             return -self(node.operand)
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             a, b = self(node.left), self(node.right)
-            sym, fn = _OPS[type(node.op)]
+            sym = _OPS[type(node.op)]
             if sym in ("/", "mod") and b == 0:
                 raise ZeroDivisionError
-            out = fn(a, b)
-            self.lines.append(f"{_num(a)} {sym} {_num(b)} = {_num(out)}")
+            out = OPERATIONS[sym](a, b)
+            self.lines.append(f"{written(a)} {sym} {written(b)} = {written(out)}")
             return out
         if (
             isinstance(node, ast.Call)
@@ -68,7 +73,7 @@ class _Steps:
         ):
             x = self(node.args[0])
             out = math.sqrt(x)
-            self.lines.append(f"sqrt({_num(x)}) = {_num(out)}")
+            self.lines.append(f"sqrt({written(x)}) = {written(out)}")
             return out
         raise ValueError(f"not arithmetic: {ast.dump(node)}")
 
@@ -87,7 +92,7 @@ def evaluate(expr: str) -> tuple[list[str], float] | None:
         value = steps(ast.parse(source, mode="eval").body)
     except (SyntaxError, ValueError, ZeroDivisionError, OverflowError):
         return None
-    return (steps.lines or [f"{expr} = {_num(value)}"]), value
+    return (steps.lines or [f"{expr} = {written(value)}"]), value
 
 
 def arithmetic(item: TaskItem) -> str | None:
@@ -105,7 +110,7 @@ def arithmetic(item: TaskItem) -> str | None:
     gold = item.options[item.label]
     if hits != [gold]:
         return None
-    return f"{'; '.join(steps)}. {_num(value)} is option {gold}."
+    return f"{'; '.join(steps)}. {written(value)} is option {gold}."
 
 
 _VERIFY = re.compile(r"^Question: (.+?)=?\s*\nProposed answer: (\S+)\n", re.S)
@@ -122,7 +127,8 @@ def arithmetic_verify(item: TaskItem) -> str | None:
     same = abs(float(m.group(2)) - value) < 1e-6
     if item.options[item.label] != ("yes" if same else "no"):
         return None
-    return f"{'; '.join(steps)}. {_num(value)} vs {m.group(2)}: {'same' if same else 'different'}."
+    verdict = "same" if same else "different"
+    return f"{'; '.join(steps)}. {written(value)} vs {m.group(2)}: {verdict}."
 
 
 def _is_number(text: str) -> bool:
