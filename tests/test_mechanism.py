@@ -67,6 +67,8 @@ def test_one_run_by_hand(tmp_path):
     ]
     for row, dev in zip(log[1::2], [0.40, 0.30, 0.25, 0.26], strict=True):  # every 2 steps
         row["dev_brier"] = dev
+    for row, var in zip(log, [0.5, 0.4, 0.3, 0.2, 0.1, 0.1, 0.02, None], strict=True):
+        row["readout_variance"] = var  # the last step logged none
     run = _run(tmp_path, logits, [0, 0, 1, 1], texts, forced=[0, 0, 0, 1], log=log)
     got = mechanism.run_mechanism(run, T=1.0)
     assert got["accuracy"] == 0.75 and got["T"] == 1.0
@@ -84,6 +86,8 @@ def test_one_run_by_hand(tmp_path):
     assert got["follows"] == 1.0  # top options Y, Y, Y, N; verdicts same, same, same, diff
     assert got["forced"] == 0.25
     assert got["kl_end"] == 7.0  # last quarter of 8 steps: kl 6 and 8
+    # 7 logged values: the last quarter is the last one (7 // 4 = 1)
+    assert got["readout_variance"] == 0.02
     # last quarter (0.2, 0.3) minus the quarter before (0, 0.1): 0.25 - 0.05
     assert got["reward_trend"] == pytest.approx(0.2)
     # four dev evaluations: the last (0.26) minus the one before (0.25): past its best
@@ -133,6 +137,6 @@ def test_a_run_without_arithmetic_or_log_has_none_of_those(tmp_path):
     assert got["slipped_errors"] is None and got["slip_auroc"] is None
     assert got["slip_auroc_steps"] is None
     assert got["follows"] is None and got["kl_end"] is None and got["reward_trend"] is None
-    assert got["dev_trend"] is None
+    assert got["dev_trend"] is None and got["readout_variance"] is None
     table = mechanism.mechanism_table({"mechanism": {"x": got}}, {"x": "X run"})
     assert table.splitlines()[2].startswith("| X run | - | 0.500 |") and "| - |" in table

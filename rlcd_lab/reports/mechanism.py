@@ -8,7 +8,10 @@ run's eval dumps and training log:
    the base model, whose run holds a ``test-direct`` dump);
 2. after reasoning GRPO's readout is near one-hot (``saturated``: share of test items whose
    raw readout max is above 0.99) and needs a large fitted T (about 7), RLCD's hedges
-   (``confidence``: mean raw max; T about 1.4);
+   (``confidence``: mean raw max; T about 1.4), and a readout that varies across the
+   rationales of a question is what Proposition 1 credits (``readout_variance``: the
+   training log's ``E_r ||u(x, r) - p(x)||^2`` over the question's sampled rationales,
+   mean over the last quarter of steps; 0 after System-One collapse);
 3. temperature scaling cannot repair a ranking: with two options it changes no order, so
    selective prediction follows the readout's ranking (``auroc``: AUROC of the calibrated
    confidence for right vs wrong answers; ``risk_ratio``: error rate of the most confident
@@ -118,6 +121,12 @@ def verdict(rationale: str) -> int | None:
     return None if m is None else (0 if m.group(1) == "same" else 1)
 
 
+def _end(values: Sequence[float | None]) -> float | None:
+    """Mean of the last quarter of the logged (not None) values; None when none is."""
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept[-max(1, len(kept) // 4) :])) if kept else None
+
+
 def _trend(values: Sequence[float]) -> float | None:
     """Mean of the last quarter minus the mean of the quarter before (None: too short)."""
     q = len(values) // 4
@@ -170,8 +179,8 @@ def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
         else None
     )
     log = rundir.read_log(run) if rundir.log_path(run).exists() else []
-    kls = [r["kl"] for r in log if r.get("kl") is not None]
-    out["kl_end"] = float(np.mean(kls[-max(1, len(kls) // 4) :])) if kls else None
+    out["readout_variance"] = _end([r.get("readout_variance") for r in log])
+    out["kl_end"] = _end([r.get("kl") for r in log])
     out["reward_trend"] = _trend([r["reward"] for r in log if r.get("reward") is not None])
     out["dev_trend"] = _trend([r["dev_brier"] for r in log if r.get("dev_brier") is not None])
     return out
@@ -192,6 +201,7 @@ COLUMNS = (
     ("accuracy", "acc", "{:.3f}"),
     ("saturated", "max u > 0.99", "{:.0%}"),
     ("confidence", "mean max u", "{:.3f}"),
+    ("readout_variance", "var u across rationales", "{:.3f}"),
     ("T", "T", "{:.2f}"),
     ("auroc", "AUROC", "{:.3f}"),
     ("risk_ratio", "risk top half / all", "{:.2f}"),
