@@ -215,6 +215,8 @@ def test_the_reading_of_the_dev_curves_says_what_the_summaries_hold():
     assert all(a["brier"] > b["brier"] for a, b in zip(rlcd[:-1], rlcd[1:], strict=True))
     trend = facts["mechanism"]["reinforce"]["dev_trend"]
     assert trend < -0.03
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert "its stage 2 was still improving on dev when it stopped" in readme
     assert (
         f"from {rlcd[0]['brier']:.3f} after the first 50 stage-2 steps to\n"
         f"{rlcd[-1]['brier']:.3f} at the end, a trend of {trend:.3f})" in results
