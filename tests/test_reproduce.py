@@ -375,7 +375,7 @@ def test_dev_curves_and_the_tuning_grid_are_recomputed_from_logs_and_dumps(tmp_p
     assert table[3] == "| RLCD (two-stage) |  |  | 0.400 | 0.300 |"
     tune = summary["tuning"]
     assert tune["grid"] == [1e-5, 1e-4] and set(tune["dev_ts_brier"]) == set(scores)
-    assert tune["steps"] == {"calibrate": 3, "reinforce": 3, "grpo-matched": 6}
+    assert tune["steps"] == {"calibrate": 3, "reinforce": 6, "grpo-matched": 6}  # both stages
     for name, by_lr in scores.items():
         for lr, value in by_lr.items():
             assert tune["dev_ts_brier"][name][f"{lr:g}"] == pytest.approx(value, rel=1e-9)

@@ -620,7 +620,8 @@ def tuning(tune: str | Path) -> dict:
     its tuning runs' dev dumps (``tune``: ``OUT/<task>/tune``, runs
     ``lr-<value>/<task>/seed-<s>/<run>``): ``{"grid": [values], "steps": {run: steps},
     "dev_ts_brier": {run: {value: dev Brier after TS fitted on those dev items}}, "lr":
-    choose_lr(...)}``. Runs without a training log (another run's evaluation) are left out."""
+    choose_lr(...)}`` (two-stage RLCD's steps: both stages). Runs without a training log
+    (another run's evaluation) are left out."""
     scores: dict[str, dict[str, float]] = {}
     steps: dict[str, int] = {}
     for run in sorted(Path(tune).glob("lr-*/*/seed-*/*")):
@@ -630,6 +631,8 @@ def tuning(tune: str | Path) -> dict:
         cfg = rundir.read_config(run)
         scores.setdefault(run.name, {})[f"{cfg['lr']:g}"] = summarize(rows, rows)["ts_brier"]
         steps[run.name] = cfg["steps"]
+    if RLCD in steps and STAGE1 in steps:  # continued from the tuning run's stage 1
+        steps[RLCD] += steps[STAGE1]
     grid = sorted({float(v) for by_lr in scores.values() for v in by_lr})
     return {"grid": grid, "steps": steps, "dev_ts_brier": scores, "lr": choose_lr(scores)}
 
