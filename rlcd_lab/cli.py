@@ -274,6 +274,7 @@ def status_text(state: dict, jobs: int) -> str:
         pace = "" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}"
         done = f"{r['done']}/{r['steps']}"
         lines.append(f"{name:<32} {r['seed']:>4} {done:>9}  {r['state']:<8} {pace:>6}")
+    lines.append(f"training steps so far: {state['train_hours']:.1f} h (their logged times summed)")
     left = f"{state['steps_left']} training steps left"
     if state["hours_left"] is not None:
         left += (

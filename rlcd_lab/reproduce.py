@@ -469,11 +469,13 @@ def tune(cfg: ReproduceConfig, run: Callable[[list[Job], list[Job]], list[dict]]
 
 def progress(cfg: ReproduceConfig) -> dict:
     """Where the reproduction of ``cfg`` stands, read from its folder (nothing is run):
-    ``{"runs": [...], "steps_left", "hours_left"}``, one row per run of the plan, the
-    tuning runs first when ``cfg.lr_grid`` is set: ``{"run", "seed", "tuning" (the grid
-    value, else None), "steps" (planned; 0 for the base), "done" (steps in its log),
-    "state" ("finished", "partial" or "waiting"), "s_per_step"}`` (median over its logged
-    steps, else None). ``hours_left`` is the steps left, each at the median of the logged
+    ``{"runs": [...], "train_hours", "steps_left", "hours_left"}``, one row per run of the
+    plan, the tuning runs first when ``cfg.lr_grid`` is set: ``{"run", "seed", "tuning"
+    (the grid value, else None), "steps" (planned; 0 for the base), "done" (steps in its
+    log), "state" ("finished", "partial" or "waiting"), "s_per_step" (median over its
+    logged steps, else None), "train_s" (their sum)}``; ``train_hours`` sums every run's
+    ``train_s`` (what the training steps took so far, each in its own process).
+    ``hours_left`` is the steps left, each at the median of the logged
     steps of the same run name (of every run where none is logged yet), shared among
     ``cfg.jobs`` processes: training steps only, evaluations not counted; None before any
     step is logged."""
@@ -495,13 +497,14 @@ def progress(cfg: ReproduceConfig) -> dict:
             "tuning": job.train.lr if job in tuning else None,
             "steps": 0 if job.train is None else job.train.steps, "done": len(log),
             "state": "finished" if ended else ("partial" if log else "waiting"),
-            "s_per_step": float(np.median(steps)) if steps else None,
+            "s_per_step": float(np.median(steps)) if steps else None, "train_s": sum(steps),
         })  # fmt: skip
     every = [t for ts in times.values() for t in ts]
     left = [(r["run"], r["steps"] - r["done"]) for r in rows if r["state"] != "finished"]
     seconds = sum(n * float(np.median(times[name] or every)) for name, n in left) if every else None
     return {
         "runs": rows,
+        "train_hours": sum(r["train_s"] for r in rows) / 3600,
         "steps_left": sum(n for _, n in left),
         "hours_left": None if seconds is None else seconds / 3600 / max(1, cfg.jobs),
     }

@@ -478,6 +478,7 @@ def test_progress_reads_where_a_long_reproduction_stands(tmp_path):
     ]
     # left: calibrate 1 step at the median of its 7 logged steps (9, 11, 9, 11, 10, 20,
     # 30: 11 s), reinforce 4 at the median of its 4 (30, 50, 30, 50: 40 s); two jobs
+    assert state["train_hours"] == pytest.approx((2 * (9 + 11) + 2 * (30 + 50) + 60) / 3600)
     assert state["steps_left"] == 5
     assert state["hours_left"] == pytest.approx((1 * 11 + 4 * 40) / 3600 / 2)
     text = status_text(state, 2)
