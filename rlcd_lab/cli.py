@@ -266,10 +266,16 @@ def _bench_union():
 
 
 def status_text(state: dict, jobs: int) -> str:
-    """``rlcd-lab reproduce --status``: :func:`rlcd_lab.reproduce.progress` as a table, then
-    the steps left and the estimate of the time they take."""
+    """``rlcd-lab reproduce --status``: :func:`rlcd_lab.reproduce.progress` as a table (the
+    tuning runs as one line once all have finished), then the training time so far, the
+    steps left and the estimate of the time they take."""
     lines = [f"{'run':<32} {'seed':>4} {'steps':>9}  {'state':<8} {'s/step':>6}"]
-    for r in state["runs"]:
+    tuning = [r for r in state["runs"] if r["tuning"] is not None]
+    shown = state["runs"]
+    if tuning and all(r["state"] == "finished" for r in tuning):  # one line for the tuning
+        lines.append(f"tuning: all {len(tuning)} runs finished")
+        shown = [r for r in shown if r["tuning"] is None]
+    for r in shown:
         name = r["run"] if r["tuning"] is None else f"tune lr {r['tuning']:g}: {r['run']}"
         pace = "" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}"
         done = f"{r['done']}/{r['steps']}"

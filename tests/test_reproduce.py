@@ -482,6 +482,8 @@ def test_progress_reads_where_a_long_reproduction_stands(tmp_path):
     assert state["steps_left"] == 5
     assert state["hours_left"] == pytest.approx((1 * 11 + 4 * 40) / 3600 / 2)
     text = status_text(state, 2)
-    assert "tune lr 1e-05: calibrate" in text and "3/4" in text
+    assert "tuning: all 4 runs finished" in text and "tune lr" not in text and "3/4" in text
+    state["runs"][0]["state"] = "partial"  # a tuning run not finished: every one listed
+    assert "tune lr 1e-05: calibrate" in status_text(state, 2)
     assert text.endswith("about 0.0 h at 2 jobs (each at the median time of its run's logged "
                          "steps; evaluations not counted)")  # fmt: skip
