@@ -528,6 +528,9 @@ def main(argv: list[str] | None = None) -> None:
         use_free_cores()  # torch threads from the cores left free (OMP_NUM_THREADS wins)
     try:
         _run(cfg)
+    except BrokenPipeError:  # the reader of stdout left (``| head``): stop without a word
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        raise SystemExit(1) from None
     except USER_ERRORS as err:
         raise user_error(err) from None
 

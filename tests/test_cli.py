@@ -639,3 +639,18 @@ def test_checksums_command_refuses_to_bless_a_changed_file(tmp_path, capsys, tin
     fails(capsys, ["checksums", str(tiny_base)], r"config.json: sha256 .* pass --force")
     main(["checksums", str(tiny_base), "--force"])
     main([*args, "--mode", "direct"])
+
+
+def test_output_piped_into_a_reader_that_leaves_ends_quietly(tmp_path):
+    """``rlcd-lab ... | head``: when the reader of stdout has gone, the command stops with
+    status 1 and writes no error or traceback (stdout closed before it prints)."""
+    import subprocess
+    import sys
+
+    code = "from rlcd_lab.cli import main\nmain(['data', 'list'])\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    proc.stdout.close()  # the reader leaves at once
+    err = proc.stderr.read()
+    assert proc.wait() == 1 and err == "", err
