@@ -141,7 +141,7 @@ class ReproduceConfig:
     """> 0: also run RLCD stage 2 with the ACE reward of this weight (``reinforce-ace``, a
     Table 2 fork from the same stage-1 checkpoint; ``estimators.ace_advantages``)."""
     lr_grid: tuple[float, ...] = ()
-    """Choose each run's learning rate on dev from these (:func:`tune`): every run of the
+    """Choose each run's learning rate on dev from these (reproduce.tune): every run of the
     first seed once per value at ``tune_steps`` steps per stage, the value with the lowest
     dev Brier after temperature scaling kept (two-stage RLCD: one value for both stages,
     chosen by the two-stage run); empty: ``lr`` for every run."""
@@ -152,8 +152,8 @@ class ReproduceConfig:
     calibrate, reinforce, readout-only, anchor-only, grpo-cont, endtoend, mixture, and
     ``<name>-matched``); empty: all."""
     status: bool = False
-    """Print where the reproduction in ``--out`` stands (each run's steps done, seconds per
-    step, an estimate of the time left: :func:`progress`) and exit; runs nothing."""
+    """Print where the reproduction in --out stands (each run's steps done, seconds per
+    step, the training time left at that pace; reproduce.progress) and exit; runs nothing."""
 
 
 @dataclass(frozen=True)
