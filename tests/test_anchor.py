@@ -2,10 +2,10 @@
 stays bounded over a short reinforce run on the tiny model and on the SmolLM2 rung.
 
 The estimate is the mean over a step's rationales of ``log pi_theta(r) - log pi_ref(r)``
-(sequence level, nats): 0 at the first step, when the trained model is its anchor. On the
-shipped rung at the ``small`` scale's lr 3e-4 it reached 1.7, 2.8 and 11 nats within 12
-steps (``assets/results/basic-skills-arithmetic-verify/seed-*/reinforce/log.jsonl``); at
-1e-4 it stayed within 1.4 (``assets/results/rung-lr``): the drift is the step size.
+(sequence level, nats): 0 at the first step, when the trained model is its anchor. In the
+rung's 12-step stage 2 at lr 3e-4 it peaked at 1.7 to 11 nats, at 1e-4 within 1.4
+(``assets/results/rung-lr/lr-*/seed-*/reinforce/log.jsonl``; docs/results.md quotes them,
+``tests/test_docs.py`` checks the quote): the drift is the step size.
 """
 
 import json

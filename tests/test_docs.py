@@ -105,6 +105,24 @@ def test_the_prose_about_the_tables_says_what_the_summaries_hold():
     )
 
 
+def test_the_kl_drift_quoted_is_the_rung_logs_peak():
+    """docs/results.md's KL figures for the rung's 12-step stage 2: the largest logged
+    estimate of each seed's run, at lr 3e-4 and at 1e-4, read from the shipped logs."""
+    from rlcd_lab.files.rundir import read_log
+
+    text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    study = REPO / "assets" / "results" / "rung-lr"
+    runs = {lr: [study / lr / f"seed-{s}" / "reinforce" for s in (17, 23, 29)]
+            for lr in ("lr-3e-4", "lr-1e-4")}  # fmt: skip
+    peaks = {lr: [max(r["kl"] for r in read_log(run)) for run in runs[lr]] for lr in runs}
+    assert max(peaks["lr-3e-4"]) > 1.0 > min(peaks["lr-1e-4"])  # what the sentence claims
+    big, small = (", ".join(f"{k:.2f}" for k in peaks[lr][:2]) for lr in peaks)
+    assert (
+        f"peaked at {big} and {peaks['lr-3e-4'][2]:.2f} nats (seeds 17, 23 and 29) at lr 3e-4, "
+        f"and at {small} and {peaks['lr-1e-4'][2]:.2f} at lr 1e-4" in text
+    )
+
+
 def test_the_why_reading_says_what_the_mechanism_tables_hold():
     """docs/results.md's reading of the "Why" tables: each number as the summaries'
     ``mechanism`` entries hold it (mean over seeds), printed as the sentence prints it."""
