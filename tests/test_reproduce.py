@@ -392,7 +392,8 @@ def test_dev_curves_and_the_tuning_grid_are_recomputed_from_logs_and_dumps(tmp_p
     )
     text = update_readme(page)
     assert "| RLCD stage 1 | 0.300 | 0.200 |  |  |" in text and "old" not in text
-    assert f"| {tune['lr']['grpo-matched']:g} |" in text and "| lr 1e-05 | lr 0.0001 |" in text
+    kept = {1e-5: "1e-5", 1e-4: "1e-4"}[tune["lr"]["grpo-matched"]]
+    assert f"| {kept} |" in text and "| lr 1e-5 | lr 1e-4 |" in text
     ship(tmp_path, tmp_path / "shipped")
     shipped = tmp_path / "shipped" / "tune"
     assert (shipped / "choice.json").read_text() == "{}"

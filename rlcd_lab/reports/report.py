@@ -412,9 +412,13 @@ def tuning_table(summary: Mapping) -> str:
     :func:`rlcd_lab.reports.results.tuning`): each tuned run's dev Brier after temperature
     scaling at every grid value, its tuning steps, and the value kept (in bold where it
     was its own lowest score: two-stage RLCD's stage 1 takes the two-stage run's)."""
+
+    def lr(value: float) -> str:  # as the docs write it: 1e-4, 3e-5
+        return np.format_float_scientific(value, trim="-", exp_digits=1)
+
     tune = summary["tuning"]
-    grid = [f"{v:g}" for v in tune["grid"]]
-    rows = ["| run | steps | " + " | ".join(f"lr {v}" for v in grid) + " | lr used |"]
+    grid = [f"{v:g}" for v in tune["grid"]]  # the keys of dev_ts_brier
+    rows = ["| run | steps | " + " | ".join(f"lr {lr(v)}" for v in tune["grid"]) + " | lr used |"]
     rows.append("|---" * (len(grid) + 3) + "|")
     for run in _ordered(tune["dev_ts_brier"]):
         by_lr, kept = tune["dev_ts_brier"][run], tune["lr"][run]
@@ -425,7 +429,7 @@ def tuning_table(summary: Mapping) -> str:
             for v in grid
         ]  # fmt: skip
         rows.append(
-            f"| {label(run)} | {tune['steps'][run]} | " + " | ".join(cells) + f" | {kept:g} |"
+            f"| {label(run)} | {tune['steps'][run]} | " + " | ".join(cells) + f" | {lr(kept)} |"
         )
     return "\n".join(rows) + "\n"
 
