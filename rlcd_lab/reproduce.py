@@ -402,28 +402,93 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _run_pool(pool: ProcessPoolExecutor, first: list[Job], second: list[Job]):
-    """Yield ``timed_job`` rows as jobs finish. The pool is never idle while a job can run:
-    stage 1 (``calibrate``) of each seed goes first, the rest of the first wave longest
-    first (most steps), and a seed's second-wave jobs are queued as soon as its stage 1
-    is done. A job's results do not depend on the order."""
+def seconds_left(jobs: list[Job]) -> dict[Path, float]:
+    """Each job's training time left (keyed by its ``out``), read from the folders: its
+    steps not yet logged, each at the median ``time_step`` logged by every job of the same
+    run name in ``jobs`` (of every logged step where its name has none; 1 s where nothing
+    is logged, so that the order is by steps); 0 once it has finished, and for the base
+    model. Evaluations and loading are not counted."""
+    import numpy as np
 
-    def cost(job: Job) -> tuple[bool, int]:
-        return (job.name != "calibrate", -(job.train.steps if job.train else 0))
+    jobs = list({job.out: job for job in jobs}.values())  # each run once
+    logged = {job.out: rundir.read_log(job.out) if rundir.log_path(job.out).exists() else []
+              for job in jobs}  # fmt: skip
+    times: dict[str, list[float]] = {}
+    for job in jobs:
+        times.setdefault(job.name, []).extend(r["time_step"] for r in logged[job.out]
+                                              if "time_step" in r)  # fmt: skip
+    every = [t for ts in times.values() for t in ts]
+    left = {}
+    for job in jobs:
+        pace = float(np.median(times[job.name] or every)) if every else 1.0
+        todo = 0 if job.train is None or _ended(job) else job.train.steps - len(logged[job.out])
+        left[job.out] = max(0, todo) * pace
+    return left
 
-    pending = {pool.submit(timed_job, job): job for job in sorted(first, key=cost)}
+
+def _ended(job: Job) -> bool:
+    """Whether ``job``'s folder holds its end: the base model's ``done.json``, a training
+    run's final checkpoint."""
+    return rundir.done_file(job.out).exists() if job.train is None else rundir.has_final(job.out)
+
+
+def _order(ready: list[Job], left: dict[Path, float]) -> list[Job]:
+    """The pool's queue: stage 1 (``calibrate``, which the second wave waits for) first,
+    then the longest time left first (:func:`seconds_left`); ties keep their order."""
+    return sorted(ready, key=lambda job: (job.name != "calibrate", -left[job.out]))
+
+
+def _unlocked(job: Job, second: list[Job]) -> list[Job]:
+    """The second-wave jobs that start from ``job``'s final checkpoint (plan() puts each
+    seed's stage 1 in the first wave: what starts from it can run once it is done)."""
+    return [j for j in second if j.train.init == rundir.final_dir(job.out)]
+
+
+def _run_pool(
+    pool: ProcessPoolExecutor,
+    slots: int,
+    first: list[Job],
+    second: list[Job],
+    left: dict[Path, float],
+):
+    """Yield ``timed_job`` rows as jobs finish, ``slots`` at a time. The pool is never idle
+    while a job can run and takes the longest first (:func:`_order`, timed from what the
+    folders have logged, so that a resumed or tuned reproduction does not end with one
+    long run alone); a seed's second-wave jobs join the queue as soon as its stage 1 is
+    done; ``left``: each job's time left (:func:`seconds_left`). A job's results do not
+    depend on the order."""
+    ready, running = _order(first, left), {}
     try:
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        while ready or running:
+            while ready and len(running) < max(1, slots):
+                job = ready.pop(0)
+                running[pool.submit(timed_job, job)] = job
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                job = pending.pop(future)
+                job = running.pop(future)
                 yield future.result()
-                # plan() puts each stage 1 in the first wave: what starts from it can run
-                ready = [j for j in second if j.train.init == rundir.final_dir(job.out)]
-                pending |= {pool.submit(timed_job, j): j for j in ready}
-    finally:  # a failed job stops the reproduction: drop what has not started
-        for future in pending:
+                ready = _order(ready + _unlocked(job, second), left)
+    finally:  # a failed job stops the reproduction: what has not started never does
+        for future in running:
             future.cancel()
+
+
+def makespan(first: list[Job], second: list[Job], slots: int, left: dict[Path, float]) -> float:
+    """Seconds until the last job ends when :func:`_run_pool` runs ``first`` and ``second``
+    on ``slots`` processes, each job taking ``left[job.out]`` seconds: the pool's order
+    played out, so that a slot left idle at the end (one long run alone) and a stage 2
+    waiting for its stage 1 are counted."""
+    import heapq
+    from itertools import count
+
+    ready, running, now, started = _order(first, left), [], 0.0, count()
+    while ready or running:
+        while ready and len(running) < max(1, slots):
+            job = ready.pop(0)
+            heapq.heappush(running, (now + left[job.out], next(started), job))
+        now, _, job = heapq.heappop(running)
+        ready = _order(ready + _unlocked(job, second), left)
+    return now
 
 
 def tune_plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
@@ -475,23 +540,21 @@ def progress(cfg: ReproduceConfig) -> dict:
     log), "state" ("finished", "partial" or "waiting"), "s_per_step" (median over its
     logged steps, else None), "train_s" (their sum)}``; ``train_hours`` sums every run's
     ``train_s`` (what the training steps took so far, each in its own process).
-    ``hours_left`` is the steps left, each at the median of the logged
-    steps of the same run name (of every run where none is logged yet), shared among
-    ``cfg.jobs`` processes: training steps only, evaluations not counted; None before any
+    ``hours_left``: the pool's order played out on ``cfg.jobs`` processes (:func:`makespan`)
+    with each run's steps left at the median of the logged steps of its run name
+    (:func:`seconds_left`): training steps only, evaluations not counted; None before any
     step is logged."""
     import numpy as np
 
     choice = cfg.out / Path(cfg.task).stem / rundir.TUNE / "choice.json"
     lrs = json.loads(choice.read_text())["lr"] if choice.exists() else None
     tuning = [*sum(tune_plan(cfg), [])] if cfg.lr_grid else []
-    rows, times = [], {}
-    for job in tuning + [*sum(plan(cfg, lrs), [])]:
+    planned = plan(cfg, lrs)
+    jobs, rows = tuning + [*sum(planned, [])], []
+    for job in jobs:
         log = rundir.read_log(job.out) if rundir.log_path(job.out).exists() else []
         steps = [r["time_step"] for r in log if "time_step" in r]
-        times.setdefault(job.name, []).extend(steps)
-        ended = (
-            rundir.done_file(job.out).exists() if job.train is None else rundir.has_final(job.out)
-        )
+        ended = _ended(job)
         rows.append({
             "run": job.name, "seed": job.seed,
             "tuning": job.train.lr if job in tuning else None,
@@ -499,14 +562,14 @@ def progress(cfg: ReproduceConfig) -> dict:
             "state": "finished" if ended else ("partial" if log else "waiting"),
             "s_per_step": float(np.median(steps)) if steps else None, "train_s": sum(steps),
         })  # fmt: skip
-    every = [t for ts in times.values() for t in ts]
-    left = [(r["run"], r["steps"] - r["done"]) for r in rows if r["state"] != "finished"]
-    seconds = sum(n * float(np.median(times[name] or every)) for name, n in left) if every else None
+    left = seconds_left(jobs)
+    waves = [tune_plan(cfg), planned] if cfg.lr_grid else [planned]  # tuning runs first
+    logged = any(r["done"] for r in rows)
     return {
         "runs": rows,
         "train_hours": sum(r["train_s"] for r in rows) / 3600,
-        "steps_left": sum(n for _, n in left),
-        "hours_left": None if seconds is None else seconds / 3600 / max(1, cfg.jobs),
+        "steps_left": sum(r["steps"] - r["done"] for r in rows if r["state"] != "finished"),
+        "hours_left": sum(makespan(*w, cfg.jobs, left) for w in waves) / 3600 if logged else None,
     }
 
 
@@ -520,6 +583,7 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     saved = {k: os.environ.get(k) for k in quiet}
     os.environ.update(quiet)  # spawned workers inherit it: no interleaved progress bars
     try:
+        tuned = [*sum(tune_plan(cfg), [])] if cfg.lr_grid else []
         one_thread = SCALES[cfg.scale]["device"] == "cpu"  # same numbers on any core count
         with ProcessPoolExecutor(
             max(1, cfg.jobs),
@@ -528,8 +592,9 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
         ) as pool:
 
             def run(first: list[Job], second: list[Job]) -> list[dict]:
-                rows = []
-                for row in _run_pool(pool, first, second):
+                rows = []  # each run's pace from every run logged so far, tuning runs too
+                left = seconds_left(first + second + tuned)
+                for row in _run_pool(pool, cfg.jobs, first, second, left):
                     rows.append(row)
                     if progress is not None:
                         progress(f"{row['run']} seed {row['seed']}: {row['wall_s']:.0f} s")

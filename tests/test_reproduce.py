@@ -112,14 +112,44 @@ def test_pool_runs_stage1_first_longest_next_and_forks_after_their_stage1(tmp_pa
     first, second = plan(ReproduceConfig(seeds=(3, 4), out=tmp_path, steps=7))
     ran = []
     monkeypatch.setattr(reproduce, "timed_job", lambda job: ran.append(job) or job.name)
+    left = reproduce.seconds_left(first + second)  # nothing logged: 1 s a step
+    assert left == {j.out: j.train.steps if j.train else 0 for j in first + second}
     with ThreadPoolExecutor(1) as pool:  # one worker: the order of the queue is the order run
-        rows = list(reproduce._run_pool(pool, first, second))
+        rows = list(reproduce._run_pool(pool, 1, first, second, left))
     assert sorted(map(id, ran)) == sorted(map(id, first + second)) and len(rows) == len(ran)
-    names = [(j.name, j.seed) for j in ran]
-    assert names[:2] == [("calibrate", 3), ("calibrate", 4)]
-    steps = [j.train.steps if j.train else 0 for j in ran[2 : len(first)]]
-    assert steps == sorted(steps, reverse=True) and steps[0] == 14  # matched baselines first
-    assert {j.name for j in ran[len(first) :]} == {j.name for j in second}
+    assert [(j.name, j.seed) for j in ran[:2]] == [("calibrate", 3), ("calibrate", 4)]
+    # then every other run, stage 2 and the forks included, longest first; the base last
+    steps = [left[j.out] for j in ran[2:]]
+    assert steps == sorted(steps, reverse=True) and steps[0] == 14 and ran[-1].name == "base"
+
+
+def test_the_pool_takes_the_slowest_run_first_and_its_time_is_played_out(tmp_path, monkeypatch):
+    """With paces logged (GRPO 10 s a step, SFT 1 s), the queue orders by time left, not by
+    steps, and ``makespan`` plays the pool out. By hand, 2 processes: stage 1 and the
+    reinforce run have no steps logged and take the median of every logged step (5.5 s)
+    x 4 = 22 s; GRPO 7 steps left x 10 = 70 s, SFT 7 x 1 = 7 s. Stage 1 and GRPO start at
+    0; at 22 stage 2 (unlocked) runs to 44, then SFT to 51; GRPO ends last, at 70. Ordered
+    by steps (SFT first, as the plan lists it) GRPO would start at 7 and end at 77."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlcd_lab import reproduce
+
+    runs = ("calibrate", "reinforce", "sft-matched", "grpo-matched")
+    first, second = plan(ReproduceConfig(seeds=(5,), out=tmp_path, steps=4, runs=runs))
+    job = {j.name: j for j in first + second}
+    atomic_write_jsonl(job["sft-matched"].out / "log.jsonl", [{"step": 0, "time_step": 1.0}])
+    atomic_write_jsonl(job["grpo-matched"].out / "log.jsonl", [{"step": 0, "time_step": 10.0}])
+    left = reproduce.seconds_left(first + second)
+    assert {n: left[j.out] for n, j in job.items()} == {
+        "calibrate": 22.0, "reinforce": 22.0, "sft-matched": 7.0, "grpo-matched": 70.0
+    }  # fmt: skip
+    assert reproduce.makespan(first, second, 2, left) == 70.0
+    assert reproduce.makespan(first, second, 1, left) == 22 + 22 + 7 + 70  # one at a time
+    ran = []
+    monkeypatch.setattr(reproduce, "timed_job", lambda job: ran.append(job.name))
+    with ThreadPoolExecutor(1) as pool:
+        list(reproduce._run_pool(pool, 1, first, second, left))
+    assert ran == ["calibrate", "grpo-matched", "reinforce", "sft-matched"]
 
 
 def test_tune_picks_each_runs_lr_on_dev_with_equal_budgets(tmp_path):
@@ -478,13 +508,14 @@ def test_progress_reads_where_a_long_reproduction_stands(tmp_path):
         ("reinforce", None, 4, 0, "waiting", None),
     ]
     # left: calibrate 1 step at the median of its 7 logged steps (9, 11, 9, 11, 10, 20,
-    # 30: 11 s), reinforce 4 at the median of its 4 (30, 50, 30, 50: 40 s); two jobs
+    # 30: 11 s), then reinforce, which starts from it, 4 at the median of its 4 (30, 50,
+    # 30, 50: 40 s): a chain, so the second job does not shorten it
     assert state["train_hours"] == pytest.approx((2 * (9 + 11) + 2 * (30 + 50) + 60) / 3600)
     assert state["steps_left"] == 5
-    assert state["hours_left"] == pytest.approx((1 * 11 + 4 * 40) / 3600 / 2)
+    assert state["hours_left"] == pytest.approx((1 * 11 + 4 * 40) / 3600)
     text = status_text(state, 2)
     assert "tuning: all 4 runs finished" in text and "tune lr" not in text and "3/4" in text
     state["runs"][0]["state"] = "partial"  # a tuning run not finished: every one listed
     assert "tune lr 1e-05: calibrate" in status_text(state, 2)
-    assert text.endswith("about 0.0 h at 2 jobs (each at the median time of its run's logged "
-                         "steps; evaluations not counted)")  # fmt: skip
+    assert text.endswith("about 0.0 h at 2 jobs (the queue played out, each step at the median "
+                         "time of its run's logged steps; evaluations not counted)")  # fmt: skip
