@@ -626,10 +626,14 @@ def _run(cfg) -> None:
         path = pretrain(cfg)
         _print_json({"checkpoint": str(path), **read_meta(path)["metrics"]})
     elif _is(cfg, "reproduce", "ReproduceConfig"):
-        from rlcd_lab.reproduce import progress, run_all
+        from rlcd_lab.reproduce import progress, run_all, save_ended
 
         if cfg.status:
             print(status_text(progress(cfg), cfg.jobs))
+            return
+        if cfg.save_to is not None:
+            saved = save_ended(cfg.out / Path(cfg.task).stem, cfg.save_to)
+            print(f"saved {len(saved)} ended runs to {cfg.save_to}")
             return
         out = run_all(cfg, progress=lambda done: print(f"done: {done}", file=sys.stderr))
         print(out / "report.md")

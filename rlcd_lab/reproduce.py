@@ -48,7 +48,14 @@ from typing import TYPE_CHECKING, Literal
 
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
-from rlcd_lab.files.io import atomic_write_jsonl, atomic_write_text, jsonl_path, pack, read_jsonl
+from rlcd_lab.files.io import (
+    atomic_dir,
+    atomic_write_jsonl,
+    atomic_write_text,
+    jsonl_path,
+    pack,
+    read_jsonl,
+)
 from rlcd_lab.train import METHOD_TABLE
 
 if TYPE_CHECKING:
@@ -154,6 +161,10 @@ class ReproduceConfig:
     status: bool = False
     """Print where the reproduction in --out stands (each run's steps done, seconds per
     step, the training time left at that pace; reproduce.progress) and exit; runs nothing."""
+    save_to: Path | None = None
+    """Save every run of --out that has ended to this folder, without step checkpoints
+    (reproduce.save_ended), and exit; runs nothing. On another machine, copy it back
+    (cp -rn DIR/. OUT/TASK/) and the same command goes on from there."""
 
 
 @dataclass(frozen=True)
@@ -639,6 +650,83 @@ def _relocated(value: object, old: str, new: str) -> object:
     return value
 
 
+def _main_seed(run: Path, src: Path) -> bool:
+    """Whether ``run`` is a run of the reproduction ``src``'s first seed (17), not a tuning run."""
+    return run.parent.parent == src and run.parent.name == "seed-17"
+
+
+def _copy_run(run: Path, to: Path, moved: tuple[str, str] | None = None) -> None:
+    """Copy a run's ``config.json``, ``log.jsonl``, ``done.json`` and eval dumps (plain or
+    packed) from ``run`` to ``to``; ``moved``: ``(old, new)``, the configs' paths under
+    ``old`` rewritten under ``new`` (:func:`_relocated`)."""
+    import shutil
+
+    for name in (rundir.CONFIG, rundir.LOG, rundir.DONE):
+        file = jsonl_path(run / name)
+        if file.exists():
+            to.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, to / file.name)
+            if moved is not None and name != rundir.LOG:
+                config = _relocated(json.loads(file.read_text()), *moved)
+                atomic_write_text(to / file.name, json.dumps(config, indent=2))
+    for dump in map(jsonl_path, rundir.eval_files(run)):
+        rundir.eval_dir(to).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(dump, rundir.eval_dir(to) / dump.name)
+
+
+def _copy_weights(run: Path, to: Path) -> None:
+    """Copy ``run/final`` to ``to/final``: an adapter without its tokenizer files (its
+    base's) and with its ``checksums.json`` rewritten over what is left."""
+    import shutil
+
+    from rlcd_lab.lm.checkpoint import TOKENIZER_FILES, write_checksums
+
+    final = rundir.final_dir(to)
+    shutil.copytree(rundir.final_dir(run), final)
+    if (final / "adapter_config.json").exists():
+        for name in TOKENIZER_FILES:
+            (final / name).unlink(missing_ok=True)
+        write_checksums(final)
+
+
+def save_ended(src: Path, dst: Path, weights: tuple[str, ...] = ("reinforce",)) -> list[Path]:
+    """Save what a reproduction needs to resume on another machine: every run in ``src``
+    (``OUT/<task>``, tuning runs too) that has ended, copied to ``dst``, which it replaces
+    whole (a run still training is left out: it resumes from its step checkpoints, which
+    stay on the machine that ran it). Per run ``config.json``, ``log.jsonl``, ``done.json``,
+    the eval dumps and ``final/rlcd.json`` (what marks it ended, with its dev metrics); the
+    adapter only where a run still to come starts from it (a stage 1 whose stage 2 has not
+    ended) or where :func:`ship` ships it (the seed-17 runs named in ``weights``), without
+    its tokenizer files; no step checkpoints; JSONL packed (unchanged bytes from save to
+    save). Copied back into ``src`` (``cp -rn DST/. SRC/``) on a fresh machine, the same
+    command reuses every saved run and trains the rest; ``tune/choice.json`` is saved too.
+    Returns the saved runs, sorted."""
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    saved = []
+    with atomic_dir(dst) as tmp:
+        for run in sorted([*src.glob("seed-*/*"), *src.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*")]):
+            if not (rundir.has_final(run) or rundir.done_file(run).exists()):
+                continue
+            to = tmp / run.relative_to(src)
+            _copy_run(run, to)
+            stage2 = run.with_name("reinforce")
+            starts_one = run.name == "calibrate" and not rundir.has_final(stage2)
+            if starts_one or (_main_seed(run, src) and run.name in weights):
+                _copy_weights(run, to)
+            elif rundir.has_final(run):
+                rundir.final_dir(to).mkdir(parents=True)
+                shutil.copy2(rundir.final_dir(run) / rundir.META_FILE, rundir.final_dir(to))
+            saved.append(run)
+        choice = src / rundir.TUNE / "choice.json"
+        if choice.exists():
+            (tmp / rundir.TUNE).mkdir(exist_ok=True)
+            shutil.copy2(choice, tmp / rundir.TUNE / "choice.json")
+        pack(tmp)
+    return saved
+
+
 def ship(src: Path, dst: Path, weights: tuple[str, ...] = (), out: str | None = None) -> None:
     """Copy what ``assets/results`` ships of the reproduction in ``src`` (``OUT/<task>``)
     to ``dst``, replacing it: per run ``config.json``, ``log.jsonl``, ``done.json`` and the
@@ -651,31 +739,14 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = (), out: str | None = 
     instead, so that no directory of the machine that ran it is shipped."""
     import shutil
 
-    from rlcd_lab.lm.checkpoint import TOKENIZER_FILES, write_checksums
-
     src, dst = Path(src), Path(dst)
     shutil.rmtree(dst, ignore_errors=True)
     tuned = sorted(src.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*"))
     for run in sorted(src.glob("seed-*/*")) + tuned:
         to = dst / run.relative_to(src)
-        for name in (rundir.CONFIG, rundir.LOG, rundir.DONE):
-            file = jsonl_path(run / name)
-            if file.exists():
-                to.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(file, to / file.name)
-                if out is not None and name != rundir.LOG:
-                    moved = _relocated(json.loads(file.read_text()), str(src.parent), out)
-                    atomic_write_text(to / file.name, json.dumps(moved, indent=2))
-        for dump in map(jsonl_path, rundir.eval_files(run)):
-            rundir.eval_dir(to).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(dump, rundir.eval_dir(to) / dump.name)
-        if run.parent.parent == src and run.parent.name == "seed-17" and run.name in weights:
-            final = rundir.final_dir(to)
-            shutil.copytree(rundir.final_dir(run), final)
-            if (final / "adapter_config.json").exists():
-                for name in TOKENIZER_FILES:
-                    (final / name).unlink(missing_ok=True)
-                write_checksums(final)
+        _copy_run(run, to, None if out is None else (str(src.parent), out))
+        if _main_seed(run, src) and run.name in weights:
+            _copy_weights(run, to)
     for name in SHIPPED_FILES:
         if (src / name).exists():
             (dst / name).parent.mkdir(parents=True, exist_ok=True)

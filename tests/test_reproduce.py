@@ -432,6 +432,56 @@ def test_dev_curves_and_the_tuning_grid_are_recomputed_from_logs_and_dumps(tmp_p
     assert rounded(again["tuning"]) == summary["tuning"]  # the summary keeps 10 digits
 
 
+def test_a_saved_reproduction_goes_on_from_its_ended_runs_on_another_machine(tmp_path, tiny_base):
+    """``reproduce --save-to`` (save_ended): the runs that ended, tuning runs and
+    choice.json too, without step checkpoints or a run still training, JSONL packed;
+    weights only for a stage 1 whose stage 2 has not ended and for what ship() ships.
+    Copied into an empty OUT (another machine), the same plan reuses every saved run, and
+    stage 2 trains from the saved stage 1 to the same dump as where nothing moved."""
+    from rlcd_lab.files import rundir
+    from rlcd_lab.reproduce import _finished, save_ended, tune, tune_plan
+
+    def saved_files(folder):
+        return [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+
+    def with_weights(folder):
+        return {f.split("/final/")[0] for f in saved_files(folder) if f.endswith(".safetensors")}
+
+    out, root = tmp_path / "out", tmp_path / "out" / "verify"
+    cfg = ReproduceConfig(seeds=(17,), out=out, init=tiny_base, steps=2, test_items=6,
+                          runs=("base", "calibrate", "reinforce"), lr_grid=(1e-4,),
+                          tune_steps=1)  # fmt: skip
+    tune(cfg, lambda first, second: [run_job(j) for j in first + second])
+    jobs = by_name(sum(plan(cfg), []))
+    base, cal, rl = (jobs[(name, 17)] for name in ("base", "calibrate", "reinforce"))
+    run_job(base)
+    run_job(cal)
+    (rl.out / "checkpoints").mkdir(parents=True)  # stage 2 still training: left out
+    got = save_ended(root, tmp_path / "saved")
+    tuned = root / "tune" / "lr-0.0001" / "verify" / "seed-17"
+    assert got == [root / "seed-17/base", root / "seed-17/calibrate",
+                   tuned / "calibrate", tuned / "reinforce"]  # fmt: skip
+    files = saved_files(tmp_path / "saved")
+    assert "tune/choice.json" in files and not any("checkpoints" in f for f in files)
+    assert not [f for f in files if f.endswith(".jsonl")]  # packed
+    assert with_weights(tmp_path / "saved") == {"seed-17/calibrate"}  # stage 2 starts from it
+    tuned_stage1 = tmp_path / "saved" / tuned.relative_to(root) / "calibrate" / "final"
+    assert [p.name for p in tuned_stage1.iterdir()] == [rundir.META_FILE]  # its stage 2 ended
+
+    shutil.rmtree(rl.out)
+    run_job(rl)  # where nothing moved
+    want = read_jsonl(rl.out / "eval" / "test.jsonl")
+    assert save_ended(root, tmp_path / "again") == sorted([*got, rl.out])
+    assert with_weights(tmp_path / "again") == {"seed-17/reinforce"}  # ship()'s weights only
+
+    shutil.rmtree(out)
+    shutil.copytree(tmp_path / "saved", root)  # another machine: the saved runs, an empty OUT
+    assert all(_finished(job) for job in [*sum(tune_plan(cfg), []), base, cal])
+    assert timed_job(base)["reused"] and timed_job(cal)["reused"]
+    run_job(rl)  # from the saved stage 1
+    assert read_jsonl(rl.out / "eval" / "test.jsonl") == want
+
+
 def test_ship_names_the_documented_out_and_ships_an_adapter_without_its_tokenizer(tmp_path):
     """With ``out``, every path under the OUT folder that ran the reproduction (config and
     done.json, nested too) names the documented folder instead; other values are kept.
