@@ -87,6 +87,21 @@ def test_shipped_results_hold_no_plain_jsonl():
     assert len(list(RESULTS.rglob("*.jsonl.xz"))) > 500
 
 
+def test_the_packed_dumps_are_what_assets_readme_says():
+    """The count and sizes that assets/README.md quotes for the packed dumps ("N files, X MB
+    as text, Y MB packed") are those of the shipped ``*.jsonl.xz`` files, unpacked here."""
+    import lzma
+
+    text = (ASSETS.parent / "README.md").read_text()
+    quoted = re.search(r"([\d,]+) files, ([\d.]+) MB as text, ([\d.]+) MB\s+packed", text)
+    assert quoted, "assets/README.md no longer quotes the packed dumps' sizes"
+    files = sorted(RESULTS.rglob("*.jsonl.xz"))
+    plain = sum(len(lzma.decompress(f.read_bytes())) for f in files)
+    packed = sum(f.stat().st_size for f in files)
+    assert int(quoted[1].replace(",", "")) == len(files)
+    assert (float(quoted[2]), float(quoted[3])) == (round(plain / 1e6, 1), round(packed / 1e6, 1))
+
+
 def test_assets_fit_the_size_budget():
     total = sum(p.stat().st_size for p in ASSETS.parent.rglob("*") if p.is_file())
     assert total <= BUDGET_MB * 10**6, f"assets/ holds {total / 1e6:.1f} MB"
