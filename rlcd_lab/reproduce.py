@@ -700,15 +700,29 @@ def save_ended(src: Path, dst: Path, weights: tuple[str, ...] = ("reinforce",)) 
     its tokenizer files; no step checkpoints; JSONL packed (unchanged bytes from save to
     save). Copied back into ``src`` (``cp -rn DST/. SRC/``) on a fresh machine, the same
     command reuses every saved run and trains the rest; ``tune/choice.json`` is saved too.
-    Returns the saved runs, sorted."""
+    Refuses (ValueError, ``dst`` untouched) when ``src`` is not a folder, or when ``dst``
+    holds a run that has not ended in ``src`` (say, saved from another machine and not yet
+    copied back): a save never loses a run. Returns the saved runs, sorted."""
     import shutil
 
     src, dst = Path(src), Path(dst)
+
+    def runs(root: Path) -> list[Path]:
+        return sorted([*root.glob("seed-*/*"), *root.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*")])
+
+    if not src.is_dir():
+        raise ValueError(f"{src}: no reproduction there (check --out and --task)")
+    ended = [run for run in runs(src) if rundir.has_final(run) or rundir.done_file(run).exists()]
+    lost = sorted({r.relative_to(dst) for r in runs(dst)} - {r.relative_to(src) for r in ended})
+    if lost:
+        names = ", ".join(map(str, lost[:3])) + (" ..." if len(lost) > 3 else "")
+        raise ValueError(
+            f"{dst} holds {len(lost)} runs that have not ended in {src} ({names}): "
+            f"copy them back first (cp -rn {dst}/. {src}/); nothing saved"
+        )
     saved = []
     with atomic_dir(dst) as tmp:
-        for run in sorted([*src.glob("seed-*/*"), *src.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*")]):
-            if not (rundir.has_final(run) or rundir.done_file(run).exists()):
-                continue
+        for run in ended:
             to = tmp / run.relative_to(src)
             _copy_run(run, to)
             stage2 = run.with_name("reinforce")

@@ -474,6 +474,15 @@ def test_a_saved_reproduction_goes_on_from_its_ended_runs_on_another_machine(tmp
     assert save_ended(root, tmp_path / "again") == sorted([*got, rl.out])
     assert with_weights(tmp_path / "again") == {"seed-17/reinforce"}  # ship()'s weights only
 
+    (tmp_path / "fresh").mkdir()  # a new machine's OUT before the saved runs are copied back
+    before = {f: (tmp_path / "saved" / f).read_bytes() for f in saved_files(tmp_path / "saved")}
+    with pytest.raises(ValueError, match="4 runs that have not ended"):
+        save_ended(tmp_path / "fresh", tmp_path / "saved")
+    with pytest.raises(ValueError, match="no reproduction there"):
+        save_ended(tmp_path / "nowhere", tmp_path / "saved")
+    assert {f: (tmp_path / "saved" / f).read_bytes() for f in before} == before
+    assert sorted(saved_files(tmp_path / "saved")) == sorted(before)
+
     shutil.rmtree(out)
     shutil.copytree(tmp_path / "saved", root)  # another machine: the saved runs, an empty OUT
     assert all(_finished(job) for job in [*sum(tune_plan(cfg), []), base, cal])
