@@ -10,6 +10,7 @@ TASK=basic-skills-arithmetic-verify-pairs
 OUT=/work/main/runs/rung
 [ -f .venv/.installed ] || make .venv/.installed
 [ -f ~/.cache/rlcd_lab/data/$TASK.jsonl ] || .venv/bin/rlcd-lab data fetch $TASK
+.venv/bin/rlcd-lab gguf smollm2 > /dev/null  # the adapter's base, once, before two processes
 if [ ! -d $OUT/$TASK ]; then  # this machine's own folder, where there is one, has them all
   mkdir -p $OUT/$TASK
   cp -rn runs-saved/rung/. $OUT/$TASK/
