@@ -650,6 +650,11 @@ def _relocated(value: object, old: str, new: str) -> object:
     return value
 
 
+def _runs(root: Path) -> list[Path]:
+    """Every run folder of the reproduction ``root`` (``OUT/<task>``), tuning runs too, sorted."""
+    return sorted([*root.glob("seed-*/*"), *root.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*")])
+
+
 def _main_seed(run: Path, src: Path) -> bool:
     """Whether ``run`` is a run of the reproduction ``src``'s first seed (17), not a tuning run."""
     return run.parent.parent == src and run.parent.name == "seed-17"
@@ -706,14 +711,10 @@ def save_ended(src: Path, dst: Path, weights: tuple[str, ...] = ("reinforce",)) 
     import shutil
 
     src, dst = Path(src), Path(dst)
-
-    def runs(root: Path) -> list[Path]:
-        return sorted([*root.glob("seed-*/*"), *root.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*")])
-
     if not src.is_dir():
         raise ValueError(f"{src}: no reproduction there (check --out and --task)")
-    ended = [run for run in runs(src) if rundir.has_final(run) or rundir.done_file(run).exists()]
-    lost = sorted({r.relative_to(dst) for r in runs(dst)} - {r.relative_to(src) for r in ended})
+    ended = [run for run in _runs(src) if rundir.has_final(run) or rundir.done_file(run).exists()]
+    lost = sorted({r.relative_to(dst) for r in _runs(dst)} - {r.relative_to(src) for r in ended})
     if lost:
         names = ", ".join(map(str, lost[:3])) + (" ..." if len(lost) > 3 else "")
         raise ValueError(
@@ -755,8 +756,7 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = (), out: str | None = 
 
     src, dst = Path(src), Path(dst)
     shutil.rmtree(dst, ignore_errors=True)
-    tuned = sorted(src.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*"))
-    for run in sorted(src.glob("seed-*/*")) + tuned:
+    for run in _runs(src):
         to = dst / run.relative_to(src)
         _copy_run(run, to, None if out is None else (str(src.parent), out))
         if _main_seed(run, src) and run.name in weights:
