@@ -162,9 +162,9 @@ class ReproduceConfig:
     """Print where the reproduction in --out stands (each run's steps done, seconds per
     step, the training time left at that pace; reproduce.progress) and exit; runs nothing."""
     save_to: Path | None = None
-    """Save every run of --out that has ended to this folder, without step checkpoints
-    (reproduce.save_ended), and exit; runs nothing. On another machine, copy it back
-    (cp -rn DIR/. OUT/TASK/) and the same command goes on from there."""
+    """Save every run of --out that has ended to this folder, without step checkpoints or
+    weights but those that ship (reproduce.save_ended), and exit; runs nothing. On another
+    machine, copy it back (cp -rn DIR/. OUT/TASK/) and the same command goes on from there."""
 
 
 @dataclass(frozen=True)
@@ -695,19 +695,20 @@ def _copy_weights(run: Path, to: Path) -> None:
 
 
 def save_ended(src: Path, dst: Path, weights: tuple[str, ...] = ("reinforce",)) -> list[Path]:
-    """Save what a reproduction needs to resume on another machine: every run in ``src``
+    """Save what a reproduction needs to go on on another machine: every run in ``src``
     (``OUT/<task>``, tuning runs too) that has ended, copied to ``dst``, which it replaces
-    whole (a run still training is left out: it resumes from its step checkpoints, which
-    stay on the machine that ran it). Per run ``config.json``, ``log.jsonl``, ``done.json``,
-    the eval dumps and ``final/rlcd.json`` (what marks it ended, with its dev metrics); the
-    adapter only where a run still to come starts from it (a stage 1 whose stage 2 has not
-    ended) or where :func:`ship` ships it (the seed-17 runs named in ``weights``), without
-    its tokenizer files; no step checkpoints; JSONL packed (unchanged bytes from save to
-    save). Copied back into ``src`` (``cp -rn DST/. SRC/``) on a fresh machine, the same
-    command reuses every saved run and trains the rest; ``tune/choice.json`` is saved too.
-    Refuses (ValueError, ``dst`` untouched) when ``src`` is not a folder, or when ``dst``
-    holds a run that has not ended in ``src`` (say, saved from another machine and not yet
-    copied back): a save never loses a run. Returns the saved runs, sorted."""
+    whole. Per run ``config.json``, ``log.jsonl``, ``done.json``, the eval dumps and
+    ``final/rlcd.json`` (what marks it ended, with its dev metrics); weights only where
+    :func:`ship` ships them (the seed-17 runs named in ``weights``, without their tokenizer
+    files); no step checkpoints; JSONL packed (the same bytes from save to save). Left out:
+    a run still training (it resumes from its step checkpoints on the machine that ran it)
+    and a stage 1 whose stage 2 has not ended (that stage 2 starts from its weights, which
+    are not saved: elsewhere both run again), so that no weights enter the save folder that
+    do not ship. Copied back into ``src`` (``cp -rn DST/. SRC/``) on a fresh machine, the
+    same command reuses every saved run and trains the rest; ``tune/choice.json`` is saved
+    too. Refuses (ValueError, ``dst`` untouched) when ``src`` is not a folder, or when
+    ``dst`` holds a run that has not ended in ``src`` (say, saved from another machine and
+    not yet copied back): a save never loses a run. Returns the saved runs, sorted."""
     import shutil
 
     src, dst = Path(src), Path(dst)
@@ -715,6 +716,8 @@ def save_ended(src: Path, dst: Path, weights: tuple[str, ...] = ("reinforce",)) 
         raise ValueError(f"{src}: no reproduction there (check --out and --task)")
     ended = [run for run in _runs(src) if rundir.has_final(run) or rundir.done_file(run).exists()]
     lost = sorted({r.relative_to(dst) for r in _runs(dst)} - {r.relative_to(src) for r in ended})
+    waited_on = {run for run in ended if run.name == "calibrate"
+                 and not rundir.has_final(run.with_name("reinforce"))}  # fmt: skip
     if lost:
         names = ", ".join(map(str, lost[:3])) + (" ..." if len(lost) > 3 else "")
         raise ValueError(
@@ -723,12 +726,10 @@ def save_ended(src: Path, dst: Path, weights: tuple[str, ...] = ("reinforce",)) 
         )
     saved = []
     with atomic_dir(dst) as tmp:
-        for run in ended:
+        for run in sorted(set(ended) - waited_on):
             to = tmp / run.relative_to(src)
             _copy_run(run, to)
-            stage2 = run.with_name("reinforce")
-            starts_one = run.name == "calibrate" and not rundir.has_final(stage2)
-            if starts_one or (_main_seed(run, src) and run.name in weights):
+            if _main_seed(run, src) and run.name in weights:
                 _copy_weights(run, to)
             elif rundir.has_final(run):
                 rundir.final_dir(to).mkdir(parents=True)

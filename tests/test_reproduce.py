@@ -434,20 +434,21 @@ def test_dev_curves_and_the_tuning_grid_are_recomputed_from_logs_and_dumps(tmp_p
 
 def test_a_saved_reproduction_goes_on_from_its_ended_runs_on_another_machine(tmp_path, tiny_base):
     """``reproduce --save-to`` (save_ended): the runs that ended, tuning runs and
-    choice.json too, without step checkpoints or a run still training, JSONL packed;
-    weights only for a stage 1 whose stage 2 has not ended and for what ship() ships.
-    Copied into an empty OUT (another machine), the same plan reuses every saved run, and
-    stage 2 trains from the saved stage 1 to the same dump as where nothing moved."""
+    choice.json too, JSONL packed, without step checkpoints, a run still training, or a
+    stage 1 whose stage 2 has not ended; weights only where ship() ships them. Copied into
+    an empty OUT (another machine), the same plan reuses every saved run, and what was not
+    saved trains again to the same dumps as where nothing moved. A save that would lose a
+    saved run is refused."""
     from rlcd_lab.files import rundir
     from rlcd_lab.reproduce import _finished, save_ended, tune, tune_plan
 
     def saved_files(folder):
-        return [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+        return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
     def with_weights(folder):
         return {f.split("/final/")[0] for f in saved_files(folder) if f.endswith(".safetensors")}
 
-    out, root = tmp_path / "out", tmp_path / "out" / "verify"
+    out, root, saved = tmp_path / "out", tmp_path / "out" / "verify", tmp_path / "saved"
     cfg = ReproduceConfig(seeds=(17,), out=out, init=tiny_base, steps=2, test_items=6,
                           runs=("base", "calibrate", "reinforce"), lr_grid=(1e-4,),
                           tune_steps=1)  # fmt: skip
@@ -456,39 +457,42 @@ def test_a_saved_reproduction_goes_on_from_its_ended_runs_on_another_machine(tmp
     base, cal, rl = (jobs[(name, 17)] for name in ("base", "calibrate", "reinforce"))
     run_job(base)
     run_job(cal)
-    (rl.out / "checkpoints").mkdir(parents=True)  # stage 2 still training: left out
-    got = save_ended(root, tmp_path / "saved")
+    (rl.out / "checkpoints").mkdir(parents=True)  # stage 2 still training
     tuned = root / "tune" / "lr-0.0001" / "verify" / "seed-17"
-    assert got == [root / "seed-17/base", root / "seed-17/calibrate",
-                   tuned / "calibrate", tuned / "reinforce"]  # fmt: skip
-    files = saved_files(tmp_path / "saved")
+    # stage 1 is left out with its stage 2: that one starts from its weights
+    assert save_ended(root, saved) == [root / "seed-17/base", tuned / "calibrate",
+                                       tuned / "reinforce"]  # fmt: skip
+    files = saved_files(saved)
     assert "tune/choice.json" in files and not any("checkpoints" in f for f in files)
     assert not [f for f in files if f.endswith(".jsonl")]  # packed
-    assert with_weights(tmp_path / "saved") == {"seed-17/calibrate"}  # stage 2 starts from it
-    tuned_stage1 = tmp_path / "saved" / tuned.relative_to(root) / "calibrate" / "final"
-    assert [p.name for p in tuned_stage1.iterdir()] == [rundir.META_FILE]  # its stage 2 ended
-
+    assert with_weights(saved) == set()
+    assert [p.name for p in rundir.final_dir(saved / tuned.relative_to(root) / "calibrate")
+            .iterdir()] == [rundir.META_FILE]  # fmt: skip
+    cal_dump = read_jsonl(cal.out / "eval" / "test.jsonl")
     shutil.rmtree(rl.out)
     run_job(rl)  # where nothing moved
-    want = read_jsonl(rl.out / "eval" / "test.jsonl")
-    assert save_ended(root, tmp_path / "again") == sorted([*got, rl.out])
-    assert with_weights(tmp_path / "again") == {"seed-17/reinforce"}  # ship()'s weights only
+    rl_dump = read_jsonl(rl.out / "eval" / "test.jsonl")
+    got = save_ended(root, tmp_path / "later")
+    assert got == sorted([root / "seed-17/base", cal.out, rl.out, tuned / "calibrate",
+                          tuned / "reinforce"])  # fmt: skip
+    assert with_weights(tmp_path / "later") == {"seed-17/reinforce"}  # ship()'s weights only
 
     (tmp_path / "fresh").mkdir()  # a new machine's OUT before the saved runs are copied back
-    before = {f: (tmp_path / "saved" / f).read_bytes() for f in saved_files(tmp_path / "saved")}
-    with pytest.raises(ValueError, match="4 runs that have not ended"):
-        save_ended(tmp_path / "fresh", tmp_path / "saved")
+    before = {f: (saved / f).read_bytes() for f in saved_files(saved)}
+    with pytest.raises(ValueError, match="3 runs that have not ended"):
+        save_ended(tmp_path / "fresh", saved)
     with pytest.raises(ValueError, match="no reproduction there"):
-        save_ended(tmp_path / "nowhere", tmp_path / "saved")
-    assert {f: (tmp_path / "saved" / f).read_bytes() for f in before} == before
-    assert sorted(saved_files(tmp_path / "saved")) == sorted(before)
+        save_ended(tmp_path / "nowhere", saved)
+    assert {f: (saved / f).read_bytes() for f in saved_files(saved)} == before
 
     shutil.rmtree(out)
-    shutil.copytree(tmp_path / "saved", root)  # another machine: the saved runs, an empty OUT
-    assert all(_finished(job) for job in [*sum(tune_plan(cfg), []), base, cal])
-    assert timed_job(base)["reused"] and timed_job(cal)["reused"]
-    run_job(rl)  # from the saved stage 1
-    assert read_jsonl(rl.out / "eval" / "test.jsonl") == want
+    shutil.copytree(saved, root)  # another machine: the first save in an empty OUT
+    assert all(_finished(job) for job in [*sum(tune_plan(cfg), []), base])
+    assert timed_job(base)["reused"] and not _finished(cal)
+    run_job(cal)  # stage 1 again, then stage 2 from it: the same dumps
+    run_job(rl)
+    assert read_jsonl(cal.out / "eval" / "test.jsonl") == cal_dump
+    assert read_jsonl(rl.out / "eval" / "test.jsonl") == rl_dump
 
 
 def test_ship_names_the_documented_out_and_ships_an_adapter_without_its_tokenizer(tmp_path):
