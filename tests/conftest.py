@@ -14,6 +14,14 @@ import torch
 
 from rlcd_lab.lm.model import char_tokenizer, tiny_model, use_free_cores
 
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and not os.environ.get("OMP_NUM_THREADS"):
+    # pytest -n N (make test): each worker, and every command it starts, takes its share of
+    # the cores; read from the load average, two workers starting together would each
+    # take them all and spin against each other
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (_cores or 1) // _WORKERS))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 use_free_cores()  # as every rlcd-lab command: no spinning threads beside a busy process
 
 NUMERICS = {

@@ -29,6 +29,10 @@ from rlcd_lab.reader.sampling import Generated, GumbelSampler
 from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.configs import GRPOConfig, preset
 
+# torchrun and accelerate launch meet on one port (29500): under pytest -n N these tests
+# run one after another in one worker
+pytestmark = pytest.mark.xdist_group("gloo")
+
 SMALL = [
     "--task", "verify", "--steps", "3", "--batch-size", "4", "--num-rationales", "2",
     "--max-new-tokens", "12", "--eval-every", "0", "--eval-items", "4", "--test-items", "0",
