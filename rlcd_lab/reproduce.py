@@ -407,10 +407,26 @@ def timed_job(job: Job) -> dict:
     return row
 
 
-def _one_thread() -> None:
-    import torch
+def _worker_start(one_thread: bool) -> None:
+    """Each pool process's start: one torch thread where the scale runs on the CPU (the
+    same numbers on any core count), and a watchdog that ends the process once the
+    reproduction that started it is gone (killed, its terminal closed). Left alone, a
+    worker would train its run to the end, holding the run's lock, with nobody to read
+    the result; ended, the run goes on from its last checkpoint next time."""
+    import threading
 
-    torch.set_num_threads(1)
+    if one_thread:
+        import torch
+
+        torch.set_num_threads(1)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="reproduce-watchdog", daemon=True).start()
 
 
 def seconds_left(jobs: list[Job]) -> dict[Path, float]:
@@ -599,7 +615,8 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
         with ProcessPoolExecutor(
             max(1, cfg.jobs),
             mp_context=get_context("spawn"),
-            initializer=_one_thread if one_thread else None,
+            initializer=_worker_start,
+            initargs=(one_thread,),
         ) as pool:
 
             def run(first: list[Job], second: list[Job]) -> list[dict]:

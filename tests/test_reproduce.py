@@ -123,6 +123,49 @@ def test_pool_runs_stage1_first_longest_next_and_forks_after_their_stage1(tmp_pa
     assert steps == sorted(steps, reverse=True) and steps[0] == 14 and ran[-1].name == "base"
 
 
+_ORPHAN = """
+import os, time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from rlcd_lab.reproduce import _worker_start
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_worker_start,
+                               initargs=(False,))
+    print(pool.submit(os.getpid).result(), flush=True)
+    pool.submit(time.sleep, 600)  # a run that would train for ten minutes
+    time.sleep(600)
+"""
+
+
+def test_a_killed_reproduction_leaves_no_worker_training(tmp_path):
+    """The reproduction's process killed (SIGKILL: nothing of it runs again), its pool
+    worker, busy with a ten-minute job, ends within seconds instead of training on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+
+    def alive(pid: int) -> bool:  # a zombie left to a parent that does not reap is gone too
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 120  # the watchdog looks every second; slack for a busy CPU
+    while alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(worker), f"worker {worker} still running after its reproduction was killed"
+
+
 def test_the_pool_takes_the_slowest_run_first_and_its_time_is_played_out(tmp_path, monkeypatch):
     """With paces logged (GRPO 10 s a step, SFT 1 s), the queue orders by time left, not by
     steps, and ``makespan`` plays the pool out. By hand, 2 processes: stage 1 and the
