@@ -2,7 +2,7 @@
 # Go on with the rung's fair test on this machine (README.md beside this file): on a machine
 # without its run folder, copy the saved runs into a new one; then start its two
 # one-job reproductions in the background on a fixed copy of the code; their progress
-# goes to runs/rung/progress-{A,B}.log. Run from the checkout at /work/main.
+# is appended to runs/rung/progress-{A,B}.log. Run from the checkout at /work/main.
 set -euo pipefail
 cd /work/main
 CODE=43970bd  # the commit the test started from; its training code is 97f6af1's
@@ -22,7 +22,7 @@ ARGS=(reproduce --task ~/.cache/rlcd_lab/data/$TASK.jsonl --scale rung
       --lr-grid 1e-5 3e-5 1e-4 --tune-steps 25)
 PY="/work/main/.venv/bin/python -m rlcd_lab.cli"
 (setsid nohup $PY "${ARGS[@]}" --runs rlcr-matched rft-kl-matched \
-    > $OUT/progress-A.log 2>&1 &)
+    >> $OUT/progress-A.log 2>&1 &)
 (setsid nohup $PY "${ARGS[@]}" --runs base calibrate reinforce grpo-matched sft-matched \
-    > $OUT/progress-B.log 2>&1 &)
+    >> $OUT/progress-B.log 2>&1 &)
 echo "started; where it stands: add --status to the command of docs/results.md"
