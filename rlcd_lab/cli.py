@@ -466,7 +466,8 @@ def parse(args: list[str]) -> Any:
 def _tyro(parser: Callable[..., Any], *args: Any, prog: str, **kwargs: Any) -> Any:
     """``parser(*args, prog=prog, **kwargs)`` (a tyro entry point) with its error box (a
     malformed command line) turned into one line on stderr; help and anything else that
-    tyro writes pass unchanged."""
+    tyro writes pass unchanged, each option's text one paragraph (:func:`_joined_docs`)."""
+    _joined_docs()
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):
@@ -479,6 +480,29 @@ def _tyro(parser: Callable[..., Any], *args: Any, prog: str, **kwargs: Any) -> A
         raise
     sys.stderr.write(captured.getvalue())
     return result
+
+
+def _joined_docs() -> None:
+    """Each config field's docstring reaches ``--help`` as one paragraph. tyro 1.0.17 reads
+    it with its source indentation and keeps each line break followed by a non-letter,
+    which an indented line always is: every source line of a docstring became a line of
+    the help, cut short again by the terminal's width. Here its docstring reader
+    (``tyro._docstrings.parse_docstring_from_object``) joins the lines of each paragraph
+    first; without that reader (another tyro) the help is left as tyro writes it."""
+    from tyro import _docstrings
+
+    read = getattr(_docstrings, "parse_docstring_from_object", None)
+    if read is None or getattr(read, "joined", False):
+        return
+
+    def joined(obj: object) -> dict[str, str]:
+        return {
+            name: "\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
+            for name, text in read(obj).items()
+        }
+
+    joined.joined = True
+    _docstrings.parse_docstring_from_object = joined
 
 
 def _box_message(text: str) -> str:

@@ -236,9 +236,9 @@ HEAVY = ("torch", "transformers", "peft", "plotly", "gradio", "pandas", "numpy",
 """Modules a ``--help`` must not load: each takes from a tenth of a second to seconds."""
 
 
-def help_in_fresh_process(args: list[str]) -> tuple[str, list[str]]:
-    """``main(args)`` (a ``--help``, which exits 0) in a fresh interpreter: its output, and
-    the ``HEAVY`` modules it loaded."""
+def help_in_fresh_process(args: list[str], columns: int = 400) -> tuple[str, list[str]]:
+    """``main(args)`` (a ``--help``, which exits 0) in a fresh interpreter, ``columns``
+    wide: its output, and the ``HEAVY`` modules it loaded."""
     import subprocess
     import sys
 
@@ -247,7 +247,7 @@ def help_in_fresh_process(args: list[str]) -> tuple[str, list[str]]:
         f"    main({args!r})\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
         f"print('LOADED', [m for m in {HEAVY!r} if m in sys.modules])\n"
     )
-    env = {"COLUMNS": "400", "PATH": "/usr/bin:/bin"}  # wide: each description on one line
+    env = {"COLUMNS": str(columns), "PATH": "/usr/bin:/bin"}  # wide: a description a line
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout
@@ -288,6 +288,37 @@ def test_command_help_loads_no_heavy_module(args):
     out, loaded = help_in_fresh_process(args)
     assert loaded == [], loaded
     assert f"usage: rlcd-lab {' '.join(a for a in args if a != '--help')}" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "config"),
+    [
+        (["train", "calibrate", "--help"], "rlcd_lab.train.configs:Calibrate"),
+        (["reproduce", "--help"], "rlcd_lab.reproduce:ReproduceConfig"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_each_option_help_is_its_field_docstring_as_one_paragraph(args, config):
+    """tyro alone kept each source line break of a field docstring (``marker gets`` /
+    ``the marker appended`` on two lines of the box); each option's text is its
+    docstring's words in one run, however the source wraps them."""
+    import dataclasses
+    import importlib
+
+    import docstring_parser
+
+    module, name = config.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    docs = {}
+    for base in reversed(cls.__mro__[:-1]):  # a subclass's docstring wins
+        docs |= {p.arg_name: p.description for p in docstring_parser.parse_from_object(base).params}
+    out, _ = help_in_fresh_process(args, columns=2000)  # wider than any docstring
+    lines = [line.strip("│ ") for line in out.splitlines()]
+    fields = [f.name for f in dataclasses.fields(cls) if docs.get(f.name)]
+    assert len(fields) >= 10
+    for field in fields:
+        words = " ".join(docs[field].split())
+        assert any(words in line for line in lines), (field, words)
 
 
 def test_train_description_names_every_method(capsys):
