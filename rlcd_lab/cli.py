@@ -85,11 +85,14 @@ class Serve:
     m: int = 4
     """Rationales per question in reason mode (mixture readout)."""
     threshold: float = 0.8
+    """auto mode: a question is answered again with rationales when its direct confidence
+    (chance-corrected, ``rlcd_lab.math.routing``) is below this."""
     batching: bool = True
     """Dynamic batching of concurrent requests into shared forward passes."""
     max_wait_ms: float = 5.0
     """Batching window: how long a request waits for others to join its batch (0..1000)."""
     device: str = "cpu"
+    """Where the model runs (cpu, cuda, cuda:1, ...)."""
     threads: int | None = 1
     """torch CPU threads for the forward passes (None: torch's default, one per core). One
     holds up when other processes load the cores; a larger model on many idle cores wants
@@ -103,18 +106,24 @@ class Eval:
     """Evaluate a checkpoint on a task split; write per-item rows and print the metrics."""
 
     checkpoint: Path
+    """Checkpoint directory: a run's final/, or a shipped one under assets/."""
     task: str = "verify"
     """A synthetic task name (verify, verify-mixed, facts, aleatoric) or a task-item JSONL file."""
     split: Literal["train", "dev", "test"] = "test"
+    """Which split of the task to read."""
     mode: Literal["direct", "reason"] = "reason"
+    """direct: read the options right after the question; reason: after a sampled rationale
+    ending in the answer marker."""
     m: int = 1
     """Rationales per item (the first is the single-query readout)."""
     max_new_tokens: int = 64
+    """Token budget of one rationale (one that reaches it gets the marker appended)."""
     limit: int | None = None
     """Evaluate only the first LIMIT items."""
     out: Path | None = None
     """Where to write the per-item eval rows (JSONL); default: print the summary only."""
     seed: int = 0
+    """Seed of the rationales (each item's draw depends on it, not on the batch)."""
     verify: bool = True
     """Check the checkpoint's checksums (``--no-verify`` skips)."""
 
@@ -191,6 +200,7 @@ class DataSplit:
     test: int
     """Test items."""
     seed: int = 0
+    """Seed of the split."""
     overwrite: bool = False
     """Replace existing split files."""
 
@@ -221,6 +231,7 @@ class GGUF:
     out: Path | None = None
     """Default: ``~/.cache/rlcd_lab/models/<smollm2-135m-instruct | gemma3-270m>``."""
     dtype: Literal["float32", "bfloat16"] = "float32"
+    """The weights' dtype in the checkpoint (the GGUF's 4-bit weights are dequantized to it)."""
     force: bool = False
     """Convert again even when ``out`` already holds the converted model."""
 

@@ -131,8 +131,13 @@ class ReproduceConfig:
     """verify, verify-mixed, facts, aleatoric, or a task-item JSONL file (with
     .train/.dev/.test siblings)."""
     scale: Literal["tiny", "small", "rung", "paper"] = "tiny"
+    """The settings every run shares (``reproduce.SCALES``): ``tiny``, the tiny world on a CPU;
+    ``small``, the real rung in 12 steps per stage; ``rung``, the real rung at 100 steps of
+    8 x 4 (hours on 2 cores); ``paper``, the paper's recipe, for a GPU."""
     seeds: tuple[int, ...] = (17, 23, 29)
+    """One run of each method per seed (the report gives each metric over them)."""
     out: Path = Path("runs/reproduce")
+    """Where the runs go: ``OUT/<task>/seed-<seed>/<run>``, then the report in ``OUT/<task>``."""
     init: Path | None = None
     """Base model; default at tiny scale: assets/checkpoints/base-<task>; required at paper
     scale (a local HF model directory)."""
