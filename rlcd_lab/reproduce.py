@@ -135,7 +135,7 @@ class ReproduceConfig:
     ``small``, the real rung in 12 steps per stage; ``rung``, the real rung at 100 steps of
     8 x 4 (hours on 2 cores); ``paper``, the paper's recipe, for a GPU."""
     seeds: tuple[int, ...] = (17, 23, 29)
-    """One run of each method per seed (the report gives each metric over them)."""
+    """One run of each method per seed; the report gives each metric's mean and sd over them."""
     out: Path = Path("runs/reproduce")
     """Where the runs go: ``OUT/<task>/seed-<seed>/<run>``, then the report in ``OUT/<task>``."""
     init: Path | None = None
