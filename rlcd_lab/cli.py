@@ -304,8 +304,9 @@ def status_text(state: dict, jobs: int) -> str:
     left = f"{state['steps_left']} training steps left"
     if state["hours_left"] is not None:
         left += (
-            f", about {state['hours_left']:.1f} h at {jobs} jobs (the queue played out, each"
-            " step at the median time of its run's logged steps; evaluations not counted)"
+            f", about {state['hours_left']:.1f} h at {jobs} job{'s' * (jobs != 1)} (the queue"
+            " played out, each step at the median time of its run's logged steps; evaluations"
+            " not counted)"
         )
     return "\n".join([*lines, left])
 

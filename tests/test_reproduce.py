@@ -625,3 +625,4 @@ def test_progress_reads_where_a_long_reproduction_stands(tmp_path):
     assert "tune lr 1e-05: calibrate" in status_text(state, 2)
     assert text.endswith("about 0.0 h at 2 jobs (the queue played out, each step at the median "
                          "time of its run's logged steps; evaluations not counted)")  # fmt: skip
+    assert " h at 1 job (the queue played out" in status_text(state, 1)
