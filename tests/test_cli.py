@@ -290,6 +290,16 @@ def test_command_help_loads_no_heavy_module(args):
     assert f"usage: rlcd-lab {' '.join(a for a in args if a != '--help')}" in out
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring as tyro reads it (``docstring_parser``), a subclass's winning."""
+    import docstring_parser
+
+    docs = {}
+    for base in reversed(cls.__mro__[:-1]):
+        docs |= {p.arg_name: p.description for p in docstring_parser.parse_from_object(base).params}
+    return docs
+
+
 @pytest.mark.parametrize(
     ("args", "config"),
     [
@@ -305,13 +315,9 @@ def test_each_option_help_is_its_field_docstring_as_one_paragraph(args, config):
     import dataclasses
     import importlib
 
-    import docstring_parser
-
     module, name = config.split(":")
     cls = getattr(importlib.import_module(module), name)
-    docs = {}
-    for base in reversed(cls.__mro__[:-1]):  # a subclass's docstring wins
-        docs |= {p.arg_name: p.description for p in docstring_parser.parse_from_object(base).params}
+    docs = field_docs(cls)
     out, _ = help_in_fresh_process(args, columns=2000)  # wider than any docstring
     lines = [line.strip("│ ") for line in out.splitlines()]
     fields = [f.name for f in dataclasses.fields(cls) if docs.get(f.name)]
@@ -327,8 +333,6 @@ def test_every_option_of_every_command_says_what_it_does():
     import dataclasses
     import typing
 
-    import docstring_parser
-
     from rlcd_lab.cli import COMMANDS
 
     seen, missing = set(), []
@@ -336,10 +340,7 @@ def test_every_option_of_every_command_says_what_it_does():
     def walk(kind: object) -> None:
         if isinstance(kind, type) and dataclasses.is_dataclass(kind) and kind not in seen:
             seen.add(kind)
-            docs = {}
-            for base in reversed(kind.__mro__[:-1]):
-                docs |= {p.arg_name: p.description
-                         for p in docstring_parser.parse_from_object(base).params}  # fmt: skip
+            docs = field_docs(kind)
             missing.extend(f"{kind.__name__}.{f.name}" for f in dataclasses.fields(kind)
                            if not docs.get(f.name))  # fmt: skip
         for arg in typing.get_args(kind):
