@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,6 +158,16 @@ def test_existing_run_needs_resume_and_same_config(tmp_path, tiny_base):
                 **(TINY | {"lr": 0.5}),
             )
         )
+
+
+def test_a_resumed_run_counts_its_progress_bar_from_where_it_stopped(tmp_path, tiny_base, capsys):
+    kw = dict(TINY, eval_every=0, test_items=0, grad_terms_every=0)
+    train(preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=2, **kw))
+    capsys.readouterr()
+    train(preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=4, resume=True, **kw))
+    bar = capsys.readouterr().err
+    shown = re.findall(r"calibrate: +\d+%\|[^|]*\| (\d+)/4 \[", bar)  # each redraw: "| n/4 ["
+    assert shown and shown[0] == "2" and shown[-1] == "4" and not {"0", "1"} & set(shown), bar
 
 
 def test_question_stream_is_a_function_of_seed_and_step():

@@ -380,9 +380,15 @@ class Session:
         return self.acc.is_main_process
 
     def steps(self, desc: str):
-        """The steps still to run, with a progress bar on the main process."""
+        """The steps still to run, with a progress bar on the main process (a resumed run's
+        bar starts at its ``start_step``, not at 0)."""
         return trange(
-            self.start_step, self.cfg.steps, desc=desc, total=self.cfg.steps, disable=not self.main
+            self.start_step,
+            self.cfg.steps,
+            desc=desc,
+            initial=self.start_step,
+            total=self.cfg.steps,
+            disable=not self.main,
         )
 
     def micro_batches(self, step: int) -> Iterator[Batch]:
