@@ -22,5 +22,7 @@ reproduce.ship(Path('/work/main/runs/rung/$TASK'), Path('assets/results/$TASK'),
 git rm -rq assets/results/basic-skills-arithmetic-verify
 # the generated blocks that read the old rung's summary (why-rung, real-model) read the new one
 sed -i "s#results/basic-skills-arithmetic-verify/summary.json#results/$TASK/summary.json#" docs/results.md
+# and the heading the claims table links to (#why-<task>, from the summary's task name)
+sed -i "s/^### Why: basic-skills-arithmetic-verify$/### Why: $TASK/" docs/results.md
 .venv/bin/python -m rlcd_lab.reports.report --readme README.md docs/*.md
 du -sh assets  # within tests/test_assets.py's budget? (README.md: what to drop first)
