@@ -195,6 +195,79 @@ def test_the_pool_takes_the_slowest_run_first_and_its_time_is_played_out(tmp_pat
     assert ran == ["calibrate", "grpo-matched", "reinforce", "sft-matched"]
 
 
+RUNG_SECS = {"calibrate": 10, "reinforce": 10, "rlcr-matched": 40, "rft-kl-matched": 30,
+             "grpo-matched": 20}  # fmt: skip
+"""Made-up times left (s) of a rung plan's runs, for the memory tests."""
+
+
+def _rung_jobs(tmp_path):
+    """A one-seed rung plan of RUNG_SECS's runs: its waves, its jobs by name, their times."""
+    cfg = ReproduceConfig(seeds=(5,), out=tmp_path, scale="rung", init=tmp_path / "b",
+                          runs=tuple(RUNG_SECS))  # fmt: skip
+    first, second = plan(cfg)
+    job = {j.name: j for j in first + second}
+    return first, second, job, {j.out: float(RUNG_SECS[n]) for n, j in job.items()}
+
+
+def test_runs_that_do_not_fit_in_memory_side_by_side_take_turns(tmp_path):
+    """The rung's memory needs (``RUN_GIB``: RLCR 14 GiB, RFT+KL 9.5, the others 7.5) on a
+    23.5 GiB machine (budget 22.5): RLCR trains beside stage 1, GRPO or stage 2, never
+    beside RFT+KL. By hand, 2 processes, calibrate 10 s, reinforce 10, RLCR 40, RFT+KL 30,
+    GRPO 20: stage 1 and RLCR start at 0 (21.5 GiB); at 10 RFT+KL is next in the queue but
+    does not fit beside RLCR (23.5), GRPO does (to 30); at 30 stage 2 (to 40); at 40 RLCR
+    ends and RFT+KL runs to 70. Without the budget RFT+KL starts at 10 and the last run
+    ends at 60; on too little memory for any two, one at a time: the times summed."""
+    from rlcd_lab import reproduce
+
+    first, second, job, left = _rung_jobs(tmp_path)
+    need = reproduce.memory_needs(first + second, "rung")
+    assert {n: need[j.out] for n, j in job.items()} == {
+        "calibrate": 7.5, "reinforce": 7.5, "rlcr-matched": 14.0, "rft-kl-matched": 9.5,
+        "grpo-matched": 7.5,
+    }  # fmt: skip
+    assert set(reproduce.memory_needs(first, "tiny").values()) == {0.0}  # no limit there
+    assert reproduce.makespan(first, second, 2, left, need, 22.5) == 70.0
+    assert reproduce.makespan(first, second, 2, left, need, 100.0) == 60.0
+    assert reproduce.makespan(first, second, 2, left) == 60.0  # no needs given: no limit
+    assert reproduce.makespan(first, second, 2, left, need, 5.0) == sum(RUNG_SECS.values())
+    # the pool's rule: the first job in the queue that fits beside the running ones
+    queue = [job["rft-kl-matched"], job["grpo-matched"]]
+    assert reproduce._next_fitting(queue, [job["rlcr-matched"]], need, 22.5) == 1
+    assert reproduce._next_fitting(queue, [job["calibrate"]], need, 22.5) == 0
+    assert reproduce._next_fitting(queue[:1], [job["rlcr-matched"]], need, 22.5) is None
+    assert reproduce._next_fitting(queue, [], need, 1.0) == 0  # alone, whatever it needs
+
+
+def test_the_pool_never_trains_side_by_side_what_does_not_fit(tmp_path, monkeypatch):
+    """_run_pool with 2 threads and the 22.5 GiB budget, each job sleeping a hundredth of
+    its time of the test above: every job runs once, and no two jobs ever train at the
+    same moment whose needs exceed the budget (without the rule RFT+KL would start beside
+    RLCR when stage 1 ends)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlcd_lab import reproduce
+
+    first, second, job, left = _rung_jobs(tmp_path)
+    need = reproduce.memory_needs(first + second, "rung")
+    now, most, lock, ran = [], [], threading.Lock(), []
+
+    def fake(j):
+        with lock:
+            now.append(j)
+            most.append(sum(need[x.out] for x in now))
+            ran.append(j.name)
+        time.sleep(left[j.out] / 100)
+        with lock:
+            now.remove(j)
+
+    monkeypatch.setattr(reproduce, "timed_job", fake)
+    with ThreadPoolExecutor(2) as pool:
+        list(reproduce._run_pool(pool, 2, first, second, left, need, 22.5))
+    assert sorted(ran) == sorted(job) and max(most) <= 22.5
+
+
 def test_tune_picks_each_runs_lr_on_dev_with_equal_budgets(tmp_path):
     """The tuning runs: every run of the first seed once per grid value, at tune_steps per
     stage (matched twice that), reinforce from stage 1 at the same value, no test eval; the

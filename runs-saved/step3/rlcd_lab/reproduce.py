@@ -122,8 +122,18 @@ for full fine-tuning; 3e-4, the ``small`` scale's, drifts from the anchor)."""
 
 FORMAT_STEPS = {"tiny": 20, "small": 6, "rung": 20, "paper": 20}
 """RLCR's first steps, spent teaching the confidence format (``RLCRConfig.format_steps``):
-a tenth of the matched budget at ``tiny`` and ``rung`` (200 steps); a quarter of the 24 at
-``small``, so that SmolLM2 writes a digit after the cue before the reward takes over."""
+a tenth of 200 steps (the ``tiny`` runs' steps per stage, the ``rung``'s matched budget);
+a quarter of ``small``'s matched 24, so that SmolLM2 writes a digit after the cue before
+the reward takes over."""
+
+RUN_GIB: dict[str, dict[str, float]] = {"rung": {"rlcr": 14.0, "rft-kl": 9.5, "": 7.5}}
+"""Memory a run takes at a scale where two at a time can exceed a machine's (GiB, keyed by
+run name without ``-matched``; ``""``: any other run): the largest resident size read
+every 30 s (``ps``) over the rung's tuning and fair test on the 2-core AMD EPYC, rounded
+up: RLCR 13.8 (its reinforcement steps keep two forward passes for the backward one),
+RFT+KL 9.4, the others 7.4. The pool starts a run only where it fits beside the runs
+already training (:func:`_next_fitting`): on that machine's 23.5 GiB two RLCR runs, or
+RLCR and RFT+KL, never train side by side. Scales not listed take what they need."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +184,9 @@ class ReproduceConfig:
     """Save every run of --out that has ended to this folder, without step checkpoints or
     weights but those that ship (reproduce.save_ended), and exit; runs nothing. On another
     machine, copy it back (cp -rn DIR/. OUT/TASK/) and the same command goes on from there."""
+    memory_gib: float | None = None
+    """Memory the runs training at a time may take together (GiB; each run's need at the
+    scale: ``reproduce.RUN_GIB``); default: this machine's physical memory less 1 GiB."""
 
 
 @dataclass(frozen=True)
@@ -474,6 +487,36 @@ def _order(ready: list[Job], left: dict[Path, float]) -> list[Job]:
     return sorted(ready, key=lambda job: (job.name != "calibrate", -left[job.out]))
 
 
+def memory_needs(jobs: list[Job], scale: str) -> dict[Path, float]:
+    """Each job's memory need in GiB (keyed by its ``out``) at ``scale``: :data:`RUN_GIB`
+    by its run name without ``-matched``, else the scale's ``""`` entry; 0 at a scale not
+    listed there."""
+    table = RUN_GIB.get(scale, {})
+    return {job.out: table.get(job.name.removesuffix("-matched"), table.get("", 0.0))
+            for job in jobs}  # fmt: skip
+
+
+def memory_budget(cfg: ReproduceConfig) -> float:
+    """GiB the runs training at a time may take together: ``cfg.memory_gib``, else this
+    machine's physical memory less 1 GiB (for the system and the reproduction's own
+    process)."""
+    if cfg.memory_gib is not None:
+        return cfg.memory_gib
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 - 1.0
+
+
+def _next_fitting(
+    ready: list[Job], running: list[Job], need: dict[Path, float], budget: float
+) -> int | None:
+    """Index in ``ready`` (the pool's queue) of the first job whose memory need fits
+    ``budget`` beside the ``running`` jobs' (``need``: :func:`memory_needs`; a job not in it
+    needs 0), None where none fits. With nothing running the first job starts whatever it
+    needs: a run larger than the budget trains alone."""
+    room = budget - sum(need.get(job.out, 0.0) for job in running)
+    fits = (i for i, job in enumerate(ready) if not running or need.get(job.out, 0.0) <= room)
+    return next(fits, None)
+
+
 def _unlocked(job: Job, second: list[Job]) -> list[Job]:
     """The second-wave jobs that start from ``job``'s final checkpoint (plan() puts each
     seed's stage 1 in the first wave: what starts from it can run once it is done)."""
@@ -486,18 +529,23 @@ def _run_pool(
     first: list[Job],
     second: list[Job],
     left: dict[Path, float],
+    need: dict[Path, float] | None = None,
+    budget: float = float("inf"),
 ):
     """Yield ``timed_job`` rows as jobs finish, ``slots`` at a time. The pool is never idle
-    while a job can run and takes the longest first (:func:`_order`, timed from what the
-    folders have logged, so that a resumed or tuned reproduction does not end with one
-    long run alone); a seed's second-wave jobs join the queue as soon as its stage 1 is
-    done; ``left``: each job's time left (:func:`seconds_left`). A job's results do not
-    depend on the order."""
-    ready, running = _order(first, left), {}
+    while a job can run and fits in memory (``need``, ``budget``: :func:`_next_fitting`),
+    and takes the longest first (:func:`_order`, timed from what the folders have logged,
+    so that a resumed or tuned reproduction does not end with one long run alone); a
+    seed's second-wave jobs join the queue as soon as its stage 1 is done; ``left``: each
+    job's time left (:func:`seconds_left`). A job's results do not depend on the order."""
+    ready, running, need = _order(first, left), {}, need or {}
     try:
         while ready or running:
-            while ready and len(running) < max(1, slots):
-                job = ready.pop(0)
+            while len(running) < max(1, slots):
+                i = _next_fitting(ready, list(running.values()), need, budget)
+                if i is None:
+                    break
+                job = ready.pop(i)
                 running[pool.submit(timed_job, job)] = job
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
@@ -509,18 +557,29 @@ def _run_pool(
             future.cancel()
 
 
-def makespan(first: list[Job], second: list[Job], slots: int, left: dict[Path, float]) -> float:
+def makespan(
+    first: list[Job],
+    second: list[Job],
+    slots: int,
+    left: dict[Path, float],
+    need: dict[Path, float] | None = None,
+    budget: float = float("inf"),
+) -> float:
     """Seconds until the last job ends when :func:`_run_pool` runs ``first`` and ``second``
-    on ``slots`` processes, each job taking ``left[job.out]`` seconds: the pool's order
-    played out, so that a slot left idle at the end (one long run alone) and a stage 2
-    waiting for its stage 1 are counted."""
+    on ``slots`` processes within ``budget`` GiB (``need``: :func:`memory_needs`), each job
+    taking ``left[job.out]`` seconds: the pool's order played out, so that a slot left idle
+    at the end (one long run alone, or a run that does not fit beside the one training)
+    and a stage 2 waiting for its stage 1 are counted."""
     import heapq
     from itertools import count
 
     ready, running, now, started = _order(first, left), [], 0.0, count()
     while ready or running:
-        while ready and len(running) < max(1, slots):
-            job = ready.pop(0)
+        while len(running) < max(1, slots):
+            i = _next_fitting(ready, [job for *_, job in running], need or {}, budget)
+            if i is None:
+                break
+            job = ready.pop(i)
             heapq.heappush(running, (now + left[job.out], next(started), job))
         now, _, job = heapq.heappop(running)
         ready = _order(ready + _unlocked(job, second), left)
@@ -598,14 +657,15 @@ def progress(cfg: ReproduceConfig) -> dict:
             "state": "finished" if ended else ("partial" if log else "waiting"),
             "s_per_step": float(np.median(steps)) if steps else None, "train_s": sum(steps),
         })  # fmt: skip
-    left = seconds_left(jobs)
+    left, need, budget = seconds_left(jobs), memory_needs(jobs, cfg.scale), memory_budget(cfg)
     waves = [tune_plan(cfg), planned] if cfg.lr_grid else [planned]  # tuning runs first
     logged = any(r["done"] for r in rows)
+    hours = sum(makespan(*w, cfg.jobs, left, need, budget) for w in waves) / 3600
     return {
         "runs": rows,
         "train_hours": sum(r["train_s"] for r in rows) / 3600,
         "steps_left": sum(r["steps"] - r["done"] for r in rows if r["state"] != "finished"),
-        "hours_left": sum(makespan(*w, cfg.jobs, left) for w in waves) / 3600 if logged else None,
+        "hours_left": hours if logged else None,
     }
 
 
@@ -621,6 +681,7 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     try:
         tuned = [*sum(tune_plan(cfg), [])] if cfg.lr_grid else []
         one_thread = SCALES[cfg.scale]["device"] == "cpu"  # same numbers on any core count
+        budget = memory_budget(cfg)
         with ProcessPoolExecutor(
             max(1, cfg.jobs),
             mp_context=get_context("spawn"),
@@ -631,7 +692,8 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
             def run(first: list[Job], second: list[Job]) -> list[dict]:
                 rows = []  # each run's pace from every run logged so far, tuning runs too
                 left = seconds_left(first + second + tuned)
-                for row in _run_pool(pool, cfg.jobs, first, second, left):
+                need = memory_needs(first + second, cfg.scale)
+                for row in _run_pool(pool, cfg.jobs, first, second, left, need, budget):
                     rows.append(row)
                     if progress is not None:
                         progress(f"{row['run']} seed {row['seed']}: {row['wall_s']:.0f} s")
