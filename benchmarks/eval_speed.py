@@ -7,11 +7,15 @@ Both trees run the same work in fresh processes, one thread each, interleaved (o
 old, new, ...), each timed in CPU seconds of its own process around the measured call
 (not the load):
 
-* ``eval``: ``evaluate.run_eval`` of the shipped rung adapter
-  (``assets/results/basic-skills-arithmetic-verify/seed-17/reinforce/final``, SmolLM2-135M
-  + LoRA r = 8) on the first ``--items`` test items of ``basic-skills-arithmetic-verify``
-  (``rlcd-lab data fetch basic-skills-arithmetic-verify`` writes them), m = 1, 40 new
-  tokens, seed 0: the rung's evaluation settings. Reported per item.
+* ``eval``: ``evaluate.run_eval`` of the shipped rung adapter (the fair test's seed-17
+  two-stage RLCD,
+  ``assets/results/basic-skills-arithmetic-verify-pairs/seed-17/reinforce/final``,
+  SmolLM2-135M + LoRA r = 8) on the first ``--items`` test items of
+  ``basic-skills-arithmetic-verify-pairs`` (``rlcd-lab data fetch
+  basic-skills-arithmetic-verify-pairs`` writes them), m = 1, 40 new tokens, seed 0: the
+  rung's evaluation settings. Reported per item. (The figures of benchmarks/RESULTS.md up
+  to 2026-12-07 timed the 12-step rung's adapter on ``basic-skills-arithmetic-verify``,
+  the same model, adapter rank and test questions.)
 * ``step``: reinforce steps of the training loop itself (``train.rlcd.train``, 3 steps of
   ``--items`` questions x 4 rationales, 40 tokens, LoRA r = 8 on SmolLM2, the shipped
   stage-2 adapter as both the trained model and the frozen anchor, as only it ships its
@@ -36,7 +40,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RUNG = REPO / "assets" / "results" / "basic-skills-arithmetic-verify" / "seed-17"
+RUNG = REPO / "assets" / "results" / "basic-skills-arithmetic-verify-pairs" / "seed-17"
 
 CHILD = r"""
 import json, sys, time, torch
@@ -53,7 +57,7 @@ except ImportError:
     from rlcd_lab.train.configs import preset
 from rlcd_lab.tasks import load_task_items
 rung = Path(sys.argv[4])
-task = Path.home() / ".cache/rlcd_lab/data/basic-skills-arithmetic-verify.jsonl"
+task = Path.home() / ".cache/rlcd_lab/data/basic-skills-arithmetic-verify-pairs.jsonl"
 items = list(load_task_items(str(task), "test"))[:n]
 if kind == "eval":
     from rlcd_lab.evaluate import run_eval

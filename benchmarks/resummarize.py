@@ -9,7 +9,7 @@ are written, nor a report.html where none was shipped.
 First, a shipped base run without its direct dump (``eval/test-direct``: the base model's
 test items answered without a rationale, ``rundir.DIRECT``) gets it, from the settings in
 its ``done.json`` and the checkpoint of the same name in ``assets/checkpoints``; the rung's
-needs its task fetched (``rlcd-lab data fetch basic-skills-arithmetic-verify``).
+needs its task fetched (``rlcd-lab data fetch basic-skills-arithmetic-verify-pairs``).
 """
 
 from __future__ import annotations

@@ -103,15 +103,18 @@ SCALES: dict[str, dict] = {
 }
 """Settings shared by every run at each scale (the paper: 400 steps per stage, AdamW
 2e-6 for Qwen3-1.7B, 8 questions x 4 rationales, bf16; the rationale budget is ours).
-``small``: the real rung (SmolLM2-135M-Instruct taught basic-skills-arithmetic-verify,
-``assets/checkpoints/smollm2-arith-verify``) on a 2-core CPU: its LoRA r = 8 adapter trained
-on, 2 questions x 4 rationales of at most 40 tokens per step, T fitted on 50 dev items and
-150 test items, no dev evals during training: three seeds of the paper's core runs fit
-90 minutes with ``--jobs 2``. ``rung``: the same model and task at a budget that can
-speak: 100 steps of 8 questions x 4 rationales per stage (the paper's batch, a quarter of
-its steps), every dev item (105) for T and a dev curve every 25 steps, the whole test split
-(209), checkpoints every 10 steps (a run stopped midway resumes there); its learning rates
-are chosen on dev per method (``ReproduceConfig.lr_grid``, :data:`RUNG_GRID`)."""
+``small``: the real rung's first comparison, the 12-step rung (SmolLM2-135M-Instruct
+taught basic-skills-arithmetic-verify, ``assets/checkpoints/smollm2-arith-verify``) on a
+2-core CPU: its LoRA r = 8 adapter trained on, 2 questions x 4 rationales of at most 40
+tokens per step, T fitted on 50 dev items and 150 test items, no dev evals during
+training: three seeds of the paper's core runs fit 90 minutes with ``--jobs 2`` (too
+small to test the paper: docs/results.md, "Before the fair test"). ``rung``: the same
+model at a budget that can speak, the rung's fair test (shipped in
+``assets/results/basic-skills-arithmetic-verify-pairs``): 100 steps of 8 questions x 4
+rationales per stage (the paper's batch, a quarter of its steps), every dev item (105)
+for T and a dev curve every 25 steps, the whole test split (209), checkpoints every 10
+steps (a run stopped midway resumes there); its learning rates are chosen on dev per
+method (``ReproduceConfig.lr_grid``, :data:`RUNG_GRID`)."""
 
 RUNG_GRID = (1e-5, 3e-5, 1e-4)
 """The learning rates the rung chooses from, per method (LoRA r = 8: the paper's 2e-6 is
@@ -119,8 +122,9 @@ for full fine-tuning; 3e-4, the ``small`` scale's, drifts from the anchor)."""
 
 FORMAT_STEPS = {"tiny": 20, "small": 6, "rung": 20, "paper": 20}
 """RLCR's first steps, spent teaching the confidence format (``RLCRConfig.format_steps``):
-a tenth of the tiny runs' 200 steps; a quarter of the rung's 24 (the matched budget) so
-that SmolLM2 writes a digit after the cue before the reward takes over."""
+a tenth of 200 steps (the ``tiny`` runs' steps per stage, the ``rung``'s matched budget);
+a quarter of ``small``'s matched 24, so that SmolLM2 writes a digit after the cue before
+the reward takes over."""
 
 RUN_GIB: dict[str, dict[str, float]] = {"rung": {"rlcr": 14.0, "rft-kl": 9.5, "": 7.5}}
 """Memory a run takes at a scale where two at a time can exceed a machine's (GiB, keyed by
@@ -141,8 +145,9 @@ class ReproduceConfig:
     .train/.dev/.test siblings)."""
     scale: Literal["tiny", "small", "rung", "paper"] = "tiny"
     """The settings every run shares (``reproduce.SCALES``): ``tiny``, the tiny world on a CPU;
-    ``small``, the real rung in 12 steps per stage; ``rung``, the real rung at 100 steps of
-    8 x 4 (hours on 2 cores); ``paper``, the paper's recipe, for a GPU."""
+    ``small``, the real rung in 12 steps per stage (the first, too small); ``rung``, the real
+    rung at 100 steps of 8 x 4 (the fair test; most of a day on 2 cores); ``paper``, the
+    paper's recipe, for a GPU."""
     seeds: tuple[int, ...] = (17, 23, 29)
     """One run of each method per seed; the report gives each metric's mean and sd over them."""
     out: Path = Path("runs/reproduce")

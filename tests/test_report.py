@@ -28,8 +28,8 @@ RESULTS_PAGE = REPO / "docs" / "results.md"
 
 
 SMALLER = "smaller than the paper's"
-RUNG = "basic-skills-arithmetic-verify"
-"""The real rung's reproduction (SmolLM2-135M taught the task, three seeds)."""
+RUNG = "basic-skills-arithmetic-verify-pairs"
+"""The real rung's reproduction, the fair test (SmolLM2-135M taught the task, three seeds)."""
 
 
 @pytest.mark.parametrize("sign", [+1, -1])
@@ -263,7 +263,16 @@ def block(name: str, page=RESULTS_PAGE) -> str:
 def test_generated_blocks_are_the_modules_output_for_the_shipped_summaries():
     """README.md, docs/results.md and docs/bench.md: every generated block is what
     ``python -m rlcd_lab.reports.report --readme FILE`` writes, none is empty."""
-    for name in ("what-reproduces", "verify", "aleatoric", "facts", "real-model", "rung-lr"):
+    for name in (
+        "what-reproduces",
+        "verify",
+        "aleatoric",
+        "facts",
+        "real-model",
+        "rung-lr",
+        "tune-rung",
+        "dev-rung",
+    ):
         assert block(name).strip(), f"docs/results.md block {name} is empty"
     assert block("headline", REPO / "README.md").strip()
     for name in ("bench-typed-verify", "bench-typed-facts", "bench-attack-verify"):
