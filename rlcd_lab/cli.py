@@ -112,7 +112,8 @@ class Eval:
     checkpoint: Path
     """Checkpoint directory: a run's final/, or a shipped one under assets/."""
     task: str = "verify"
-    """A synthetic task name (verify, verify-mixed, facts, aleatoric) or a task-item JSONL file."""
+    """A synthetic task name (verify, verify-mixed, verify-check, facts, aleatoric) or a
+    task-item JSONL file."""
     split: Literal["train", "dev", "test"] = "test"
     """Which split of the task to read."""
     mode: Literal["direct", "reason"] = "reason"
@@ -323,8 +324,8 @@ def _summary(cls: type) -> str:
 
 COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     "pretrain": (
-        "Pretrain a tiny base reasoning model on a synthetic task (verify, verify-mixed, facts,"
-        " aleatoric).",
+        "Pretrain a tiny base reasoning model on a synthetic task (verify, verify-mixed,"
+        " verify-check, facts, aleatoric).",
         _pretrain_config,
     ),
     "train": (

@@ -141,7 +141,7 @@ class ReproduceConfig:
     """Run (or reuse) every method and seed of the paper's comparison and write the report."""
 
     task: str = "verify"
-    """verify, verify-mixed, facts, aleatoric, or a task-item JSONL file (with
+    """verify, verify-mixed, verify-check, facts, aleatoric, or a task-item JSONL file (with
     .train/.dev/.test siblings)."""
     scale: Literal["tiny", "small", "rung", "paper"] = "tiny"
     """The settings every run shares (``reproduce.SCALES``): ``tiny``, the tiny world on a CPU;

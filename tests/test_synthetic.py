@@ -8,7 +8,7 @@ import pytest
 from rlcd_lab.tasks.synthetic import SPLIT_SIZES, Aleatoric, Facts, Verify, VerifyMixed, get_task
 
 
-@pytest.mark.parametrize("name", ["verify", "verify-mixed", "facts", "aleatoric"])
+@pytest.mark.parametrize("name", ["verify", "verify-mixed", "verify-check", "facts", "aleatoric"])
 def test_splits_are_seeded_and_sized(name):
     a, b = get_task(name), get_task(name)
     assert a.split("test") == b.split("test")  # same world seed -> same items
@@ -189,6 +189,68 @@ def TaskItemLike(prompt):  # noqa: N802  an item with only a prompt (the teacher
     from rlcd_lab.tasks.items import TaskItem
 
     return TaskItem("hand", prompt, ("Y", "N"), 0)
+
+
+class _Slips:
+    """A stand-in for the teacher's generator: ``random()`` returns 0.0 (slip) or 0.99
+    (no slip) in the order given, so every slip pattern can be enumerated."""
+
+    def __init__(self, *slips: bool):
+        self.left = [0.0 if s else 0.99 for s in slips]
+
+    def random(self):
+        return self.left.pop(0)
+
+
+_CHECK_RATIONALE = re.compile(r"^(\d+)\+(\d+)=(\d+);(\d+)\+(\d+)=(\d+);(\d+) vs (\d+):(same|diff)$")
+
+
+def test_verify_check_one_difficulty_and_a_visible_slip():
+    """Every verify-check item is one addition of two two-digit terms that carries into the
+    tens. The teacher writes both passes (``a+b``, then ``b+a``), each exact or short by
+    10, states the first pass's verdict, and stays within 35 characters. By exact
+    enumeration over the proposal mix (half right; near misses -20, -10, -10, +10, +20) and
+    the four slip patterns (slip 0.25 per pass), the passes disagree exactly when one pass
+    slipped, and the verdict is then right with probability 0.5 * 1 + 0.5 * 0.3 = 0.65
+    (first pass slipped: right only for -20, +10, +20), as the docstring says."""
+    from fractions import Fraction as F
+
+    task = get_task("verify-check")
+    assert task.slip == 0.25
+    for item in task.split("test") + task.split("dev"):
+        a, b, p = map(int, re.match(r"^(\d+)\+(\d+)=(\d+)\?$", item.prompt).groups())
+        assert 10 <= a < 100 and 10 <= b < 100 and a % 10 + b % 10 >= 10
+        assert item.label == (0 if p == a + b else 1)
+        assert (p - (a + b)) in (0, -20, -10, 10, 20)
+        assert len(task.teach(item, _Slips(False, False), direct=False).rationale) <= 35
+    mix = {0: F(1, 2), -20: F(1, 10), -10: F(2, 10), 10: F(1, 10), 20: F(1, 10)}
+    slip = F(1, 4)
+    right_disagree = disagree = F(0)
+    a, b = 47, 38
+    for offset, w_p in mix.items():
+        p = a + b + offset
+        for first_slips in (False, True):
+            for check_slips in (False, True):
+                w = w_p * (slip if first_slips else 1 - slip) * (slip if check_slips else 1 - slip)
+                item = TaskItemLike(f"{a}+{b}={p}?")
+                ex = task.teach(item, _Slips(first_slips, check_slips), direct=False)
+                assert len(ex.rationale) <= 35
+                x1, y1, s1, x2, y2, s2, shown, q, verdict = _CHECK_RATIONALE.match(
+                    ex.rationale
+                ).groups()
+                assert (int(x1), int(y1), int(x2), int(y2)) == (a, b, b, a)
+                assert int(s1) == a + b - 10 * first_slips and int(s2) == a + b - 10 * check_slips
+                assert int(shown) == int(s1) and int(q) == p
+                assert ex.label == ("Y" if int(s1) == p else "N")
+                if s1 != s2:
+                    assert first_slips != check_slips
+                    disagree += w
+                    right_disagree += w * (ex.label == ("Y" if offset == 0 else "N"))
+                else:
+                    assert first_slips == check_slips
+    assert disagree == 2 * slip * (1 - slip)
+    assert right_disagree / disagree == F(65, 100)
+    assert task.teach(TaskItemLike("47+38=85?"), _Slips(), direct=True).rationale == ""
 
 
 def test_facts_known_entities_and_noisy_teacher():

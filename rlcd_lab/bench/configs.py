@@ -27,8 +27,8 @@ class BenchTarget:
     model: str | None = None
     """Model name sent over the wire; default: the first name GET /v1/models lists."""
     task: str | None = None
-    """A synthetic task (verify, verify-mixed, facts, aleatoric) or a task-item JSONL file;
-    default: the checkpoint's rlcd.json task (required with --url)."""
+    """A synthetic task (verify, verify-mixed, verify-check, facts, aleatoric) or a task-item
+    JSONL file; default: the checkpoint's rlcd.json task (required with --url)."""
     split: Literal["train", "dev", "test"] = "test"
     """Which split of the task the items come from."""
     n_items: int = 200

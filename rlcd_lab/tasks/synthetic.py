@@ -214,6 +214,48 @@ class VerifyMixed(Verify):
         return Example(item.prompt, rationale, "Y" if same else "N", False)
 
 
+class VerifyCheck(Verify):
+    """``a+b=p?`` where both two-digit terms carry into the tens (``a % 10 + b % 10 >= 10``),
+    so every item has one difficulty: one addition, one carry. Proposals as in ``verify``
+    (half right, half a tens-digit near miss). The teacher adds twice, ``a+b`` then, as a
+    written check, ``b+a``, dropping the carry with probability ``slip`` (0.25) in each pass
+    independently, then compares the *first* sum with the proposal and states that verdict
+    whatever the check says (``47+38=85;38+47=75;85 vs 91:diff``, at most 35 characters).
+
+    A slip is visible within one difficulty level: the two passes disagree exactly when
+    one of them slipped (both slip the same way with probability ``slip**2``), and nothing
+    in the question tells which items slip. The pre-registered world of docs/results.md:
+    a readout that learns which rationales to trust hedges where the passes disagree (by
+    exact enumeration, the verdict is right on 65% of such rationales: when the first pass
+    slipped, only a proposal 20 below, 10 or 20 above the true sum still gets the right
+    verdict), while question features alone cannot rank the items."""
+
+    name = "verify-check"
+
+    def draw(self, rng, uid):
+        while True:
+            a, b = (int(v) for v in rng.integers(10, 100, size=2))
+            if a % 10 + b % 10 >= 10:
+                break
+        s = a + b
+        if rng.random() < 0.5:
+            p, label = s, 0
+        else:  # near misses as in verify: the units digit right, the tens off
+            p, label = int(rng.choice([s - 20, s - 10, s - 10, s + 10, s + 20])), 1
+        return TaskItem(uid, f"{a}+{b}={p}?", self.options, label)
+
+    def teach(self, item, rng, direct):
+        head, p = _SUM.match(item.prompt).groups()
+        a, b = (int(t) for t in head.split("+"))
+        p = int(p)
+        if direct:
+            return Example(item.prompt, "", self.options[item.label], True)
+        first, check = self._add(a, b, rng), self._add(b, a, rng)
+        same = first == p
+        rationale = f"{a}+{b}={first};{b}+{a}={check};{first} vs {p}:{'same' if same else 'diff'}"
+        return Example(item.prompt, rationale, "Y" if same else "N", False)
+
+
 # ---------------------------------------------------------------------------- facts
 class Facts(SyntheticTask):
     """``fact xyz?`` with 10 options. A fixed table maps 600 entities to a value; the base
@@ -340,13 +382,14 @@ class Aleatoric(SyntheticTask):
 
 
 TASKS: dict[str, type[SyntheticTask]] = {
-    "verify": Verify, "verify-mixed": VerifyMixed, "facts": Facts, "aleatoric": Aleatoric,
+    "verify": Verify, "verify-mixed": VerifyMixed, "verify-check": VerifyCheck,
+    "facts": Facts, "aleatoric": Aleatoric,
 }  # fmt: skip
 
 
 def get_task(name: str, seed: int = WORLD_SEED, **teacher) -> SyntheticTask:
-    """The synthetic task called ``name`` (``verify``, ``verify-mixed``, ``facts`` or
-    ``aleatoric``); ``teacher``: settings of its teacher (the verify tasks: ``slip``).
+    """The synthetic task called ``name`` (a key of ``TASKS``); ``teacher``: settings of
+    its teacher (the verify tasks: ``slip``).
     Items and splits depend on ``name`` and ``seed`` only."""
     try:
         cls = TASKS[name]

@@ -16,7 +16,7 @@ from typing import Literal
 class PretrainConfig:
     """Pretrain a tiny base reasoning model on a synthetic task (defaults: the shipped ones)."""
 
-    task: Literal["verify", "verify-mixed", "facts", "aleatoric"] = "verify"
+    task: Literal["verify", "verify-mixed", "verify-check", "facts", "aleatoric"] = "verify"
     """Which synthetic task's teacher to imitate."""
     out: Path | None = None
     """Checkpoint directory to write, replaced atomically (default: runs/base-TASK)."""
@@ -41,9 +41,9 @@ class PretrainConfig:
     after the question): gives the System-One shortcut the small probability a real LM
     has, for RL to find (default: the task's, ``SHIPPED``)."""
     slip: float | None = None
-    """``verify`` and ``verify-mixed`` only: the teacher's probability of dropping a carry at
-    each addition that has one, which sets how often the base model reasons to a wrong
-    answer (default: the task's, 0.25 for ``verify``, 0.2 for ``verify-mixed``; the
+    """The verify tasks only: the teacher's probability of dropping a carry at each
+    addition that has one, which sets how often the base model reasons to a wrong answer
+    (default: the task's, 0.25 for ``verify`` and ``verify-check``, 0.2 for ``verify-mixed``; the
     difficulty map uses 0.05 and 0.6)."""
     seed: int = 0
     """Seed of the initial weights, the demonstrations and the final measurement."""
@@ -56,6 +56,7 @@ class PretrainConfig:
 SHIPPED: dict[str, dict] = {
     "verify": dict(steps=4000, batch_size=32, p_empty=0.0),
     "verify-mixed": dict(steps=4000, batch_size=32, p_empty=0.0),
+    "verify-check": dict(steps=4000, batch_size=32, p_empty=0.0),
     "facts": dict(steps=3000, batch_size=64, p_empty=0.02),
     "aleatoric": dict(steps=3000, batch_size=64, p_empty=0.1),
 }
