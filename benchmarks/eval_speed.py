@@ -37,6 +37,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,11 +96,16 @@ def worktree(rev: str) -> Path:
 
 
 def run(tree: Path, kind: str, items: int) -> dict:
-    out = Path("/tmp") / f"eval-speed-{os.getpid()}.json"
+    fd, name = tempfile.mkstemp(prefix="eval-speed-", suffix=".json")
+    os.close(fd)
+    out = Path(name)
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     subprocess.run([sys.executable, "-c", CHILD, kind, str(items), str(out), str(RUNG)],
                    check=True, env=env, cwd=tree)  # fmt: skip
-    return json.loads(out.read_text())
+    try:
+        return json.loads(out.read_text())
+    finally:
+        out.unlink()
 
 
 def main() -> None:

@@ -7,7 +7,8 @@
 #
 #     bash benchmarks/rebuild_results.sh [--time-only] [TASK ...]   # default: verify facts aleatoric
 #
-# --time-only: run and time the reproductions, ship nothing (the runs stay in /tmp/regen).
+# --time-only: run and time the reproductions, ship nothing (the runs stay in the scratch
+# folder it prints, made by mktemp).
 #
 # Wall times: each task's timing.json, and the total printed at the end. Run it on a quiet
 # machine: the wall-time targets (verify <= 45 min, all three <= 90 min) are for that.
@@ -17,10 +18,10 @@ ship=1
 if [[ ${1:-} == --time-only ]]; then ship=0; shift; fi
 tasks=("${@:-verify facts aleatoric}")
 read -r -a tasks <<<"${tasks[*]}"
-work=/tmp/regen
-rm -rf "$work"
-git clone -q "$repo" "$work"
-cd "$work"
+work=$(mktemp -d -t rlcd-regen.XXXXXX)
+echo "scratch folder: $work"
+git clone -q "$repo" "$work/repo"
+cd "$work/repo"
 make .venv/.installed >/dev/null
 start=$(date +%s)
 for task in "${tasks[@]}"; do
