@@ -38,6 +38,12 @@ def test_the_rules_are_listed_once():
     from rlcd_lab.scoring import Rule
 
     assert get_args(Rule) == tuple(RULES)
+    # the training settings offer the same rules (tyro reads this annotation for --rule)
+    from typing import get_type_hints
+
+    from rlcd_lab.train.configs import RLCDConfig
+
+    assert get_args(get_type_hints(RLCDConfig)["rule"]) == tuple(RULES)
     with pytest.raises(ValueError, match=r"choose one of \('brier', 'log', 'spherical'\)"):
         expected_score(torch.ones(2) / 2, torch.ones(2) / 2, "hinge")
 

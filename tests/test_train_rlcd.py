@@ -84,6 +84,20 @@ def test_calibrate_logs_saves_and_evaluates(tmp_path, tiny_base):
     )
 
 
+@pytest.mark.parametrize("rule", ["brier", "log", "spherical"])
+def test_calibrate_trains_with_every_scoring_rule(tmp_path, tiny_base, rule):
+    """Stage 1 is pathwise only, so each step's loss is minus its mean reward, the rule's
+    score of the readouts: a spherical score ``u_Y / ||u||`` lies in [0, 1], a log score
+    at or below 0, a Brier score in [-1, 1]."""
+    run = train(preset("calibrate", init=tiny_base, out=tmp_path / rule, steps=2, rule=rule,
+                       **TINY))  # fmt: skip
+    log = read_log(run)
+    assert all(r["loss"] == pytest.approx(-r["reward"], abs=1e-6) for r in log)
+    low, high = {"brier": (-1, 1), "log": (-float("inf"), 0), "spherical": (0, 1)}[rule]
+    assert all(low <= r["reward"] <= high for r in log)
+    assert json.loads((run / "config.json").read_text())["rule"] == rule
+
+
 def test_reinforce_kl_is_zero_at_the_anchor_and_anchor_only_trains_the_readout(tmp_path, tiny_base):
     run = train(preset("reinforce", init=tiny_base, out=tmp_path / "r", steps=1, **TINY))
     first = read_log(run)[0]

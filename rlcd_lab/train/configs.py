@@ -125,9 +125,10 @@ class RLCDConfig(TrainConfig):
     """Weight c of the score-function term (0: stage 1, pathwise only)."""
     lam: float = 0.0
     """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
-    rule: Literal["brier", "log"] = "brier"
-    """The proper scoring rule ``J(u, Y)``: Brier ``2 u_Y - ||u||^2`` or log ``log u_Y``
-    (``rlcd_lab.scoring``)."""
+    rule: Literal["brier", "log", "spherical"] = "brier"
+    """The proper scoring rule ``J(u, Y)``, a name of ``rlcd_lab.scoring.RULES``: Brier
+    ``2 u_Y - ||u||^2``, log ``log u_Y`` or spherical ``u_Y / ||u||`` (the mixture objective,
+    ``lam > 0``, takes Brier only)."""
     outcome_reward: bool = True
     """False: the score-function term gets the KL shaping reward only, the readout is still
     trained by the pathwise term (the anchor-only control of OpenJev-RLCD sec. 5.2)."""
