@@ -364,13 +364,16 @@ def run_eval_command(cfg: Eval) -> dict:
     (``ValueError`` / ``FileNotFoundError``).
     Progress: a tqdm bar over the items on stderr (``TQDM_DISABLE=1`` in the environment
     hides it)."""
+    from rlcd_lab.evaluate import MAX_RATIONALES, eval_warnings, run_eval
+
     for name, low in (("m", 1), ("max_new_tokens", 1), ("limit", 0)):
         value = getattr(cfg, name)
         if value is not None and value < low:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if cfg.m > MAX_RATIONALES:
+        raise ValueError(f"--m must be at most {MAX_RATIONALES} rationales per item, got {cfg.m}")
     if cfg.out is not None and cfg.out.is_dir():
         raise IsADirectoryError(f"--out {cfg.out} is a directory; give a .jsonl file")
-    from rlcd_lab.evaluate import eval_warnings, run_eval
     from rlcd_lab.files.io import atomic_write_jsonl
     from rlcd_lab.lm.checkpoint import calibration_T
     from rlcd_lab.lm.loading import load_checkpoint
@@ -557,10 +560,14 @@ its traceback."""
 
 
 def user_error(err: BaseException | str) -> SystemExit:
-    """Print ``err`` as the one line ``rlcd-lab: error: ...`` to stderr; the exit (status 2,
-    as for a malformed command line) to raise."""
+    """Print ``err`` as the one line ``rlcd-lab: error: ...`` to stderr, its control
+    characters escaped (:func:`rlcd_lab.files.io.printable`: a value or file line it quotes
+    never drives the terminal); the exit (status 2, as for a malformed command line) to
+    raise."""
+    from rlcd_lab.files.io import printable
+
     text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-    print(f"{PROG}: error: {text or type(err).__name__}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(text or type(err).__name__)}", file=sys.stderr)
     return SystemExit(2)
 
 
@@ -572,12 +579,26 @@ def main(argv: list[str] | None = None) -> None:
 
         use_free_cores()  # torch threads from the cores left free (OMP_NUM_THREADS wins)
     try:
+        check_seed(cfg)
         _run(cfg)
     except BrokenPipeError:  # the reader of stdout left (``| head``): stop without a word
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         raise SystemExit(1) from None
     except USER_ERRORS as err:
         raise user_error(err) from None
+
+
+MAX_SEED = 2**32 - 1
+"""Largest ``--seed`` (numpy's and torch's generators take any seed in ``[0, MAX_SEED]``)."""
+
+
+def check_seed(cfg: object) -> None:
+    """``ValueError`` naming ``--seed`` and its value unless a command's ``seed`` is an
+    integer in ``[0, MAX_SEED]`` (a negative one otherwise fails deep in numpy as
+    "expected non-negative integer"); a command without one passes."""
+    seed = getattr(cfg, "seed", None)
+    if isinstance(seed, int) and not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must be an integer in [0, {MAX_SEED}], got {seed}")
 
 
 def _print_json(obj: dict) -> None:

@@ -51,7 +51,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import trange
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from rlcd_lab.evaluate import check_items, run_eval
+from rlcd_lab.evaluate import MAX_RATIONALES, check_items, run_eval
 from rlcd_lab.files.rundir import (
     OPTIMIZER_FILE,
     CheckpointError,
@@ -257,7 +257,8 @@ def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
 def check_train_config(cfg: TrainConfig) -> None:
     """Reject settings a run cannot use before anything is created or loaded.
 
-    Numbers in range, enough rationales per question for the method (``min_rationales``),
+    Numbers in range, enough rationales per question for the method (``min_rationales``)
+    and at most ``evaluate.MAX_RATIONALES``,
     a usable ``device``, ``init`` (and ``ref``) checkpoints that exist and look sound
     (``loading.check_checkpoint``, an adapter's base included; weights are checked at
     load), the task's train and dev splits (and test, when ``test_items``), ``out`` not a
@@ -298,6 +299,10 @@ def check_train_config(cfg: TrainConfig) -> None:
     lam = getattr(cfg, "lam", 0.0)
     if not (math.isfinite(lam) and 0 <= lam <= 1):
         raise ValueError(f"--lam must be in [0, 1], got {lam}")
+    if cfg.m > MAX_RATIONALES:
+        raise ValueError(
+            f"--m (--num-rationales) must be at most {MAX_RATIONALES} per question, got {cfg.m}"
+        )
     need, why = min_rationales(cfg)
     if cfg.m < need:
         raise ValueError(
