@@ -380,10 +380,7 @@ def run_eval_command(cfg: Eval) -> dict:
     from rlcd_lab.reports.results import summarize
     from rlcd_lab.tasks import load_task_items
 
-    items = load_task_items(cfg.task, cfg.split)
-    if not items:
-        raise ValueError(f"task {cfg.task}: the {cfg.split} split is empty{_split_file(cfg)}")
-    items = items[: cfg.limit]
+    items = load_task_items(cfg.task, cfg.split)[: cfg.limit]  # an empty split: ValueError
     if not items:
         raise ValueError(f"--limit {cfg.limit} leaves no items to evaluate")
     model, tok, meta = load_checkpoint(cfg.checkpoint, verify=cfg.verify)
@@ -405,13 +402,14 @@ def run_eval_command(cfg: Eval) -> dict:
     return summary
 
 
-def _split_file(cfg: Eval) -> str:
-    """`` (no items in FILE)``: the file eval reads the split from; empty for a synthetic
-    task."""
-    from rlcd_lab.tasks.split import split_paths
-    from rlcd_lab.tasks.synthetic import TASKS
-
-    return "" if cfg.task in TASKS else f" (no items in {split_paths(cfg.task)[cfg.split]})"
+def check_folders(paths: tuple[Path, ...], flag: str) -> None:
+    """``NotADirectoryError`` / ``FileNotFoundError`` naming ``flag`` and the first of
+    ``paths`` (``~`` expanded) that is not an existing folder."""
+    for path in paths:
+        if path.expanduser().is_file():
+            raise NotADirectoryError(f"{flag} {path} is a file, not a folder")
+        if not path.expanduser().is_dir():
+            raise FileNotFoundError(f"{flag} {path} does not exist (give an existing folder)")
 
 
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:
@@ -678,6 +676,7 @@ def _data_convert(cfg: DataConvert) -> None:
 
 def _run(cfg) -> None:
     if isinstance(cfg, App):
+        check_folders(cfg.allow_checkpoint_dir, "--allow-checkpoint-dir")
         check_port_free(cfg.host, cfg.port)  # before minutes of loading: a port in use fails now
         from rlcd_lab.dashboard.ui import build_demo
 
