@@ -187,3 +187,34 @@ def test_exercise_3_3_rejects_the_round_guess():
     for good in (toy, closed, round(toy, 4), round(closed, 4)):
         assert exercises.check_per_coordinate_dilution(1, good).ok is True, good
     assert exercises.check_per_coordinate_dilution(1, 0.2, rho=5.0).ok is False  # 1/rho again
+
+
+def test_a_fifo_as_a_runs_config_is_refused_without_waiting(tmp_path, capsys, tiny_base):
+    """A run folder whose config.json is a FIFO: reading it fails at once (a writer is
+    let in after 10 s only so that a reader that waits fails this test instead of hanging)."""
+    import os
+    import threading
+
+    from rlcd_lab.files import rundir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    fifo = run / "config.json"
+    os.mkfifo(fifo)
+
+    def release():
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # nobody waits on it
+            pass
+
+    timer = threading.Timer(10, release)
+    timer.start()
+    try:
+        with pytest.raises(ValueError, match=r"config.json: not a regular file \(a FIFO\)"):
+            rundir.read_config(run)
+        assert not rundir.is_run_dir(run)
+        argv = ["train", "calibrate", "--init", str(tiny_base), "--out", str(run), "--resume"]
+        fails(capsys, argv, "not a run directory")
+    finally:
+        timer.cancel()
