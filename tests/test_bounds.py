@@ -218,3 +218,11 @@ def test_a_fifo_as_a_runs_config_is_refused_without_waiting(tmp_path, capsys, ti
         fails(capsys, argv, "not a run directory")
     finally:
         timer.cancel()
+
+
+def test_the_lm_eval_model_caps_rationales_before_loading(tmp_path):
+    pytest.importorskip("lm_eval")
+    from rlcd_lab.lm_eval_tasks.model import RLCDLM
+
+    with pytest.raises(ValueError, match=f"m must be at most {MAX_RATIONALES}, got 100000"):
+        RLCDLM(checkpoint=str(tmp_path / "none"), m=100_000)
