@@ -365,23 +365,23 @@ def run_eval_command(cfg: Eval) -> dict:
     (``ValueError`` / ``FileNotFoundError``).
     Progress: a tqdm bar over the items on stderr (``TQDM_DISABLE=1`` in the environment
     hides it)."""
+    from rlcd_lab.evaluate import MAX_RATIONALES, eval_warnings, run_eval
+
     for name, low in (("m", 1), ("max_new_tokens", 1), ("limit", 0)):
         value = getattr(cfg, name)
         if value is not None and value < low:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if cfg.m > MAX_RATIONALES:
+        raise ValueError(f"--m must be at most {MAX_RATIONALES} rationales per item, got {cfg.m}")
     if cfg.out is not None and cfg.out.is_dir():
         raise IsADirectoryError(f"--out {cfg.out} is a directory; give a .jsonl file")
-    from rlcd_lab.evaluate import eval_warnings, run_eval
     from rlcd_lab.files.io import atomic_write_jsonl
     from rlcd_lab.lm.checkpoint import calibration_T
     from rlcd_lab.lm.loading import load_checkpoint
     from rlcd_lab.reports.results import summarize
     from rlcd_lab.tasks import load_task_items
 
-    items = load_task_items(cfg.task, cfg.split)
-    if not items:
-        raise ValueError(f"task {cfg.task}: the {cfg.split} split is empty{_split_file(cfg)}")
-    items = items[: cfg.limit]
+    items = load_task_items(cfg.task, cfg.split)[: cfg.limit]  # an empty split: ValueError
     if not items:
         raise ValueError(f"--limit {cfg.limit} leaves no items to evaluate")
     model, tok, meta = load_checkpoint(cfg.checkpoint, verify=cfg.verify)
@@ -403,13 +403,14 @@ def run_eval_command(cfg: Eval) -> dict:
     return summary
 
 
-def _split_file(cfg: Eval) -> str:
-    """`` (no items in FILE)``: the file eval reads the split from; empty for a synthetic
-    task."""
-    from rlcd_lab.tasks.split import split_paths
-    from rlcd_lab.tasks.synthetic import TASKS
-
-    return "" if cfg.task in TASKS else f" (no items in {split_paths(cfg.task)[cfg.split]})"
+def check_folders(paths: tuple[Path, ...], flag: str) -> None:
+    """``NotADirectoryError`` / ``FileNotFoundError`` naming ``flag`` and the first of
+    ``paths`` (``~`` expanded) that is not an existing folder."""
+    for path in paths:
+        if path.expanduser().is_file():
+            raise NotADirectoryError(f"{flag} {path} is a file, not a folder")
+        if not path.expanduser().is_dir():
+            raise FileNotFoundError(f"{flag} {path} does not exist (give an existing folder)")
 
 
 def check_port_free(host: str, port: int, flag: str = "--port") -> None:
@@ -558,10 +559,14 @@ its traceback."""
 
 
 def user_error(err: BaseException | str) -> SystemExit:
-    """Print ``err`` as the one line ``rlcd-lab: error: ...`` to stderr; the exit (status 2,
-    as for a malformed command line) to raise."""
+    """Print ``err`` as the one line ``rlcd-lab: error: ...`` to stderr, its control
+    characters escaped (:func:`rlcd_lab.files.io.printable`: a value or file line it quotes
+    never drives the terminal); the exit (status 2, as for a malformed command line) to
+    raise."""
+    from rlcd_lab.files.io import printable
+
     text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-    print(f"{PROG}: error: {text or type(err).__name__}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(text or type(err).__name__)}", file=sys.stderr)
     return SystemExit(2)
 
 
@@ -573,12 +578,26 @@ def main(argv: list[str] | None = None) -> None:
 
         use_free_cores()  # torch threads from the cores left free (OMP_NUM_THREADS wins)
     try:
+        check_seed(cfg)
         _run(cfg)
     except BrokenPipeError:  # the reader of stdout left (``| head``): stop without a word
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         raise SystemExit(1) from None
     except USER_ERRORS as err:
         raise user_error(err) from None
+
+
+MAX_SEED = 2**32 - 1
+"""Largest ``--seed`` (numpy's and torch's generators take any seed in ``[0, MAX_SEED]``)."""
+
+
+def check_seed(cfg: object) -> None:
+    """``ValueError`` naming ``--seed`` and its value unless a command's ``seed`` is an
+    integer in ``[0, MAX_SEED]`` (a negative one otherwise fails deep in numpy as
+    "expected non-negative integer"); a command without one passes."""
+    seed = getattr(cfg, "seed", None)
+    if isinstance(seed, int) and not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must be an integer in [0, {MAX_SEED}], got {seed}")
 
 
 def _print_json(obj: dict) -> None:
@@ -658,6 +677,7 @@ def _data_convert(cfg: DataConvert) -> None:
 
 def _run(cfg) -> None:
     if isinstance(cfg, App):
+        check_folders(cfg.allow_checkpoint_dir, "--allow-checkpoint-dir")
         check_port_free(cfg.host, cfg.port)  # before minutes of loading: a port in use fails now
         from rlcd_lab.dashboard.ui import build_demo
 

@@ -45,6 +45,10 @@ from rlcd_lab.reader.readout import OptionTokens
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.verbal import CUE, read_stated
 
+MAX_RATIONALES = 256
+"""Most rationales per question (``--m``) that ``rlcd-lab eval`` and training accept: the
+rows of one question are sampled in one batch, so memory grows with ``m``, while a
+mixture's Monte Carlo error (about ``1/sqrt(m)``) is below 0.07 at this many."""
 FORCED_WARN = 0.2
 """Share of rationales ended by a forced marker above which eval warns (:func:`eval_warnings`)."""
 CHANCE_Z = 1.96

@@ -95,12 +95,22 @@ def _labels(labels: ArrayLike, n: int) -> np.ndarray:
 
 
 def _conf_correct(confidence: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """``(confidence, correct)`` as flat float64 and bool arrays; ``ValueError`` when their
+    lengths differ, they are empty, or a confidence is NaN (the rankings of
+    :func:`risk_coverage_curve`, :func:`aurc` and :func:`coverage_at_risk` need a number
+    for every item)."""
     c = to_numpy(confidence, np.float64).reshape(-1)
     r = to_numpy(correct).astype(bool).reshape(-1)
     if c.shape != r.shape:
         raise ValueError(f"confidence {c.shape} and correct {r.shape} differ in length")
     if c.size == 0:
         raise ValueError("need at least one item")
+    if np.isnan(c).any():  # NaN has no place in a ranking: it would land anywhere
+        nan = np.flatnonzero(np.isnan(c))
+        raise ValueError(
+            f"confidence holds {nan.size} NaN value(s) (first at index {nan[0]}) of "
+            f"{c.size}: items cannot be ranked by it"
+        )
     return c, r
 
 
@@ -399,9 +409,10 @@ def oracle_risk_coverage_curve(correct: ArrayLike) -> tuple[np.ndarray, np.ndarr
 def aurc(confidence: ArrayLike, correct: ArrayLike) -> float:
     """Area under the risk-coverage curve, ``(1/N) sum_{k=1..N} risk(top-k)``.
 
-    Shapes: ``confidence (N,)``, ``correct (N,)``. Lower is better, in ``[0, 1]``. This
-    is the plain AURC (not the excess AURC, which subtracts the oracle's area), with the
-    ranking and tie rule of :func:`risk_coverage_curve`.
+    Shapes: ``confidence (N,)``, ``correct (N,)``; a NaN confidence is a ``ValueError``.
+    Lower is better, in ``[0, 1]``. This is the plain AURC (not the excess AURC, which
+    subtracts the oracle's area), with the ranking and tie rule of
+    :func:`risk_coverage_curve`.
     Geifman et al. 2019, "Bias-reduced uncertainty estimation for deep neural
     classifiers", ICLR, sec. 3.
     """

@@ -159,6 +159,47 @@ def test_shipped_configs_name_no_directory_of_the_machine_that_made_them():
         json.loads(text)
 
 
+MACHINE_PATH = re.compile(
+    r"^(?:/[^/\s]+/|[A-Za-z]:[\\/])"  # absolute: /x/..., C:\\... or C:/...
+    r"|(?:^|[\s'\"(=:])/(?:root|home|tmp|Users|work|var|private|mnt)/"  # one inside text
+)
+"""A string that names a folder of the machine that wrote it."""
+
+
+def _strings(value, where: str = ""):
+    """``(where, text)`` for every key and string value in a parsed JSON value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield f"{where}/{k} (key)", k
+            yield from _strings(v, f"{where}/{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{where}/{i}")
+    elif isinstance(value, str):
+        yield where, value
+
+
+def test_no_shipped_json_names_a_folder_of_the_machine_that_made_it():
+    """Every JSON file under assets/ (configs, summaries, rlcd.json, adapter_config.json,
+    done.json, tokenizers, ...) names paths relative to the repository or under ~, never an
+    absolute folder (/root/.cache/..., /tmp/..., /work/...), in any key or value."""
+    import json
+
+    files = sorted(ASSETS.parent.rglob("*.json"))
+    assert len(files) > 100  # every run's config and done.json, every checkpoint's files
+    found = [
+        (str(f.relative_to(ASSETS.parent)), where, text[:80])
+        for f in files
+        for where, text in _strings(json.loads(f.read_text(encoding="utf-8")))
+        if MACHINE_PATH.search(text)
+    ]
+    assert not found, found[:5]
+    for bad in ("/root/.cache/x", "/tmp/regen/assets", "C:\\Users\\me", "out in /work/x/y"):
+        assert MACHINE_PATH.search(bad), bad
+    for fine in ("assets/checkpoints/base-verify", "~/.cache/rlcd_lab/x.jsonl", "/", "a/b", "1/2"):
+        assert not MACHINE_PATH.search(fine), fine
+
+
 def test_portable_paths(monkeypatch, tmp_path):
     from pathlib import Path
 

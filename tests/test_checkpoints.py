@@ -6,8 +6,11 @@ verified at load; a checkpoint without them loads with a warning."""
 
 import hashlib
 import json
+import os
 import shutil
+import threading
 import warnings
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlcd_lab.decide import DecisionModel
+from rlcd_lab.files.io import read_json_file
 from rlcd_lab.files.rundir import CheckpointError
 from rlcd_lab.lm.checkpoint import (
     CHECKSUM_FILE,
@@ -23,6 +27,7 @@ from rlcd_lab.lm.checkpoint import (
     calibration_T,
     check_replaceable,
     checksum_coverage,
+    min_parameters,
     read_meta,
     save_checkpoint,
     sign_checkpoint,
@@ -496,3 +501,78 @@ def test_decision_model_old_keywords_warn(tiny_lm, tokenizer):
         DecisionModel(tiny_lm, tokenizer, {}, temperature=3.0, T=2.0)
     with pytest.raises(TypeError, match="unexpected keyword"):
         DecisionModel(tiny_lm, tokenizer, {}, temprature=3.0)
+
+
+# ---------------------------------------------------------------------- bounded reads
+@contextmanager
+def unblocked(fifo: Path, after_s: float = 10.0):
+    """A FIFO whose reader, if one ever waits on it, is released after ``after_s`` (a
+    writer opens and closes it): a load that waits on it fails its test instead of hanging
+    the suite. A load that never opens it for a blocking read is not affected."""
+
+    def release():
+        with suppress(OSError):  # ENXIO: nobody reads it (what a bounded reader leaves)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    os.mkfifo(fifo)
+    timer = threading.Timer(after_s, release)
+    timer.start()
+    try:
+        yield fifo
+    finally:
+        timer.cancel()
+
+
+@pytest.mark.parametrize("name", ["config.json", "rlcd.json", "tokenizer.json"])
+def test_a_fifo_in_a_checkpoint_is_refused_without_waiting(ck, name):
+    (ck / name).unlink()
+    with unblocked(ck / name):
+        for verify in (True, False):
+            with pytest.raises(CheckpointError, match=f"not a regular file: {name} "):
+                load_checkpoint(ck, verify=verify)
+
+
+def test_a_fifo_as_json_file_is_refused(tmp_path):
+    with unblocked(tmp_path / "x.json") as fifo:
+        with pytest.raises(ValueError, match=r"x.json: not a regular file \(a FIFO\)"):
+            read_json_file(fifo)
+
+
+def test_nested_checksums_are_one_error(ck):
+    (ck / CHECKSUM_FILE).write_text("[" * 100_000 + "]" * 100_000)  # valid JSON, too deep
+    with pytest.raises(CheckpointError, match=f"{CHECKSUM_FILE}: not readable as JSON.*nested"):
+        load_checkpoint(ck)
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers", "hidden_size", "intermediate_size"])
+def test_a_config_larger_than_its_weights_is_refused_before_building(ck, key, monkeypatch):
+    """The tiny model (V = len(tokenizer), h = 16, 1 layer, I = 32) holds its embedding
+    (tied) and its layer's weights; a size of 100,000 asks for at least 100,000 x 16 x 32
+    (layers), V x 100,000 (hidden) or 2 x 16 x 100,000 (intermediate) parameters, each more
+    than the file holds. Refused before transformers builds anything."""
+    import transformers
+
+    cfg = json.loads((ck / "config.json").read_text())
+    held = sum(t.numel() for t in load_file(ck / "model.safetensors").values())
+    assert min_parameters(cfg) <= held  # the saved config fits its weights
+    edit_json(ck / "config.json", lambda c: {**c, key: 100_000})
+    write_checksums(ck)
+    assert min_parameters({**cfg, key: 100_000}) > held
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", never)
+    with pytest.raises(CheckpointError, match=rf"at least [\d,]+ parameters.*hold {held:,}"):
+        load_checkpoint(ck)
+
+
+def test_min_parameters_counts_what_every_decoder_holds(tiny_lm):
+    """Derived: embedding V x h plus, per layer, the MLP's 2 x h x I (a Llama MLP holds 3);
+    so it is at most the real count, for the tiny Llama and for GPT-2's names."""
+    c = tiny_lm.config
+    assert min_parameters(c.to_dict()) == c.vocab_size * 16 + 1 * 2 * 16 * 32
+    assert min_parameters(c.to_dict()) <= sum(p.numel() for p in tiny_lm.parameters())
+    gpt2 = {"vocab_size": 50, "n_embd": 8, "n_layer": 3, "n_inner": None}
+    assert min_parameters(gpt2) == 50 * 8 + 3 * 2 * 8 * 8  # no n_inner: h in its place
+    assert min_parameters({"model_type": "llama"}) == 0

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+import rlcd_lab.tasks.items as items_mod
 from rlcd_lab.files.io import atomic_dir
 from rlcd_lab.tasks.items import TaskItem, read_items, write_items
 
@@ -165,3 +166,44 @@ def test_items_built_in_code_are_checked_the_same(tmp_path):
         TaskItem("u", "p", "AB", 0)
     with pytest.raises(ValueError, match="'u': q must hold numbers only"):
         TaskItem("u", "p", ("A", "B"), None, (True, False))
+
+
+# ------------------------------------------------------------------ bounded reading
+def test_a_line_past_the_limit_stops_the_read_there(tmp_path):
+    """A file of zero bytes and no newline (what ``/dev/zero`` gives) is refused at its
+    first line once MAX_LINE_BYTES are read, not parsed whole."""
+    path = tmp_path / "zeros.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + bytes(items_mod.MAX_LINE_BYTES + 1))
+    with pytest.raises(ValueError, match=r"zeros.jsonl:2: line longer than 1,048,576 bytes"):
+        read_items(path)
+    path.write_bytes(b"x" * (items_mod.MAX_LINE_BYTES - 1) + b"\n")  # at the limit: read
+    with pytest.raises(ValueError, match=r"zeros.jsonl:1: Expecting value"):
+        read_items(path)
+
+
+def test_more_items_or_bytes_than_the_limit_are_refused(tmp_path, monkeypatch):
+    path = write_items(
+        tmp_path / "x.jsonl", [TaskItem(f"u{i}", "p", ("A", "B"), 0) for i in range(4)]
+    )
+    monkeypatch.setattr(items_mod, "MAX_ITEMS", 4)
+    assert len(read_items(path)) == 4  # exactly the limit
+    monkeypatch.setattr(items_mod, "MAX_ITEMS", 3)
+    with pytest.raises(ValueError, match=r"x.jsonl: more than 3 items, the limit .*\(line 4\)"):
+        read_items(path)
+    size = path.stat().st_size
+    monkeypatch.setattr(items_mod, "MAX_ITEMS", 4)
+    monkeypatch.setattr(items_mod, "MAX_FILE_BYTES", size - 1)
+    with pytest.raises(ValueError, match=rf"x.jsonl: larger than {size - 1:,} bytes"):
+        read_items(path)
+
+
+def test_an_echoed_line_has_its_control_characters_escaped(tmp_path):
+    """A line with an escape sequence that sets the terminal's title and a NUL: the error
+    quotes it with both written as escapes, so nothing reaches the terminal raw."""
+    path = tmp_path / "evil.jsonl"
+    path.write_bytes(b'{"uid": "a\x1b]0;pwned\x07\x00", "prompt": "p"}\n')
+    with pytest.raises(ValueError) as err:
+        read_items(path)
+    text = str(err.value)
+    assert r"a\x1b]0;pwned\x07\x00" in text, text
+    assert all(c.isprintable() for c in text), text

@@ -34,6 +34,7 @@ import ast
 import copy
 import inspect
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -440,7 +441,8 @@ def write_assignments(
     ``otter``: ``<out_dir>/<name>/<name>.ipynb`` (:func:`otter_notebook`), the master
     notebook for ``otter assign``. ``<name>`` is the tutorial's stem, e.g.
     ``01_proper_scores_and_proposition1``, and is also the assignment's name. Returns the
-    written paths, sorted. Raises ``ValueError`` for another ``fmt`` or a tutorial whose
+    written paths, sorted. Raises ``ValueError`` for another ``fmt``, ``points`` that are not
+    a finite number > 0 (NaN would be written as invalid JSON), or a tutorial whose
     exercises :func:`parse_exercises` cannot read, and ``FileNotFoundError`` when
     ``src_dir`` holds no tutorial.
     """
@@ -449,6 +451,8 @@ def write_assignments(
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown grader format {fmt!r}: use one of {FORMATS}")
+    if not (math.isfinite(points) and points > 0):  # NaN or inf would write invalid JSON
+        raise ValueError(f"points must be a finite number > 0, got {points}")
     sources = sorted(Path(src_dir).glob(exercises.NOTEBOOK_GLOB))
     if not sources:
         raise FileNotFoundError(f"no tutorial notebooks ({exercises.NOTEBOOK_GLOB}) in {src_dir}")

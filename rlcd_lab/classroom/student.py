@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -199,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "student" and args.format != "ours":
         from rlcd_lab.classroom.assignments import write_assignments
 
+        if not (math.isfinite(args.points) and args.points > 0):  # NaN: invalid JSON
+            parser.error(f"--points must be a finite number > 0, got {args.points}")
         points = float(args.points)  # int.is_integer is Python >= 3.12 only
         points = int(points) if points.is_integer() else points
         paths = write_assignments(args.src, args.out, args.format, points)

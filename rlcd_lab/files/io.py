@@ -212,6 +212,48 @@ def loads_json(text: str | bytes) -> Any:
         raise ValueError("not readable as JSON: nested too deeply") from None
 
 
+MAX_JSON_BYTES = 64 << 20
+"""Largest JSON file :func:`read_json_file` reads (64 MiB): a model's ``config.json``,
+``rlcd.json`` or ``checksums.json`` is a few KiB, a run's ``config.json`` less."""
+
+
+def read_json_file(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in the regular file ``path``, read without ever blocking or reading
+    unbounded: the file is opened non-blocking and refused before any read unless it is a
+    regular file (a FIFO, a device such as ``/dev/zero``, a socket or a folder in its
+    place), and refused when larger than ``limit`` bytes. Every problem with the file's
+    kind or content is one ``ValueError`` ``"<file>: <what>"`` (not a regular file, too
+    large, not UTF-8, not JSON, nested too deeply: :func:`loads_json`); a file that cannot
+    be opened raises the ``OSError`` of ``open`` (``FileNotFoundError``, ...)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket"}
+        raise ValueError(f"{path}: not a regular file ({kind.get(stat.S_IFMT(mode), 'a device')})")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path}: larger than {limit:,} bytes, too large for a JSON file here")
+    try:
+        return loads_json(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte 0x{data[err.start]:02x})") from None
+    except ValueError as err:
+        raise ValueError(f"{path}: not readable as JSON ({err})") from None
+
+
+def printable(text: object) -> str:
+    """``str(text)`` with every character that is not printable (control characters such as
+    NUL, ESC and BEL, DEL, C1 controls, line and paragraph separators; tab and newline too)
+    written as its Python escape (``\\x1b``, ``\\x00``, ``\\n``, ``\\u2028``), so that
+    echoing user data in an error never drives the terminal (``\\x1b]0;...\\x07`` sets a
+    window title) or splits the message into lines; printable text, non-ASCII letters
+    included, is unchanged. Every error message that quotes a file's content or a user's
+    value passes it through here."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 # ------------------------------------------------------------------------ folder locks
 class FolderInUseError(OSError):
     """Another process holds the lock of a folder (``FolderLock``); the message names the

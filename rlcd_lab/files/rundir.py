@@ -44,6 +44,7 @@ from rlcd_lab.files.io import (
     atomic_write_text,
     jsonl_files,
     jsonl_path,
+    read_json_file,
     read_jsonl,
 )
 
@@ -205,7 +206,7 @@ def read_config(run: str | Path) -> dict:
     """The run's ``config.json`` as a dict (settings under their current names,
     :func:`upgrade_config`); ``{}`` when the run has none."""
     path = config_file(run)
-    return upgrade_config(json.loads(path.read_text())) if path.exists() else {}
+    return upgrade_config(read_json_file(path)) if path.exists() else {}
 
 
 def read_log(run: str | Path) -> list[dict]:
@@ -224,7 +225,7 @@ def is_run_dir(path: str | Path) -> bool:
     """Whether ``path`` is a run directory: its ``config.json`` is a training config (it
     records ``method``, ``init``, ``out``, ``steps``; a model's ``config.json`` does not)."""
     try:
-        cfg = json.loads(config_file(path).read_text())
+        cfg = read_json_file(config_file(path))
     except (OSError, ValueError):
         return False
     return isinstance(cfg, dict) and _RUN_KEYS <= cfg.keys() and "model_type" not in cfg
@@ -353,7 +354,7 @@ class RunDir:
             self._move_aside()
             occupied = False
         if occupied:
-            old = json.loads(cfg_file.read_text())
+            old = read_json_file(cfg_file)
             diff = config_diff(old, cfg, ignore=("steps", *RUN_OPTIONS))
             if diff:
                 raise ValueError(
@@ -413,7 +414,7 @@ class RunDir:
     def _step_of(ckpt: Path) -> int:
         file = ckpt / STATE_FILE
         try:
-            step = json.loads(file.read_text())["step"]
+            step = read_json_file(file)["step"]
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise CheckpointError(f"{file}: not a trainer state ({err!r})") from err
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:

@@ -21,7 +21,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from rlcd_lab.files.io import atomic_dir, atomic_write_text
+from rlcd_lab.files.io import atomic_dir, atomic_write_text, read_json_file
 from rlcd_lab.files.rundir import (
     META_FILE as META_FILE,  # the checkpoint format's names, stdlib-only
 )
@@ -72,11 +72,14 @@ def _is_int(x: object) -> bool:
 
 
 def _read_json_object(file: Path) -> dict:
-    """The JSON object in ``file``; ``CheckpointError`` naming it when unreadable or not an
-    object (a list, a number, ...)."""
+    """The JSON object in ``file``; ``CheckpointError`` naming it when unreadable, not a
+    regular file (a FIFO in its place is refused, never waited on), nested too deeply or not
+    an object (a list, a number, ...): :func:`rlcd_lab.files.io.read_json_file`."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = read_json_file(file)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    except OSError as err:
         raise CheckpointError(f"{file}: not readable as JSON ({err})") from err
     if not isinstance(data, dict):
         raise CheckpointError(f"{file}: must hold a JSON object, got {type(data).__name__}")
@@ -214,6 +217,23 @@ def validate_config(cfg: object, file: str | os.PathLike = "config.json") -> dic
             f"{file}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}"
         )
     return cfg
+
+
+def min_parameters(cfg: Mapping[str, Any]) -> int:
+    """A lower bound on the parameters of a decoder built from the model config ``cfg``,
+    from its sizes alone: the token embedding, ``vocab_size x hidden_size``, plus per layer
+    (``num_hidden_layers``) the MLP's two matrices at least, ``2 x hidden_size x
+    intermediate_size`` (``hidden_size`` in its place when the config gives none); GPT-2's
+    names (``n_embd``, ``n_layer``, ``n_inner``) count too, a size the config lacks counts
+    0. Checked against the weight files' sizes before a model is built (a config edited
+    to 100,000 layers would otherwise allocate them first)."""
+
+    def size(*keys: str) -> int:
+        return next((cfg[k] for k in keys if _is_int(cfg.get(k)) and cfg[k] > 0), 0)
+
+    hidden = size("hidden_size", "n_embd")
+    inner = size("intermediate_size", "n_inner") or hidden
+    return size("vocab_size") * hidden + size("num_hidden_layers", "n_layer") * 2 * hidden * inner
 
 
 def _weight_files(path: Path) -> list[str]:
@@ -358,8 +378,8 @@ def _is_checkpoint_dir(path: Path) -> bool:
     if any((path / name).exists() for name in _CHECKPOINT_MARKERS):
         return True
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config = read_json_file(path / "config.json")
+    except (OSError, ValueError):
         return False
     return isinstance(config, dict) and "model_type" in config
 

@@ -13,6 +13,7 @@ is why loading lives here and not beside saving.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rlcd_lab.files.io import printable
 from rlcd_lab.files.rundir import CheckpointError
 from rlcd_lab.lm.checkpoint import (
     CHECKSUM_FILE,
@@ -35,6 +37,7 @@ from rlcd_lab.lm.checkpoint import (
     _read_json_object,
     _weight_files,
     checksum_coverage,
+    min_parameters,
     read_meta,
     validate_config,
     verify_checksums,
@@ -139,7 +142,9 @@ def _local_base(base_name: str, meta: dict) -> tuple[Path, bool]:
 def check_checkpoint(path: str | os.PathLike) -> dict:
     """Cheap checks of a checkpoint directory, without loading weights; returns its meta.
 
-    The directory exists; it holds ``config.json`` + safetensors weights, or an adapter
+    The directory exists and holds regular files and folders only (a FIFO or device in
+    place of a file is refused before anything opens it); it holds ``config.json`` +
+    safetensors weights, or an adapter
     (``adapter_config.json`` naming a base that can be had offline: a local directory, an
     offline GGUF model of ``pretrained``, or a hub name in the local Hugging Face cache,
     see ``_check_base`` + ``adapter_model.safetensors``); ``config.json`` and ``rlcd.json`` pass
@@ -150,6 +155,12 @@ def check_checkpoint(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointMissingError(f"checkpoint directory {path} does not exist")
+    odd = sorted(printable(p.name) for p in path.iterdir() if not (p.is_file() or p.is_dir()))
+    if odd:  # a FIFO or device would block or flood whichever reader opens it
+        raise CheckpointError(
+            f"{path}: not a regular file: {', '.join(odd)} (a FIFO, device, socket or broken "
+            "link); a checkpoint holds regular files only"
+        )
     meta = read_meta(path)
     if (path / "adapter_config.json").exists():
         _require(path, "adapter_model.safetensors")
@@ -226,10 +237,30 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def _check_sizes(path: Path) -> None:
+    """Refuse, before anything is allocated, a ``config.json`` that describes a larger
+    model than its weight files hold (:func:`rlcd_lab.lm.checkpoint.min_parameters` against
+    the elements the safetensors headers list; no tensor data is read): a corrupt or edited
+    size (``num_hidden_layers`` 100,000, ``hidden_size`` 100,000) is one ``CheckpointError``,
+    not minutes and gigabytes of building. Every safetensors header is checked on the way."""
+    held = sum(
+        math.prod(shape)
+        for name in _weight_files(path)
+        if name.endswith(".safetensors") and name != "optimizer.safetensors"
+        for shape in _check_safetensors(path / name).values()
+    )
+    needed = min_parameters(_read_json_object(path / "config.json"))
+    if needed > held:
+        raise CheckpointError(
+            f"{path}: config.json describes a model of at least {needed:,} parameters "
+            f"(embedding vocab_size x hidden_size, and 2 x hidden_size x intermediate_size per "
+            f"layer), but its weight files hold {held:,}: the config does not belong to these "
+            "weights (refused before building the model)"
+        )
+
+
 def _load_full(path: Path, dtype: torch.dtype | None) -> PreTrainedModel:
-    for name in _weight_files(path):
-        if name.endswith(".safetensors") and name != "optimizer.safetensors":
-            _check_safetensors(path / name)
+    _check_sizes(path)
     try:
         with _quiet_transformers():
             model, info = AutoModelForCausalLM.from_pretrained(

@@ -74,6 +74,14 @@ def tiny_config(
     )
 
 
+def tiny_parameters(vocab_size: int, hidden_size: int, layers: int) -> int:
+    """Parameters of the model :func:`tiny_config` describes (``vocab_size``:
+    ``len(tokenizer)``), counted from its sizes without building it: the tied embedding
+    ``V h``, per layer four ``h x h`` attention projections, a gated MLP of three ``h x 2h``
+    matrices and two norms (``10 h^2 + 2 h``), and the final norm ``h``."""
+    return vocab_size * hidden_size + layers * (10 * hidden_size**2 + 2 * hidden_size) + hidden_size
+
+
 def tiny_model(
     tokenizer: PreTrainedTokenizerFast, *, seed: int = 0, **config_kwargs
 ) -> LlamaForCausalLM:

@@ -46,7 +46,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from rlcd_lab.evaluate import check_items
+from rlcd_lab.evaluate import MAX_RATIONALES, check_items
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.reader.prompts import Mode
 from rlcd_lab.reader.reading import Reading, read
@@ -113,6 +113,8 @@ class RLCDLM(LM):
         for name, value in (("m", m), ("max_new_tokens", max_new_tokens)):
             if int(value) < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if int(m) > MAX_RATIONALES:
+            raise ValueError(f"m must be at most {MAX_RATIONALES}, got {m}")
         if int(read_batch_size) < 1:
             raise ValueError(f"read_batch_size must be >= 1, got {read_batch_size}")
         self.mode: Mode = mode

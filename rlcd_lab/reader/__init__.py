@@ -27,7 +27,6 @@ every name is imported from the module that defines it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlcd_lab.files.io import read_json_file
 from rlcd_lab.files.rundir import META_FILE
 from rlcd_lab.lm.checkpoint import DEFAULT_META, calibration_T, upgrade_meta
 from rlcd_lab.lm.loading import load_checkpoint
@@ -86,7 +86,7 @@ def raw_meta(path: str | Path) -> dict | None:
     """A checkpoint's ``rlcd.json`` as written (not merged over the defaults); None when it
     has none or it cannot be read."""
     try:
-        raw = json.loads((Path(path) / META_FILE).read_text())
+        raw = read_json_file(Path(path) / META_FILE)
     except (OSError, ValueError):
         return None
     return raw if isinstance(raw, dict) else None

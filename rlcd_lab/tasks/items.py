@@ -16,6 +16,7 @@ checks of ``validate_item``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import numbers
@@ -24,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rlcd_lab.files.io import atomic_write_text, loads_json
+from rlcd_lab.files.io import atomic_write_text, loads_json, printable
 
 FIELDS = ("uid", "prompt", "options", "label", "q")
 REQUIRED = ("uid", "prompt", "options")
@@ -164,14 +165,46 @@ def validate_item(item: TaskItem) -> None:
             raise ValueError(f"{where}: q must be a probability distribution, got {list(item.q)}")
 
 
+MAX_LINE_BYTES = 1 << 20
+"""Longest line of a task file :func:`read_items` reads, its newline included (1 MiB: a
+prompt of a few hundred thousand characters fits, far beyond any model's context)."""
+MAX_ITEMS = 100_000
+"""Most items a task file may hold (the largest set ``data fetch`` writes, MMLU, has 14,042;
+a split holds fewer than its file). Every item of a split is held in memory and checked
+against the model before training or evaluation starts, so past this a file is refused
+rather than read."""
+MAX_FILE_BYTES = 256 << 20
+"""Most bytes :func:`read_items` reads from one task file (256 MiB)."""
+
+
 def read_items(path: str | os.PathLike) -> list[TaskItem]:
     """Read a task-item JSONL file (UTF-8, a byte-order mark allowed; blank lines
-    skipped). Every problem is one ``ValueError`` ``"<file>:<line>: <what>"``: bytes that
-    are not UTF-8, a line that is not JSON or nested too deeply to parse, a line that is
-    not an object, a malformed item (``TaskItem.from_json``, ``validate_item``)."""
-    items = []
+    skipped), streamed and bounded: it stops with a ``ValueError`` at the first line
+    longer than :data:`MAX_LINE_BYTES`, past :data:`MAX_ITEMS` items or past
+    :data:`MAX_FILE_BYTES` bytes (so ``/dev/zero`` or a runaway file costs at most one
+    line's worth of memory, not all of it). Every other problem is one ``ValueError``
+    ``"<file>:<line>: <what>"`` too: bytes that are not UTF-8, a line that is not JSON or
+    nested too deeply to parse, a line that is not an object, a malformed item
+    (``TaskItem.from_json``, ``validate_item``); the line it quotes has its control
+    characters escaped (:func:`rlcd_lab.files.io.printable`)."""
+    items: list[TaskItem] = []
+    total = 0
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
+        for n in itertools.count(1):
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            total += len(raw)
+            if len(raw) > MAX_LINE_BYTES:
+                raise ValueError(
+                    f"{path}:{n}: line longer than {MAX_LINE_BYTES:,} bytes, the limit of one "
+                    "task item (is this a task-item JSONL file?)"
+                )
+            if total > MAX_FILE_BYTES:
+                raise ValueError(
+                    f"{path}: larger than {MAX_FILE_BYTES:,} bytes, the limit of a task file; "
+                    "shorten its prompts or split it into several files"
+                )
             try:
                 line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
             except UnicodeDecodeError as err:
@@ -181,12 +214,17 @@ def read_items(path: str | os.PathLike) -> list[TaskItem]:
                 ) from None
             if not line.strip():
                 continue
+            if len(items) == MAX_ITEMS:
+                raise ValueError(
+                    f"{path}: more than {MAX_ITEMS:,} items, the limit of a task file (line "
+                    f"{n}); train or evaluate on a subset (e.g. `head -n {MAX_ITEMS}`)"
+                )
             try:
                 items.append(TaskItem.from_json(loads_json(line)))
             except (ValueError, TypeError, KeyError) as err:
                 shown = line.strip()
                 shown = shown if len(shown) <= 120 else shown[:117] + "..."
-                raise ValueError(f"{path}:{n}: {err} (the line: {shown})") from None
+                raise ValueError(f"{path}:{n}: {err} (the line: {printable(shown)})") from None
     return items
 
 

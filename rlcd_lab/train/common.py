@@ -51,7 +51,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import trange
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from rlcd_lab.evaluate import check_items, run_eval
+from rlcd_lab.evaluate import MAX_RATIONALES, check_items, run_eval
 from rlcd_lab.files.rundir import (
     OPTIMIZER_FILE,
     CheckpointError,
@@ -257,8 +257,8 @@ def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
 def check_train_config(cfg: TrainConfig) -> None:
     """Reject settings a run cannot use before anything is created or loaded.
 
-    Numbers in range, enough rationales per question for the method (``min_rationales``),
-    a usable ``device``, ``init`` (and ``ref``) checkpoints that exist and look sound
+    Numbers in range, rationales per question in range (``check_rationales``), a usable
+    ``device``, ``init`` (and ``ref``) checkpoints that exist and look sound
     (``loading.check_checkpoint``, an adapter's base included; weights are checked at
     load), the task's train and dev splits (and test, when ``test_items``), ``out`` not a
     file, and for ``overwrite`` no checkpoint to load inside the run it would delete.
@@ -298,12 +298,7 @@ def check_train_config(cfg: TrainConfig) -> None:
     lam = getattr(cfg, "lam", 0.0)
     if not (math.isfinite(lam) and 0 <= lam <= 1):
         raise ValueError(f"--lam must be in [0, 1], got {lam}")
-    need, why = min_rationales(cfg)
-    if cfg.m < need:
-        raise ValueError(
-            f"--m (--num-rationales) must be >= {need} for {cfg.method or 'this method'}: "
-            f"{why}; got {cfg.m}"
-        )
+    check_rationales(cfg)
     if (problem := _device_problem(cfg.device)) is not None:
         raise ValueError(problem)
     if cfg.bf16 and cfg.dtype == "float64":
@@ -332,6 +327,22 @@ def check_train_config(cfg: TrainConfig) -> None:
                 )
     for split in ("train", "dev", "test") if cfg.test_items else ("train", "dev"):
         load_task_items(cfg.task, split)
+
+
+def check_rationales(cfg: TrainConfig) -> None:
+    """``ValueError`` naming ``--m`` unless it is at least what the method needs
+    (:func:`min_rationales`) and at most :data:`rlcd_lab.evaluate.MAX_RATIONALES` (one
+    question's rationales are sampled in one batch)."""
+    need, why = min_rationales(cfg)
+    if cfg.m < need:
+        raise ValueError(
+            f"--m (--num-rationales) must be >= {need} for {cfg.method or 'this method'}: "
+            f"{why}; got {cfg.m}"
+        )
+    if cfg.m > MAX_RATIONALES:
+        raise ValueError(
+            f"--m (--num-rationales) must be at most {MAX_RATIONALES} per question, got {cfg.m}"
+        )
 
 
 def min_rationales(cfg: TrainConfig) -> tuple[int, str]:

@@ -22,7 +22,7 @@ from transformers import get_cosine_schedule_with_warmup
 
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.lm.checkpoint import MARKER, SEP, check_replaceable, save_checkpoint
-from rlcd_lab.lm.model import char_tokenizer, tiny_model
+from rlcd_lab.lm.model import char_tokenizer, tiny_model, tiny_parameters
 from rlcd_lab.reader.prompts import build_prompt
 from rlcd_lab.reader.readout import position_ids
 from rlcd_lab.reports.results import summarize
@@ -86,12 +86,18 @@ def measure_base(model, tokenizer, items, *, max_new_tokens: int = 48, seed: int
     return out
 
 
+MAX_PRETRAIN_PARAMETERS = 50_000_000
+"""Largest model ``rlcd-lab pretrain`` builds (``lm.model.tiny_parameters``): 200 MB of
+float32 weights, 800 MB with AdamW's state; the shipped base models have 379,104."""
+
+
 def check_pretrain_config(cfg: PretrainConfig) -> Path:
     """Reject settings the run cannot use, before it trains; returns the output directory.
 
     Sizes and counts positive, ``lr`` finite and > 0, fractions in [0, 1], heads dividing
-    the hidden size, and an ``out`` that ``save_checkpoint`` may replace (missing, empty or
-    a checkpoint: never another folder). ``ValueError`` / ``FileExistsError`` otherwise."""
+    the hidden size, at most :data:`MAX_PRETRAIN_PARAMETERS` parameters, and an ``out``
+    that ``save_checkpoint`` may replace (missing, empty or a checkpoint: never another
+    folder). ``ValueError`` / ``FileExistsError`` otherwise."""
     cfg = resolved(cfg)
     lows = dict(steps=1, batch_size=1, hidden_size=1, layers=1, heads=1, eval_items=1)
     for name, low in {**lows, "warmup": 0, "max_new_tokens": 1}.items():
@@ -114,6 +120,13 @@ def check_pretrain_config(cfg: PretrainConfig) -> Path:
     if cfg.hidden_size % cfg.heads:
         raise ValueError(
             f"--hidden-size {cfg.hidden_size} is not a multiple of --heads {cfg.heads}"
+        )
+    size = tiny_parameters(len(char_tokenizer()), cfg.hidden_size, cfg.layers)
+    if size > MAX_PRETRAIN_PARAMETERS:
+        raise ValueError(
+            f"--hidden-size {cfg.hidden_size} with --layers {cfg.layers} makes a model of "
+            f"{size:,} parameters; pretrain builds tiny models of at most "
+            f"{MAX_PRETRAIN_PARAMETERS:,} (the shipped ones: --hidden-size 96, --layers 4)"
         )
     return check_replaceable(cfg.out or Path(f"runs/base-{cfg.task}"))
 
