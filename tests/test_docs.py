@@ -342,3 +342,41 @@ def test_the_fair_tests_stage_2_kl_is_quoted_as_its_logs_hold_it():
     seeds = "(seeds 17, 23 and 29)"
     assert f"peaked at {peaks[0]:.2f}, {peaks[1]:.2f} and {peaks[2]:.2f} nats {seeds}" in text
     assert f"; {over} of the 300 steps went past a nat" in text
+
+
+def test_the_verify_check_verdict_follows_its_pre_registered_rule():
+    """docs/results.md judges `verify-check` against predictions committed before its runs:
+    each number the verdict quotes is the summary's, and the verdict word follows from the
+    rule as written (preconditions C1, C2; refuted when the AURC difference is >= 0 or
+    RLCD's AUROC clean vs slip is not above GRPO's; P2 also asks for 0.75 and a 0.05 margin)."""
+    results = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    s = json.loads((REPO / "assets/results/verify-check/summary.json").read_text("utf-8"))
+    m, paired = s["mechanism"], s["paired"]["reinforce - grpo-matched"]
+    base, r, g = m["base"], m["reinforce"], m["grpo-matched"]
+    c1 = base["accuracy"] - base["direct_accuracy"] >= 0.15
+    c2 = base["slipped_errors"] >= 0.8
+    aurc, acc = paired["aurc"], paired["accuracy"]
+    p1 = aurc["ci_high"] < 0
+    p2 = r["slip_auroc"] >= 0.75 and r["slip_auroc"] - g["slip_auroc"] >= 0.05
+    p3 = acc["ci_low"] <= 0 <= acc["ci_high"] or -0.03 <= acc["ci_low"] <= acc["ci_high"] <= 0.03
+    p4 = g["T"] >= 3 and r["T"] <= 2
+    refuted = c1 and c2 and (aurc["diff"] >= 0 or r["slip_auroc"] <= g["slip_auroc"])
+    word = "refuted" if refuted else ("holds" if p1 and p2 else "not measurable")
+    assert f"*Verdict: {word} at this scale.*" in results
+    assert (c1, c2, p1, p2, p3, p4) == (True, True, False, False, True, True)  # as the text says
+
+    def ci(d):
+        return f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+
+    for said in (
+        f"the base answers {base['direct_accuracy']:.3f} directly and {base['accuracy']:.3f}",
+        f"RLCD minus GRPO+TS in AURC is {ci(aurc)}",
+        f"at an AUROC of {r['slip_auroc']:.3f}, far below 0.75 (GRPO's {g['slip_auroc']:.3f})",
+        f"tie in accuracy ({ci(acc)})",
+        f"saturates (T {g['T']:.2f}) and RLCD's hedges (T {r['T']:.2f})",
+        f"(accuracy {base['accuracy']:.3f} for the base, {r['accuracy']:.3f} for RLCD, "
+        f"{g['accuracy']:.3f} for GRPO)",
+        f"clean vs slip of only {m['calibrate']['slip_auroc']:.3f}",
+    ):
+        assert said in results, said
+    assert base["slipped_errors"] == 1.0  # "every one of its wrong answers"
