@@ -278,17 +278,116 @@ def config_dict(cfg: Any) -> dict:
 
 RUN_OPTIONS = ("resume", "overwrite", "verify")
 """Settings about opening the run, not about what it trains: never compared."""
+RUN_PATHS = "run_paths"
+"""The ``config.json`` key that records each path setting relative to the run folder
+(:func:`run_paths`), beside the setting itself (relative to the working directory)."""
 
 
-def config_diff(old: dict, cfg: Any, ignore: tuple[str, ...] = RUN_OPTIONS) -> list[str]:
+def _resolved(path: str | Path) -> str:
+    """``path`` (``~`` expanded, relative to the working directory) with every link and
+    ``..`` resolved."""
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def run_paths(cfg: Any, run: str | Path) -> dict[str, str]:
+    """Each setting of the config dataclass ``cfg`` that names a path (a ``Path`` value, or
+    a string naming an existing file or folder such as a task file), relative to the run
+    folder ``run``: ``{"init": "../../assets/checkpoints/base-verify", "out": "."}``. Only
+    paths that lie, like the run, under the working directory are recorded (a relative
+    path to anywhere else would spell out the machine's folders); so a run folder moved or
+    copied with what it names (a reproduction's tree, a repository) still finds them, from
+    any working directory (:func:`config_diff`)."""
+    cwd, base = Path.cwd(), _resolved(run)
+    if not Path(base).is_relative_to(cwd):
+        return {}
+    out = {}
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if not isinstance(value, str | Path) or not str(value):
+            continue
+        if isinstance(value, str) and not os.path.exists(os.path.expanduser(value)):
+            continue  # a name (a synthetic task, a method), not a path
+        target = _resolved(value)
+        if Path(target).is_relative_to(cwd):
+            out[field.name] = Path(os.path.relpath(target, base)).as_posix()
+    return out
+
+
+def _same_path(name: str, old: dict, new: Any, run: str | Path | None) -> bool:
+    """Whether the recorded setting ``old[name]`` and the path ``new`` name the same file:
+    as recorded (from the working directory), or through the record's path from the run
+    folder ``run`` (:func:`run_paths`) as the run folder is now; ``out`` is the run folder."""
+    if run is None or not isinstance(new, str | Path) or not str(new):
+        return False
+    target = _resolved(new)
+    if name == "out":
+        return target == _resolved(run)
+    recorded = old.get(name)
+    from_run = (old.get(RUN_PATHS) or {}).get(name)
+    candidates = [recorded] if isinstance(recorded, str) and recorded else []
+    if isinstance(from_run, str):
+        candidates.append(str(Path(run) / from_run))
+    return any(_resolved(c) == target for c in candidates)
+
+
+def config_diff(
+    old: dict, cfg: Any, ignore: tuple[str, ...] = RUN_OPTIONS, run: str | Path | None = None
+) -> list[str]:
     """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
     setting the record lacks (added to the code after it was written) counts as its
     default, and one the code no longer has is not compared, so runs recorded before stay
     resumable and reusable; a renamed one is compared under its new name
-    (:func:`upgrade_config`). ``ignore``: settings never compared (default ``RUN_OPTIONS``)."""
+    (:func:`upgrade_config`). ``ignore``: settings never compared (default ``RUN_OPTIONS``).
+    ``run``: the run folder the record is in, as it is now; then a path setting that is
+    spelled otherwise but names the same file is the same (from the working directory, or
+    from the run folder through the record's :data:`RUN_PATHS`), and ``out`` is the run
+    folder itself: a moved or copied run, or one opened from another working directory,
+    compares equal."""
     old = upgrade_config(old)
     new, defaults = config_dict(cfg), config_dict(type(cfg)())
-    return sorted(k for k in new if k not in ignore and old.get(k, defaults.get(k)) != new[k])
+    return sorted(
+        k
+        for k in new
+        if k not in ignore
+        and old.get(k, defaults.get(k)) != new[k]
+        and not _same_path(k, old, getattr(cfg, k), run)
+    )
+
+
+def _flag(name: str, value: Any) -> str:
+    """The command-line option that sets ``name`` to ``value`` (``--lr 0.01``, ``--bf16``,
+    ``--no-bf16``), the value as JSON (control characters escaped)."""
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else flag.replace("--", "--no-", 1)
+    if value is None:
+        return f"{flag} None"
+    return f"{flag} {value if isinstance(value, int | float) else json.dumps(value)}"
+
+
+def mismatch_message(run: str | Path, old: dict, cfg: Any, diff: list[str]) -> str:
+    """One line on why the run in ``run`` (recorded config ``old``) cannot go on with
+    ``cfg``: each differing setting with its recorded and given value (a recorded path as
+    it is found from the run folder now, when it is), and the options that continue the
+    run with its progress kept; ``--overwrite`` deletes the progress."""
+    old = upgrade_config(old)
+    defaults = config_dict(type(cfg)())
+    given, wanted = config_dict(cfg), {}
+    for name in diff:
+        value = old.get(name, defaults.get(name))
+        from_run = (old.get(RUN_PATHS) or {}).get(name)
+        if isinstance(from_run, str) and os.path.exists(Path(run) / from_run):
+            value = os.path.normpath(Path(run) / from_run)
+        wanted[name] = value
+    parts = [
+        f"{name} (recorded {json.dumps(wanted[name])}, given {json.dumps(given[name])})"
+        for name in diff
+    ]
+    flags = " ".join(_flag(name, wanted[name]) for name in diff)
+    return (
+        f"cannot resume {run}: its config differs in {'; '.join(parts)}; to continue it with "
+        f"its progress, pass {flags}; --overwrite would start it over and delete its progress"
+    )
 
 
 # ---------------------------------------------------------------------------- RunDir
@@ -354,16 +453,14 @@ class RunDir:
             occupied = False
         if occupied:
             old = json.loads(cfg_file.read_text())
-            diff = config_diff(old, cfg, ignore=("steps", *RUN_OPTIONS))
+            diff = config_diff(old, cfg, ignore=("steps", *RUN_OPTIONS), run=self.path)
             if diff:
-                raise ValueError(
-                    f"cannot resume {self.path}: config differs in {diff} (--overwrite "
-                    "replaces the run)"
-                )
+                raise ValueError(mismatch_message(self.path, old, cfg, diff))
         self._fresh, self._made_dir = not occupied, not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(cfg_file, json.dumps(self.config, indent=2))
+            paths = {RUN_PATHS: run_paths(cfg, self.path)}
+            atomic_write_text(cfg_file, json.dumps(self.config | paths, indent=2))
             self.latest = self._latest()
             self.start_step = 0 if self.latest is None else self._step_of(self.latest)
             self._truncate_log()

@@ -90,8 +90,9 @@ def check_pretrain_config(cfg: PretrainConfig) -> Path:
     """Reject settings the run cannot use, before it trains; returns the output directory.
 
     Sizes and counts positive, ``lr`` finite and > 0, fractions in [0, 1], heads dividing
-    the hidden size, and an ``out`` that ``save_checkpoint`` may replace (missing, empty or
-    a checkpoint: never another folder). ``ValueError`` / ``FileExistsError`` otherwise."""
+    the hidden size, and an ``out`` that ``save_checkpoint`` may write: missing or empty, or
+    a checkpoint with ``overwrite`` (never another folder). ``ValueError`` /
+    ``FileExistsError`` otherwise."""
     cfg = resolved(cfg)
     lows = dict(steps=1, batch_size=1, hidden_size=1, layers=1, heads=1, eval_items=1)
     for name, low in {**lows, "warmup": 0, "max_new_tokens": 1}.items():
@@ -115,7 +116,10 @@ def check_pretrain_config(cfg: PretrainConfig) -> Path:
         raise ValueError(
             f"--hidden-size {cfg.hidden_size} is not a multiple of --heads {cfg.heads}"
         )
-    return check_replaceable(cfg.out or Path(f"runs/base-{cfg.task}"))
+    out = check_replaceable(cfg.out or Path(f"runs/base-{cfg.task}"))
+    if out.is_dir() and any(out.iterdir()) and not cfg.overwrite:
+        raise FileExistsError(f"{out} already holds a checkpoint; pass --overwrite to replace it")
+    return out
 
 
 def pretrain(cfg: PretrainConfig) -> Path:
@@ -154,6 +158,10 @@ def pretrain(cfg: PretrainConfig) -> Path:
         "step": cfg.steps,
         "options": list(task.options),
         "metrics": {"dev": measured},
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "config": {  # what was trained: --overwrite is about the folder
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in asdict(cfg).items()
+            if k != "overwrite"
+        },
     }
     return save_checkpoint(out, model, tokenizer, meta)
