@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -699,3 +700,58 @@ def test_progress_reads_where_a_long_reproduction_stands(tmp_path):
     assert text.endswith("about 0.0 h at 2 jobs (the queue played out, each step at the median "
                          "time of its run's logged steps; evaluations not counted)")  # fmt: skip
     assert " h at 1 job (the queue played out" in status_text(state, 1)
+
+
+def test_a_run_with_another_config_is_found_before_anything_trains(tmp_path):
+    """reproduce checks every planned run's folder first: a finished run with another
+    config (here: 9 steps where the plan has 2) stops it before any run starts, naming
+    the folder and the setting; ``--status`` says so and counts its planned steps as left;
+    with no step's time logged the time left is unknown, not "about 0.0 h"."""
+    from rlcd_lab.cli import status_text
+    from rlcd_lab.files import rundir
+    from rlcd_lab.reproduce import OTHER_CONFIG, check_folders, progress, run_all
+
+    cfg = ReproduceConfig(seeds=(5,), out=tmp_path, steps=2, runs=("base", "calibrate", "grpo"))
+    first, second = plan(cfg)
+    grpo = by_name(first)[("grpo", 5)]
+    grpo.out.mkdir(parents=True)
+    config = rundir.config_dict(replace(grpo.train, steps=9))
+    rundir.config_file(grpo.out).write_text(json.dumps(config))
+    atomic_write_jsonl(rundir.log_file(grpo.out), [{"step": i} for i in range(9)])  # no times
+    rundir.final_dir(grpo.out).mkdir()
+    (rundir.final_dir(grpo.out) / rundir.META_FILE).write_text("{}")
+    clash = r"1 run folder\(s\) .* config: .*seed-5/grpo \(a finished run, differs in steps\); "
+    with pytest.raises(ValueError, match=clash + ".* nothing was trained"):
+        run_all(cfg)
+    assert sorted(p.name for p in grpo.out.parent.iterdir()) == ["grpo"]  # nothing started
+    check_folders([j for j in first + second if j is not grpo])  # the others are free
+    state = progress(cfg)
+    rows = {r["run"]: r for r in state["runs"]}
+    assert rows["grpo"]["state"] == OTHER_CONFIG and rows["calibrate"]["state"] == "waiting"
+    assert state["steps_left"] == 2 + 2  # calibrate's 2 and grpo's 2 again
+    assert state["hours_left"] is None
+    text = status_text(state, 2)
+    assert re.search(rf"\ngrpo +5 +9/2 +{OTHER_CONFIG}\n", text), text
+    assert text.endswith("4 training steps left, time left unknown (no training step's time "
+                         "is logged yet)")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (dict(steps=-3), r"^--steps must be >= 1, got -3$"),
+        (dict(seeds=()), r"^--seeds is empty"),
+        (dict(jobs=0), r"^--jobs must be >= 1, got 0$"),
+        (dict(memory_gib=float("nan")), r"^--memory-gib must be finite and > 0, got nan$"),
+        (dict(lr_grid=(1e-5, -1.0)), r"^--lr-grid must be finite and > 0, got -1.0$"),
+        (dict(seeds=(3, 3)), r"^--seeds names a seed twice: 3 3$"),
+    ],
+)
+def test_reproduce_and_its_status_refuse_bad_arguments(tmp_path, change, match):
+    from rlcd_lab.reproduce import progress, run_all
+
+    cfg = replace(ReproduceConfig(out=tmp_path), **change)
+    for command in (progress, run_all):
+        with pytest.raises(ValueError, match=match):
+            command(cfg)
+    assert list(tmp_path.iterdir()) == []
