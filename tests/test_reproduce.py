@@ -720,11 +720,6 @@ def test_a_run_with_another_config_is_found_before_anything_trains(tmp_path):
     atomic_write_jsonl(rundir.log_file(grpo.out), [{"step": i} for i in range(9)])  # no times
     rundir.final_dir(grpo.out).mkdir()
     (rundir.final_dir(grpo.out) / rundir.META_FILE).write_text("{}")
-    clash = r"1 run folder\(s\) .* config: .*seed-5/grpo \(a finished run, differs in steps\); "
-    with pytest.raises(ValueError, match=clash + ".* nothing was trained"):
-        run_all(cfg)
-    assert sorted(p.name for p in grpo.out.parent.iterdir()) == ["grpo"]  # nothing started
-    check_folders([j for j in first + second if j is not grpo])  # the others are free
     state = progress(cfg)
     rows = {r["run"]: r for r in state["runs"]}
     assert rows["grpo"]["state"] == OTHER_CONFIG and rows["calibrate"]["state"] == "waiting"
@@ -734,6 +729,11 @@ def test_a_run_with_another_config_is_found_before_anything_trains(tmp_path):
     assert re.search(rf"\ngrpo +5 +9/2 +{OTHER_CONFIG}\n", text), text
     assert text.endswith("4 training steps left, time left unknown (no training step's time "
                          "is logged yet)")  # fmt: skip
+    clash = r"1 run folder\(s\) .* config: .*seed-5/grpo \(a finished run, differs in steps\); "
+    with pytest.raises(ValueError, match=clash + ".* nothing was trained"):
+        run_all(cfg)
+    assert sorted(p.name for p in grpo.out.parent.iterdir()) == ["grpo"]  # nothing started
+    check_folders([j for j in first + second if j is not grpo])  # the others are free
 
 
 @pytest.mark.parametrize(
