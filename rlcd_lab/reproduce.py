@@ -297,17 +297,22 @@ def _finished(job: Job) -> bool:
     return True
 
 
+def clash(job: Job) -> list[str]:
+    """The settings that keep the run in ``job``'s folder from being ``job``'s: those of
+    :func:`other_config`, but a run not yet ended may differ in ``steps`` (it trains on);
+    empty when the folder is free or holds this job's run."""
+    diff = other_config(job)
+    return diff if _ended(job) else [k for k in diff if k != "steps"]
+
+
 def check_folders(jobs: list[Job]) -> None:
     """Refuse (``ValueError``, one line naming every such folder and the settings that
-    differ) when a folder of ``jobs`` holds a run with another config, finished or not,
-    before anything is trained: such a run would stop the reproduction when its turn
-    comes. A partial run may differ in ``steps`` only (it trains on)."""
+    differ, :func:`clash`) when a folder of ``jobs`` holds a run with another config,
+    finished or not, before anything is trained: such a run would stop the reproduction
+    when its turn comes."""
     clashes = []
     for job in jobs:
-        diff = other_config(job)
-        if diff and not _ended(job):
-            diff = [k for k in diff if k != "steps"]
-        if diff:
+        if diff := clash(job):
             what = "a finished" if _ended(job) else "a partial"
             clashes.append(f"{job.out} ({what} run, differs in {', '.join(diff)})")
     if clashes:
@@ -691,7 +696,8 @@ def progress(cfg: ReproduceConfig) -> dict:
     ``{"runs": [...], "train_hours", "steps_left", "hours_left"}``, one row per run of the
     plan, the tuning runs first when ``cfg.lr_grid`` is set: ``{"run", "seed", "tuning"
     (the grid value, else None), "steps" (planned; 0 for the base), "done" (steps in its
-    log), "state" ("finished", :data:`OTHER_CONFIG`, "partial" or "waiting"), "s_per_step"
+    log), "state" ("finished", "partial" or "waiting", each but the last followed by
+    :data:`OTHER` for a run with another config), "s_per_step"
     (median over its logged steps, else None), "train_s" (their sum)}``; ``train_hours``
     sums every run's ``train_s`` (what the training steps took so far, each in its own
     process); ``steps_left``: :func:`_steps_left` summed. ``hours_left``: the pool's order
@@ -710,9 +716,9 @@ def progress(cfg: ReproduceConfig) -> dict:
     for job in jobs:
         log = rundir.read_log(job.out) if rundir.log_path(job.out).exists() else []
         steps = [r["time_step"] for r in log if "time_step" in r]
-        state = "partial" if log else "waiting"
-        if _ended(job):
-            state = OTHER_CONFIG if other_config(job) else "finished"
+        ended, other = _ended(job), bool(clash(job))
+        state = ("finished" if ended else "partial" if log else "waiting") + other * OTHER
+
         rows.append({
             "run": job.name, "seed": job.seed,
             "tuning": job.train.lr if job in tuning else None,
@@ -732,17 +738,18 @@ def progress(cfg: ReproduceConfig) -> dict:
     }
 
 
-OTHER_CONFIG = "finished with another config"
-""":func:`progress`'s state of a run folder that holds a finished run whose config is not
-the plan's (the reproduction refuses it: :func:`check_folders`)."""
+OTHER = " with another config"
+""":func:`progress`'s state of a run folder whose run is not the plan's (:func:`clash`; the
+reproduction refuses it, :func:`check_folders`) ends in this: "finished with another
+config", "partial with another config"."""
 
 
 def _steps_left(row: dict) -> int:
     """A :func:`progress` row's training steps left: none once finished, all of them for a
-    run finished with another config (it must be trained again), else those not logged."""
+    run with another config (it must be trained again), else those not logged."""
     if row["state"] == "finished":
         return 0
-    return row["steps"] if row["state"] == OTHER_CONFIG else max(0, row["steps"] - row["done"])
+    return row["steps"] if row["state"].endswith(OTHER) else max(0, row["steps"] - row["done"])
 
 
 def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None) -> Path:

@@ -704,36 +704,45 @@ def test_progress_reads_where_a_long_reproduction_stands(tmp_path):
 
 def test_a_run_with_another_config_is_found_before_anything_trains(tmp_path):
     """reproduce checks every planned run's folder first: a finished run with another
-    config (here: 9 steps where the plan has 2) stops it before any run starts, naming
-    the folder and the setting; ``--status`` says so and counts its planned steps as left;
-    with no step's time logged the time left is unknown, not "about 0.0 h"."""
+    config (here: 9 steps where the plan has 2) or a partial one (another lr) stops it
+    before any run starts, naming the folders and the settings; ``--status`` says so and
+    counts their planned steps as left; with no step's time logged the time left is
+    unknown, not "about 0.0 h"."""
     from rlcd_lab.cli import status_text
     from rlcd_lab.files import rundir
-    from rlcd_lab.reproduce import OTHER_CONFIG, check_folders, progress, run_all
+    from rlcd_lab.reproduce import check_folders, progress, run_all
 
     cfg = ReproduceConfig(seeds=(5,), out=tmp_path, steps=2, runs=("base", "calibrate", "grpo"))
     first, second = plan(cfg)
-    grpo = by_name(first)[("grpo", 5)]
-    grpo.out.mkdir(parents=True)
-    config = rundir.config_dict(replace(grpo.train, steps=9))
-    rundir.config_file(grpo.out).write_text(json.dumps(config))
-    atomic_write_jsonl(rundir.log_file(grpo.out), [{"step": i} for i in range(9)])  # no times
+    grpo, cal = by_name(first)[("grpo", 5)], by_name(first)[("calibrate", 5)]
+    for job, change, logged in ((grpo, dict(steps=9), 9), (cal, dict(lr=0.5), 1)):
+        job.out.mkdir(parents=True)
+        config = rundir.config_dict(replace(job.train, **change))
+        rundir.config_file(job.out).write_text(json.dumps(config))
+        atomic_write_jsonl(rundir.log_file(job.out), [{"step": i} for i in range(logged)])
     rundir.final_dir(grpo.out).mkdir()
     (rundir.final_dir(grpo.out) / rundir.META_FILE).write_text("{}")
     state = progress(cfg)
-    rows = {r["run"]: r for r in state["runs"]}
-    assert rows["grpo"]["state"] == OTHER_CONFIG and rows["calibrate"]["state"] == "waiting"
-    assert state["steps_left"] == 2 + 2  # calibrate's 2 and grpo's 2 again
+    rows = {r["run"]: r["state"] for r in state["runs"]}
+    assert rows == {"base": "waiting", "calibrate": "partial with another config",
+                    "grpo": "finished with another config"}  # fmt: skip
+    assert state["steps_left"] == 2 + 2  # calibrate's 2 and grpo's 2, both again
     assert state["hours_left"] is None
     text = status_text(state, 2)
-    assert re.search(rf"\ngrpo +5 +9/2 +{OTHER_CONFIG}\n", text), text
+    assert re.search(r"\ngrpo +5 +9/2 +finished with another config\n", text), text
     assert text.endswith("4 training steps left, time left unknown (no training step's time "
                          "is logged yet)")  # fmt: skip
-    clash = r"1 run folder\(s\) .* config: .*seed-5/grpo \(a finished run, differs in steps\); "
-    with pytest.raises(ValueError, match=clash + ".* nothing was trained"):
+    clash = (r"2 run folder\(s\) .* config: .*seed-5/calibrate \(a partial run, differs in "
+             r"lr\); .*seed-5/grpo \(a finished run, differs in steps\); .* nothing was "
+             r"trained")  # fmt: skip
+    with pytest.raises(ValueError, match=clash):
         run_all(cfg)
-    assert sorted(p.name for p in grpo.out.parent.iterdir()) == ["grpo"]  # nothing started
-    check_folders([j for j in first + second if j is not grpo])  # the others are free
+    assert sorted(p.name for p in grpo.out.parent.iterdir()) == ["calibrate", "grpo"]
+    check_folders([j for j in first + second if j not in (grpo, cal)])  # the others are free
+    rundir.config_file(cal.out).write_text(
+        json.dumps(rundir.config_dict(replace(cal.train, steps=7)))
+    )
+    check_folders([cal])  # a partial run may differ in its steps: it trains on
 
 
 @pytest.mark.parametrize(
