@@ -148,7 +148,7 @@ def test_existing_run_needs_resume_and_same_config(tmp_path, tiny_base):
     train(cfg)
     with pytest.raises(FileExistsError, match="--resume"):
         train(cfg)
-    with pytest.raises(ValueError, match=r"config differs in \['lr'\]"):
+    with pytest.raises(ValueError, match=r"config differs in lr \(recorded 0.01, given 0.5\)"):
         train(
             preset(
                 "calibrate",
