@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import pack_jsonl
+
+
+def test_checksums_file_is_the_checkpoint_formats():
+    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE
+
+    assert rundir.CHECKSUMS == CHECKSUM_FILE
 
 
 def test_import_is_stdlib_only():
@@ -92,10 +100,13 @@ def test_a_moved_run_compares_equal_from_any_working_directory(tmp_path, monkeyp
     and the options that keep the progress."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "base").mkdir()
+    (tmp_path / "base" / rundir.CHECKSUMS).write_text('{"files": {"w": "00"}}')
     (tmp_path / "runs" / "a").mkdir(parents=True)
     cfg = _Config()
     paths = rundir.run_paths(cfg, cfg.out)
     assert paths == {"init": "../../base", "out": "."}  # "verify" names no file here
+    sums = rundir.path_checksums(cfg)
+    assert sums == {"init": hashlib.sha256(b'{"files": {"w": "00"}}').hexdigest()}
     record = rundir.config_dict(cfg) | {rundir.RUN_PATHS: paths}
     moved = tmp_path / "moved" / "deeper" / "a"
     moved.parent.mkdir(parents=True)
@@ -109,6 +120,12 @@ def test_a_moved_run_compares_equal_from_any_working_directory(tmp_path, monkeyp
     assert rundir.config_diff(record, new, run=moved) == []
     del record[rundir.RUN_PATHS]  # a record from before run_paths: the init is not found
     assert rundir.config_diff(record, new, run=moved) == ["init"]
+    # ... unless its content is recorded: then a copy anywhere is the same checkpoint
+    copy = shutil.copytree(tmp_path / "moved" / "base", elsewhere / "copy")
+    record[rundir.CONTENTS] = sums
+    assert rundir.config_diff(record, dataclasses.replace(new, init=copy), run=moved) == []
+    (copy / rundir.CHECKSUMS).write_text('{"files": {"w": "01"}}')  # other weights
+    assert rundir.config_diff(record, dataclasses.replace(new, init=copy), run=moved) == ["init"]
     record[rundir.RUN_PATHS] = paths
     changed = dataclasses.replace(new, lr=0.02, task="facts")
     diff = rundir.config_diff(record, changed, run=moved)

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -299,9 +300,10 @@ def test_a_record_with_the_old_temperature_key_resumes(tmp_path, tiny_base):
 def test_a_moved_run_resumes_from_its_checkpoint_from_another_working_directory(
     tmp_path, tiny_base, monkeypatch
 ):
-    """A run trained from relative paths, moved (with its init, under the same tree) and
+    """A run trained from relative paths, moved (under the same tree as its init) and
     resumed from another working directory with absolute paths, goes on from its step-2
-    checkpoint: the two logged steps are kept as they were, one more step is trained."""
+    checkpoint: the two logged steps are kept as they were, one more step is trained. A
+    copy elsewhere with a copy of its init (recognised by its checksums.json) goes on too."""
     monkeypatch.chdir(tmp_path)
     kw = dict(TINY, eval_every=0, test_items=0, grad_terms_every=0, save_every=2)
     cfg = preset("calibrate", init=tiny_base.relative_to(tmp_path), out=Path("runs/a"),
@@ -318,6 +320,11 @@ def test_a_moved_run_resumes_from_its_checkpoint_from_another_working_directory(
     log = read_log(moved)
     assert [r["step"] for r in log] == [0, 1, 2] and log[:2] == before  # continued at 2
     assert load_checkpoint(moved / "final")[2]["step"] == 3
+    # a copy out of that tree, with a copy of its init (the same content), goes on too
+    copy = shutil.copytree(moved, tmp_path / "elsewhere" / "copy")
+    shutil.copytree(tiny_base, tmp_path / "elsewhere" / "base-copy")
+    train(replace(again, init=Path("base-copy"), out=Path("copy"), steps=4))
+    assert [r["step"] for r in read_log(copy)] == [0, 1, 2, 3] and read_log(copy)[:3] == log
     with pytest.raises(ValueError, match=r"differs in lr \(recorded 0.01, given 0.02\); .* "
                        r"pass --lr 0.01; --overwrite would start it over"):  # fmt: skip
         train(replace(again, steps=4, lr=0.02))

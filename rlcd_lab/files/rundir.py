@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
@@ -57,6 +58,10 @@ STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 META_FILE = "rlcd.json"
 """A checkpoint's own metadata (``rlcd_lab.lm.model``), e.g. ``final/rlcd.json``."""
+CHECKSUMS = "checksums.json"
+"""A checkpoint's sha256 of every file: ``rlcd_lab.lm.checkpoint.CHECKSUM_FILE``, repeated
+here, without torch, to name a checkpoint by its content (tests/test_rundir.py keeps the
+two equal)."""
 SUMMARY = "summary.json"
 """A reproduction's numbers (``rlcd_lab.reports.results.summarize_runs``), beside its seeds."""
 TUNE = "tune"
@@ -281,6 +286,9 @@ RUN_OPTIONS = ("resume", "overwrite", "verify")
 RUN_PATHS = "run_paths"
 """The ``config.json`` key that records each path setting relative to the run folder
 (:func:`run_paths`), beside the setting itself (relative to the working directory)."""
+CONTENTS = "path_checksums"
+"""The ``config.json`` key that records the content of each setting naming a checkpoint
+(:func:`path_checksums`): the same checkpoint anywhere else is the same setting."""
 
 
 def _resolved(path: str | Path) -> str:
@@ -313,12 +321,38 @@ def run_paths(cfg: Any, run: str | Path) -> dict[str, str]:
     return out
 
 
+def _checksum(path: str | Path) -> str | None:
+    """The sha256 of ``path``'s ``checksums.json`` (which lists the sha256 of every file of
+    a checkpoint: its content); None when ``path`` holds none."""
+    file = Path(os.path.expanduser(path)) / CHECKSUMS
+    try:
+        return hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None
+    except OSError:
+        return None
+
+
+def path_checksums(cfg: Any) -> dict[str, str]:
+    """Each ``Path`` setting of the config dataclass ``cfg`` that names a checkpoint with a
+    ``checksums.json`` (``init``, ``ref``), as the sha256 of that file: wherever that
+    checkpoint is found later, it is the same (:func:`config_diff`)."""
+    out = {}
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if isinstance(value, Path) and (digest := _checksum(value)) is not None:
+            out[field.name] = digest
+    return out
+
+
 def _same_path(name: str, old: dict, new: Any, run: str | Path | None) -> bool:
     """Whether the recorded setting ``old[name]`` and the path ``new`` name the same file:
-    as recorded (from the working directory), or through the record's path from the run
-    folder ``run`` (:func:`run_paths`) as the run folder is now; ``out`` is the run folder."""
+    as recorded (from the working directory), through the record's path from the run
+    folder ``run`` (:func:`run_paths`) as the run folder is now, or a checkpoint with the
+    recorded content (:func:`path_checksums`) wherever it is; ``out`` is the run folder."""
     if run is None or not isinstance(new, str | Path) or not str(new):
         return False
+    recorded_sum = (old.get(CONTENTS) or {}).get(name)
+    if recorded_sum is not None and recorded_sum == _checksum(new):
+        return True
     target = _resolved(new)
     if name == "out":
         return target == _resolved(run)
@@ -340,9 +374,10 @@ def config_diff(
     (:func:`upgrade_config`). ``ignore``: settings never compared (default ``RUN_OPTIONS``).
     ``run``: the run folder the record is in, as it is now; then a path setting that is
     spelled otherwise but names the same file is the same (from the working directory, or
-    from the run folder through the record's :data:`RUN_PATHS`), and ``out`` is the run
-    folder itself: a moved or copied run, or one opened from another working directory,
-    compares equal."""
+    from the run folder through the record's :data:`RUN_PATHS`), as is a checkpoint with
+    the recorded content (:data:`CONTENTS`) wherever it is, and ``out`` is the run folder
+    itself: a moved or copied run, or one opened from another working directory, compares
+    equal."""
     old = upgrade_config(old)
     new, defaults = config_dict(cfg), config_dict(type(cfg)())
     return sorted(
@@ -459,7 +494,7 @@ class RunDir:
         self._fresh, self._made_dir = not occupied, not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            paths = {RUN_PATHS: run_paths(cfg, self.path)}
+            paths = {RUN_PATHS: run_paths(cfg, self.path), CONTENTS: path_checksums(cfg)}
             atomic_write_text(cfg_file, json.dumps(self.config | paths, indent=2))
             self.latest = self._latest()
             self.start_step = 0 if self.latest is None else self._step_of(self.latest)
