@@ -766,3 +766,20 @@ def test_reproduce_status_arguments_are_checked_in_one_line(tmp_path, capsys, ar
     """(``reproduce`` without --status checks them the same way, test_reproduce.py.)"""
     fails(capsys, ["reproduce", "--out", str(tmp_path), "--status", *args], match)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_reproduce_prints_its_runs_warnings(tmp_path, capsys, monkeypatch):
+    """``reproduce`` ends as ``train`` does: its summary's ``warnings`` on stderr."""
+    from rlcd_lab import reproduce
+
+    said = ["seed-17/grpo: accuracy 0.500 is within the binomial margin of chance"]
+
+    def run_all(cfg, progress=None):
+        (tmp_path / "summary.json").write_text(json.dumps({"warnings": said}))
+        return tmp_path
+
+    monkeypatch.setattr(reproduce, "run_all", run_all)
+    main(["reproduce", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert captured.out == f"{tmp_path / 'report.md'}\n"
+    assert captured.err == f"rlcd-lab: warning: {said[0]}\n"

@@ -764,3 +764,24 @@ def test_reproduce_and_its_status_refuse_bad_arguments(tmp_path, change, match):
         with pytest.raises(ValueError, match=match):
             command(cfg)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_warnings_are_each_trained_runs_stored_warnings(tmp_path):
+    """The reproduction's warnings: each run's ``final/rlcd.json`` ``metrics.warnings``
+    (what ``rlcd-lab train`` printed), prefixed with its folder; tuning runs too."""
+    from rlcd_lab.files import rundir
+    from rlcd_lab.reproduce import run_warnings
+
+    stored = {
+        "seed-17/grpo": ["accuracy 0.500 is within the binomial margin of chance"],
+        "seed-17/calibrate": [],
+        "tune/lr-1e-05/verify/seed-17/sft": ["forced markers on 90% of rationales", "T = 50"],
+    }
+    for run, warnings in stored.items():
+        final = rundir.final_dir(tmp_path / run)
+        final.mkdir(parents=True)
+        (final / rundir.META_FILE).write_text(json.dumps({"metrics": {"warnings": warnings}}))
+    (tmp_path / "seed-17" / "sft").mkdir()  # not ended: nothing to say yet
+    assert run_warnings(tmp_path) == [
+        f"{run}: {text}" for run in sorted(stored) for text in stored[run]
+    ]
