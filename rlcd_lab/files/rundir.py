@@ -4,7 +4,9 @@ Standard library and :mod:`rlcd_lab.files.io` only (no torch, no numpy), so resu
 the dashboard and reproduce read runs without loading the training stack. A run folder::
 
     run/
-      config.json                 CONFIG: the resolved training config (config_dict)
+      config.json                 CONFIG: the resolved training config (config_dict), and
+                                    its paths from the run folder (RUN_PATHS) and the
+                                    content of its checkpoints (CONTENTS)
       log.jsonl                   LOG: one row per step (read_log)
       checkpoints/step-N/         CHECKPOINTS: atomic, complete once STATE_FILE is in it
         trainer_state.json          STATE_FILE: {"step": N}
@@ -430,7 +432,9 @@ class RunDir:
     """``config.json``, ``log.jsonl``, ``checkpoints/step-N/`` and ``eval/`` of one run.
 
     Opening an existing run directory with ``resume`` resumes it: the config must match
-    (except ``steps`` and ``RUN_OPTIONS``), the latest complete checkpoint gives
+    (except ``steps`` and ``RUN_OPTIONS``; paths as :func:`config_diff` compares them with
+    the run folder where it is now, so a moved or copied run resumes; a mismatch is one
+    :func:`mismatch_message`), the latest complete checkpoint gives
     ``start_step``, and log lines past it (written after that checkpoint by a run that
     was killed) are dropped. Without ``resume`` an existing run is an error
     (``FileExistsError``) unless ``overwrite``: the old run is then moved aside (to

@@ -233,7 +233,8 @@ def convert_gguf(
     if held and not force:
         raise FileExistsError(
             f"{out_dir} holds the {spec.model} checkpoint in {_dtype_name(held[0])}; pass "
-            f"--force to replace it with {_dtype_name(dtype)}, or choose another --out"
+            f"--force (rlcd-lab gguf {name} --force) to replace it with {_dtype_name(dtype)}, "
+            "or choose another --out"
         )
     if out_dir.exists() and (
         not out_dir.is_dir() or (any(out_dir.iterdir()) and not _is_ours(spec, out_dir))
