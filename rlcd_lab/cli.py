@@ -288,9 +288,10 @@ def _bench_union():
 
 def status_text(state: dict, jobs: int) -> str:
     """``rlcd-lab reproduce --status``: :func:`rlcd_lab.reproduce.progress` as a table (the
-    tuning runs as one line once all have finished), then the training time so far, the
-    steps left and the estimate of the time they take."""
-    lines = [f"{'run':<32} {'seed':>4} {'steps':>9}  {'state':<8} {'s/step':>6}"]
+    tuning runs as one line once all have finished; the state last, "finished with another
+    config" being long), then the training time so far, the steps left and the estimate of
+    the time they take ("unknown" while no step's time is logged)."""
+    lines = [f"{'run':<32} {'seed':>4} {'steps':>9} {'s/step':>6}  state"]
     tuning = [r for r in state["runs"] if r["tuning"] is not None]
     shown = state["runs"]
     if tuning and all(r["state"] == "finished" for r in tuning):  # one line for the tuning
@@ -300,10 +301,12 @@ def status_text(state: dict, jobs: int) -> str:
         name = r["run"] if r["tuning"] is None else f"tune lr {r['tuning']:g}: {r['run']}"
         pace = "" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}"
         done = f"{r['done']}/{r['steps']}"
-        lines.append(f"{name:<32} {r['seed']:>4} {done:>9}  {r['state']:<8} {pace:>6}")
+        lines.append(f"{name:<32} {r['seed']:>4} {done:>9} {pace:>6}  {r['state']}")
     lines.append(f"training steps so far: {state['train_hours']:.1f} h (their logged times summed)")
     left = f"{state['steps_left']} training steps left"
-    if state["hours_left"] is not None:
+    if state["hours_left"] is None:
+        left += ", time left unknown (no training step's time is logged yet)"
+    else:
         left += (
             f", about {state['hours_left']:.1f} h at {jobs} job{'s' * (jobs != 1)} (the queue"
             " played out, each step at the median time of its run's logged steps; evaluations"
@@ -692,6 +695,7 @@ def _run(cfg) -> None:
         path = pretrain(cfg)
         _print_json({"checkpoint": str(path), **read_meta(path)["metrics"]})
     elif _is(cfg, "reproduce", "ReproduceConfig"):
+        from rlcd_lab.files.rundir import SUMMARY
         from rlcd_lab.reproduce import progress, run_all, save_ended
 
         if cfg.status:
@@ -703,6 +707,7 @@ def _run(cfg) -> None:
             return
         out = run_all(cfg, progress=lambda done: print(f"done: {done}", file=sys.stderr))
         print(out / "report.md")
+        print_warnings(json.loads((out / SUMMARY).read_text()))
     elif _is(cfg, "bench.configs", "BenchTarget"):
         from rlcd_lab.bench import run_bench
 
@@ -716,7 +721,10 @@ def _run(cfg) -> None:
         from rlcd_lab.train import train
 
         run = train(cfg)
-        _print_json({"run": str(run), **read_meta(run / "final")["metrics"]})
+        summary = {"run": str(run), **read_meta(run / "final")["metrics"]}
+        _print_json(summary)
+        if os.environ.get("RANK", "0") == "0":  # once under a multi-process launch
+            print_warnings(summary)
     elif isinstance(cfg, DataFetch):
         from rlcd_lab.tasks.fetch import fetch, fetch_message, output_path
 

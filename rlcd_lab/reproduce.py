@@ -271,22 +271,86 @@ def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[lis
     return first, second
 
 
-def _finished(job: Job) -> bool:
-    """Whether ``job`` already ran to the end with the same config (raises if it ran with
-    another one: that directory belongs to a different experiment)."""
+def other_config(job: Job) -> list[str]:
+    """The settings in which the run already in ``job``'s folder differs from ``job``
+    (``rundir.config_diff`` against the folder as it is now, steps included; the base
+    model's ``done.json`` against its settings); empty when the folder holds no run yet."""
     if job.train is None:
         done = rundir.done_file(job.out)
         if not done.exists():
-            return False
+            return []
         old, new = json.loads(done.read_text()), json.loads(json.dumps(job.settings, default=str))
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    else:
-        if not rundir.has_final(job.out):
-            return False
-        diff = rundir.config_diff(json.loads(rundir.config_file(job.out).read_text()), job.train)
-    if diff:
+        return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if not rundir.config_file(job.out).exists():
+        return []
+    old = json.loads(rundir.config_file(job.out).read_text())
+    return rundir.config_diff(old, job.train, run=job.out)
+
+
+def _finished(job: Job) -> bool:
+    """Whether ``job`` already ran to the end with the same config (raises if it ran with
+    another one: that directory belongs to a different experiment)."""
+    if not _ended(job):
+        return False
+    if diff := other_config(job):
         raise ValueError(f"{job.out} holds a finished run with another config (differs in {diff})")
     return True
+
+
+def clash(job: Job) -> list[str]:
+    """The settings that keep the run in ``job``'s folder from being ``job``'s: those of
+    :func:`other_config`, but a run not yet ended may differ in ``steps`` (it trains on);
+    empty when the folder is free or holds this job's run."""
+    diff = other_config(job)
+    return diff if _ended(job) else [k for k in diff if k != "steps"]
+
+
+def check_folders(jobs: list[Job]) -> None:
+    """Refuse (``ValueError``, one line naming every such folder and the settings that
+    differ, :func:`clash`) when a folder of ``jobs`` holds a run with another config,
+    finished or not, before anything is trained: such a run would stop the reproduction
+    when its turn comes."""
+    clashes = []
+    for job in jobs:
+        if diff := clash(job):
+            what = "a finished" if _ended(job) else "a partial"
+            clashes.append(f"{job.out} ({what} run, differs in {', '.join(diff)})")
+    if clashes:
+        raise ValueError(
+            f"{len(clashes)} run folder(s) of this reproduction hold a run with another "
+            f"config: {'; '.join(clashes)}; move them aside or choose another --out; nothing "
+            "was trained"
+        )
+
+
+def check_reproduce_config(cfg: ReproduceConfig) -> None:
+    """Reject settings the reproduction cannot use (``ValueError``, one line naming the
+    option and the value), before any folder is read or written: ``--steps``,
+    ``--tune-steps`` and ``--jobs`` >= 1, ``--test-items`` >= 0, at least one seed and
+    no seed twice, ``--lr``, ``--memory-gib`` and each ``--lr-grid`` value finite and > 0,
+    ``--ace`` finite and >= 0."""
+    import math
+
+    for name, low in (("steps", 1), ("tune_steps", 1), ("jobs", 1), ("test_items", 0)):
+        value = getattr(cfg, name)
+        if value is not None and value < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if not cfg.seeds:
+        raise ValueError("--seeds is empty: give at least one seed")
+    if len(set(cfg.seeds)) != len(cfg.seeds):
+        raise ValueError(f"--seeds names a seed twice: {' '.join(map(str, cfg.seeds))}")
+    if any(seed < 0 for seed in cfg.seeds):
+        raise ValueError(f"--seeds must be >= 0, got {' '.join(map(str, cfg.seeds))}")
+    for name, values in (
+        ("lr", [cfg.lr]),
+        ("memory_gib", [cfg.memory_gib]),
+        ("lr_grid", cfg.lr_grid),
+    ):
+        for value in values:
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name.replace('_', '-')} must be finite and > 0, got {value}")
+    if not (math.isfinite(cfg.ace) and cfg.ace >= 0):
+        raise ValueError(f"--ace must be finite and >= 0, got {cfg.ace}")
 
 
 def run_job(job: Job) -> str:
@@ -632,15 +696,18 @@ def progress(cfg: ReproduceConfig) -> dict:
     ``{"runs": [...], "train_hours", "steps_left", "hours_left"}``, one row per run of the
     plan, the tuning runs first when ``cfg.lr_grid`` is set: ``{"run", "seed", "tuning"
     (the grid value, else None), "steps" (planned; 0 for the base), "done" (steps in its
-    log), "state" ("finished", "partial" or "waiting"), "s_per_step" (median over its
-    logged steps, else None), "train_s" (their sum)}``; ``train_hours`` sums every run's
-    ``train_s`` (what the training steps took so far, each in its own process).
-    ``hours_left``: the pool's order played out on ``cfg.jobs`` processes (:func:`makespan`)
-    with each run's steps left at the median of the logged steps of its run name
-    (:func:`seconds_left`): training steps only, evaluations not counted; None before any
-    step is logged."""
+    log), "state" ("finished", "partial" or "waiting", each but the last followed by
+    :data:`OTHER` for a run with another config), "s_per_step"
+    (median over its logged steps, else None), "train_s" (their sum)}``; ``train_hours``
+    sums every run's ``train_s`` (what the training steps took so far, each in its own
+    process); ``steps_left``: :func:`_steps_left` summed. ``hours_left``: the pool's order
+    played out on ``cfg.jobs`` processes (:func:`makespan`) with each run's steps left at
+    the median of the logged steps of its run name (:func:`seconds_left`): training steps
+    only, evaluations not counted; None (unknown) while no step's time is logged. The
+    settings are checked first (:func:`check_reproduce_config`)."""
     import numpy as np
 
+    check_reproduce_config(cfg)
     choice = cfg.out / Path(cfg.task).stem / rundir.TUNE / "choice.json"
     lrs = json.loads(choice.read_text())["lr"] if choice.exists() else None
     tuning = [*sum(tune_plan(cfg), [])] if cfg.lr_grid else []
@@ -649,30 +716,57 @@ def progress(cfg: ReproduceConfig) -> dict:
     for job in jobs:
         log = rundir.read_log(job.out) if rundir.log_path(job.out).exists() else []
         steps = [r["time_step"] for r in log if "time_step" in r]
-        ended = _ended(job)
+        ended, other = _ended(job), bool(clash(job))
+        state = ("finished" if ended else "partial" if log else "waiting") + other * OTHER
+
         rows.append({
             "run": job.name, "seed": job.seed,
             "tuning": job.train.lr if job in tuning else None,
             "steps": 0 if job.train is None else job.train.steps, "done": len(log),
-            "state": "finished" if ended else ("partial" if log else "waiting"),
+            "state": state,
             "s_per_step": float(np.median(steps)) if steps else None, "train_s": sum(steps),
         })  # fmt: skip
     left, need, budget = seconds_left(jobs), memory_needs(jobs, cfg.scale), memory_budget(cfg)
     waves = [tune_plan(cfg), planned] if cfg.lr_grid else [planned]  # tuning runs first
-    logged = any(r["done"] for r in rows)
+    paced = any(r["s_per_step"] is not None for r in rows)
     hours = sum(makespan(*w, cfg.jobs, left, need, budget) for w in waves) / 3600
     return {
         "runs": rows,
         "train_hours": sum(r["train_s"] for r in rows) / 3600,
-        "steps_left": sum(r["steps"] - r["done"] for r in rows if r["state"] != "finished"),
-        "hours_left": hours if logged else None,
+        "steps_left": sum(_steps_left(r) for r in rows),
+        "hours_left": hours if paced else None,
     }
+
+
+OTHER = " with another config"
+""":func:`progress`'s state of a run folder whose run is not the plan's (:func:`clash`; the
+reproduction refuses it, :func:`check_folders`) ends in this: "finished with another
+config", "partial with another config"."""
+
+
+def _steps_left(row: dict) -> int:
+    """A :func:`progress` row's training steps left: none once finished, all of them for a
+    run with another config (it must be trained again), else those not logged."""
+    if row["state"] == "finished":
+        return 0
+    return row["steps"] if row["state"].endswith(OTHER) else max(0, row["steps"] - row["done"])
 
 
 def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None) -> Path:
     """Run every job of ``plan(cfg)`` (``cfg.jobs`` processes at a time; with
     ``cfg.lr_grid``, after :func:`tune` chose each run's learning rate), then write the
-    report; returns the report directory ``OUT/<task>``."""
+    report; returns the report directory ``OUT/<task>``. The settings and every planned
+    run's folder are checked before anything is trained (:func:`check_reproduce_config`,
+    :func:`check_folders`: the tuning runs, and the runs of the comparison once their
+    learning rates are known); the summary's ``warnings`` are those of the trained runs'
+    final evaluations (:func:`run_warnings`)."""
+    check_reproduce_config(cfg)
+    choice = cfg.out / Path(cfg.task).stem / rundir.TUNE / "choice.json"
+    if not cfg.lr_grid or choice.exists():
+        lrs = json.loads(choice.read_text())["lr"] if cfg.lr_grid else None
+        check_folders([*sum(tune_plan(cfg), []), *sum(plan(cfg, lrs), [])])
+    else:
+        check_folders([*sum(tune_plan(cfg), [])])
     timing: list[dict] = []
     start = time.perf_counter()
     quiet = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # read at import
@@ -710,12 +804,30 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     out = cfg.out / Path(cfg.task).stem
     from rlcd_lab.math.paper import EPS, kind
     from rlcd_lab.reports.report import write_report
+    from rlcd_lab.reports.results import summary_json
 
     # Cov@eps at the error budget the paper uses on this kind of task
     title = f"{cfg.task} ({cfg.scale})"
-    write_report(out, cfg.seeds, eps=EPS[kind(cfg.task)], title=title, task=cfg.task)
+    summary = write_report(out, cfg.seeds, eps=EPS[kind(cfg.task)], title=title, task=cfg.task)
+    summary["warnings"] = run_warnings(out)
+    atomic_write_text(out / rundir.SUMMARY, summary_json(summary))
     total = {"wall_s": time.perf_counter() - start, "jobs": cfg.jobs, "runs": timing}
     atomic_write_text(out / "timing.json", json.dumps(total, indent=2))
+    return out
+
+
+def run_warnings(root: Path) -> list[str]:
+    """The warnings of every trained run of the reproduction ``root`` (``OUT/<task>``,
+    tuning runs too), each prefixed with the run's folder under ``root``
+    (``seed-17/grpo: accuracy 0.500 is within ...``): those its final evaluation stored in
+    ``final/rlcd.json`` (``metrics.warnings``, :func:`rlcd_lab.evaluate.eval_warnings`, as
+    ``rlcd-lab train`` prints them)."""
+    out = []
+    for run in _runs(root):
+        if rundir.has_final(run):
+            meta = json.loads((rundir.final_dir(run) / rundir.META_FILE).read_text())
+            for text in (meta.get("metrics") or {}).get("warnings") or ():
+                out.append(f"{run.relative_to(root).as_posix()}: {text}")
     return out
 
 

@@ -450,7 +450,9 @@ def test_existing_run_resume_and_overwrite(tmp_path, capsys, tiny_base):
     fails(capsys, train_args(tiny_base, tmp_path / "nowhere" / ".." / "run"), "already holds a run")
     assert not (tmp_path / "nowhere").exists()
     fails(capsys, train_args(tiny_base, out, "--resume", "--overwrite"), "exclude each other")
-    fails(capsys, train_args(tiny_base, out, "--lr", "0.5", "--resume"), r"differs in \['lr'\]")
+    fails(capsys, train_args(tiny_base, out, "--lr", "0.5", "--resume"),
+          r"differs in lr \(recorded 0.0001, given 0.5\); to continue it with its progress, "
+          r"pass --lr 0.0001; --overwrite would")  # fmt: skip
     # --overwrite that cannot start (bad init) keeps the old run as it was
     import shutil
 
@@ -509,7 +511,41 @@ def test_eval_user_errors(tmp_path, capsys, tiny_base):
     fails(capsys, args, r"rlcd.json: must hold a JSON object, got list")
 
 
-def test_pretrain_user_errors(tmp_path, capsys):
+def test_train_ends_with_evals_warnings_on_stderr_and_in_its_summary(tmp_path, capsys, tiny_base):
+    """A random tiny model never writes the marker: ``train`` warns as ``eval`` does
+    (``evaluate.eval_warnings`` of its final dev rows under its fitted T), on stderr and in
+    the summary and ``final/rlcd.json`` (what the dashboard shows beside the run)."""
+    from rlcd_lab.evaluate import eval_warnings
+    from rlcd_lab.files.io import read_jsonl
+    from rlcd_lab.lm.checkpoint import read_meta
+
+    out = tmp_path / "run"
+    capsys.readouterr()
+    main(train_args(tiny_base, out))
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    meta = read_meta(out / "final")
+    expected = eval_warnings(read_jsonl(out / "eval" / "dev.jsonl"), meta["T"])
+    assert any(w.startswith("forced markers on 100% of rationales") for w in expected)
+    assert summary["warnings"] == meta["metrics"]["warnings"] == expected
+    lines = [line for line in captured.err.splitlines() if line.startswith("rlcd-lab: warning: ")]
+    assert lines == [f"rlcd-lab: warning: {w}" for w in expected]
+
+
+def test_pretrain_user_errors(tmp_path, capsys, tiny_base):
+    import hashlib
+
+    from rlcd_lab.train.pretrain import check_pretrain_config
+    from rlcd_lab.train.pretrain_config import PretrainConfig
+
+    # a checkpoint (here a trained run's weights) is replaced only with --overwrite
+    digest = hashlib.sha256((tiny_base / "model.safetensors").read_bytes()).hexdigest()
+    refusal = f"{tiny_base} already holds a checkpoint; pass --overwrite to replace it"
+    err = fails(capsys, ["pretrain", "--out", str(tiny_base), "--steps", "1"], refusal)
+    assert hashlib.sha256((tiny_base / "model.safetensors").read_bytes()).hexdigest() == digest
+    assert check_pretrain_config(PretrainConfig(out=tiny_base, overwrite=True)) == tiny_base
+    assert check_pretrain_config(PretrainConfig(out=tmp_path / "new")) == tmp_path / "new"
+    assert "--overwrite" in err
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "notes.txt").write_text("keep")
@@ -715,3 +751,35 @@ def test_output_piped_into_a_reader_that_leaves_ends_quietly(tmp_path):
     proc.stdout.close()  # the reader leaves at once
     err = proc.stderr.read()
     assert proc.wait() == 1 and err == "", err
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--steps", "-3"], r"--steps must be >= 1, got -3$"),
+        (["--seeds"], r"--seeds is empty"),
+        (["--jobs", "0"], r"--jobs must be >= 1, got 0$"),
+        (["--memory-gib", "nan"], r"--memory-gib must be finite and > 0, got nan$"),
+    ],
+)
+def test_reproduce_status_arguments_are_checked_in_one_line(tmp_path, capsys, args, match):
+    """(``reproduce`` without --status checks them the same way, test_reproduce.py.)"""
+    fails(capsys, ["reproduce", "--out", str(tmp_path), "--status", *args], match)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reproduce_prints_its_runs_warnings(tmp_path, capsys, monkeypatch):
+    """``reproduce`` ends as ``train`` does: its summary's ``warnings`` on stderr."""
+    from rlcd_lab import reproduce
+
+    said = ["seed-17/grpo: accuracy 0.500 is within the binomial margin of chance"]
+
+    def run_all(cfg, progress=None):
+        (tmp_path / "summary.json").write_text(json.dumps({"warnings": said}))
+        return tmp_path
+
+    monkeypatch.setattr(reproduce, "run_all", run_all)
+    main(["reproduce", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert captured.out == f"{tmp_path / 'report.md'}\n"
+    assert captured.err == f"rlcd-lab: warning: {said[0]}\n"

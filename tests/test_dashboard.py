@@ -541,6 +541,24 @@ def test_run_curves_and_compare(fake_run):
         run_curves(str(fake_run), ["nope"])
 
 
+def test_runs_and_compare_show_the_warnings_training_stored(
+    fake_run, tiny_root, marker_lm, tokenizer
+):
+    """``rlcd-lab train`` stores its final evaluation's warnings in ``final/rlcd.json``
+    (``metrics.warnings``); the Runs tab's summary and the Compare tab's side show them
+    beside the run."""
+    warning = "forced markers on 90% of rationales (9 of 10; warned above 20%): ..."
+    meta = {"method": "calibrate", "options": ["Y", "N"], "metrics": {"warnings": [warning]}}
+    save_checkpoint(fake_run / "final", marker_lm, tokenizer, meta)
+    _, summary = run_curves(str(fake_run), ["rationale length"])
+    assert f"**Warnings** of its final evaluation:\n\n* {warning}" in summary
+    _, md_a, _, md_b, _, _ = compare_checkpoints(
+        "checkpoints/tiny", str(fake_run / "final"), "Q: 1?", "Y, N", 1, 1.0, 8, 0,
+        root=tiny_root,
+    )  # fmt: skip
+    assert f"* {warning}" in md_b and "Warnings" not in md_a  # the tiny one stored none
+
+
 def test_proposition1_table_hand_worked():
     # u rows (0.9,0.1), (0.2,0.8), (0.6,0.4) -> p = (17/30, 13/30); q = (0.7, 0.3)
     # J(p,q) = 2 p.q - ||p||^2 = 2 * 15.8/30 - 458/900 = 0.544444...

@@ -97,8 +97,10 @@ def test_existing_checkpoint_is_returned_without_converting(monkeypatch, tmp_pat
     other = MODELS["smollm2" if name != "smollm2" else "gemma3-270m"]
     with pytest.raises(FileExistsError, match="not a"):  # another model's checkpoint
         convert_gguf(other.name, out)
-    with pytest.raises(ModuleNotFoundError):  # another dtype: reconverted
-        convert_gguf(name, out, torch.bfloat16)
+    with pytest.raises(FileExistsError, match=f"{out} holds .* float32; pass --force"):
+        convert_gguf(name, out, torch.bfloat16)  # another dtype: never replaced unasked
+    with pytest.raises(ModuleNotFoundError):  # ... but with --force: reconverted
+        convert_gguf(name, out, torch.bfloat16, force=True)
     old = {"algorithm": "sha256", "files": {}}  # checksums of the weights only (older)
     (out / CHECKSUM_FILE).write_text(json.dumps(old))
     with pytest.raises(ModuleNotFoundError):  # converted again, with checksums of all

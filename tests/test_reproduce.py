@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -699,3 +700,88 @@ def test_progress_reads_where_a_long_reproduction_stands(tmp_path):
     assert text.endswith("about 0.0 h at 2 jobs (the queue played out, each step at the median "
                          "time of its run's logged steps; evaluations not counted)")  # fmt: skip
     assert " h at 1 job (the queue played out" in status_text(state, 1)
+
+
+def test_a_run_with_another_config_is_found_before_anything_trains(tmp_path):
+    """reproduce checks every planned run's folder first: a finished run with another
+    config (here: 9 steps where the plan has 2) or a partial one (another lr) stops it
+    before any run starts, naming the folders and the settings; ``--status`` says so and
+    counts their planned steps as left; with no step's time logged the time left is
+    unknown, not "about 0.0 h"."""
+    from rlcd_lab.cli import status_text
+    from rlcd_lab.files import rundir
+    from rlcd_lab.reproduce import check_folders, progress, run_all
+
+    cfg = ReproduceConfig(seeds=(5,), out=tmp_path, steps=2, runs=("base", "calibrate", "grpo"))
+    first, second = plan(cfg)
+    grpo, cal = by_name(first)[("grpo", 5)], by_name(first)[("calibrate", 5)]
+    for job, change, logged in ((grpo, dict(steps=9), 9), (cal, dict(lr=0.5), 1)):
+        job.out.mkdir(parents=True)
+        config = rundir.config_dict(replace(job.train, **change))
+        rundir.config_file(job.out).write_text(json.dumps(config))
+        atomic_write_jsonl(rundir.log_file(job.out), [{"step": i} for i in range(logged)])
+    rundir.final_dir(grpo.out).mkdir()
+    (rundir.final_dir(grpo.out) / rundir.META_FILE).write_text("{}")
+    state = progress(cfg)
+    rows = {r["run"]: r["state"] for r in state["runs"]}
+    assert rows == {"base": "waiting", "calibrate": "partial with another config",
+                    "grpo": "finished with another config"}  # fmt: skip
+    assert state["steps_left"] == 2 + 2  # calibrate's 2 and grpo's 2, both again
+    assert state["hours_left"] is None
+    text = status_text(state, 2)
+    assert re.search(r"\ngrpo +5 +9/2 +finished with another config\n", text), text
+    assert text.endswith("4 training steps left, time left unknown (no training step's time "
+                         "is logged yet)")  # fmt: skip
+    clash = (r"2 run folder\(s\) .* config: .*seed-5/calibrate \(a partial run, differs in "
+             r"lr\); .*seed-5/grpo \(a finished run, differs in steps\); .* nothing was "
+             r"trained")  # fmt: skip
+    with pytest.raises(ValueError, match=clash):
+        run_all(cfg)
+    assert sorted(p.name for p in grpo.out.parent.iterdir()) == ["calibrate", "grpo"]
+    check_folders([j for j in first + second if j not in (grpo, cal)])  # the others are free
+    rundir.config_file(cal.out).write_text(
+        json.dumps(rundir.config_dict(replace(cal.train, steps=7)))
+    )
+    check_folders([cal])  # a partial run may differ in its steps: it trains on
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (dict(steps=-3), r"^--steps must be >= 1, got -3$"),
+        (dict(seeds=()), r"^--seeds is empty"),
+        (dict(jobs=0), r"^--jobs must be >= 1, got 0$"),
+        (dict(memory_gib=float("nan")), r"^--memory-gib must be finite and > 0, got nan$"),
+        (dict(lr_grid=(1e-5, -1.0)), r"^--lr-grid must be finite and > 0, got -1.0$"),
+        (dict(seeds=(3, 3)), r"^--seeds names a seed twice: 3 3$"),
+    ],
+)
+def test_reproduce_and_its_status_refuse_bad_arguments(tmp_path, change, match):
+    from rlcd_lab.reproduce import progress, run_all
+
+    cfg = replace(ReproduceConfig(out=tmp_path), **change)
+    for command in (progress, run_all):
+        with pytest.raises(ValueError, match=match):
+            command(cfg)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_warnings_are_each_trained_runs_stored_warnings(tmp_path):
+    """The reproduction's warnings: each run's ``final/rlcd.json`` ``metrics.warnings``
+    (what ``rlcd-lab train`` printed), prefixed with its folder; tuning runs too."""
+    from rlcd_lab.files import rundir
+    from rlcd_lab.reproduce import run_warnings
+
+    stored = {
+        "seed-17/grpo": ["accuracy 0.500 is within the binomial margin of chance"],
+        "seed-17/calibrate": [],
+        "tune/lr-1e-05/verify/seed-17/sft": ["forced markers on 90% of rationales", "T = 50"],
+    }
+    for run, warnings in stored.items():
+        final = rundir.final_dir(tmp_path / run)
+        final.mkdir(parents=True)
+        (final / rundir.META_FILE).write_text(json.dumps({"metrics": {"warnings": warnings}}))
+    (tmp_path / "seed-17" / "sft").mkdir()  # not ended: nothing to say yet
+    assert run_warnings(tmp_path) == [
+        f"{run}: {text}" for run in sorted(stored) for text in stored[run]
+    ]

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import pack_jsonl
+
+
+def test_checksums_file_is_the_checkpoint_formats():
+    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE
+
+    assert rundir.CHECKSUMS == CHECKSUM_FILE
 
 
 def test_import_is_stdlib_only():
@@ -69,3 +79,61 @@ def test_step_dirs_are_the_complete_checkpoints(tmp_path):
         rundir.RunDir.write_state(rundir.step_dir(run, step), step)
     rundir.step_dir(run, 12).mkdir()  # no trainer state: incomplete
     assert [s for s, _ in rundir.step_dirs(run)] == [2, 4, 10]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    """A training config's shape: paths, a name that is not a path, numbers."""
+
+    method: str = "calibrate"
+    init: Path = Path("base")
+    out: Path = Path("runs/a")
+    task: str = "verify"
+    steps: int = 3
+    lr: float = 0.01
+
+
+def test_a_moved_run_compares_equal_from_any_working_directory(tmp_path, monkeypatch):
+    """config.json records each path setting relative to the run folder too (run_paths):
+    a run moved together with what it names, opened from another working directory with
+    absolute paths, has the same config; the mismatch message names old and new values
+    and the options that keep the progress."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / rundir.CHECKSUMS).write_text('{"files": {"w": "00"}}')
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    cfg = _Config()
+    paths = rundir.run_paths(cfg, cfg.out)
+    assert paths == {"init": "../../base", "out": "."}  # "verify" names no file here
+    sums = rundir.path_checksums(cfg)
+    assert sums == {"init": hashlib.sha256(b'{"files": {"w": "00"}}').hexdigest()}
+    record = rundir.config_dict(cfg) | {rundir.RUN_PATHS: paths}
+    moved = tmp_path / "moved" / "deeper" / "a"
+    moved.parent.mkdir(parents=True)
+    (tmp_path / "runs" / "a").rename(moved)
+    (tmp_path / "base").rename(tmp_path / "moved" / "base")  # moved with the run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    new = _Config(init=tmp_path / "moved" / "base", out=moved)
+    assert rundir.config_diff(record, new) == ["init", "out"]  # by their text alone
+    assert rundir.config_diff(record, new, run=moved) == []
+    del record[rundir.RUN_PATHS]  # a record from before run_paths: the init is not found
+    assert rundir.config_diff(record, new, run=moved) == ["init"]
+    # ... unless its content is recorded: then a copy anywhere is the same checkpoint
+    copy = shutil.copytree(tmp_path / "moved" / "base", elsewhere / "copy")
+    record[rundir.CONTENTS] = sums
+    assert rundir.config_diff(record, dataclasses.replace(new, init=copy), run=moved) == []
+    (copy / rundir.CHECKSUMS).write_text('{"files": {"w": "01"}}')  # other weights
+    assert rundir.config_diff(record, dataclasses.replace(new, init=copy), run=moved) == ["init"]
+    record[rundir.RUN_PATHS] = paths
+    changed = dataclasses.replace(new, lr=0.02, task="facts")
+    diff = rundir.config_diff(record, changed, run=moved)
+    assert diff == ["lr", "task"]
+    message = rundir.mismatch_message(moved, record, changed, diff)
+    assert "\n" not in message and message.startswith(f"cannot resume {moved}: ")
+    assert 'lr (recorded 0.01, given 0.02); task (recorded "verify", given "facts")' in message
+    assert 'pass --lr 0.01 --task "verify"; --overwrite would start it over' in message
+    # a path outside the working directory is not recorded (no machine folder spelled out)
+    outside = _Config(init=tmp_path / "moved" / "base", out=elsewhere / "run")
+    assert rundir.run_paths(outside, outside.out) == {"out": "."}

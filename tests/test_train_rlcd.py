@@ -3,11 +3,13 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,7 +163,7 @@ def test_existing_run_needs_resume_and_same_config(tmp_path, tiny_base):
     train(cfg)
     with pytest.raises(FileExistsError, match="--resume"):
         train(cfg)
-    with pytest.raises(ValueError, match=r"config differs in \['lr'\]"):
+    with pytest.raises(ValueError, match=r"config differs in lr \(recorded 0.01, given 0.5\)"):
         train(
             preset(
                 "calibrate",
@@ -307,3 +309,37 @@ def test_a_record_with_the_old_temperature_key_resumes(tmp_path, tiny_base):
     assert json.loads((cfg.out / "config.json").read_text()) == old  # the file untouched
     train(replace(cfg, steps=3, resume=True))  # resumes instead of refusing
     assert [r["step"] for r in read_log(cfg.out)] == [0, 1, 2]
+
+
+def test_a_moved_run_resumes_from_its_checkpoint_from_another_working_directory(
+    tmp_path, tiny_base, monkeypatch
+):
+    """A run trained from relative paths, moved (under the same tree as its init) and
+    resumed from another working directory with absolute paths, goes on from its step-2
+    checkpoint: the two logged steps are kept as they were, one more step is trained. A
+    copy elsewhere with a copy of its init (recognised by its checksums.json) goes on too."""
+    monkeypatch.chdir(tmp_path)
+    kw = dict(TINY, eval_every=0, test_items=0, grad_terms_every=0, save_every=2)
+    cfg = preset("calibrate", init=tiny_base.relative_to(tmp_path), out=Path("runs/a"),
+                 steps=2, **kw)  # fmt: skip
+    train(cfg)
+    before = read_log(tmp_path / "runs" / "a")
+    moved = tmp_path / "moved" / "a"
+    moved.parent.mkdir()
+    (tmp_path / "runs" / "a").rename(moved)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = replace(cfg, init=tiny_base, out=moved, steps=3, resume=True)
+    train(again)
+    log = read_log(moved)
+    assert [r["step"] for r in log] == [0, 1, 2] and log[:2] == before  # continued at 2
+    assert load_checkpoint(moved / "final")[2]["step"] == 3
+    # a copy out of that tree, with a copy of its init (the same content), goes on too
+    copy = shutil.copytree(moved, tmp_path / "elsewhere" / "copy")
+    shutil.copytree(tiny_base, tmp_path / "elsewhere" / "base-copy")
+    train(replace(again, init=Path("base-copy"), out=Path("copy"), steps=4))
+    assert [r["step"] for r in read_log(copy)] == [0, 1, 2, 3] and read_log(copy)[:3] == log
+    with pytest.raises(ValueError, match=r"differs in lr \(recorded 0.01, given 0.02\); .* "
+                       r"pass --lr 0.01; --overwrite would start it over"):  # fmt: skip
+        train(replace(again, steps=4, lr=0.02))
+    assert rundir.step_dirs(moved)[-1][0] == 3  # the progress is kept

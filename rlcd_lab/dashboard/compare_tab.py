@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 from rlcd_lab.dashboard import ask_tab
 from rlcd_lab.dashboard.ask_checkpoint import task_items
 from rlcd_lab.dashboard.common import checkpoint_dir
+from rlcd_lab.dashboard.runs_tab import warnings_markdown
 from rlcd_lab.files.assets import ASSETS, default_checkpoint, tiny_verify_first
 from rlcd_lab.files.rundir import CheckpointError
 from rlcd_lab.lm.checkpoint import read_meta
@@ -126,7 +127,13 @@ def _side(
     checkpoint: str, args: tuple, threshold: float, measure: str, aggregate: str, root: Path
 ) -> tuple[str, go.Figure, dict]:
     """One side: ``(markdown, readout bars, result)``; a ``gr.Error`` becomes the markdown
-    and ``{"error": message}``."""
+    and ``{"error": message}``. The checkpoint's stored warnings (its training's final
+    evaluation, :func:`rlcd_lab.dashboard.runs_tab.warnings_markdown`) end the markdown."""
+    try:
+        warned = warnings_markdown(read_meta(checkpoint_dir(checkpoint, root)))
+    except (gr.Error, OSError, ValueError, CheckpointError):
+        warned = ""  # the reading below says why the checkpoint cannot be used
+    warned = f"\n\n{warned}" if warned else ""
     try:
         verdict, _, fig, result = ask_tab.ask(
             checkpoint, *args, threshold, measure, aggregate, root=root
@@ -134,11 +141,11 @@ def _side(
     except gr.Error as err:
         msg = getattr(err, "message", str(err))
         return (
-            f"#### `{checkpoint}`\n\n**Cannot answer:** {msg}",
+            f"#### `{checkpoint}`\n\n**Cannot answer:** {msg}{warned}",
             plots.apply_theme(go.Figure()),
             {"checkpoint": checkpoint, "error": msg},
         )
-    return f"#### `{checkpoint}`\n\n{verdict}", fig, result
+    return f"#### `{checkpoint}`\n\n{verdict}{warned}", fig, result
 
 
 def compare_checkpoints(

@@ -97,7 +97,8 @@ def _rms(rows: Sequence[dict], key: str) -> float:
 
 def run_summary(path: Path, rows: Sequence[dict]) -> str:
     """A few lines on a run: method and settings from ``config.json``, the gradient
-    dilution ratio RMS(score-function) / RMS(pathwise) when logged, final test metrics."""
+    dilution ratio RMS(score-function) / RMS(pathwise) when logged, final test metrics and
+    the final evaluation's warnings (:func:`warnings_markdown`)."""
     config = rundir.read_config(path)
     keys = ("method", "init", "steps", "m", "lr", "beta", "sf_weight", "lam", "rule")
     parts = [f"**{k}** {config[k]}" for k in keys if config.get(k) is not None]
@@ -109,12 +110,25 @@ def run_summary(path: Path, rows: Sequence[dict]) -> str:
             "(the paper reports 7-12× at scale: gradient dilution)."
         )
     if rundir.has_final(path):
-        test = read_meta(rundir.final_dir(path)).get("metrics", {}).get("test", {})
+        meta = read_meta(rundir.final_dir(path))
+        test = meta.get("metrics", {}).get("test", {})
         if test:
             keys = ("ts_accuracy", "ts_brier", "ts_ece", "ts_aurc", "ts_cov_at_eps", "T")
             vals = [f"{k.removeprefix('ts_')} {test[k]:.3f}" for k in keys if k in test]
             lines.append("Final test (temperature-scaled): " + ", ".join(vals) + ".")
+        if warned := warnings_markdown(meta):
+            lines.append(warned)
     return "\n\n".join(lines)
+
+
+def warnings_markdown(meta: dict) -> str:
+    """The warnings a checkpoint's final evaluation stored (``rlcd.json`` ``metrics``
+    ``warnings``: ``rlcd_lab.evaluate.eval_warnings``, as ``rlcd-lab train`` prints them)
+    as Markdown, one bullet each; empty when there are none."""
+    warnings = (meta.get("metrics") or {}).get("warnings")
+    if not isinstance(warnings, list) or not warnings:
+        return ""
+    return "**Warnings** of its final evaluation:\n\n" + "\n".join(f"* {w}" for w in warnings)
 
 
 def run_curves(

@@ -4,7 +4,9 @@ Standard library and :mod:`rlcd_lab.files.io` only (no torch, no numpy), so resu
 the dashboard and reproduce read runs without loading the training stack. A run folder::
 
     run/
-      config.json                 CONFIG: the resolved training config (config_dict)
+      config.json                 CONFIG: the resolved training config (config_dict), and
+                                    its paths from the run folder (RUN_PATHS) and the
+                                    content of its checkpoints (CONTENTS)
       log.jsonl                   LOG: one row per step (read_log)
       checkpoints/step-N/         CHECKPOINTS: atomic, complete once STATE_FILE is in it
         trainer_state.json          STATE_FILE: {"step": N}
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
@@ -58,6 +61,10 @@ STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 META_FILE = "rlcd.json"
 """A checkpoint's own metadata (``rlcd_lab.lm.model``), e.g. ``final/rlcd.json``."""
+CHECKSUMS = "checksums.json"
+"""A checkpoint's sha256 of every file: ``rlcd_lab.lm.checkpoint.CHECKSUM_FILE``, repeated
+here, without torch, to name a checkpoint by its content (tests/test_rundir.py keeps the
+two equal)."""
 SUMMARY = "summary.json"
 """A reproduction's numbers (``rlcd_lab.reports.results.summarize_runs``), beside its seeds."""
 TUNE = "tune"
@@ -279,17 +286,146 @@ def config_dict(cfg: Any) -> dict:
 
 RUN_OPTIONS = ("resume", "overwrite", "verify")
 """Settings about opening the run, not about what it trains: never compared."""
+RUN_PATHS = "run_paths"
+"""The ``config.json`` key that records each path setting relative to the run folder
+(:func:`run_paths`), beside the setting itself (relative to the working directory)."""
+CONTENTS = "path_checksums"
+"""The ``config.json`` key that records the content of each setting naming a checkpoint
+(:func:`path_checksums`): the same checkpoint anywhere else is the same setting."""
 
 
-def config_diff(old: dict, cfg: Any, ignore: tuple[str, ...] = RUN_OPTIONS) -> list[str]:
+def _resolved(path: str | Path) -> str:
+    """``path`` (``~`` expanded, relative to the working directory) with every link and
+    ``..`` resolved."""
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def run_paths(cfg: Any, run: str | Path) -> dict[str, str]:
+    """Each setting of the config dataclass ``cfg`` that names a path (a ``Path`` value, or
+    a string naming an existing file or folder such as a task file), relative to the run
+    folder ``run``: ``{"init": "../../assets/checkpoints/base-verify", "out": "."}``. Only
+    paths that lie, like the run, under the working directory are recorded (a relative
+    path to anywhere else would spell out the machine's folders); so a run folder moved or
+    copied with what it names (a reproduction's tree, a repository) still finds them, from
+    any working directory (:func:`config_diff`)."""
+    cwd, base = Path.cwd(), _resolved(run)
+    if not Path(base).is_relative_to(cwd):
+        return {}
+    out = {}
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if not isinstance(value, str | Path) or not str(value):
+            continue
+        if isinstance(value, str) and not os.path.exists(os.path.expanduser(value)):
+            continue  # a name (a synthetic task, a method), not a path
+        target = _resolved(value)
+        if Path(target).is_relative_to(cwd):
+            out[field.name] = Path(os.path.relpath(target, base)).as_posix()
+    return out
+
+
+def _checksum(path: str | Path) -> str | None:
+    """The sha256 of ``path``'s ``checksums.json`` (which lists the sha256 of every file of
+    a checkpoint: its content); None when ``path`` holds none."""
+    file = Path(os.path.expanduser(path)) / CHECKSUMS
+    try:
+        return hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None
+    except OSError:
+        return None
+
+
+def path_checksums(cfg: Any) -> dict[str, str]:
+    """Each ``Path`` setting of the config dataclass ``cfg`` that names a checkpoint with a
+    ``checksums.json`` (``init``, ``ref``), as the sha256 of that file: wherever that
+    checkpoint is found later, it is the same (:func:`config_diff`)."""
+    out = {}
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if isinstance(value, Path) and (digest := _checksum(value)) is not None:
+            out[field.name] = digest
+    return out
+
+
+def _same_path(name: str, old: dict, new: Any, run: str | Path | None) -> bool:
+    """Whether the recorded setting ``old[name]`` and the path ``new`` name the same file:
+    as recorded (from the working directory), through the record's path from the run
+    folder ``run`` (:func:`run_paths`) as the run folder is now, or a checkpoint with the
+    recorded content (:func:`path_checksums`) wherever it is; ``out`` is the run folder."""
+    if run is None or not isinstance(new, str | Path) or not str(new):
+        return False
+    recorded_sum = (old.get(CONTENTS) or {}).get(name)
+    if recorded_sum is not None and recorded_sum == _checksum(new):
+        return True
+    target = _resolved(new)
+    if name == "out":
+        return target == _resolved(run)
+    recorded = old.get(name)
+    from_run = (old.get(RUN_PATHS) or {}).get(name)
+    candidates = [recorded] if isinstance(recorded, str) and recorded else []
+    if isinstance(from_run, str):
+        candidates.append(str(Path(run) / from_run))
+    return any(_resolved(c) == target for c in candidates)
+
+
+def config_diff(
+    old: dict, cfg: Any, ignore: tuple[str, ...] = RUN_OPTIONS, run: str | Path | None = None
+) -> list[str]:
     """The settings in which a recorded ``config.json`` (``old``) differs from ``cfg``; a
     setting the record lacks (added to the code after it was written) counts as its
     default, and one the code no longer has is not compared, so runs recorded before stay
     resumable and reusable; a renamed one is compared under its new name
-    (:func:`upgrade_config`). ``ignore``: settings never compared (default ``RUN_OPTIONS``)."""
+    (:func:`upgrade_config`). ``ignore``: settings never compared (default ``RUN_OPTIONS``).
+    ``run``: the run folder the record is in, as it is now; then a path setting that is
+    spelled otherwise but names the same file is the same (from the working directory, or
+    from the run folder through the record's :data:`RUN_PATHS`), as is a checkpoint with
+    the recorded content (:data:`CONTENTS`) wherever it is, and ``out`` is the run folder
+    itself: a moved or copied run, or one opened from another working directory, compares
+    equal."""
     old = upgrade_config(old)
     new, defaults = config_dict(cfg), config_dict(type(cfg)())
-    return sorted(k for k in new if k not in ignore and old.get(k, defaults.get(k)) != new[k])
+    return sorted(
+        k
+        for k in new
+        if k not in ignore
+        and old.get(k, defaults.get(k)) != new[k]
+        and not _same_path(k, old, getattr(cfg, k), run)
+    )
+
+
+def _flag(name: str, value: Any) -> str:
+    """The command-line option that sets ``name`` to ``value`` (``--lr 0.01``, ``--bf16``,
+    ``--no-bf16``), the value as JSON (control characters escaped)."""
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else flag.replace("--", "--no-", 1)
+    if value is None:
+        return f"{flag} None"
+    return f"{flag} {value if isinstance(value, int | float) else json.dumps(value)}"
+
+
+def mismatch_message(run: str | Path, old: dict, cfg: Any, diff: list[str]) -> str:
+    """One line on why the run in ``run`` (recorded config ``old``) cannot go on with
+    ``cfg``: each differing setting with its recorded and given value (a recorded path as
+    it is found from the run folder now, when it is), and the options that continue the
+    run with its progress kept; ``--overwrite`` deletes the progress."""
+    old = upgrade_config(old)
+    defaults = config_dict(type(cfg)())
+    given, wanted = config_dict(cfg), {}
+    for name in diff:
+        value = old.get(name, defaults.get(name))
+        from_run = (old.get(RUN_PATHS) or {}).get(name)
+        if isinstance(from_run, str) and os.path.exists(Path(run) / from_run):
+            value = os.path.normpath(Path(run) / from_run)
+        wanted[name] = value
+    parts = [
+        f"{name} (recorded {json.dumps(wanted[name])}, given {json.dumps(given[name])})"
+        for name in diff
+    ]
+    flags = " ".join(_flag(name, wanted[name]) for name in diff)
+    return (
+        f"cannot resume {run}: its config differs in {'; '.join(parts)}; to continue it with "
+        f"its progress, pass {flags}; --overwrite would start it over and delete its progress"
+    )
 
 
 # ---------------------------------------------------------------------------- RunDir
@@ -297,7 +433,9 @@ class RunDir:
     """``config.json``, ``log.jsonl``, ``checkpoints/step-N/`` and ``eval/`` of one run.
 
     Opening an existing run directory with ``resume`` resumes it: the config must match
-    (except ``steps`` and ``RUN_OPTIONS``), the latest complete checkpoint gives
+    (except ``steps`` and ``RUN_OPTIONS``; paths as :func:`config_diff` compares them with
+    the run folder where it is now, so a moved or copied run resumes; a mismatch is one
+    :func:`mismatch_message`), the latest complete checkpoint gives
     ``start_step``, and log lines past it (written after that checkpoint by a run that
     was killed) are dropped. Without ``resume`` an existing run is an error
     (``FileExistsError``) unless ``overwrite``: the old run is then moved aside (to
@@ -355,16 +493,14 @@ class RunDir:
             occupied = False
         if occupied:
             old = read_json_file(cfg_file)
-            diff = config_diff(old, cfg, ignore=("steps", *RUN_OPTIONS))
+            diff = config_diff(old, cfg, ignore=("steps", *RUN_OPTIONS), run=self.path)
             if diff:
-                raise ValueError(
-                    f"cannot resume {self.path}: config differs in {diff} (--overwrite "
-                    "replaces the run)"
-                )
+                raise ValueError(mismatch_message(self.path, old, cfg, diff))
         self._fresh, self._made_dir = not occupied, not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(cfg_file, json.dumps(self.config, indent=2))
+            paths = {RUN_PATHS: run_paths(cfg, self.path), CONTENTS: path_checksums(cfg)}
+            atomic_write_text(cfg_file, json.dumps(self.config | paths, indent=2))
             self.latest = self._latest()
             self.start_step = 0 if self.latest is None else self._step_of(self.latest)
             self._truncate_log()

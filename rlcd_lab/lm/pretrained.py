@@ -216,7 +216,8 @@ def convert_gguf(
 
     Idempotent: when ``out_dir`` already holds a complete checkpoint of this model in
     ``dtype`` it is returned without reconverting (``force=True`` reconverts). An
-    incomplete one, or one in another dtype, is replaced. Raises ``KeyError`` for an
+    incomplete one is replaced; a whole one in another dtype only with ``force``
+    (``FileExistsError`` naming the folder and ``--force`` otherwise). Raises ``KeyError`` for an
     unknown name, ``FileExistsError`` rather than overwrite a non-empty ``out_dir`` that
     is not a checkpoint of this model, and the errors of :func:`gguf_path` when the
     package (or ``gguf``) is missing.
@@ -227,6 +228,14 @@ def convert_gguf(
     out_dir = Path(out_dir or spec.default_dir).expanduser()
     if not force and _is_complete(spec, out_dir, dtype):
         return out_dir
+    held = [d for d in (torch.float32, torch.bfloat16, torch.float16) if d != dtype
+            and _is_complete(spec, out_dir, d)]  # fmt: skip
+    if held and not force:
+        raise FileExistsError(
+            f"{out_dir} holds the {spec.model} checkpoint in {_dtype_name(held[0])}; pass "
+            f"--force (rlcd-lab gguf {name} --force) to replace it with {_dtype_name(dtype)}, "
+            "or choose another --out"
+        )
     if out_dir.exists() and (
         not out_dir.is_dir() or (any(out_dir.iterdir()) and not _is_ours(spec, out_dir))
     ):

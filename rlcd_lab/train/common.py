@@ -51,7 +51,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import trange
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, get_scheduler
 
-from rlcd_lab.evaluate import MAX_RATIONALES, check_items, run_eval
+from rlcd_lab.evaluate import MAX_RATIONALES, check_items, eval_warnings, run_eval
 from rlcd_lab.files.rundir import (
     OPTIMIZER_FILE,
     CheckpointError,
@@ -491,16 +491,22 @@ class Session:
         return cfg.out
 
     def _final_eval(self) -> None:
+        """Dev and test dumps, T fitted on dev, and ``final/`` whose ``rlcd.json`` metrics
+        hold both summaries and ``warnings``: :func:`rlcd_lab.evaluate.eval_warnings` of
+        the test rows (the dev rows without a test split) under that T, as ``rlcd-lab
+        eval`` warns."""
         cfg, run = self.cfg, self.run
         self.model.eval()
         dev_rows = run_eval(self.model, self.tok, self.dev_items, progress=True, **self.eval_kw)
         run.write_eval("dev", dev_rows)
         result = {"dev": summarize(dev_rows, dev_rows=dev_rows)}
+        rows = dev_rows
         if cfg.test_items:
             test_items = load_task_items(cfg.task, "test")[: cfg.test_items]
-            test_rows = run_eval(self.model, self.tok, test_items, progress=True, **self.eval_kw)
-            run.write_eval("test", test_rows)
-            result["test"] = summarize(test_rows, dev_rows=dev_rows)
+            rows = run_eval(self.model, self.tok, test_items, progress=True, **self.eval_kw)
+            run.write_eval("test", rows)
+            result["test"] = summarize(rows, dev_rows=dev_rows)
+        result["warnings"] = eval_warnings(rows, result["dev"]["T"])
         meta = {
             **self.meta,
             "step": cfg.steps,

@@ -96,8 +96,8 @@ def check_pretrain_config(cfg: PretrainConfig) -> Path:
 
     Sizes and counts positive, ``lr`` finite and > 0, fractions in [0, 1], heads dividing
     the hidden size, at most :data:`MAX_PRETRAIN_PARAMETERS` parameters, and an ``out``
-    that ``save_checkpoint`` may replace (missing, empty or a checkpoint: never another
-    folder). ``ValueError`` / ``FileExistsError`` otherwise."""
+    that ``save_checkpoint`` may write: missing or empty, or a checkpoint with
+    ``overwrite`` (never another folder). ``ValueError`` / ``FileExistsError`` otherwise."""
     cfg = resolved(cfg)
     lows = dict(steps=1, batch_size=1, hidden_size=1, layers=1, heads=1, eval_items=1)
     for name, low in {**lows, "warmup": 0, "max_new_tokens": 1}.items():
@@ -128,7 +128,10 @@ def check_pretrain_config(cfg: PretrainConfig) -> Path:
             f"{size:,} parameters; pretrain builds tiny models of at most "
             f"{MAX_PRETRAIN_PARAMETERS:,} (the shipped ones: --hidden-size 96, --layers 4)"
         )
-    return check_replaceable(cfg.out or Path(f"runs/base-{cfg.task}"))
+    out = check_replaceable(cfg.out or Path(f"runs/base-{cfg.task}"))
+    if out.is_dir() and any(out.iterdir()) and not cfg.overwrite:
+        raise FileExistsError(f"{out} already holds a checkpoint; pass --overwrite to replace it")
+    return out
 
 
 def pretrain(cfg: PretrainConfig) -> Path:
@@ -167,6 +170,10 @@ def pretrain(cfg: PretrainConfig) -> Path:
         "step": cfg.steps,
         "options": list(task.options),
         "metrics": {"dev": measured},
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "config": {  # what was trained: --overwrite is about the folder
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in asdict(cfg).items()
+            if k != "overwrite"
+        },
     }
     return save_checkpoint(out, model, tokenizer, meta)

@@ -19,7 +19,8 @@ class PretrainConfig:
     task: Literal["verify", "verify-mixed", "verify-check", "facts", "aleatoric"] = "verify"
     """Which synthetic task's teacher to imitate."""
     out: Path | None = None
-    """Checkpoint directory to write, replaced atomically (default: runs/base-TASK)."""
+    """Checkpoint directory to write, atomically (default: runs/base-TASK); one that holds
+    a checkpoint is replaced only with ``--overwrite``."""
     steps: int | None = None
     """Optimizer steps (default: the task's, ``SHIPPED``)."""
     batch_size: int | None = None
@@ -51,6 +52,8 @@ class PretrainConfig:
     """Dev items measured at the end (direct and after one rationale each)."""
     max_new_tokens: int = 48
     """Token budget of each rationale in that measurement."""
+    overwrite: bool = False
+    """Replace the checkpoint ``out`` holds (never another folder)."""
 
 
 SHIPPED: dict[str, dict] = {
