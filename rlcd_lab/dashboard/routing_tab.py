@@ -36,7 +36,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from rlcd_lab import metrics
-from rlcd_lab.dashboard.common import resolve_dir, short_labels
+from rlcd_lab.dashboard.common import (
+    default_runs,
+    local_run_choices,
+    resolve_dir,
+    run_choices,
+    short_labels,
+)
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.io import jsonl_path
@@ -69,21 +75,49 @@ RUN_CACHE = 32
 LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}
 MARGIN = {"l": 50, "r": 20, "t": 80, "b": 40}
 
-ROUTING_COLUMNS = [
-    "run",
-    "T",
-    "decided",
-    "error when decided",
-    "escalated",
-    "cost / item",
-    "dev t @ ε",
-    "test decided @ dev t",
-    "test error @ dev t",
-]
-COLUMN_WIDTHS = ["190px", "80px", "130px", "150px", "90px", "90px", "90px", "130px", "130px"]
+T_HELP = "temperature fitted on dev; the readouts are softmax(logits / T)"
+ROUTING_HELP = {
+    "run": "the run: its task folder and method",
+    "T": T_HELP,
+    "decided automatically": "test items whose confidence is at least t (share and count)",
+    "error when decided": "the share of those items answered wrongly",
+    "escalated": "test items sent to a person (confidence below t)",
+    "cost per item": "(cost of a wrong decision × wrong + cost of escalating × escalated) / "
+    "items; lower is better",
+    "threshold from dev": "the lowest t whose error on dev is at most ε (chosen without test "
+    "labels)",
+    "decided on test at it": "the share of test items that threshold decides",
+    "error on test at it": "their error on test (near ε when dev and test agree)",
+}
+"""The routing table's columns and what each says (shown under the table)."""
+METRIC_HELP = {
+    "run": "the run",
+    "accuracy": "share of test items whose most likely option is right",
+    "Brier": "squared error of the probabilities; lower is better",
+    "NLL": "negative log-probability of the right option; lower is better",
+    "ECE": "gap between confidence and accuracy over 15 bins; lower is better",
+    "AURC": "area under the risk-coverage curve (the error averaged over every coverage); "
+    "lower is better",
+    "Cov@ε": "the largest share of test items decidable with observed error at most ε "
+    "(uses the labels); higher is better",
+    "predicted Cov@ε": "the same from the model's own confidences, without labels: 0 when "
+    "every confidence is below 1 − ε",
+    "T": T_HELP,
+    "rationale length": "mean tokens per rationale (0: the run answers directly)",
+}
+"""The metrics table's columns and what each says (shown under the table)."""
+ROUTING_COLUMNS = list(ROUTING_HELP)
+COLUMN_WIDTHS = ["190px", "80px", "130px", "150px", "90px", "90px", "100px", "120px", "120px"]
 """Widths of the routing table's columns (fixed: on a phone the table scrolls sideways)."""
-METRIC_COLUMNS = ["run", "accuracy", "Brier", "NLL", "ECE", "AURC", "Cov@ε", "pred. Cov@ε"]
-METRIC_COLUMNS += ["T", "mean length"]
+METRIC_COLUMNS = list(METRIC_HELP)
+FIRST_VIEW = "results/verify-mixed/seed-17"
+"""The shipped runs the tab opens on (``default_runs`` of this folder): the tiny
+``verify-mixed`` task, where two-stage RLCD's AURC is the lowest (the paper's headline)."""
+CONTRAST = "results/verify/seed-17"
+"""The shipped runs the first view's note names as where RLCD loses (tiny ``verify``)."""
+CHANCE_MARGIN = 0.05
+"""A run whose every test confidence is within this of chance (1/K) is left out of the
+figures (:func:`degenerate_reason`): its curves sit at chance and squash the others."""
 
 
 Scores = Ranked
@@ -239,6 +273,79 @@ def _thr(t: float | None) -> str:
 def _k(data: RunData) -> int:
     """Options per item of a run (the most, when they vary)."""
     return int(data.result.logits.shape[1])
+
+
+def degenerate_reason(data: RunData, scores: Scores) -> str:
+    """Why a run is left out of the figures ("" when it is drawn): every test confidence
+    of the view is within :data:`CHANCE_MARGIN` of chance ``1/K`` (its risk-coverage
+    curve sits at the error of a coin and its cost curve far above the others'), said with
+    what shows in its row: T at the fit's upper bound (``metrics.T_MAX``: the readouts
+    carry no signal on dev, so scaling flattens them) and a rationale length of 0 (the run
+    answers directly)."""
+    c = scores.confidence
+    k = _k(data)
+    if c.size == 0 or c.max() > 1.0 / k + CHANCE_MARGIN:
+        return ""
+    parts = [f"every confidence within {CHANCE_MARGIN:g} of chance (1/{k}; highest {c.max():.3f})"]
+    if data.fitted and data.T >= metrics.T_MAX:
+        parts.append(f"T {data.T:.3f} is the fit's upper bound: its readouts carry no signal")
+    if data.summary.get("mean_length") == 0:
+        parts.append("rationale length 0: it answers directly, without a rationale")
+    return "; ".join(parts)
+
+
+def first_view(names: Sequence[str]) -> list[str]:
+    """The runs the tab opens on: :func:`rlcd_lab.dashboard.common.default_runs` of the
+    runs under :data:`FIRST_VIEW`, else of all ``names``."""
+    chosen = default_runs([n for n in names if n.startswith(FIRST_VIEW + "/")])
+    return chosen or default_runs(names)
+
+
+def _aurc_words(folder: str, root: str | Path) -> str | None:
+    """ "RLCD's AURC a vs GRPO's b (lower: RLCD wins)" for a shipped folder, None without it."""
+    try:
+        r, g = (load_run(f"{folder}/{kind}", root) for kind in ("reinforce", "grpo"))
+    except gr.Error:
+        return None
+    a, b = (metrics.aurc(d.scaled.confidence, d.scaled.correct) for d in (r, g))
+    verdict = "lower: RLCD wins" if a < b else "higher: RLCD loses"
+    return f"two-stage RLCD's AURC is **{a:.4f}** against GRPO's **{b:.4f}** ({verdict})"
+
+
+def first_view_note(root: str | Path = ASSETS) -> str:
+    """What the first view shows, in words, with the AURC of RLCD and GRPO on
+    :data:`FIRST_VIEW` and :data:`CONTRAST` read from their dumps (temperature-scaled,
+    single query); "" when the shipped runs are not under ``root``."""
+    here, there = _aurc_words(FIRST_VIEW, root), _aurc_words(CONTRAST, root)
+    if here is None:
+        return ""
+    note = (
+        f"**What you are looking at:** decide-or-escalate on the cached test dumps of "
+        f"`{FIRST_VIEW}` (the tiny verify-mixed task): two-stage RLCD (`reinforce`) against "
+        f"GRPO, RFT and SFT, each temperature-scaled on dev. Here {here}. "
+        "Move t to trade automatic decisions for escalations."
+    )
+    if there is not None:
+        note += (
+            f" RLCD does not win everywhere: on `{CONTRAST}` (the tiny verify task) {there}; "
+            "pick those runs to see it."
+        )
+    return note
+
+
+def columns_help(help: dict[str, str], eps: float | None = None) -> str:
+    """One line per column of a table (``help``: name -> what it says), ε written as
+    ``eps`` when given."""
+    lines = [f"**{name}**: {what}" for name, what in help.items() if name != "run"]
+    text = " · ".join(lines)
+    return text.replace("ε", f"ε = {eps:g}") if eps is not None else text
+
+
+def run_names(root: str | Path, runs_root: str | Path) -> list[str]:
+    """The runs the tab lists now: the shipped ones under ``root``, then those under
+    ``runs_root`` that hold a test dump."""
+    names = run_choices(root)
+    return names + [n for n in local_run_choices(runs_root) if n not in names]
 
 
 def bayes_for_runs(
@@ -402,7 +509,9 @@ def routing_update(
 ) -> tuple[str, dict, dict, go.Figure, dict]:
     """The live routing view: ``(summary markdown, routing table, metrics table,
     risk-coverage figure with each run's operating point at the threshold, exact numbers)``;
-    tables are ``{"headers": [...], "data": [[...], ...]}`` (formatted strings).
+    tables are ``{"headers": [...], "data": [[...], ...]}`` (formatted strings). A run at
+    chance (:func:`degenerate_reason`) keeps its rows but is left out of the figure, and
+    the summary says why.
 
     The rule is ``DecisionRule(measure, threshold, aggregate)`` (see the module
     docstring); the summary names it. Per run: coverage, error when decided, escalations
@@ -430,19 +539,27 @@ def routing_update(
     labels = short_labels(runs)
     costs = (cost_wrong, cost_escalate)
     numbers, ranked, route_rows, metric_rows, notes, ks = {}, {}, [], [], [], []
+    left_out = {}
     for name in runs:
         data = load_run(name, root)
         ks.append(_k(data))
         x, s = _run_numbers(data, rule, eps, costs, calibrated)
         numbers[name], ranked[labels[name]] = x, s
+        if why := degenerate_reason(data, s):
+            left_out[labels[name]] = why
         route_rows.append(_route_row(labels[name], x))
         metric_rows.append(_metric_row(labels[name], x, data))
         if note := nothing_decided_note(labels[name], s, rule.threshold):
             notes.append(note)
     kind = "temperature-scaled" if calibrated else "raw"
-    by_label = {labels[n]: x for n, x in numbers.items()}
-    fig = _risk_figure(ranked, by_label, rule, eps, kind)
+    if len(left_out) == len(ranked):  # every run at chance: draw them all
+        left_out = {}
+    drawn = {k: s for k, s in ranked.items() if k not in left_out}
+    by_label = {labels[n]: x for n, x in numbers.items() if labels[n] in drawn}
+    fig = _risk_figure(drawn, by_label, rule, eps, kind)
     summary = _summary(rule, numbers, labels, ks, eps, costs, calibrated, notes)
+    if left_out:
+        summary += "\n\n" + left_out_note(left_out)
     result = {
         "threshold": rule.threshold,
         "measure": rule.measure,
@@ -463,6 +580,15 @@ def routing_update(
     )
 
 
+def left_out_note(left_out: dict[str, str]) -> str:
+    """Markdown naming the runs left out of the figures and why (:func:`degenerate_reason`)."""
+    lines = [f"- **{label}**: {why}" for label, why in left_out.items()]
+    return (
+        "**Left out of the figures** (their rows stay in the tables): at chance, their "
+        "curves would squash the others into one band.\n" + "\n".join(lines)
+    )
+
+
 def routing_figures(
     runs: Sequence[str] | None,
     cost_wrong: float,
@@ -474,7 +600,8 @@ def routing_figures(
 ) -> tuple[go.Figure, go.Figure]:
     """The figures that do not move with the threshold: reliability curves of the runs
     (max p of the view's readout) and their expected cost per item against the threshold
-    on the rule's confidence."""
+    on the rule's confidence; runs at chance are left out (:func:`degenerate_reason`;
+    drawn when every run is)."""
     _check_costs(cost_wrong, cost_escalate)
     make_rule(DEFAULT_THRESHOLD, measure, aggregate)
     runs = list(runs or [])
@@ -483,6 +610,8 @@ def routing_figures(
     labels = short_labels(runs)
     loaded = {labels[n]: load_run(n, root) for n in runs}
     data = {k: d.scores(calibrated, measure, aggregate) for k, d in loaded.items()}
+    drawn = [k for k in loaded if not degenerate_reason(loaded[k], data[k])] or list(loaded)
+    loaded, data = {k: loaded[k] for k in drawn}, {k: data[k] for k in drawn}
     kind = "temperature-scaled" if calibrated else "raw"
     reliability = plots.reliability_curves(
         {k: (d.probs(calibrated, aggregate), d.result.labels) for k, d in loaded.items()},
