@@ -86,7 +86,7 @@ def in_pane(fn: Callable[..., tuple], blanks: Sequence[Any], pane: int = 0) -> C
     """``fn`` whose ``gr.Error`` comes back in the tab's result pane instead of a toast:
     the outputs are ``blanks`` with the pane's (output ``pane``, a markdown) replaced by
     :func:`error_line` of the message. The signature, seen through ``__wrapped__``, is
-    ``fn``'s."""
+    ``fn``'s; ``.raising`` is ``fn`` itself (its errors raised)."""
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -97,6 +97,7 @@ def in_pane(fn: Callable[..., tuple], blanks: Sequence[Any], pane: int = 0) -> C
             out[pane] = error_line(err.message)
             return tuple(out)
 
+    wrapped.raising = fn  # type: ignore[attr-defined]
     return wrapped
 
 
