@@ -261,7 +261,9 @@ def test_routing_figures_and_shipped_runs():
     reliability, costs = routing_figures(chosen, 10.0, 1.0, True)
     labels = [t["name"] for t in reliability.to_dict()["data"]]
     # the SFT run sits at chance: left out of the figures (routing_tab.degenerate_reason)
-    drawn = [n for n in chosen if not routing_tab.degenerate_reason(load_run(n), load_run(n).scaled)]
+    drawn = [
+        n for n in chosen if not routing_tab.degenerate_reason(load_run(n), load_run(n).scaled)
+    ]
     assert [n.rsplit("/", 1)[1] for n in chosen if n not in drawn] == ["sft"]
     assert labels[0] == "perfect calibration" and len(labels) == 1 + 2 * len(drawn)
     lines = [t for t in costs.to_dict()["data"] if t["name"] == "1 − c_e/c_w"]

@@ -136,7 +136,8 @@ def route(
 
 def register(root: str | Path, places: Sequence[Path]) -> None:
     """Add :data:`TOOLS` as API endpoints of the ``gr.Blocks`` being built (call inside its
-    ``with`` block), on the assets ``root``, each confined to ``places``."""
+    ``with`` block), on the assets ``root``, each confined to ``places`` and answering
+    JSON text (an MCP client reads it as the tool's text content)."""
 
     def ask_question(
         question: str,
@@ -144,7 +145,7 @@ def register(root: str | Path, places: Sequence[Path]) -> None:
         checkpoint: str = "",
         m: int = 4,
         threshold: float = DEFAULT_THRESHOLD,
-    ) -> dict:
+    ) -> str:
         """Ask a checkpoint a question: it writes m rationales ending in 'Answer:', its
         readout over the option labels is calibrated with its fitted temperature, and the
         answer is decided automatically when its confidence (max p of the first rationale)
@@ -157,18 +158,18 @@ def register(root: str | Path, places: Sequence[Path]) -> None:
             m: rationales to sample, 1 to 64
             threshold: decide automatically when the confidence is at least this, in [0, 1]
         Returns:
-            answer, confidence, decision (automate or escalate), probabilities by label, the
+            JSON: answer, confidence, decision (automate or escalate), probabilities by label, the
             mixture over the rationales, the temperature T, the rule and the rationales
         """
         with confined_to(places):
-            return _ask(question, options, checkpoint, m, threshold, root=root)
+            return json.dumps(_ask(question, options, checkpoint, m, threshold, root=root))
 
     def decide(
         state: str,
         question: str = '{"type": "noul"}',
         checkpoint: str = "",
         mode: str = "direct",
-    ) -> dict:
+    ) -> str:
         """Answer a typed question about a state as the rlcd_lab decision server does (Jev
         wire form): a noul (yes/no) gives p(yes), a choice the most likely label and its
         chance-corrected confidence, a score the expected level.
@@ -179,10 +180,10 @@ def register(root: str | Path, places: Sequence[Path]) -> None:
             checkpoint: a shipped checkpoint name or a run's final/ folder; empty: the default
             mode: direct (one readout), reason (sample rationales) or auto (reason when unsure)
         Returns:
-            the wire answer, per-question details (mode, confidence, escalated) and token usage
+            JSON: the wire answer, per-question details (mode, confidence, escalated) and token usage
         """  # noqa: E501 (gradio reads each argument's description from one line)
         with confined_to(places):
-            return _decide(state, question, checkpoint, mode, root=root)
+            return json.dumps(_decide(state, question, checkpoint, mode, root=root))
 
     def route(
         run: str,
@@ -190,7 +191,7 @@ def register(root: str | Path, places: Sequence[Path]) -> None:
         eps: float = DEFAULT_EPS,
         cost_wrong: float = routing_tab.DEFAULT_COST_WRONG,
         cost_escalate: float = routing_tab.DEFAULT_COST_ESCALATE,
-    ) -> dict:
+    ) -> str:
         """Route a finished run's cached test answers at a threshold: which share is decided
         automatically, its error, the escalations and the expected cost per item, with the
         run's AURC and Cov@eps (temperature-scaled max p of the single query).
@@ -202,10 +203,10 @@ def register(root: str | Path, places: Sequence[Path]) -> None:
             cost_wrong: cost of a wrong automated decision
             cost_escalate: cost of escalating an item to a person
         Returns:
-            the rule and the run's coverage, risk, decided, errors, escalated, cost, aurc
+            JSON: the rule and the run's coverage, risk, decided, errors, escalated, cost, aurc
         """
         with confined_to(places):
-            return _route(run, threshold, eps, cost_wrong, cost_escalate, root=root)
+            return json.dumps(_route(run, threshold, eps, cost_wrong, cost_escalate, root=root))
 
     for fn in (ask_question, decide, route):
         gr.api(
