@@ -21,6 +21,7 @@ from rlcd_lab.dashboard import (
     controls,
     mcp_tools,
     routing_tab,
+    routing_words,
     ui,
 )
 from rlcd_lab.dashboard.ask_checkpoint import (
@@ -831,7 +832,7 @@ def test_nothing_decided_is_explained(fake_run):
 def test_nothing_decided_has_no_error_rate(fake_run):
     # raw test confidences 0.95 .. 0.55: t = 0.99 decides none of the 6 items, so the
     # error when decided is undefined (0 errors / 0 decisions), not 0%
-    head = routing_tab.ROUTING_COLUMNS
+    head = routing_words.ROUTING_COLUMNS
     col = head.index("error when decided")
     _, table, _, fig, out = routing_update([str(fake_run)], 0.99, 0.05, 10.0, 1.0, False)
     r = out["runs"][str(fake_run)]

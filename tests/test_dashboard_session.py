@@ -21,7 +21,9 @@ from rlcd_lab.dashboard import (
     batch_tab,
     controls,
     mcp_tools,
+    routing_guide,
     routing_tab,
+    routing_words,
     runs_tab,
     ui,
     uploads,
@@ -102,9 +104,9 @@ def test_routing_opens_on_the_headline_task_and_says_where_rlcd_loses():
     (runs,) = [
         b for b in demo.blocks.values() if (getattr(b, "label", None) or "").startswith("Runs (")
     ]
-    assert runs.value and all(v.startswith(routing_tab.FIRST_VIEW + "/") for v in runs.value)
+    assert runs.value and all(v.startswith(routing_guide.FIRST_VIEW + "/") for v in runs.value)
     assert runs.value[0].endswith("/reinforce")
-    note = routing_tab.first_view_note()
+    note = routing_guide.first_view_note()
     shipped = shipped_runs()
 
     def aurc(folder, kind):  # from the dump, scaled with T fitted on dev
@@ -113,8 +115,8 @@ def test_routing_opens_on_the_headline_task_and_says_where_rlcd_loses():
         conf, correct = metrics.confidence_and_correct(p, d.result.labels)
         return metrics.aurc(conf, correct)
 
-    assert f"{routing_tab.FIRST_VIEW}/grpo" in shipped
-    for folder, word in ((routing_tab.FIRST_VIEW, "wins"), (routing_tab.CONTRAST, "loses")):
+    assert f"{routing_guide.FIRST_VIEW}/grpo" in shipped
+    for folder, word in ((routing_guide.FIRST_VIEW, "wins"), (routing_guide.CONTRAST, "loses")):
         r, g = aurc(folder, "reinforce"), aurc(folder, "grpo")
         assert (r < g) == (word == "wins")  # the shipped dumps: RLCD wins on one, loses on one
         assert f"**{r:.4f}** against GRPO's **{g:.4f}**" in note and f"RLCD {word}" in note
@@ -123,14 +125,14 @@ def test_routing_opens_on_the_headline_task_and_says_where_rlcd_loses():
 
 
 def test_every_column_has_a_plain_name_and_a_line_saying_what_it_means():
-    for help_ in (routing_tab.ROUTING_HELP, routing_tab.METRIC_HELP):
+    for help_ in (routing_words.ROUTING_HELP, routing_words.METRIC_HELP):
         for name, what in help_.items():
             assert "@ dev" not in name and "pred." not in name and what and "\n" not in what
-    assert routing_tab.ROUTING_COLUMNS == list(routing_tab.ROUTING_HELP)
+    assert routing_words.ROUTING_COLUMNS == list(routing_words.ROUTING_HELP)
     demo = ui.build_demo()
     markdowns = [b.value for b in demo.blocks.values() if isinstance(b, gr.Markdown)]
-    for help_ in (routing_tab.ROUTING_HELP, routing_tab.METRIC_HELP):
-        assert routing_tab.columns_help(help_) in markdowns
+    for help_ in (routing_words.ROUTING_HELP, routing_words.METRIC_HELP):
+        assert routing_words.columns_help(help_) in markdowns
 
 
 def test_predicted_coverage_is_zero_below_one_minus_eps():
@@ -338,7 +340,7 @@ def test_mcp_tools_and_upload_limits_of_the_launched_app(tmp_path):
                     args = {"state": state, "question": '{"type": "noul"}',
                             "checkpoint": VERIFY_CK, "mode": "direct"}  # fmt: skip
                     decided = await s.call_tool("decide", args)
-                    run = f"{routing_tab.FIRST_VIEW}/reinforce"
+                    run = f"{routing_guide.FIRST_VIEW}/reinforce"
                     routed = await s.call_tool("route", {"run": run, "threshold": 0.9})
                     return tools, decided, routed
 

@@ -38,6 +38,8 @@ from rlcd_lab.metrics import DEFAULT_EPS
 TOOLS = ("ask_question", "decide", "route")
 """The endpoints the API page documents and the MCP server lists as tools."""
 DECIDE_MODES = ("direct", "reason", "auto")
+MODEL_SLOT = {"concurrency_limit": MODEL_CONCURRENCY, "concurrency_id": MODEL_CONCURRENCY_ID}
+"""The tools run in the model requests' concurrency group (``controls.MODEL_CONCURRENCY``)."""
 
 
 def _checkpoint(name: str | None, root: str | Path) -> str:
@@ -209,12 +211,7 @@ def register(root: str | Path, places: Sequence[Path]) -> None:
             return json.dumps(_route(run, threshold, eps, cost_wrong, cost_escalate, root=root))
 
     for fn in (ask_question, decide, route):
-        gr.api(
-            fn,
-            api_name=fn.__name__,
-            concurrency_limit=MODEL_CONCURRENCY,
-            concurrency_id=MODEL_CONCURRENCY_ID,
-        )
+        gr.api(fn, api_name=fn.__name__, **MODEL_SLOT)
 
 
 _ask, _decide, _route = ask_question, decide, route

@@ -1,7 +1,7 @@
 """The Routing tab's layout and events (its callbacks: :mod:`rlcd_lab.dashboard.routing_tab`).
 
-It opens on the runs of ``routing_tab.FIRST_VIEW`` with a note saying what they show,
-and where RLCD loses (``routing_tab.first_view_note``); each table is followed by a line per
+It opens on the runs of ``routing_guide.FIRST_VIEW`` with a note saying what they show,
+and where RLCD loses (``routing_guide.first_view_note``); each table is followed by a line per
 column saying what it means. Its run list is read again on each page load and by the
 page's refresh button; errors come back in the summary's pane (``controls.in_pane``). It
 shares its rule controls with the other tabs (``ctx.rules``)."""
@@ -12,7 +12,7 @@ from functools import partial
 
 import gradio as gr
 
-from rlcd_lab.dashboard import routing_tab
+from rlcd_lab.dashboard import routing_guide, routing_tab, routing_words
 from rlcd_lab.dashboard.common import confine
 from rlcd_lab.dashboard.controls import TabContext, in_pane, on_refresh, rule_controls
 from rlcd_lab.metrics import DEFAULT_EPS
@@ -20,11 +20,11 @@ from rlcd_lab.metrics import DEFAULT_EPS
 
 def layout(ctx: TabContext) -> None:
     """Build the Routing tab inside its ``gr.Tab``: runs, rule and costs, then the results."""
-    names = routing_tab.run_names(ctx.root, ctx.runs_root)
-    gr.Markdown(routing_tab.first_view_note(ctx.root))
+    names = routing_guide.run_names(ctx.root, ctx.runs_root)
+    gr.Markdown(routing_guide.first_view_note(ctx.root))
     runs = gr.Dropdown(
         names,
-        value=routing_tab.first_view(names),
+        value=routing_guide.first_view(names),
         multiselect=True,
         allow_custom_value=True,
         label="Runs (cached eval dumps)",
@@ -41,14 +41,14 @@ def layout(ctx: TabContext) -> None:
         label="Routing at threshold t (test split)",
         interactive=False,
         wrap=True,
-        column_widths=routing_tab.COLUMN_WIDTHS,
+        column_widths=routing_words.COLUMN_WIDTHS,
     )
-    gr.Markdown(routing_tab.columns_help(routing_tab.ROUTING_HELP), elem_classes="column-help")
+    gr.Markdown(routing_words.columns_help(routing_words.ROUTING_HELP), elem_classes="column-help")
     with gr.Row():
         rc_plot = gr.Plot(show_label=False, min_width=300)
         cost_plot = gr.Plot(show_label=False, min_width=300)
     metrics_table = gr.Dataframe(label="Per-run metrics (test split)", interactive=False)
-    gr.Markdown(routing_tab.columns_help(routing_tab.METRIC_HELP), elem_classes="column-help")
+    gr.Markdown(routing_words.columns_help(routing_words.METRIC_HELP), elem_classes="column-help")
     reliability = gr.Plot(show_label=False)
     with gr.Accordion("Exact numbers (JSON)", open=False):
         numbers = gr.JSON(label="routing")
@@ -88,8 +88,8 @@ def layout(ctx: TabContext) -> None:
 
 
 def _run_list(root, runs_root) -> dict:
-    """The run dropdown's choices as they are now (:func:`routing_tab.run_names`)."""
-    return gr.update(choices=routing_tab.run_names(root, runs_root))
+    """The run dropdown's choices as they are now (:func:`routing_guide.run_names`)."""
+    return gr.update(choices=routing_guide.run_names(root, runs_root))
 
 
 def _quiet(fn):

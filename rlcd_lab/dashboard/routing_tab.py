@@ -36,13 +36,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from rlcd_lab import metrics
-from rlcd_lab.dashboard.common import (
-    default_runs,
-    local_run_choices,
-    resolve_dir,
-    run_choices,
-    short_labels,
-)
+from rlcd_lab.dashboard import routing_words
+from rlcd_lab.dashboard.common import resolve_dir, short_labels
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.io import jsonl_path
@@ -62,63 +57,16 @@ MEASURE_CHOICES = [("max p", "max_p"), ("chance-corrected", "chance_corrected")]
 AGGREGATE_CHOICES = [("first rationale (single query)", "single"), ("mixture of M", "mixture")]
 BAYES_LINE = {"max_p": "1 − c_e/c_w", "chance_corrected": "cost-optimal t (chance-corrected)"}
 """Legend of the cost-optimal threshold's line in the cost figure, per measure."""
-HALF = 0.5
-"""The share of items the nothing-decided note quotes a threshold for."""
+HALF = 0.5  # the share of items the nothing-decided note quotes a threshold for
 DEFAULT_COST_WRONG = 10.0
 DEFAULT_COST_ESCALATE = 1.0
 NOTHING_DECIDED = "nothing decided"  # the error when decided of a threshold deciding no item
 NOT_FITTED = "not fitted"
 """Shown for T of a run without a dev dump (its "temperature-scaled" view is its raw one)."""
-MAX_POINTS = 200
-"""Curve points drawn per run (metrics always use every item)."""
+MAX_POINTS = 200  # curve points drawn per run (metrics always use every item)
 RUN_CACHE = 32
 LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}
 MARGIN = {"l": 50, "r": 20, "t": 80, "b": 40}
-
-T_HELP = "temperature fitted on dev; the readouts are softmax(logits / T)"
-ROUTING_HELP = {
-    "run": "the run: its task folder and method",
-    "T": T_HELP,
-    "decided automatically": "test items whose confidence is at least t (share and count)",
-    "error when decided": "the share of those items answered wrongly",
-    "escalated": "test items sent to a person (confidence below t)",
-    "cost per item": "(cost of a wrong decision × wrong + cost of escalating × escalated) / "
-    "items; lower is better",
-    "threshold from dev": "the lowest t whose error on dev is at most ε (chosen without test "
-    "labels)",
-    "decided on test at it": "the share of test items that threshold decides",
-    "error on test at it": "their error on test (near ε when dev and test agree)",
-}
-"""The routing table's columns and what each says (shown under the table)."""
-METRIC_HELP = {
-    "run": "the run",
-    "accuracy": "share of test items whose most likely option is right",
-    "Brier": "squared error of the probabilities; lower is better",
-    "NLL": "negative log-probability of the right option; lower is better",
-    "ECE": "gap between confidence and accuracy over 15 bins; lower is better",
-    "AURC": "area under the risk-coverage curve (the error averaged over every coverage); "
-    "lower is better",
-    "Cov@ε": "the largest share of test items decidable with observed error at most ε "
-    "(uses the labels); higher is better",
-    "predicted Cov@ε": "the same from the model's own confidences, without labels: 0 when "
-    "every confidence is below 1 − ε",
-    "T": T_HELP,
-    "rationale length": "mean tokens per rationale (0: the run answers directly)",
-}
-"""The metrics table's columns and what each says (shown under the table)."""
-ROUTING_COLUMNS = list(ROUTING_HELP)
-COLUMN_WIDTHS = ["190px", "80px", "130px", "150px", "90px", "90px", "100px", "120px", "120px"]
-"""Widths of the routing table's columns (fixed: on a phone the table scrolls sideways)."""
-METRIC_COLUMNS = list(METRIC_HELP)
-FIRST_VIEW = "results/verify-mixed/seed-17"
-"""The shipped runs the tab opens on (``default_runs`` of this folder): the tiny
-``verify-mixed`` task, where two-stage RLCD's AURC is the lowest (the paper's headline)."""
-CONTRAST = "results/verify/seed-17"
-"""The shipped runs the first view's note names as where RLCD loses (tiny ``verify``)."""
-CHANCE_MARGIN = 0.05
-"""A run whose every test confidence is within this of chance (1/K) is left out of the
-figures (:func:`degenerate_reason`): its curves sit at chance and squash the others."""
-
 
 Scores = Ranked
 """One reading of a run's items ranked by the rule's confidence
@@ -276,76 +224,9 @@ def _k(data: RunData) -> int:
 
 
 def degenerate_reason(data: RunData, scores: Scores) -> str:
-    """Why a run is left out of the figures ("" when it is drawn): every test confidence
-    of the view is within :data:`CHANCE_MARGIN` of chance ``1/K`` (its risk-coverage
-    curve sits at the error of a coin and its cost curve far above the others'), said with
-    what shows in its row: T at the fit's upper bound (``metrics.T_MAX``: the readouts
-    carry no signal on dev, so scaling flattens them) and a rationale length of 0 (the run
-    answers directly)."""
-    c = scores.confidence
-    k = _k(data)
-    if c.size == 0 or c.max() > 1.0 / k + CHANCE_MARGIN:
-        return ""
-    parts = [f"every confidence within {CHANCE_MARGIN:g} of chance (1/{k}; highest {c.max():.3f})"]
-    if data.fitted and data.T >= metrics.T_MAX:
-        parts.append(f"T {data.T:.3f} is the fit's upper bound: its readouts carry no signal")
-    if data.summary.get("mean_length") == 0:
-        parts.append("rationale length 0: it answers directly, without a rationale")
-    return "; ".join(parts)
-
-
-def first_view(names: Sequence[str]) -> list[str]:
-    """The runs the tab opens on: :func:`rlcd_lab.dashboard.common.default_runs` of the
-    runs under :data:`FIRST_VIEW`, else of all ``names``."""
-    chosen = default_runs([n for n in names if n.startswith(FIRST_VIEW + "/")])
-    return chosen or default_runs(names)
-
-
-def _aurc_words(folder: str, root: str | Path) -> str | None:
-    """ "RLCD's AURC a vs GRPO's b (lower: RLCD wins)" for a shipped folder, None without it."""
-    try:
-        r, g = (load_run(f"{folder}/{kind}", root) for kind in ("reinforce", "grpo"))
-    except gr.Error:
-        return None
-    a, b = (metrics.aurc(d.scaled.confidence, d.scaled.correct) for d in (r, g))
-    verdict = "lower: RLCD wins" if a < b else "higher: RLCD loses"
-    return f"two-stage RLCD's AURC is **{a:.4f}** against GRPO's **{b:.4f}** ({verdict})"
-
-
-def first_view_note(root: str | Path = ASSETS) -> str:
-    """What the first view shows, in words, with the AURC of RLCD and GRPO on
-    :data:`FIRST_VIEW` and :data:`CONTRAST` read from their dumps (temperature-scaled,
-    single query); "" when the shipped runs are not under ``root``."""
-    here, there = _aurc_words(FIRST_VIEW, root), _aurc_words(CONTRAST, root)
-    if here is None:
-        return ""
-    note = (
-        f"**What you are looking at:** decide-or-escalate on the cached test dumps of "
-        f"`{FIRST_VIEW}` (the tiny verify-mixed task): two-stage RLCD (`reinforce`) against "
-        f"GRPO, RFT and SFT, each temperature-scaled on dev. Here {here}. "
-        "Move t to trade automatic decisions for escalations."
-    )
-    if there is not None:
-        note += (
-            f" RLCD does not win everywhere: on `{CONTRAST}` (the tiny verify task) {there}; "
-            "pick those runs to see it."
-        )
-    return note
-
-
-def columns_help(help: dict[str, str], eps: float | None = None) -> str:
-    """One line per column of a table (``help``: name -> what it says), ε written as
-    ``eps`` when given."""
-    lines = [f"**{name}**: {what}" for name, what in help.items() if name != "run"]
-    text = " · ".join(lines)
-    return text.replace("ε", f"ε = {eps:g}") if eps is not None else text
-
-
-def run_names(root: str | Path, runs_root: str | Path) -> list[str]:
-    """The runs the tab lists now: the shipped ones under ``root``, then those under
-    ``runs_root`` that hold a test dump."""
-    names = run_choices(root)
-    return names + [n for n in local_run_choices(runs_root) if n not in names]
+    """Why a run is left out of the figures, "" when drawn (``routing_words.chance_reason``)."""
+    t, length = (data.T if data.fitted else None), data.summary.get("mean_length")
+    return routing_words.chance_reason(scores.confidence, _k(data), t, length)
 
 
 def bayes_for_runs(
@@ -509,9 +390,8 @@ def routing_update(
 ) -> tuple[str, dict, dict, go.Figure, dict]:
     """The live routing view: ``(summary markdown, routing table, metrics table,
     risk-coverage figure with each run's operating point at the threshold, exact numbers)``;
-    tables are ``{"headers": [...], "data": [[...], ...]}`` (formatted strings). A run at
-    chance (:func:`degenerate_reason`) keeps its rows but is left out of the figure, and
-    the summary says why.
+    tables are ``{"headers": [...], "data": [[...], ...]}`` (formatted strings); a run at
+    chance keeps its rows, left out of the figure (:func:`degenerate_reason`, said why).
 
     The rule is ``DecisionRule(measure, threshold, aggregate)`` (see the module
     docstring); the summary names it. Per run: coverage, error when decided, escalations
@@ -529,8 +409,8 @@ def routing_update(
     if not runs:
         return (
             "Select one or more runs.",
-            {"headers": ROUTING_COLUMNS, "data": []},
-            {"headers": METRIC_COLUMNS, "data": []},
+            {"headers": routing_words.ROUTING_COLUMNS, "data": []},
+            {"headers": routing_words.METRIC_COLUMNS, "data": []},
             plots.apply_theme(go.Figure()),
             {},
         )
@@ -538,8 +418,7 @@ def routing_update(
         raise gr.Error("the error budget eps must be in (0, 1)")
     labels = short_labels(runs)
     costs = (cost_wrong, cost_escalate)
-    numbers, ranked, route_rows, metric_rows, notes, ks = {}, {}, [], [], [], []
-    left_out = {}
+    numbers, ranked, route_rows, metric_rows, notes, ks, left_out = {}, {}, [], [], [], [], {}
     for name in runs:
         data = load_run(name, root)
         ks.append(_k(data))
@@ -552,14 +431,13 @@ def routing_update(
         if note := nothing_decided_note(labels[name], s, rule.threshold):
             notes.append(note)
     kind = "temperature-scaled" if calibrated else "raw"
-    if len(left_out) == len(ranked):  # every run at chance: draw them all
-        left_out = {}
+    left_out = left_out if len(left_out) < len(ranked) else {}  # all at chance: draw all
     drawn = {k: s for k, s in ranked.items() if k not in left_out}
     by_label = {labels[n]: x for n, x in numbers.items() if labels[n] in drawn}
     fig = _risk_figure(drawn, by_label, rule, eps, kind)
     summary = _summary(rule, numbers, labels, ks, eps, costs, calibrated, notes)
-    if left_out:
-        summary += "\n\n" + left_out_note(left_out)
+    summary += routing_words.left_out_note(left_out)
+    metric_heads = [c.replace("ε", f"{eps:g}") for c in routing_words.METRIC_COLUMNS]
     result = {
         "threshold": rule.threshold,
         "measure": rule.measure,
@@ -573,19 +451,10 @@ def routing_update(
     }
     return (
         summary,
-        {"headers": ROUTING_COLUMNS, "data": route_rows},
-        {"headers": [c.replace("ε", f"{eps:g}") for c in METRIC_COLUMNS], "data": metric_rows},
+        {"headers": routing_words.ROUTING_COLUMNS, "data": route_rows},
+        {"headers": metric_heads, "data": metric_rows},
         fig,
         result,
-    )
-
-
-def left_out_note(left_out: dict[str, str]) -> str:
-    """Markdown naming the runs left out of the figures and why (:func:`degenerate_reason`)."""
-    lines = [f"- **{label}**: {why}" for label, why in left_out.items()]
-    return (
-        "**Left out of the figures** (their rows stay in the tables): at chance, their "
-        "curves would squash the others into one band.\n" + "\n".join(lines)
     )
 
 
@@ -600,8 +469,7 @@ def routing_figures(
 ) -> tuple[go.Figure, go.Figure]:
     """The figures that do not move with the threshold: reliability curves of the runs
     (max p of the view's readout) and their expected cost per item against the threshold
-    on the rule's confidence; runs at chance are left out (:func:`degenerate_reason`;
-    drawn when every run is)."""
+    on the rule's confidence; runs at chance left out (:func:`degenerate_reason`)."""
     _check_costs(cost_wrong, cost_escalate)
     make_rule(DEFAULT_THRESHOLD, measure, aggregate)
     runs = list(runs or [])
