@@ -28,6 +28,7 @@ from rlcd_lab.dashboard import (
     ui,
     uploads,
 )
+from rlcd_lab.dashboard.common import default_runs
 from rlcd_lab.decide import DecisionModel
 from rlcd_lab.decide.jev import DecisionError
 from rlcd_lab.files.assets import shipped_runs
@@ -145,6 +146,22 @@ def test_predicted_coverage_is_zero_below_one_minus_eps():
     # the top-2 prefix's (0.01 + 0.08) / 2 = 0.045 <= 0.05, the top-3 prefix's more
     c = np.array([0.99, 0.92, 0.5, 0.5])
     assert metrics.predicted_coverage_at_risk(c, 0.05) == pytest.approx(2 / 4)
+
+
+def test_predicted_coverage_of_the_shipped_baselines_is_zero_as_documented():
+    # docs/dashboard.md: at eps = 0.05 every baseline of the default comparison on the
+    # shipped verify and verify-mixed runs has its highest calibrated confidence under
+    # 0.95, hence predicted Cov@0.05 = 0 (the column's 0.000 in every baseline row)
+    names = list(shipped_runs())
+    for task in ("verify", "verify-mixed"):
+        for seed in (17, 23, 29):
+            runs = default_runs([n for n in names if n.startswith(f"results/{task}/seed-{seed}/")])
+            assert runs[0].endswith("/reinforce")
+            for name in runs[1:]:
+                d = routing_tab.load_run(name)
+                assert d.scaled.confidence.max() < 0.95, name
+                *_, out = routing_tab.routing_update([name], 0.5, 0.05, 10, 1, True)
+                assert out["runs"][name]["pred_cov_at_eps"] == 0.0, name
 
 
 def test_a_run_at_chance_is_left_out_of_the_figures_and_said_why(tmp_path):
