@@ -1,6 +1,7 @@
 """Screenshots at desktop width (headless Chromium): every dashboard tab, opened by its
 deep link ``/?tab=<id>``, and the figures of a notebook, each a PNG 1440 px wide that is
-not blank; two tabs never give the same picture (the deep link selected the tab).
+not blank; two tabs never give the same picture (the deep link selected the tab); the Ask
+button shows on the first screen of a 1400 x 1000 window.
 
 Skipped when Chromium is not installed, unless ``RLCD_LAB_REQUIRE_CHROMIUM=1`` (then it
 fails). Notebook figures: only notebook 01's (no training, a few seconds); every notebook
@@ -80,6 +81,9 @@ def test_select_tab_reads_the_request():
 def test_every_tab_at_desktop_width(tmp_path):
     with screenshots.serve_dashboard() as url, screenshots.Browser() as browser:
         shots = screenshots.shoot_tabs(url, tmp_path, browser=browser)
+        # the Ask button is on the first screen of a 1400 x 1000 window
+        bottom = screenshots.button_bottom(url, "ask", "Ask", browser)
+    assert bottom is not None and 0 < bottom <= screenshots.FOLD[1], bottom
     assert [p.name for p in shots] == [f"tab-{t}.png" for t in ui.TAB_IDS]
     pictures = {p.name: _check(p) for p in shots}
     # every pair of tabs differs: the deep link opened each tab (a page that ignored it

@@ -201,7 +201,7 @@ def checkpoint_info(
     dropdown, question, options)``. The question and options are replaced by the task's
     first example only when the current options do not fit the checkpoint's task; for a
     chat checkpoint without a task (SmolLM2) by the first generic example only when the
-    question is empty."""
+    question is empty. The dropdown shows the example the question is, when it is one."""
     try:
         path = checkpoint_dir(checkpoint, root)
         meta = _meta(path)
@@ -228,7 +228,12 @@ def checkpoint_info(
             info += "\n\nNo task: pick an example or type your own question and labels."
             if not (question or "").strip():
                 question, options = items[0].prompt, ", ".join(items[0].options)
-    return info, gr.Dropdown(choices=choices, value=None, label=label), question, options
+    shown = next(
+        (it.uid for it in items[:N_EXAMPLES]
+         if it.prompt == question and ", ".join(it.options) == options),
+        None,
+    )  # fmt: skip
+    return info, gr.Dropdown(choices=choices, value=shown, label=label), question, options
 
 
 def example_fields(checkpoint: str, uid: str | None, root: str | Path = ASSETS) -> tuple:
@@ -241,3 +246,10 @@ def example_fields(checkpoint: str, uid: str | None, root: str | Path = ASSETS) 
         if item.uid == uid:
             return item.prompt, ", ".join(item.options)
     raise gr.Error(f"no example {uid!r} for this checkpoint")
+
+
+def example_answer(checkpoint: str, uid: str | None, root: str | Path = ASSETS) -> tuple:
+    """What picking an example does: ``(question, options)`` of :func:`example_fields`,
+    then the answer's outputs cleared (verdict, rationales, bars, result), so the previous
+    answer does not stay beside the new question."""
+    return (*example_fields(checkpoint, uid, root), "", "", None, None)

@@ -1,8 +1,12 @@
 """The Ask tab's layout and events (its callbacks: :mod:`rlcd_lab.dashboard.ask_tab` and
 :mod:`rlcd_lab.dashboard.ask_checkpoint`).
 
-Its checkpoint, question and options fields are shared (``ctx.ask_fields``: the Compare tab
-copies the question), and so are its rule controls (``ctx.rules``)."""
+The question's side reads top to bottom: checkpoint, example, question, options and the
+Ask button (above the fold of a 1400 x 1000 window), then the sampling and rule controls
+and the model card. Errors come back in the answer's pane (``controls.in_pane``); picking
+an example clears the previous answer. Its checkpoint, question and options fields are
+shared (``ctx.ask_fields``: the Compare tab copies the question), and so are its rule
+controls (``ctx.rules``)."""
 
 from __future__ import annotations
 
@@ -17,10 +21,16 @@ from rlcd_lab.dashboard.controls import (
     MODEL_CONCURRENCY,
     MODEL_CONCURRENCY_ID,
     TabContext,
+    checkpoint_dropdown,
     checkpoints,
+    in_pane,
+    on_refresh,
     rule_controls,
     sampling_controls,
 )
+
+BLANK_ANSWER = ("", "", None, None)
+"""The answer's outputs (verdict, rationales, bars, result) with nothing shown."""
 
 
 def layout(ctx: TabContext) -> None:
@@ -35,8 +45,6 @@ def layout(ctx: TabContext) -> None:
                 label="Checkpoint",
                 info=CHECKPOINT_INFO,
             )
-            with gr.Accordion("Model card", open=True):
-                info = gr.Markdown()
             example = gr.Dropdown(
                 [], label="Task example (test split)", info="fills the question and options"
             )
@@ -49,9 +57,11 @@ def layout(ctx: TabContext) -> None:
             options = gr.Textbox(
                 label="Options", info="comma-separated labels, each a single token (e.g. Y, N)"
             )
+            button = gr.Button("Ask", variant="primary")
             m, sampling_t, max_new, seed = sampling_controls()
             measure, aggregate, threshold = rule_controls()
-            button = gr.Button("Ask", variant="primary")
+            with gr.Accordion("Model card", open=False):
+                info = gr.Markdown()
         with gr.Column(scale=3, min_width=320):
             verdict = gr.Markdown()
             texts = gr.HTML(label="Rationales")
@@ -83,6 +93,10 @@ def _wire(
     checkpoint, question, options = fields
     threshold, measure, aggregate = inputs[7:]
     verdict, _, _, result = outputs
+    answer = in_pane(confine(partial(ask_tab.ask, root=root), places), BLANK_ANSWER)
+    on_refresh(
+        ctx, partial(checkpoint_dropdown, ctx.root, ctx.runs_root), [checkpoint], "ask_checkpoints"
+    )
     gr.on(
         [checkpoint.change, ctx.demo.load],
         confine(partial(ask_checkpoint.checkpoint_info, root=root), places),
@@ -90,7 +104,7 @@ def _wire(
         [info, example, question, options],
         api_name="checkpoint_info",
     ).then(
-        confine(partial(ask_tab.ask, root=root), places),
+        answer,
         inputs,
         outputs,
         api_visibility="private",
@@ -98,14 +112,18 @@ def _wire(
         concurrency_id=MODEL_CONCURRENCY_ID,
     )
     example.input(
-        confine(partial(ask_checkpoint.example_fields, root=root), places),
+        in_pane(
+            confine(partial(ask_checkpoint.example_answer, root=root), places),
+            (gr.skip(), gr.skip(), *BLANK_ANSWER),
+            pane=2,
+        ),
         [checkpoint, example],
-        [question, options],
+        [question, options, *outputs],
         api_name="example",
     )
     gr.on(
         [button.click, question.submit, options.submit],
-        confine(partial(ask_tab.ask, root=root), places),
+        answer,
         inputs,
         outputs,
         api_name="ask",

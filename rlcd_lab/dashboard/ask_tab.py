@@ -44,6 +44,7 @@ from rlcd_lab.dashboard.ask_checkpoint import (
     temperature_status,
 )
 from rlcd_lab.dashboard.common import checkpoint_dir, compact_layout
+from rlcd_lab.decide.questions import unknown_chars
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.lm.checkpoint import MARKER
 from rlcd_lab.lm.loading import load_checkpoint
@@ -59,6 +60,10 @@ MAX_OPTIONS_CHARS = 1000
 """Longest options text the Ask tab takes, in characters (checked before it is split)."""
 MODEL_CACHE = 4
 """Loaded checkpoints kept in memory (least recently used evicted)."""
+GENERIC_HINT = "letters A, B, C or Y, N"
+"""Labels suggested for a checkpoint without options of its own (a BPE model: single tokens)."""
+NOT_SINGLE = "not a single token"
+"""What the reader's message says of labels that are not single tokens."""
 
 
 @lru_cache(maxsize=MODEL_CACHE)
@@ -127,6 +132,38 @@ def positions_needed(
     Raises ``ValueError`` for bad labels or an empty question (as ``read`` would)."""
     reader = Reader(None, tokenizer, meta)  # type: ignore[arg-type]
     return reader.question_positions(question, list(labels), max_new_tokens=int(max_new_tokens))
+
+
+def option_hint(meta: dict) -> str:
+    """The labels to suggest for this checkpoint: its own options (``rlcd.json``
+    ``"options"``, e.g. ``Y, N`` for the tiny verify checkpoints, whose vocabulary holds
+    no other letters), else :data:`GENERIC_HINT`."""
+    options = meta.get("options")
+    return ", ".join(map(str, options)) if options else GENERIC_HINT
+
+
+def check_input(
+    tokenizer: PreTrainedTokenizerBase, meta: dict, question: str, labels: Sequence[str]
+) -> None:
+    """The decision server's input policy, applied to a typed question: characters the
+    tokenizer maps to its unknown token are refused by the server's own check
+    (:func:`rlcd_lab.decide.questions.unknown_chars`), and labels that are not single
+    tokens are refused with :func:`option_hint`. Raises ``gr.Error`` (control characters
+    shown escaped)."""
+    reader = Reader(None, tokenizer, meta)  # type: ignore[arg-type]
+    bad = unknown_chars(tokenizer, question, reader.encode)
+    if bad:
+        raise gr.Error(
+            f"the question contains characters this model cannot read: {bad[:10]}; the "
+            "decision server refuses them too"
+        )
+    try:
+        reader.options(list(labels))
+    except ValueError as err:
+        msg = str(err)
+        if NOT_SINGLE in msg:
+            msg = msg.split(";")[0] + f"; this model reads the options {option_hint(meta)}"
+        raise gr.Error(msg) from None
 
 
 @torch.no_grad()
@@ -369,9 +406,10 @@ def ask(
     ``DecisionRule(measure, threshold, aggregate)`` applied: :func:`route_result`),
     ``decision`` and, when the question is one of the checkpoint's examples (a test item
     of its task, or a generic example) with the same options, ``item`` (``uid``, true
-    ``label``). Bad input raises ``gr.Error``: labels that are not single tokens, a
-    question or options text over the size limits (checked first, before anything is
-    loaded or tokenised), a prompt past the model's context, an unknown rule.
+    ``label``). Bad input raises ``gr.Error``: a question or options text over the size
+    limits (checked first, before anything is loaded or tokenised), characters or labels
+    the server would refuse (:func:`check_input`), a prompt past the model's context, an
+    unknown rule.
     """
     check_sizes(question, options)
     if not (question or "").strip():
@@ -381,6 +419,7 @@ def ask(
     check_sampling(m, sampling_temperature)
     model, tokenizer, meta = load_model(checkpoint, root)
     path = checkpoint_dir(checkpoint, root)
+    check_input(tokenizer, meta, question.strip(), labels)
     try:
         result = ask_model(
             model, tokenizer, meta, question.strip(), labels, m, sampling_temperature,

@@ -1,6 +1,7 @@
 """The Batch tab's layout and events (its callbacks: :mod:`rlcd_lab.dashboard.batch_tab`).
 
-It shares its rule controls with the other tabs (``ctx.rules``)."""
+It shares its rule controls with the other tabs (``ctx.rules``); a file or a setting that
+cannot be used is said in one line where the summary goes (``controls.in_pane``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from rlcd_lab.dashboard.controls import (
     MODEL_CONCURRENCY,
     MODEL_CONCURRENCY_ID,
     TabContext,
+    checkpoint_dropdown,
     checkpoints,
+    in_pane,
+    on_refresh,
     rule_controls,
     sampling_controls,
 )
@@ -58,17 +62,27 @@ def layout(ctx: TabContext) -> None:
         column_widths=batch_tab.COLUMN_WIDTHS,
     )
     download = gr.File(label="answers.csv", interactive=False, visible=False)
+    empty = {"headers": batch_tab.RESULT_COLUMNS, "data": []}
     button.click(
-        confine(partial(batch_tab.batch_answers, root=ctx.root), ctx.places),
+        in_pane(
+            confine(partial(batch_tab.batch_answers, root=ctx.root), ctx.places),
+            ("", empty, None),
+        ),
         [checkpoint, upload, m, sampling_t, max_new, seed, threshold, measure, aggregate],
         [summary, table, download],
         api_name="batch",
         concurrency_limit=MODEL_CONCURRENCY,
         concurrency_id=MODEL_CONCURRENCY_ID,
-    ).success(_shown, None, download, api_visibility="private", show_progress="hidden")
+    ).then(_shown, download, download, api_visibility="private", show_progress="hidden")
+    on_refresh(
+        ctx,
+        partial(checkpoint_dropdown, ctx.root, ctx.runs_root),
+        [checkpoint],
+        "batch_checkpoints",
+    )
     ctx.rules.append((measure, aggregate, threshold))
 
 
-def _shown() -> dict:
-    """Show a component hidden until it has a value (the Batch tab's answers.csv)."""
-    return gr.update(visible=True)
+def _shown(value: object) -> dict:
+    """Show the Batch tab's answers.csv only when there is one."""
+    return gr.update(visible=value is not None)

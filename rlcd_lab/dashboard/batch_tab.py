@@ -185,13 +185,14 @@ def _row(n: int, record: dict, where: str) -> BatchQuestion | BadRow:
 
 def read_question_file(path: str | Path) -> tuple[list[BatchQuestion], list[BadRow]]:
     """The valid questions and the malformed rows of an uploaded JSONL or CSV file (see
-    the module docstring), each in file order. A malformed row (invalid JSON, not an
-    object, a missing, empty or over-long question, missing options, fewer than 2 or
-    duplicate options, a label that is not an option) is a :class:`BadRow` naming its
-    line (JSONL) or data row (CSV) and the problem. Raises ``ValueError`` for what refuses
-    the whole file: another suffix, an oversized or non-UTF-8 file, a CSV without
-    question and options columns or unreadable as CSV, no rows, more than
-    :data:`MAX_BATCH_ROWS` rows, or no valid row (quoting the first problems)."""
+    the module docstring), each in file order. A malformed row (invalid JSON or JSON
+    nested too deeply for Python's parser, not an object, a missing, empty or over-long
+    question, missing options, fewer than 2 or duplicate options, a label that is not an
+    option) is a :class:`BadRow` naming its line (JSONL) or data row (CSV) and the problem.
+    Raises ``ValueError`` for what refuses the whole file: another suffix, an oversized
+    or non-UTF-8 file, a CSV without question and options columns or unreadable as CSV,
+    no rows, more than :data:`MAX_BATCH_ROWS` rows, or no valid row (quoting the first
+    problems)."""
     path = Path(path)
     text = _read_text(path)
     out: list[BatchQuestion | BadRow] = []
@@ -203,6 +204,8 @@ def read_question_file(path: str | Path) -> tuple[list[BatchQuestion], list[BadR
                 record = json.loads(line)
             except ValueError as err:
                 out.append(BadRow(n, f"line {n}: not valid JSON ({err})"))
+            except RecursionError:
+                out.append(BadRow(n, f"line {n}: JSON nested too deeply to read"))
             else:
                 if isinstance(record, dict):
                     out.append(_row(n, record, "line"))

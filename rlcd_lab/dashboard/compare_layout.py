@@ -1,7 +1,7 @@
 """The Compare tab's layout and events (its callbacks: :mod:`rlcd_lab.dashboard.compare_tab`).
 
 It copies the Ask tab's question (``ctx.ask_fields``) and shares its rule controls
-(``ctx.rules``)."""
+(``ctx.rules``); errors come back in the summary's pane (``controls.in_pane``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from rlcd_lab.dashboard.controls import (
     MODEL_CONCURRENCY,
     MODEL_CONCURRENCY_ID,
     TabContext,
+    checkpoint_dropdown,
     checkpoints,
+    in_pane,
+    on_refresh,
     rule_controls,
     sampling_controls,
 )
@@ -63,8 +66,12 @@ def layout(ctx: TabContext) -> None:
     copy.click(
         lambda q, o: (q, o), list(ctx.ask_fields[1:]), [question, options], api_visibility="private"
     )
+    on_refresh(ctx, partial(_both, root, ctx.runs_root), [a, b], "compare_checkpoints")
     button.click(
-        confine(partial(compare_tab.compare_checkpoints, root=root), places),
+        in_pane(
+            confine(partial(compare_tab.compare_checkpoints, root=root), places),
+            ("", "", None, "", None, None),
+        ),
         [a, b, question, options, m, sampling_t, max_new, seed, threshold, measure, aggregate],
         [summary, md_a, fig_a, md_b, fig_b, result],
         api_name="compare",
@@ -72,3 +79,9 @@ def layout(ctx: TabContext) -> None:
         concurrency_id=MODEL_CONCURRENCY_ID,
     )
     ctx.rules.append((measure, aggregate, threshold))
+
+
+def _both(root, runs_root) -> tuple[dict, dict]:
+    """Both checkpoint dropdowns' choices as they are now."""
+    update = checkpoint_dropdown(root, runs_root)
+    return update, update

@@ -9,8 +9,11 @@ fields, which the Compare tab copies; every tab's rule controls, which ``ui`` ke
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
@@ -31,26 +34,71 @@ interleave, and the model already uses every CPU core."""
 MODEL_CONCURRENCY_ID = "model"
 """The concurrency group of the events that run a model."""
 
-CHECKPOINT_INFO = (
-    "a shipped checkpoint, a run trained under runs/ (its final/), a local one "
-    "($RLCD_CHECKPOINT, SmolLM2 once converted with `rlcd-lab gguf smollm2`), or type a directory"
-)
+CHECKPOINT_INFO = "shipped, trained under runs/ (its final/), $RLCD_CHECKPOINT, or type a folder"
 
 
 @dataclass
 class TabContext:
     """What a tab's ``layout(ctx)`` builds with: the assets root, the trained runs' root,
     the ``gr.Blocks`` being built (its ``load`` event), the places the callbacks may open
-    (``common.allowed_places``), and what the tabs share: the Ask tab's ``(checkpoint,
-    question, options)`` fields and each tab's ``(measure, aggregate, threshold)`` rule
-    controls, in tab order."""
+    (``common.allowed_places``), the page's refresh button (:func:`on_refresh`), and what
+    the tabs share: the Ask tab's ``(checkpoint, question, options)`` fields and each
+    tab's ``(measure, aggregate, threshold)`` rule controls, in tab order."""
 
     root: Path
     runs_root: Path
     demo: gr.Blocks
     places: tuple[Path, ...]
+    refresh: gr.Button | None = None
     ask_fields: tuple = ()
     rules: list[tuple] = field(default_factory=list)
+
+
+def on_refresh(ctx: TabContext, fn: Callable[[], Any], outputs: Sequence, api_name: str) -> None:
+    """Run ``fn`` (no inputs; it returns updates of ``outputs``, e.g. a dropdown's choices)
+    on every page load and on a click of the page's refresh button, so runs and
+    checkpoints written after the app started are listed without a restart."""
+    triggers = [ctx.demo.load] + ([ctx.refresh.click] if ctx.refresh is not None else [])
+    gr.on(triggers, fn, None, list(outputs), api_name=api_name, show_progress="hidden")
+
+
+def checkpoint_dropdown(root: Path, runs_root: Path) -> dict:
+    """A checkpoint dropdown's update listing :func:`checkpoints` as they are now (the
+    value is kept)."""
+    return gr.update(choices=checkpoints(root, runs_root)[0])
+
+
+ERROR_PREFIX = "**Error:** "
+"""How an error reads in a tab's result pane (:func:`in_pane`)."""
+
+
+def error_line(message: str) -> str:
+    """``message`` as one line of markdown for a result pane: line breaks become spaces,
+    other control characters are escaped (``\\x1b``), markdown's special characters are
+    escaped, so user data echoed in a message shows as typed."""
+    text = " ".join(str(message).split("\n"))
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    special = "\\`*_{}[]<>()#+-.!|~"
+    return ERROR_PREFIX + "".join("\\" + c if c in special else c for c in text)
+
+
+def in_pane(fn: Callable[..., tuple], blanks: Sequence[Any], pane: int = 0) -> Callable[..., Any]:
+    """``fn`` whose ``gr.Error`` comes back in the tab's result pane instead of a toast:
+    the outputs are ``blanks`` with the pane's (output ``pane``, a markdown) replaced by
+    :func:`error_line` of the message. The signature, seen through ``__wrapped__``, is
+    ``fn``'s; ``.raising`` is ``fn`` itself (its errors raised)."""
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error as err:
+            out = list(blanks)
+            out[pane] = error_line(err.message)
+            return tuple(out)
+
+    wrapped.raising = fn  # type: ignore[attr-defined]
+    return wrapped
 
 
 def checkpoints(root: Path, runs_root: Path) -> tuple[list[str], str | None]:

@@ -36,6 +36,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from rlcd_lab import metrics
+from rlcd_lab.dashboard import routing_words
 from rlcd_lab.dashboard.common import resolve_dir, short_labels
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
@@ -56,35 +57,16 @@ MEASURE_CHOICES = [("max p", "max_p"), ("chance-corrected", "chance_corrected")]
 AGGREGATE_CHOICES = [("first rationale (single query)", "single"), ("mixture of M", "mixture")]
 BAYES_LINE = {"max_p": "1 − c_e/c_w", "chance_corrected": "cost-optimal t (chance-corrected)"}
 """Legend of the cost-optimal threshold's line in the cost figure, per measure."""
-HALF = 0.5
-"""The share of items the nothing-decided note quotes a threshold for."""
+HALF = 0.5  # the share of items the nothing-decided note quotes a threshold for
 DEFAULT_COST_WRONG = 10.0
 DEFAULT_COST_ESCALATE = 1.0
 NOTHING_DECIDED = "nothing decided"  # the error when decided of a threshold deciding no item
 NOT_FITTED = "not fitted"
 """Shown for T of a run without a dev dump (its "temperature-scaled" view is its raw one)."""
-MAX_POINTS = 200
-"""Curve points drawn per run (metrics always use every item)."""
+MAX_POINTS = 200  # curve points drawn per run (metrics always use every item)
 RUN_CACHE = 32
 LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}
 MARGIN = {"l": 50, "r": 20, "t": 80, "b": 40}
-
-ROUTING_COLUMNS = [
-    "run",
-    "T",
-    "decided",
-    "error when decided",
-    "escalated",
-    "cost / item",
-    "dev t @ ε",
-    "test decided @ dev t",
-    "test error @ dev t",
-]
-COLUMN_WIDTHS = ["190px", "80px", "130px", "150px", "90px", "90px", "90px", "130px", "130px"]
-"""Widths of the routing table's columns (fixed: on a phone the table scrolls sideways)."""
-METRIC_COLUMNS = ["run", "accuracy", "Brier", "NLL", "ECE", "AURC", "Cov@ε", "pred. Cov@ε"]
-METRIC_COLUMNS += ["T", "mean length"]
-
 
 Scores = Ranked
 """One reading of a run's items ranked by the rule's confidence
@@ -239,6 +221,12 @@ def _thr(t: float | None) -> str:
 def _k(data: RunData) -> int:
     """Options per item of a run (the most, when they vary)."""
     return int(data.result.logits.shape[1])
+
+
+def degenerate_reason(data: RunData, scores: Scores) -> str:
+    """Why a run is left out of the figures, "" when drawn (``routing_words.chance_reason``)."""
+    t, length = (data.T if data.fitted else None), data.summary.get("mean_length")
+    return routing_words.chance_reason(scores.confidence, _k(data), t, length)
 
 
 def bayes_for_runs(
@@ -402,7 +390,8 @@ def routing_update(
 ) -> tuple[str, dict, dict, go.Figure, dict]:
     """The live routing view: ``(summary markdown, routing table, metrics table,
     risk-coverage figure with each run's operating point at the threshold, exact numbers)``;
-    tables are ``{"headers": [...], "data": [[...], ...]}`` (formatted strings).
+    tables are ``{"headers": [...], "data": [[...], ...]}`` (formatted strings); a run at
+    chance keeps its rows, left out of the figure (:func:`degenerate_reason`, said why).
 
     The rule is ``DecisionRule(measure, threshold, aggregate)`` (see the module
     docstring); the summary names it. Per run: coverage, error when decided, escalations
@@ -420,8 +409,8 @@ def routing_update(
     if not runs:
         return (
             "Select one or more runs.",
-            {"headers": ROUTING_COLUMNS, "data": []},
-            {"headers": METRIC_COLUMNS, "data": []},
+            {"headers": routing_words.ROUTING_COLUMNS, "data": []},
+            {"headers": routing_words.METRIC_COLUMNS, "data": []},
             plots.apply_theme(go.Figure()),
             {},
         )
@@ -429,20 +418,26 @@ def routing_update(
         raise gr.Error("the error budget eps must be in (0, 1)")
     labels = short_labels(runs)
     costs = (cost_wrong, cost_escalate)
-    numbers, ranked, route_rows, metric_rows, notes, ks = {}, {}, [], [], [], []
+    numbers, ranked, route_rows, metric_rows, notes, ks, left_out = {}, {}, [], [], [], [], {}
     for name in runs:
         data = load_run(name, root)
         ks.append(_k(data))
         x, s = _run_numbers(data, rule, eps, costs, calibrated)
         numbers[name], ranked[labels[name]] = x, s
+        if why := degenerate_reason(data, s):
+            left_out[labels[name]] = why
         route_rows.append(_route_row(labels[name], x))
         metric_rows.append(_metric_row(labels[name], x, data))
         if note := nothing_decided_note(labels[name], s, rule.threshold):
             notes.append(note)
     kind = "temperature-scaled" if calibrated else "raw"
-    by_label = {labels[n]: x for n, x in numbers.items()}
-    fig = _risk_figure(ranked, by_label, rule, eps, kind)
+    left_out = left_out if len(left_out) < len(ranked) else {}  # all at chance: draw all
+    drawn = {k: s for k, s in ranked.items() if k not in left_out}
+    by_label = {labels[n]: x for n, x in numbers.items() if labels[n] in drawn}
+    fig = _risk_figure(drawn, by_label, rule, eps, kind)
     summary = _summary(rule, numbers, labels, ks, eps, costs, calibrated, notes)
+    summary += routing_words.left_out_note(left_out)
+    metric_heads = [c.replace("ε", f"{eps:g}") for c in routing_words.METRIC_COLUMNS]
     result = {
         "threshold": rule.threshold,
         "measure": rule.measure,
@@ -456,8 +451,8 @@ def routing_update(
     }
     return (
         summary,
-        {"headers": ROUTING_COLUMNS, "data": route_rows},
-        {"headers": [c.replace("ε", f"{eps:g}") for c in METRIC_COLUMNS], "data": metric_rows},
+        {"headers": routing_words.ROUTING_COLUMNS, "data": route_rows},
+        {"headers": metric_heads, "data": metric_rows},
         fig,
         result,
     )
@@ -474,7 +469,7 @@ def routing_figures(
 ) -> tuple[go.Figure, go.Figure]:
     """The figures that do not move with the threshold: reliability curves of the runs
     (max p of the view's readout) and their expected cost per item against the threshold
-    on the rule's confidence."""
+    on the rule's confidence; runs at chance left out (:func:`degenerate_reason`)."""
     _check_costs(cost_wrong, cost_escalate)
     make_rule(DEFAULT_THRESHOLD, measure, aggregate)
     runs = list(runs or [])
@@ -483,6 +478,8 @@ def routing_figures(
     labels = short_labels(runs)
     loaded = {labels[n]: load_run(n, root) for n in runs}
     data = {k: d.scores(calibrated, measure, aggregate) for k, d in loaded.items()}
+    drawn = [k for k in loaded if not degenerate_reason(loaded[k], data[k])] or list(loaded)
+    loaded, data = {k: loaded[k] for k in drawn}, {k: data[k] for k in drawn}
     kind = "temperature-scaled" if calibrated else "raw"
     reliability = plots.reliability_curves(
         {k: (d.probs(calibrated, aggregate), d.result.labels) for k, d in loaded.items()},

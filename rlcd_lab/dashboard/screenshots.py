@@ -162,6 +162,41 @@ class Browser:
         the browser's ``timeout``."""
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
+        with self._page(url, width, height, ready, settle) as session:
+            if full_page:
+                tall = self._evaluate(
+                    session,
+                    "Math.max(document.documentElement.scrollHeight, document.body.scrollHeight)",
+                )
+                tall = min(max(int(tall or height), height), max_height)
+                if tall != height:
+                    metrics = {"width": width, "deviceScaleFactor": 1, "mobile": False}
+                    self.call("Emulation.setDeviceMetricsOverride", session, height=tall, **metrics)
+                    time.sleep(0.3)  # let the page lay out at its new height
+            shot = self.call("Page.captureScreenshot", session, format="png")
+            out.write_bytes(base64.b64decode(shot["data"]))
+        return out
+
+    def evaluate(
+        self,
+        url: str,
+        expression: str,
+        width: int = DESKTOP_WIDTH,
+        height: int = DESKTOP_HEIGHT,
+        ready: str = "true",
+        settle: float = 1.0,
+    ):
+        """The value of the JavaScript ``expression`` on ``url`` in a ``width`` x ``height``
+        tab, once ``ready`` has held for ``settle`` seconds (as :meth:`shoot`), e.g. where
+        an element lies on the page."""
+        with self._page(url, width, height, ready, settle) as session:
+            return self._evaluate(session, expression)
+
+    @contextlib.contextmanager
+    def _page(self, url: str, width: int, height: int, ready: str, settle: float):
+        """A new tab on ``url`` (its DevTools session), once ``ready`` has been true for
+        ``settle`` seconds of real time; closed afterwards. ``TimeoutError`` when the page
+        is not ready within the browser's ``timeout``."""
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         try:
             session = self.call("Target.attachToTarget", targetId=target, flatten=True)
@@ -181,20 +216,9 @@ class Browser:
                 if now > deadline:
                     raise TimeoutError(f"{url} was not ready within {self.timeout:.0f} s")
                 time.sleep(0.2)
-            if full_page:
-                tall = self._evaluate(
-                    session,
-                    "Math.max(document.documentElement.scrollHeight, document.body.scrollHeight)",
-                )
-                tall = min(max(int(tall or height), height), max_height)
-                if tall != height:
-                    self.call("Emulation.setDeviceMetricsOverride", session, height=tall, **metrics)
-                    time.sleep(0.3)  # let the page lay out at its new height
-            shot = self.call("Page.captureScreenshot", session, format="png")
-            out.write_bytes(base64.b64decode(shot["data"]))
+            yield session
         finally:
             self.call("Target.closeTarget", targetId=target)
-        return out
 
     def close(self) -> None:
         """Close the browser and remove its profile."""
@@ -220,6 +244,23 @@ GRADIO_READY = """(() => {
 """True once gradio's page is built and no event is pending (no progress text or bar)."""
 PLOTLY_READY = "document.querySelectorAll('.js-plotly-plot .main-svg').length > 0"
 """True once plotly has drawn the page's figure."""
+FOLD = (1400, 1000)
+"""The window, in CSS pixels, whose first screen must show the Ask button."""
+BUTTON_BOTTOM = """(() => {
+  const b = [...document.querySelectorAll("button")].find(
+    (e) => e.innerText.trim() === %s && e.offsetParent !== null);
+  return b ? b.getBoundingClientRect().bottom : null;
+})()"""
+"""The bottom edge (CSS pixels from the top of the window) of the visible button whose text
+is the JSON string substituted for ``%s``, or null."""
+
+
+def button_bottom(base: str, tab: str, text: str, browser: Browser, size=FOLD) -> float | None:
+    """Where the bottom of the button reading ``text`` lies on the first screen of ``tab``
+    (the dashboard served at ``base``, a window of ``size``), once the page is ready."""
+    width, height = size
+    expression = BUTTON_BOTTOM % json.dumps(text)
+    return browser.evaluate(tab_url(base, tab), expression, width, height, GRADIO_READY)
 
 
 def screenshot(url: str, out: str | Path, **kwargs) -> Path:

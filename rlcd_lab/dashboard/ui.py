@@ -44,30 +44,27 @@ from typing import Any
 
 import gradio as gr
 from gradio import queueing
+from starlette.middleware import Middleware
 
 from rlcd_lab.dashboard import (
     ask_layout,
     batch_layout,
     compare_layout,
     help_layout,
+    mcp_tools,
     playground_layout,
     routing_layout,
     runs_layout,
 )
 from rlcd_lab.dashboard.common import RUNS_DIR, allowed_places, forwarded_trust
 from rlcd_lab.dashboard.controls import TabContext
+from rlcd_lab.dashboard.uploads import DELETE_CACHE, MAX_UPLOAD_FILE_BYTES, UploadGuard
 from rlcd_lab.files.assets import ASSETS
 
 INTRO = """# rlcd_lab: calibrated decisions from reasoning models
 A model writes a rationale that ends in `Answer:`; we **read** its next-token distribution
-over the option tokens (the readout *u*), score it with a proper scoring rule, and
-decide automatically only when the calibrated confidence is high enough.
-**Ask** a checkpoint a question · **Compare** two checkpoints on one question · answer a
-**Batch** file · compare **Routing** of RLCD against GRPO/SFT/RFT on cached eval dumps ·
-inspect training **Runs** · play with **Proposition 1** · look terms up in **Help**.
-Everything here runs on the CPU, offline: the shipped tiny checkpoints, runs you trained
-under `runs/`, SmolLM2-135M-Instruct once converted (`rlcd-lab gguf smollm2`), or the checkpoint
-named by `$RLCD_CHECKPOINT`."""
+over the options (the readout *u*) and decide automatically only when the calibrated
+confidence is high enough, else escalate to a person. Everything runs on the CPU, offline."""
 
 CSS = """
 .dark .js-plotly-plot .main-svg .infolayer text,
@@ -103,6 +100,9 @@ MAX_CLIENT_EVENTS = 24
 client can open sessions at will). The address is the connection's peer: an
 ``X-Forwarded-For`` header counts only from the proxies named in
 ``$RLCD_TRUSTED_PROXIES`` (``common.trusted_proxies``; none by default)."""
+REFRESH_LABEL = "↻ Refresh runs and checkpoints"
+"""The header's button that lists runs and checkpoints written since the page loaded (a
+page load lists them too: ``controls.on_refresh``)."""
 DEFAULT_CONCURRENCY = 2
 """How many calls of one light callback (Routing, Runs, Proposition 1, examples) run at once."""
 SYSTEM_FONTS = ["system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica", "Arial"]
@@ -164,13 +164,22 @@ class Dashboard(gr.Blocks):
     whose queue is a :class:`FairQueue`.
 
     Gradio 6 takes the theme in ``launch()``; ``rlcd-lab app`` and ``app.py`` call a bare
-    ``launch()``, so the default lives here. ``launch()`` also sets which proxies' forwarded
-    headers uvicorn believes (``common.forwarded_trust``: none unless configured).
+    ``launch()``, so the defaults live here: the theme and :data:`CSS`, the MCP server
+    (``mcp_server=True``: the tools of :mod:`.mcp_tools` at ``/gradio_api/mcp/``), uploads
+    bounded (``max_file_size`` :data:`rlcd_lab.dashboard.uploads.MAX_UPLOAD_FILE_BYTES` and
+    :class:`rlcd_lab.dashboard.uploads.UploadGuard` around the app). ``launch()`` also sets
+    which proxies' forwarded headers uvicorn believes (``common.forwarded_trust``: none
+    unless configured).
     """
 
     def launch(self, *args, **kwargs):  # noqa: D102 (gradio's docstring applies)
         kwargs.setdefault("theme", offline_theme())
         kwargs.setdefault("css", CSS)
+        kwargs.setdefault("mcp_server", True)
+        kwargs.setdefault("max_file_size", MAX_UPLOAD_FILE_BYTES)
+        app_kwargs = dict(kwargs.get("app_kwargs") or {})
+        app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(UploadGuard)]
+        kwargs["app_kwargs"] = app_kwargs
         with forwarded_trust():  # uvicorn believes forwarded headers only from these
             return super().launch(*args, **kwargs)
 
@@ -240,13 +249,21 @@ def build_demo(
     (default: the shipped ``assets/``) and the runs trained under ``runs_root`` (default
     ``runs/``), its queue bounded and fair (see the module docstring). Its callbacks open
     checkpoints and runs only there, in ``$RLCD_CHECKPOINT``, the converted SmolLM2
-    checkpoint and ``allowed_dirs`` (``common.allowed_places``). ``launch()`` uses
-    :func:`offline_theme` and :data:`CSS`."""
+    checkpoint and ``allowed_dirs`` (``common.allowed_places``). Every list of runs and
+    checkpoints is read again on each page load and by the header's refresh button.
+    The documented API (and the MCP server's tools) is :mod:`.mcp_tools`' decision
+    functions; the tabs' events stay callable by their ``api_name``. Uploaded files are
+    deleted an hour after upload (``delete_cache``, :mod:`.uploads`). ``launch()`` uses
+    :func:`offline_theme` and :data:`CSS` and serves the MCP tools."""
     root, runs_root = Path(root), Path(runs_root)
     places = allowed_places(root, runs_root, allowed_dirs)
-    with Dashboard(title="rlcd_lab dashboard", analytics_enabled=False) as demo:
-        gr.Markdown(INTRO)
-        ctx = TabContext(root, runs_root, demo, places)
+    with Dashboard(
+        title="rlcd_lab dashboard", analytics_enabled=False, delete_cache=DELETE_CACHE
+    ) as demo:
+        with gr.Row():
+            gr.Markdown(INTRO)
+            refresh = gr.Button(REFRESH_LABEL, size="sm", scale=0, min_width=200)
+        ctx = TabContext(root, runs_root, demo, places, refresh)
         with gr.Tabs() as tabs:
             for tab in TABS:
                 with gr.Tab(tab.label, id=tab.id):
@@ -255,5 +272,7 @@ def build_demo(
         _sync(ctx.rules)
         # deep links: /?tab=routing opens the Routing tab
         demo.load(_select_tab, None, tabs, api_visibility="private", show_progress="hidden")
+        mcp_tools.register(root, places)
+    mcp_tools.document_only_tools(demo)
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=DEFAULT_CONCURRENCY)
     return demo
