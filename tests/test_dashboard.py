@@ -1331,6 +1331,7 @@ def test_the_app_command_passes_allowed_folders(monkeypatch, tmp_path):
 
     monkeypatch.setattr(dashboard, "build_demo", fake_build_demo)
     a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()  # a missing folder is refused (tests/test_bounds.py)
     main(["app", "--allow-checkpoint-dir", str(a), str(b), "--port", "7999"])
     assert [str(p) for p in seen["allowed_dirs"]] == [str(a), str(b)]
     assert seen["launch"]["server_port"] == 7999
