@@ -202,6 +202,29 @@ def body(**overrides) -> dict:
     return {"model": "jev-latest", "state": STATES[0], "questions": QUESTIONS, **overrides}
 
 
+def test_labels_are_matched_by_meaning_not_position(client, decider):
+    """The issue's case: ``{"yes": "right", "no": "wrong"}`` and the same criteria in the
+    other order answer the same label with the same probabilities (those of
+    ``DecisionModel`` on the same checkpoint); labels whose meaning is ambiguous are a 422
+    naming them."""
+    post = lambda b: client.post("/v1/systemone", json=b)  # noqa: E731
+    state = "47+38+16=91?"
+    orders = [{"yes": "right", "no": "wrong"}, {"no": "wrong", "yes": "right"}]
+    answers = []
+    for criteria in orders:
+        r = post(body(state=state, questions={"v": {"type": "choice", "criteria": criteria}}))
+        assert r.status_code == 200, r.text
+        answers.append(r.json()["answers"]["v"])
+    assert answers[0]["choice"] == answers[1]["choice"]
+    assert close(answers[0]["probabilities"], answers[1]["probabilities"])
+    p_yes = decider.decide(state, {"q": {"type": "noul"}}, mode="direct").answers["q"]["noul"]
+    assert answers[0]["probabilities"]["yes"] == pytest.approx(p_yes, abs=1e-6)
+    r = post(body(questions={"v": {"type": "choice", "criteria": {"Y": "wrong", "N": "right"}}}))
+    assert_error(r, 422, ["body", "questions", "v", "criteria"])
+    msg = r.json()["detail"][0]["msg"]
+    assert "'Y'" in msg and "'N'" in msg and "more than one" in msg
+
+
 def test_validation_errors_are_422_with_locations(client):
     post = lambda b: client.post("/v1/systemone", json=b)  # noqa: E731
     q = {"type": "choice", "criteria": {"Y": None, "N": None}}
