@@ -31,6 +31,7 @@ from rlcd_lab.decide.answering import DecideOptions, Decision
 from rlcd_lab.decide.jev import DecisionError
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.server.app import create_app, default_checkpoint
+from rlcd_lab.server.batching import DynamicBatcher, Late
 from rlcd_lab.server.connections import build_server
 from rlcd_lab.server.hardening import REQUEST_ID_HEADER, ServerLimits
 
@@ -866,6 +867,122 @@ def test_a_batch_runs_in_deadline_order(decider):
     assert all(r.status_code == 200 for r in asyncio.run(go()))
     assert app.state.batcher.batches == 1  # one batch, three calls: 5 s, 60 s (two), none
     assert calls == [[STATES[1]], [STATES[0], STATES[2]], [STATES[3]]]
+
+
+class FakeModel:
+    """A batcher's ``fn`` on a fake clock: a call over ``u`` work units (the jobs' ``"units"``)
+    takes exactly ``CALL_S + UNIT_S u`` fake seconds, plus a job's ``"extra"`` seconds (a
+    call running longer than measured); each job's result is the clock when its call
+    ended. Nothing depends on the machine's speed."""
+
+    CALL_S, UNIT_S = 1.0, 0.01
+
+    def __init__(self) -> None:
+        self.now = [1000.0]
+        self.calls: list[list[str]] = []
+
+    def __call__(self, jobs: list[dict], cancelled) -> list[float]:
+        self.calls.append([j["name"] for j in jobs])
+        units = sum(j["units"] for j in jobs)
+        self.now[0] += self.CALL_S + self.UNIT_S * units + sum(j.get("extra", 0) for j in jobs)
+        return [self.now[0]] * len(jobs)
+
+    def batcher(self) -> DynamicBatcher:
+        return DynamicBatcher(
+            self, max_wait_ms=0, deadline=lambda j: j.get("deadline"), clock=lambda: self.now[0]
+        )
+
+
+def _job(model: FakeModel, name: str, units: float, budget: float | None, **kw) -> dict:
+    deadline = None if budget is None else model.now[0] + budget
+    return {"name": name, "units": units, "deadline": deadline, **kw}
+
+
+async def _measured(model: FakeModel) -> DynamicBatcher:
+    """A batcher that has measured two calls (100 and 300 units: 2 s and 4 s), so that its
+    estimate is 1.5 (1 + 0.01 u) seconds: 3 s for 100 units, 4.5 s for 200, 6 s for 300."""
+    batcher = model.batcher()
+    for units in (100, 300):
+        await batcher.submit(_job(model, "warm", units, None), units)
+    assert batcher.estimate(100) == pytest.approx(3.0)
+    assert batcher.estimate(200) == pytest.approx(4.5)
+    return batcher
+
+
+def test_admission_refuses_a_job_the_queue_would_make_late():
+    """Three jobs of 100 units, each with 5 s to go, arrive at once: one call over the
+    first two is estimated at 4.5 s (in time), over all three at 6 s (late), so the third
+    is refused at once with Late, Retry-After the 4.5 s estimated for the two ahead of it.
+    The two admitted are answered before their deadline. A job with no deadline, and one
+    that could not be answered in time even by an idle server (3 s of work, 1 s to go),
+    are never refused."""
+    model = FakeModel()
+
+    async def go():
+        batcher = await _measured(model)
+        jobs = [_job(model, n, 100, 5.0) for n in "abc"]
+        a, b = (batcher.put(j, 100) for j in jobs[:2])
+        with pytest.raises(Late) as late:
+            batcher.put(jobs[2], 100)
+        assert late.value.retry_after == pytest.approx(4.5)  # est(200 queued units)
+        done = await asyncio.gather(a, b)
+        assert all(t <= j["deadline"] for t, j in zip(done, jobs[:2], strict=True))
+        hopeless = _job(model, "hopeless", 100, 1.0)
+        untimed = _job(model, "untimed", 10_000, None)
+        await asyncio.gather(batcher.submit(hopeless, 100), batcher.submit(untimed, 10_000))
+        assert batcher.refused == 1
+        await batcher.aclose()
+
+    asyncio.run(go())
+    assert model.calls[2:] == [["a", "b"], ["hopeless"], ["untimed"]]
+
+
+def test_admission_rechecks_when_a_group_starts():
+    """Two jobs admitted with 16 s to go (one call over both: 4.5 s) whose group starts
+    12 s later (the clock moved while they were queued): one call over both would end
+    past the first deadline, over the first alone it ends in time, so the first runs and
+    the second gets Late (Retry-After: the 3 s of the call ahead); nobody is answered
+    after their deadline."""
+    model = FakeModel()
+
+    async def go():
+        batcher = await _measured(model)
+        a, b = _job(model, "a", 100, 16.0), _job(model, "b", 100, 16.1)
+        futures = [batcher.put(j, 100) for j in (a, b)]
+        model.now[0] += 12.0  # before the collector runs: 12 s in the queue
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        await batcher.aclose()
+        return a, results
+
+    a, (t_a, late) = asyncio.run(go())
+    assert model.calls[2:] == [["a"]]  # 12 + 3 <= 16 alone; 12 + 4.5 > 16 with b
+    assert t_a <= a["deadline"]
+    assert isinstance(late, Late) and late.retry_after == pytest.approx(3.0)
+
+
+def test_a_deadline_the_queue_cannot_meet_is_a_503_with_retry_after(decider, monkeypatch):
+    """Refused at arrival or when its group starts (the batcher's Late): a JSON 503 with
+    ``Retry-After`` (the estimated seconds of the work ahead, rounded up, at least 1),
+    before any model work; the official client retries on it."""
+    app = create_app(decider, options=DecideOptions(mode="direct"))
+    batcher = app.state.batcher
+    with TestClient(app, raise_server_exceptions=False) as c:
+        monkeypatch.setattr(batcher, "put", lambda job, units: (_ for _ in ()).throw(Late(2.2)))
+        r = c.post("/v1/systemone", json=body())
+        assert_error(r, 503, [], "deadline_unmeetable")
+        assert r.headers["retry-after"] == "3" and "deadline" in r.json()["detail"][0]["msg"]
+        monkeypatch.undo()
+
+        def refuse_all(group):
+            for e in group:
+                e.future.set_exception(Late(0.2))
+            return []
+
+        monkeypatch.setattr(batcher, "_admit", refuse_all)
+        r = c.post("/v1/systemone", json=body())
+        assert_error(r, 503, [], "deadline_unmeetable")
+        assert r.headers["retry-after"] == "1"
+    assert batcher.jobs == 1 and batcher.batches == 1  # collected, then refused unanswered
 
 
 def test_an_unfitted_checkpoint_answers_directly_by_default(decider):
