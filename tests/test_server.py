@@ -1413,6 +1413,49 @@ def test_a_port_in_use_is_one_line_and_status_2(monkeypatch, capsys):
     assert f"port {port} on 127.0.0.1 is already in use" in lines[0] and "--port" in lines[0]
 
 
+def test_a_port_out_of_range_is_one_line_naming_it(monkeypatch, capsys):
+    """``serve --port -1`` used to say "unknown host" (the address lookup failed on it)."""
+    import rlcd_lab.server as server_mod
+    from rlcd_lab.cli import main
+
+    monkeypatch.setattr(server_mod, "serve", lambda *a, **k: pytest.fail("must not serve"))
+    for port in ("-1", "65536"):
+        with pytest.raises(SystemExit) as err:
+            main(["serve", "--port", port])
+        assert err.value.code == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "--port" in lines[0] and f"got {port}" in lines[0], lines
+        assert "0..65535" in lines[0] and "unknown host" not in lines[0]
+
+
+def test_serve_logs_its_url_models_and_whether_a_key_is_required(monkeypatch, caplog):
+    """Once bound, ``serve`` logs one line: the URL with the port it bound (also for port
+    0), the model's name and aliases, the checkpoint and whether a key is required."""
+    import rlcd_lab.server as server_mod
+
+    bound = []
+
+    def build_not_run(*args, **kwargs):
+        server = build_server(*args, **kwargs)
+        bound.append(server.sock.getsockname()[1])
+        server.run = server.sock.close  # bound, never listening
+        return server
+
+    monkeypatch.setattr(server_mod, "build_server", build_not_run)
+    monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
+    caplog.set_level(logging.INFO, logger="rlcd_lab.server")
+    for key, says in ((None, "no API key is required"), ("s3cret", "an API key is required")):
+        monkeypatch.delenv("RLCD_API_KEY", raising=False)
+        caplog.clear()
+        server_mod.serve(port=0, api_key=key)
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving")]
+        assert len(lines) == 1 and bound[-1] != 0
+        line = lines[0]
+        assert f"http://127.0.0.1:{bound[-1]}/v1/systemone" in line
+        assert "'rlcd-verify-reinforce'" in line and "jev-latest" in line
+        assert str(default_checkpoint()) in line and says in line and "s3cret" not in line
+
+
 def test_a_huge_request_head_is_431(app):
     headers = [("Authorization", f"Bearer {KEY}")]
     with running(app) as (url, _):

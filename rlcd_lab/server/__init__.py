@@ -106,6 +106,7 @@ __all__ = [
     "LOOPBACK_HOSTS",
     "measure_passes",
     "serve",
+    "startup_line",
 ]
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,27 @@ def serve(
         **kwargs,
     )
     measure_passes(getattr(getattr(app, "state", None), "decider", None))
-    build_server(app, host=host, port=port, log_level=log_level, **transport).run()
+    server = build_server(app, host=host, port=port, log_level=log_level, **transport)
+    log.info("%s", startup_line(app, checkpoint, host, server.sock.getsockname()[1], api_key))
+    server.run()
+
+
+def startup_line(
+    app: Any, checkpoint: str | Path | None, host: str, port: int, api_key: str | None
+) -> str:
+    """The line ``serve`` logs once it is bound: its URL (the port it bound, also for
+    ``port=0``), the model names it answers to, the checkpoint they were loaded from and
+    whether an API key is required."""
+    from rlcd_lab.server.app import default_checkpoint
+
+    bare = host.strip("[]")
+    url = f"http://{f'[{bare}]' if ':' in bare else bare}:{port}"
+    names = list(getattr(app.state, "names", []))
+    source = checkpoint if checkpoint is not None else default_checkpoint()
+    key = "an API key is required (Authorization: Bearer)" if api_key else "no API key is required"
+    return (
+        f"serving {url}/v1/systemone: model {names[0]!r} (aliases {names[1:]}) from {source}; {key}"
+    )
 
 
 def measure_passes(decider: DecisionModel | None) -> None:
