@@ -913,9 +913,9 @@ def test_admission_refuses_a_job_the_queue_would_make_late():
     """Three jobs of 100 units, each with 5 s to go, arrive at once: one call over the
     first two is estimated at 4.5 s (in time), over all three at 6 s (late), so the third
     is refused at once with Late, Retry-After the 4.5 s estimated for the two ahead of it.
-    The two admitted are answered before their deadline. A job with no deadline, and one
-    that could not be answered in time even by an idle server (3 s of work, 1 s to go),
-    are never refused."""
+    The two admitted are answered before their deadline. A job with no deadline is never
+    refused; one that could not be answered in time even by an idle server (3 s of work,
+    1 s to go) is refused behind a queue and taken by an idle server (best effort)."""
     model = FakeModel()
 
     async def go():
@@ -925,12 +925,14 @@ def test_admission_refuses_a_job_the_queue_would_make_late():
         with pytest.raises(Late) as late:
             batcher.put(jobs[2], 100)
         assert late.value.retry_after == pytest.approx(4.5)  # est(200 queued units)
+        with pytest.raises(Late):  # 3 s of work, 1 s to go, behind a queue
+            batcher.put(_job(model, "behind", 100, 1.0), 100)
         done = await asyncio.gather(a, b)
         assert all(t <= j["deadline"] for t, j in zip(done, jobs[:2], strict=True))
         hopeless = _job(model, "hopeless", 100, 1.0)
         untimed = _job(model, "untimed", 10_000, None)
         await asyncio.gather(batcher.submit(hopeless, 100), batcher.submit(untimed, 10_000))
-        assert batcher.refused == 1
+        assert batcher.refused == 2
         await batcher.aclose()
 
     asyncio.run(go())

@@ -86,15 +86,16 @@ class DynamicBatcher:
     (:class:`rlcd_lab.decide.deadlines.PassCosts`, kind ``"call"``: 1.5 times a least-squares
     fit ``a + b units`` of the last calls, at least 1.5 times the quickest) estimates the
     seconds of a call over ``units`` (:meth:`estimate`; 0 before the first call). A job
-    whose deadline cannot be met *because of the work ahead of it* is refused with
-    :class:`Late` instead of answered late: at :meth:`put`, when the rest of the running
+    whose deadline cannot be met behind the work ahead of it is refused with :class:`Late`
+    (``retry_after``: the estimated seconds of that work) instead of answered late: at
+    :meth:`put`, when a call is running or jobs are queued and the rest of the running
     call plus one call over the queued jobs and itself would end past its deadline; and
     when its group is about to run, when it is not among the deadline-ordered jobs of the
-    group that one call can answer in time. A job that could not be answered in time even
-    by an idle server (its own estimate exceeds its whole budget) is not refused: it runs
-    first in its group, at best effort (the model code may still answer it more cheaply,
-    as ``DecisionModel`` cuts reasoning at the deadline). ``admission=False`` admits every
-    job (the calls are still measured).
+    group that one call can answer in time. A job that arrives at an idle server is
+    always taken, and one that could not be answered in time even there (its own
+    estimate exceeds its whole budget) runs first in its group, at best effort (the model
+    code may still answer it more cheaply, as ``DecisionModel`` cuts reasoning at the
+    deadline). ``admission=False`` admits every job (the calls are still measured).
     """
 
     def __init__(
@@ -153,12 +154,12 @@ class DynamicBatcher:
         now = self.clock()
         deadline = self.deadline(job) if self.deadline is not None else None
         if self.admission and deadline is not None:
+            busy = self._busy_until is not None or not worker.queue.empty()
             rest = max(0.0, self._busy_until - now) if self._busy_until is not None else 0.0
             queued = self.estimate(worker.units) if worker.units else 0.0
-            late = now + rest + self.estimate(worker.units + units) > deadline
-            if late and now + self.estimate(units) <= deadline:  # the work ahead is why
+            if busy and now + rest + self.estimate(worker.units + units) > deadline:
                 self.refused += 1
-                raise Late(rest + queued)
+                raise Late(max(rest + queued, self.estimate(units)))
         future = asyncio.get_running_loop().create_future()
         worker.units += units
         worker.queue.put_nowait(_Entry(job, future, units, now))
