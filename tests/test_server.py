@@ -1523,3 +1523,31 @@ def test_a_stuck_request_does_not_block_shutdown(decider):
         release.set()
         with pytest.raises(httpx.HTTPError):
             pending.result().raise_for_status()
+
+
+def test_the_documented_curl_example_follows_the_schema_and_the_label_rule():
+    """docs/server.md's raw request validates with the request schema, and its captured
+    response reads the labels by meaning: ``yes`` and level 1 (``right``) are the ``Y``
+    option, whose probability is the noul's p(yes); ``no`` and level 0 (``wrong``) are
+    ``N``; the choice is the argmax, the score the expected level."""
+    from pathlib import Path
+
+    from rlcd_lab.decide.jev import SystemOneRequest
+
+    text = (Path(__file__).parents[1] / "docs" / "server.md").read_text(encoding="utf-8")
+
+    def block(marker: str) -> dict:
+        return json.loads(text.split(marker, 1)[1].split("```json", 1)[1].split("```", 1)[0])
+
+    request, response = block("<!-- curl-request -->"), block("<!-- curl-response -->")
+    typed = SystemOneRequest.model_validate(request).typed_questions()
+    assert set(typed) == set(response["answers"]) and request["model"] == "jev-latest"
+    a = response["answers"]
+    p_yes, verdict, level = a["right"]["noul"], a["verdict"], a["level"]
+    assert verdict["probabilities"]["yes"] == level["probabilities"]["1"] == p_yes
+    assert verdict["probabilities"]["no"] == level["probabilities"]["0"]
+    assert verdict["probabilities"]["no"] + p_yes == pytest.approx(1.0, abs=1e-12)
+    assert verdict["choice"] == ("yes" if p_yes > 0.5 else "no")
+    assert level["score"] == pytest.approx(p_yes, abs=1e-12)
+    assert level["legend"] == {"0": "wrong", "1": "right"}
+    assert "curl -s http://127.0.0.1:" in text and "Content-Type: application/json" in text
