@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
@@ -40,7 +39,7 @@ from rlcd_lab.decide.jev import (
 )
 from rlcd_lab.files.assets import default_checkpoint as pick_default
 from rlcd_lab.files.assets import shipped_checkpoints
-from rlcd_lab.server.batching import DynamicBatcher, Late, Overloaded, answer_unless_gone
+from rlcd_lab.server.batching import DynamicBatcher, answer_unless_gone
 from rlcd_lab.server.hardening import (
     REQUEST_ID_KEY,
     ApiError,
@@ -217,7 +216,7 @@ class _Service:
         result = Decision({}, {"input_tokens": 0, "output_tokens": 0}, {})
         if asked:  # queued before awaiting, so that a full queue is a 503 at once
             units = parsed.state_chars + sum(parsed.question_chars[n] for n in asked)
-            queued = self._queue((parsed.req.state, asked, opts), units)
+            queued = self.batcher.put((parsed.req.state, asked, opts), units)  # or a 503
             result = await self._decide(request, queued)
         for n, q in fixed.items():
             result.answers[n] = q.answer([1.0])
@@ -258,21 +257,10 @@ class _Service:
             opts = replace(opts, deadline=arrived + budget)
         return opts, budget
 
-    def _queue(self, job: tuple, units: float) -> asyncio.Future:
-        """``job`` queued in the batcher (its work ``units``: the characters of its prompts);
-        a full queue or a deadline the queue cannot meet is a 503 at once."""
-        try:
-            return self.batcher.put(job, units)
-        except Overloaded as err:
-            raise _busy(err) from None
-
     async def _decide(self, request: Request, queued: asyncio.Future) -> Decision:
-        """The model's answers through the batcher; its refusals as 422 (503 when the queue
-        cannot meet the deadline), failures as 500."""
-        try:
-            result = await answer_unless_gone(request, queued)
-        except Late as err:
-            raise _busy(err) from None
+        """The model's answers through the batcher; its refusals as 422, failures as 500
+        (the batcher's own refusals, :class:`Late`, are 503s)."""
+        result = await answer_unless_gone(request, queued)
         if isinstance(result, DecisionError):
             raise ApiError(422, result.msg, "unrepresentable", ["body", *result.loc])
         if isinstance(result, Exception):
@@ -280,21 +268,6 @@ class _Service:
             log.error("the model failed on request %s", rid, exc_info=result)
             raise ApiError(500, "internal error", "internal_error")
         return result
-
-
-def _busy(err: Overloaded) -> ApiError:
-    """The 503 for a full queue or (:class:`Late`) a deadline the queued work cannot meet,
-    with ``Retry-After``: the estimated seconds of that work, rounded up, at least 1."""
-    wait = str(max(1, math.ceil(err.retry_after)))
-    if isinstance(err, Late):
-        msg = (
-            f"the server cannot answer before this request's deadline: about {wait} s of "
-            "queued work is ahead of it; retry after Retry-After seconds"
-        )
-        return ApiError(503, msg, "deadline_unmeetable", [], {"Retry-After": wait})
-    return ApiError(
-        503, "the server is busy; retry shortly", "overloaded", [], {"Retry-After": wait}
-    )
 
 
 def _add_error_handlers(app: FastAPI) -> None:

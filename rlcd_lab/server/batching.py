@@ -11,6 +11,7 @@ see :class:`DynamicBatcher`) rather than answered late.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,20 +23,30 @@ from fastapi import Request
 from starlette.types import Receive
 
 from rlcd_lab.decide.deadlines import PassCosts
-from rlcd_lab.server.hardening import ClientGone, check_number
+from rlcd_lab.server.hardening import ApiError, ClientGone, check_number
 
 
-class Overloaded(Exception):
-    """The batcher's queue is full; ``retry_after``: seconds after which to try again."""
+class Overloaded(ApiError):
+    """The batcher's queue is full: a 503 whose ``Retry-After`` is ``retry_after`` seconds
+    rounded up (at least 1)."""
+
+    MSG, KIND = "the server is busy; retry shortly", "overloaded"
 
     def __init__(self, retry_after: float = 1.0) -> None:
-        super().__init__(retry_after)
         self.retry_after = retry_after
+        wait = str(max(1, math.ceil(retry_after)))
+        super().__init__(503, self.MSG.format(wait=wait), self.KIND, [], {"Retry-After": wait})
 
 
 class Late(Overloaded):
-    """The work ahead of a job would end past its deadline (see :class:`DynamicBatcher`);
-    ``retry_after``: the estimated seconds of that work."""
+    """The work ahead of a job would end past its deadline (see :class:`DynamicBatcher`),
+    estimated at ``retry_after`` seconds: a 503 with ``Retry-After``."""
+
+    MSG = (
+        "the server cannot answer before this request's deadline: about {wait} s of queued "
+        "work is ahead of it; retry after Retry-After seconds"
+    )
+    KIND = "deadline_unmeetable"
 
 
 @dataclass
