@@ -31,7 +31,8 @@ fields outside the schema, wrong types, a state or question text over its charac
 a request over the cost budget, a question the checkpoint cannot represent), 404 for an
 unknown model, 401 for a missing or wrong bearer key, 413 for a body over the size limit,
 415 for a missing or other content type or an unsupported encoding, 431 for a request head
-over ``max_header_bytes``, 503 with ``Retry-After`` when the queue is full, the server is
+over ``max_header_bytes``, 503 with ``Retry-After`` when the queue is full, the queued
+work would make the request miss its deadline (admission, :mod:`.batching`), the server is
 at capacity (``limit_concurrency`` requests in flight; idle connections hold no slot), a
 client already holds ``max_client_connections`` busy connections, or the server is
 shutting down (a request still running when the graceful shutdown ends), 500 when the
@@ -57,7 +58,11 @@ unfitted confidence cannot say when reasoning is worth its time). Every request 
 deadline (``deadline_s`` after it arrived, default :data:`DEFAULT_DEADLINE_S`, below the
 official client's 10 s timeout; ``rlcd.deadline_s`` changes it per request): past it no
 more rationales are drawn and a question still reasoning is answered by its direct
-readout (the ``rlcd`` extension marks it ``deadline_passed``).
+readout (the ``rlcd`` extension marks it ``deadline_passed``). A request that the work
+queued ahead of it would make late is refused at once with a 503 and ``Retry-After``
+(:class:`rlcd_lab.server.batching.DynamicBatcher`, from the measured cost of its calls),
+never answered late because of the queue. Once bound, :func:`serve` logs its URL (the
+port it bound), the model names, the checkpoint and whether a key is required.
 
 Extensions are opt-in: a request may carry ``"rlcd": {"mode", "m", "threshold",
 "aggregate", "max_new_tokens", "seed", "deadline_s", "rationales"}``; only then does the
