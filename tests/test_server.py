@@ -899,22 +899,31 @@ def _job(model: FakeModel, name: str, units: float, budget: float | None, **kw) 
 
 
 async def _measured(model: FakeModel) -> DynamicBatcher:
-    """A batcher that has measured two calls (100 and 300 units: 2 s and 4 s), so that its
-    estimate is 1.5 (1 + 0.01 u) seconds: 3 s for 100 units, 4.5 s for 200, 6 s for 300."""
+    """A batcher that has measured three calls (100, 300 and 200 units: 2, 4 and 4.5 s, the
+    last 1.5 s slower than the line ``1 + 0.01 u``), so that its estimate is the least
+    squares line through them (mean 200 units and 3.5 s, slope (150 + 50) / 20000 = 0.01:
+    ``1.5 + 0.01 u``) times the largest ratio of a measured to a fitted call (4.5 / 3.5 =
+    9 / 7): :func:`est`."""
     batcher = model.batcher()
-    for units in (100, 300):
-        await batcher.submit(_job(model, "warm", units, None), units)
-    assert batcher.estimate(100) == pytest.approx(3.0)
-    assert batcher.estimate(200) == pytest.approx(4.5)
+    for units, extra in ((100, 0.0), (300, 0.0), (200, 1.5)):
+        await batcher.submit(_job(model, "warm", units, None, extra=extra), units)
+    for units in (100, 200, 300):
+        assert batcher.estimate(units) == pytest.approx(est(units))
     return batcher
+
+
+def est(units: float) -> float:
+    """:func:`_measured`'s estimate: 9/7 (1.5 + 0.01 u): 3.21 s for 100 units, 4.5 s for
+    200, 5.79 s for 300."""
+    return 9 / 7 * (1.5 + 0.01 * units)
 
 
 def test_admission_refuses_a_job_the_queue_would_make_late():
     """Three jobs of 100 units, each with 5 s to go, arrive at once: one call over the
-    first two is estimated at 4.5 s (in time), over all three at 6 s (late), so the third
+    first two is estimated at 4.5 s (in time), over all three at 5.8 s (late), so the third
     is refused at once with Late, Retry-After the 4.5 s estimated for the two ahead of it.
     The two admitted are answered before their deadline. A job with no deadline is never
-    refused; one that could not be answered in time even by an idle server (3 s of work,
+    refused; one that could not be answered in time even by an idle server (3.2 s of work,
     1 s to go) is refused behind a queue and taken by an idle server (best effort)."""
     model = FakeModel()
 
@@ -924,8 +933,8 @@ def test_admission_refuses_a_job_the_queue_would_make_late():
         a, b = (batcher.put(j, 100) for j in jobs[:2])
         with pytest.raises(Late) as late:
             batcher.put(jobs[2], 100)
-        assert late.value.retry_after == pytest.approx(4.5)  # est(200 queued units)
-        with pytest.raises(Late):  # 3 s of work, 1 s to go, behind a queue
+        assert late.value.retry_after == pytest.approx(est(200))  # the 2 queued: 4.5 s
+        with pytest.raises(Late):  # 3.2 s of work, 1 s to go, behind a queue
             batcher.put(_job(model, "behind", 100, 1.0), 100)
         done = await asyncio.gather(a, b)
         assert all(t <= j["deadline"] for t, j in zip(done, jobs[:2], strict=True))
@@ -936,15 +945,15 @@ def test_admission_refuses_a_job_the_queue_would_make_late():
         await batcher.aclose()
 
     asyncio.run(go())
-    assert model.calls[2:] == [["a", "b"], ["hopeless"], ["untimed"]]
+    assert model.calls[3:] == [["a", "b"], ["hopeless"], ["untimed"]]
 
 
 def test_admission_rechecks_when_a_group_starts():
     """Two jobs admitted with 16 s to go (one call over both: 4.5 s) whose group starts
     12 s later (the clock moved while they were queued): one call over both would end
-    past the first deadline, over the first alone it ends in time, so the first runs and
-    the second gets Late (Retry-After: the 3 s of the call ahead); nobody is answered
-    after their deadline."""
+    past the first deadline, over the first alone (3.2 s) it ends in time, so the first
+    runs and the second gets Late (Retry-After: the 3.2 s of the call ahead); nobody is
+    answered after their deadline."""
     model = FakeModel()
 
     async def go():
@@ -957,9 +966,9 @@ def test_admission_rechecks_when_a_group_starts():
         return a, results
 
     a, (t_a, late) = asyncio.run(go())
-    assert model.calls[2:] == [["a"]]  # 12 + 3 <= 16 alone; 12 + 4.5 > 16 with b
+    assert model.calls[3:] == [["a"]]  # 12 + 3.2 <= 16 alone; 12 + 4.5 > 16 with b
     assert t_a <= a["deadline"]
-    assert isinstance(late, Late) and late.retry_after == pytest.approx(3.0)
+    assert isinstance(late, Late) and late.retry_after == pytest.approx(est(100))
 
 
 def test_a_deadline_the_queue_cannot_meet_is_a_503_with_retry_after(decider, monkeypatch):

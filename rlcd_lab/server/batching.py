@@ -94,9 +94,11 @@ class DynamicBatcher:
 
     Admission (with ``deadline``): each job comes with its work ``units`` (the server: the
     characters of its prompts), and every ``fn`` call is measured, so that ``costs``
-    (:class:`rlcd_lab.decide.deadlines.PassCosts`, kind ``"call"``: 1.5 times a least-squares
-    fit ``a + b units`` of the last calls, at least 1.5 times the quickest) estimates the
-    seconds of a call over ``units`` (:meth:`estimate`; 0 before the first call). A job
+    (:class:`rlcd_lab.decide.deadlines.PassCosts`, kind ``"call"``: a least-squares fit
+    ``a + b units`` of the last 32 calls, at least the quickest) times their spread (the
+    largest ratio of a call's seconds to the fit's: wide on a busy machine, near 1 on an
+    idle one) estimates the seconds of a call over ``units`` (:meth:`estimate`; 0 before
+    the first call). A job
     whose deadline cannot be met behind the work ahead of it is refused with :class:`Late`
     (``retry_after``: the estimated seconds of that work) instead of answered late: at
     :meth:`put`, when a call is running or jobs are queued and the rest of the running
@@ -132,7 +134,7 @@ class DynamicBatcher:
         self.max_pending = max_pending
         self.deadline, self.deadline_slack = deadline, deadline_slack
         self.admission, self.clock = admission, clock
-        self.costs = PassCosts()  # measured seconds of the fn calls, by work units
+        self.costs = PassCosts(safety=1.0)  # measured seconds of the fn calls, by work units
         self.batches = self.jobs = 0  # batches run and jobs answered in them, so far
         self.refused = 0  # jobs refused as Late, so far
         self._busy_until: float | None = None  # when the running call should end
@@ -150,9 +152,13 @@ class DynamicBatcher:
         return worker
 
     def estimate(self, units: float) -> float:
-        """Seconds one ``fn`` call over ``units`` work units may take (from the measured
-        calls; 0 before the first)."""
-        return self.costs.estimate("call", round(units))
+        """Seconds one ``fn`` call over ``units`` work units may take: the fit of the
+        measured calls (at least the quickest) times their spread, the largest ratio of a
+        call's measured seconds to the fit's (at least 1); 0 before the first call."""
+        calls = list(self.costs.passes.get("call", ()))
+        a, b = self.costs.fit("call")
+        spread = max([1.0] + [t / (a + b * n) for n, t in calls if a + b * n > 0])
+        return spread * self.costs.estimate("call", round(units))
 
     def put(self, job: Any, units: float = 0.0) -> asyncio.Future:
         """Queue ``job`` (its work ``units``) now; the future of its result (or its
