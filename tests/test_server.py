@@ -1347,7 +1347,9 @@ def test_serve_accepts_loopback_names_and_the_bound_host(monkeypatch):
     monkeypatch.setattr(
         server_mod, "create_app", lambda *a, **k: seen.update(n=torch.get_num_threads())
     )
-    monkeypatch.setattr(server_mod, "build_server", lambda *a, **k: SimpleNamespace(run=int))
+    bound = SimpleNamespace(getsockname=lambda: ("127.0.0.1", 8000))
+    fake = SimpleNamespace(run=int, sock=bound)
+    monkeypatch.setattr(server_mod, "build_server", lambda *a, **k: fake)
     for threads, expected in ((3, 3), (None, 3), (1, 1)):
         server_mod.serve(threads=threads)
         assert seen["n"] == expected

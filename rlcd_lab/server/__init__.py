@@ -212,7 +212,7 @@ def startup_line(
 
     bare = host.strip("[]")
     url = f"http://{f'[{bare}]' if ':' in bare else bare}:{port}"
-    names = list(getattr(app.state, "names", []))
+    names = list(getattr(getattr(app, "state", None), "names", None) or ["?"])
     source = checkpoint if checkpoint is not None else default_checkpoint()
     key = "an API key is required (Authorization: Bearer)" if api_key else "no API key is required"
     return (
