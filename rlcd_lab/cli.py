@@ -420,10 +420,13 @@ def check_port_free(host: str, port: int, flag: str = "--port") -> None:
     """``OSError`` naming ``host:port`` when a server cannot listen there (another process
     listens on it, or the address is not this machine's): a bind test, as the server's own
     socket would do it (``SO_REUSEADDR``, so a port left in TIME_WAIT counts as free), run
-    before any checkpoint loads. Port 0 (any free port) is not checked."""
+    before any checkpoint loads. Port 0 (any free port) is not checked; a port outside
+    0..65535 is a ``ValueError`` naming ``flag``."""
     import errno
     import socket
 
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"{flag} must be a port number in 0..65535 (0: any free port), got {port}")
     if port == 0:
         return
     try:

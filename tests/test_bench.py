@@ -255,3 +255,32 @@ def test_bench_attack_over_the_wire_rejects_extra_field(checkpoint, tmp_path):
     assert extra["verdict"] == "rejected" and extra["refused"] == 6 and extra["statuses"] == [422]
     assert "hint" in extra["error"]
     assert s["attacks"]["opinion"]["answered"] == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["typed", "--url", "http://[::1"], "--url"),
+        (["typed", "--url", "ftp://127.0.0.1:8000"], "--url"),
+        (["typed", "--cost-ratio", "nan"], "--cost-ratio"),
+        (["typed", "--eps", "0"], "--eps"),
+        (["typed", "--n-boot", "0"], "--n-boot"),
+        (["typed", "--timeout-s", "0"], "--timeout-s"),
+        (["attack", "--n-boot", "0"], "--n-boot"),
+        (["attack", "--timeout-s", "nan"], "--timeout-s"),
+    ],
+)
+def test_bad_bench_flags_are_one_line_naming_the_flag(args, flag, monkeypatch, capsys):
+    """Checked before any checkpoint loads or request is sent: one line naming the flag
+    and the value (``http://[::1`` was a traceback; ``--cost-ratio nan`` and ``--eps 0``
+    were accepted; ``--n-boot 0`` and ``--timeout-s 0`` failed with raw errors)."""
+    from rlcd_lab.bench import backends
+    from rlcd_lab.cli import main
+
+    monkeypatch.setattr(backends, "open_backend", lambda cfg: pytest.fail("opened a backend"))
+    with pytest.raises(SystemExit) as err:
+        main(["bench", *args])
+    assert err.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"rlcd-lab: error: {flag} "), lines
+    assert args[-1] in lines[0]

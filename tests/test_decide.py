@@ -128,7 +128,7 @@ def test_direct_answers_equal_the_temperature_scaled_readout(verify):
     qs = {
         "right": {"type": "noul", "instructions": "Is the sum right?"},
         "pick": {"type": "choice", "criteria": {"N": "wrong", "Y": "right"}},  # by name
-        "lvl": {"type": "score", "criteria": ["first option", "second option"]},  # by position
+        "lvl": {"type": "score", "criteria": ["right", "WRONG"]},  # by meaning: Y, then N
     }
     d = verify.decide(state, qs, mode="direct")
     p = reference(verify, state, ["Y", "N"])  # (p_Y, p_N) at T
@@ -144,7 +144,7 @@ def test_direct_answers_equal_the_temperature_scaled_readout(verify):
     assert lvl["score"] == pytest.approx(p[1], abs=1e-6)
     var = p[0] * p[1] ** 2 + p[1] * (1 - p[1]) ** 2  # Var_max = 1/4 for L = 2
     assert lvl["confidence"] == pytest.approx(1 - 4 * var, abs=1e-6)
-    assert lvl["legend"] == {"0": "first option", "1": "second option"}
+    assert lvl["legend"] == {"0": "right", "1": "WRONG"}
     assert set(lvl["probabilities"]) == {"0", "1"}
     # all three questions share one prompt: one row, its tokens counted once
     n_prompt = len(
@@ -159,20 +159,71 @@ def test_choice_and_score_on_ten_options(facts):
     d = facts.decide(
         state,
         {
-            "three": {"type": "choice", "criteria": {"x": None, "y": "a y", "z": None}},
+            "three": {"type": "choice", "criteria": {"x": "a", "y": "B", "c": None}},
             "named": {"type": "choice", "criteria": {"C": None, "A": None}},
-            "five": {"type": "score", "criteria": ["0", "1", "2", "3", "4"]},
+            "five": {"type": "score", "criteria": ["a", "b", "c", "d", "e"]},
         },
     )
-    p3 = reference(facts, state, ["A", "B", "C"])  # x, y, z -> A, B, C by position
+    p3 = reference(facts, state, ["A", "B", "C"])  # x, y, c -> A, B, C by description/name
     three = d.answers["three"]
     assert list(three["probabilities"].values()) == pytest.approx(p3, abs=1e-6)
     assert three["confidence"] == pytest.approx((3 * p3.max() - 1) / 2, abs=1e-6)
-    assert three["choice"] == "xyz"[int(np.argmax(p3))]
+    assert three["choice"] == "xyc"[int(np.argmax(p3))]
     p2 = reference(facts, state, ["C", "A"])  # labels that are options map by name
     assert list(d.answers["named"]["probabilities"].values()) == pytest.approx(p2, abs=1e-6)
     p5 = reference(facts, state, list("ABCDE"))
     assert d.answers["five"]["score"] == pytest.approx(float(np.arange(5) @ p5), abs=1e-6)
+
+
+def test_swapping_label_order_never_swaps_the_answer(verify):
+    """A task checkpoint reads labels by meaning (name, description, level text; any case;
+    the yes/no and right/wrong families), so the same label gets the same probability in
+    either order: p(label) = p_Y of the raw readout for every yes-like label."""
+    pairs = [
+        ({"yes": "right", "no": "wrong"}, {"no": "wrong", "yes": "right"}),
+        ({"Correct": None, "INCORRECT": None}, {"INCORRECT": None, "Correct": None}),
+        ({"a": "Right", "b": " wrong "}, {"b": " wrong ", "a": "Right"}),
+    ]
+    yes_label = {"yes", "Correct", "a"}
+    for state in STATES:
+        p = reference(verify, state, ["Y", "N"])
+        for one, two in pairs:
+            qs = {
+                "c1": {"type": "choice", "criteria": one},
+                "c2": {"type": "choice", "criteria": two},
+            }
+            d = verify.decide(state, qs, mode="direct")
+            first, second = d.answers["c1"], d.answers["c2"]
+            assert first["choice"] == second["choice"]
+            for label, prob in first["probabilities"].items():
+                expected = p[0] if label in yes_label else p[1]
+                assert prob == pytest.approx(expected, abs=1e-6)
+                assert second["probabilities"][label] == pytest.approx(expected, abs=1e-6)
+        levels = {
+            "rw": {"type": "score", "criteria": ["right", "wrong"]},
+            "wr": {"type": "score", "criteria": ["wrong", "right"]},
+        }
+        d = verify.decide(state, levels, mode="direct")
+        assert d.answers["rw"]["score"] == pytest.approx(p[1], abs=1e-6)  # level 1 = wrong = N
+        assert d.answers["wr"]["score"] == pytest.approx(p[0], abs=1e-6)  # level 1 = right = Y
+
+
+def test_ambiguous_labels_are_refused_naming_them(verify, facts):
+    """A label that means no option, more than one, or the same option as another label is
+    refused (never mapped by position), naming the labels."""
+    cases = [
+        (verify, {"type": "choice", "criteria": {"Y": "wrong", "N": "right"}}, ["'Y'", "'N'"]),
+        (verify, {"type": "choice", "criteria": {"yes": None, "correct": None}}, ["'yes' and"]),
+        (verify, {"type": "choice", "criteria": {"maybe": None, "no": None}}, ["'maybe' match"]),
+        (verify, {"type": "score", "criteria": ["first", "second"]}, ["level 0 'first'"]),
+        (facts, {"type": "choice", "criteria": {"x": None, "B": None}}, ["'x' match no"]),
+    ]
+    for dm, q, names in cases:
+        state = "fact kov?" if dm is facts else STATES[0]
+        with pytest.raises(DecisionError, match="cannot be matched") as err:
+            dm.decide(state, {"c": q}, mode="direct")
+        assert err.value.loc == ("questions", "c", "criteria")
+        assert all(n in err.value.msg for n in names), err.value.msg
 
 
 def test_unrepresentable_questions_name_the_culprit(verify, facts):

@@ -31,6 +31,7 @@ from rlcd_lab.decide.answering import DecideOptions, Decision
 from rlcd_lab.decide.jev import DecisionError
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.server.app import create_app, default_checkpoint
+from rlcd_lab.server.batching import DynamicBatcher, Late
 from rlcd_lab.server.connections import build_server
 from rlcd_lab.server.hardening import REQUEST_ID_HEADER, ServerLimits
 
@@ -200,6 +201,29 @@ def assert_error(resp: httpx.Response, status: int, loc: list, kind: str | None 
 
 def body(**overrides) -> dict:
     return {"model": "jev-latest", "state": STATES[0], "questions": QUESTIONS, **overrides}
+
+
+def test_labels_are_matched_by_meaning_not_position(client, decider):
+    """The issue's case: ``{"yes": "right", "no": "wrong"}`` and the same criteria in the
+    other order answer the same label with the same probabilities (those of
+    ``DecisionModel`` on the same checkpoint); labels whose meaning is ambiguous are a 422
+    naming them."""
+    post = lambda b: client.post("/v1/systemone", json=b)  # noqa: E731
+    state = "47+38+16=91?"
+    orders = [{"yes": "right", "no": "wrong"}, {"no": "wrong", "yes": "right"}]
+    answers = []
+    for criteria in orders:
+        r = post(body(state=state, questions={"v": {"type": "choice", "criteria": criteria}}))
+        assert r.status_code == 200, r.text
+        answers.append(r.json()["answers"]["v"])
+    assert answers[0]["choice"] == answers[1]["choice"]
+    assert close(answers[0]["probabilities"], answers[1]["probabilities"])
+    p_yes = decider.decide(state, {"q": {"type": "noul"}}, mode="direct").answers["q"]["noul"]
+    assert answers[0]["probabilities"]["yes"] == pytest.approx(p_yes, abs=1e-6)
+    r = post(body(questions={"v": {"type": "choice", "criteria": {"Y": "wrong", "N": "right"}}}))
+    assert_error(r, 422, ["body", "questions", "v", "criteria"])
+    msg = r.json()["detail"][0]["msg"]
+    assert "'Y'" in msg and "'N'" in msg and "more than one" in msg
 
 
 def test_validation_errors_are_422_with_locations(client):
@@ -845,6 +869,133 @@ def test_a_batch_runs_in_deadline_order(decider):
     assert calls == [[STATES[1]], [STATES[0], STATES[2]], [STATES[3]]]
 
 
+class FakeModel:
+    """A batcher's ``fn`` on a fake clock: a call over ``u`` work units (the jobs' ``"units"``)
+    takes exactly ``CALL_S + UNIT_S u`` fake seconds, plus a job's ``"extra"`` seconds (a
+    call running longer than measured); each job's result is the clock when its call
+    ended. Nothing depends on the machine's speed."""
+
+    CALL_S, UNIT_S = 1.0, 0.01
+
+    def __init__(self) -> None:
+        self.now = [1000.0]
+        self.calls: list[list[str]] = []
+
+    def __call__(self, jobs: list[dict], cancelled) -> list[float]:
+        self.calls.append([j["name"] for j in jobs])
+        units = sum(j["units"] for j in jobs)
+        self.now[0] += self.CALL_S + self.UNIT_S * units + sum(j.get("extra", 0) for j in jobs)
+        return [self.now[0]] * len(jobs)
+
+    def batcher(self) -> DynamicBatcher:
+        return DynamicBatcher(
+            self, max_wait_ms=0, deadline=lambda j: j.get("deadline"), clock=lambda: self.now[0]
+        )
+
+
+def _job(model: FakeModel, name: str, units: float, budget: float | None, **kw) -> dict:
+    deadline = None if budget is None else model.now[0] + budget
+    return {"name": name, "units": units, "deadline": deadline, **kw}
+
+
+async def _measured(model: FakeModel) -> DynamicBatcher:
+    """A batcher that has measured three calls (100, 300 and 200 units: 2, 4 and 4.5 s, the
+    last 1.5 s slower than the line ``1 + 0.01 u``), so that its estimate is the least
+    squares line through them (mean 200 units and 3.5 s, slope (150 + 50) / 20000 = 0.01:
+    ``1.5 + 0.01 u``) times the largest ratio of a measured to a fitted call (4.5 / 3.5 =
+    9 / 7): :func:`est`."""
+    batcher = model.batcher()
+    for units, extra in ((100, 0.0), (300, 0.0), (200, 1.5)):
+        await batcher.submit(_job(model, "warm", units, None, extra=extra), units)
+    for units in (100, 200, 300):
+        assert batcher.estimate(units) == pytest.approx(est(units))
+    return batcher
+
+
+def est(units: float) -> float:
+    """:func:`_measured`'s estimate: 9/7 (1.5 + 0.01 u): 3.21 s for 100 units, 4.5 s for
+    200, 5.79 s for 300."""
+    return 9 / 7 * (1.5 + 0.01 * units)
+
+
+def test_admission_refuses_a_job_the_queue_would_make_late():
+    """Three jobs of 100 units, each with 5 s to go, arrive at once: one call over the
+    first two is estimated at 4.5 s (in time), over all three at 5.8 s (late), so the third
+    is refused at once with Late, Retry-After the 4.5 s estimated for the two ahead of it.
+    The two admitted are answered before their deadline. A job with no deadline is never
+    refused; one that could not be answered in time even by an idle server (3.2 s of work,
+    1 s to go) is refused behind a queue and taken by an idle server (best effort)."""
+    model = FakeModel()
+
+    async def go():
+        batcher = await _measured(model)
+        jobs = [_job(model, n, 100, 5.0) for n in "abc"]
+        a, b = (batcher.put(j, 100) for j in jobs[:2])
+        with pytest.raises(Late) as late:
+            batcher.put(jobs[2], 100)
+        assert late.value.retry_after == pytest.approx(est(200))  # the 2 queued: 4.5 s
+        with pytest.raises(Late):  # 3.2 s of work, 1 s to go, behind a queue
+            batcher.put(_job(model, "behind", 100, 1.0), 100)
+        done = await asyncio.gather(a, b)
+        assert all(t <= j["deadline"] for t, j in zip(done, jobs[:2], strict=True))
+        hopeless = _job(model, "hopeless", 100, 1.0)
+        untimed = _job(model, "untimed", 10_000, None)
+        await asyncio.gather(batcher.submit(hopeless, 100), batcher.submit(untimed, 10_000))
+        assert batcher.refused == 2
+        await batcher.aclose()
+
+    asyncio.run(go())
+    assert model.calls[3:] == [["a", "b"], ["hopeless"], ["untimed"]]
+
+
+def test_admission_rechecks_when_a_group_starts():
+    """Two jobs admitted with 16 s to go (one call over both: 4.5 s) whose group starts
+    12 s later (the clock moved while they were queued): one call over both would end
+    past the first deadline, over the first alone (3.2 s) it ends in time, so the first
+    runs and the second gets Late (Retry-After: the 3.2 s of the call ahead); nobody is
+    answered after their deadline."""
+    model = FakeModel()
+
+    async def go():
+        batcher = await _measured(model)
+        a, b = _job(model, "a", 100, 16.0), _job(model, "b", 100, 16.1)
+        futures = [batcher.put(j, 100) for j in (a, b)]
+        model.now[0] += 12.0  # before the collector runs: 12 s in the queue
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        await batcher.aclose()
+        return a, results
+
+    a, (t_a, late) = asyncio.run(go())
+    assert model.calls[3:] == [["a"]]  # 12 + 3.2 <= 16 alone; 12 + 4.5 > 16 with b
+    assert t_a <= a["deadline"]
+    assert isinstance(late, Late) and late.retry_after == pytest.approx(est(100))
+
+
+def test_a_deadline_the_queue_cannot_meet_is_a_503_with_retry_after(decider, monkeypatch):
+    """Refused at arrival or when its group starts (the batcher's Late): a JSON 503 with
+    ``Retry-After`` (the estimated seconds of the work ahead, rounded up, at least 1),
+    before any model work; the official client retries on it."""
+    app = create_app(decider, options=DecideOptions(mode="direct"))
+    batcher = app.state.batcher
+    with TestClient(app, raise_server_exceptions=False) as c:
+        monkeypatch.setattr(batcher, "put", lambda job, units: (_ for _ in ()).throw(Late(2.2)))
+        r = c.post("/v1/systemone", json=body())
+        assert_error(r, 503, [], "deadline_unmeetable")
+        assert r.headers["retry-after"] == "3" and "deadline" in r.json()["detail"][0]["msg"]
+        monkeypatch.undo()
+
+        def refuse_all(group):
+            for e in group:
+                e.future.set_exception(Late(0.2))
+            return []
+
+        monkeypatch.setattr(batcher, "_admit", refuse_all)
+        r = c.post("/v1/systemone", json=body())
+        assert_error(r, 503, [], "deadline_unmeetable")
+        assert r.headers["retry-after"] == "1"
+    assert batcher.jobs == 1 and batcher.batches == 1  # collected, then refused unanswered
+
+
 def test_an_unfitted_checkpoint_answers_directly_by_default(decider):
     """A base checkpoint's T = 1 is not fitted: the default auto mode would escalate on a
     confidence that says nothing about when reasoning helps; it answers directly."""
@@ -1196,7 +1347,9 @@ def test_serve_accepts_loopback_names_and_the_bound_host(monkeypatch):
     monkeypatch.setattr(
         server_mod, "create_app", lambda *a, **k: seen.update(n=torch.get_num_threads())
     )
-    monkeypatch.setattr(server_mod, "build_server", lambda *a, **k: SimpleNamespace(run=int))
+    bound = SimpleNamespace(getsockname=lambda: ("127.0.0.1", 8000))
+    fake = SimpleNamespace(run=int, sock=bound)
+    monkeypatch.setattr(server_mod, "build_server", lambda *a, **k: fake)
     for threads, expected in ((3, 3), (None, 3), (1, 1)):
         server_mod.serve(threads=threads)
         assert seen["n"] == expected
@@ -1273,6 +1426,49 @@ def test_a_port_in_use_is_one_line_and_status_2(monkeypatch, capsys):
     assert f"port {port} on 127.0.0.1 is already in use" in lines[0] and "--port" in lines[0]
 
 
+def test_a_port_out_of_range_is_one_line_naming_it(monkeypatch, capsys):
+    """``serve --port -1`` used to say "unknown host" (the address lookup failed on it)."""
+    import rlcd_lab.server as server_mod
+    from rlcd_lab.cli import main
+
+    monkeypatch.setattr(server_mod, "serve", lambda *a, **k: pytest.fail("must not serve"))
+    for port in ("-1", "65536"):
+        with pytest.raises(SystemExit) as err:
+            main(["serve", "--port", port])
+        assert err.value.code == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "--port" in lines[0] and f"got {port}" in lines[0], lines
+        assert "0..65535" in lines[0] and "unknown host" not in lines[0]
+
+
+def test_serve_logs_its_url_models_and_whether_a_key_is_required(monkeypatch, caplog):
+    """Once bound, ``serve`` logs one line: the URL with the port it bound (also for port
+    0), the model's name and aliases, the checkpoint and whether a key is required."""
+    import rlcd_lab.server as server_mod
+
+    bound = []
+
+    def build_not_run(*args, **kwargs):
+        server = build_server(*args, **kwargs)
+        bound.append(server.sock.getsockname()[1])
+        server.run = server.sock.close  # bound, never listening
+        return server
+
+    monkeypatch.setattr(server_mod, "build_server", build_not_run)
+    monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
+    caplog.set_level(logging.INFO, logger="rlcd_lab.server")
+    for key, says in ((None, "no API key is required"), ("s3cret", "an API key is required")):
+        monkeypatch.delenv("RLCD_API_KEY", raising=False)
+        caplog.clear()
+        server_mod.serve(port=0, api_key=key)
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving")]
+        assert len(lines) == 1 and bound[-1] != 0
+        line = lines[0]
+        assert f"http://127.0.0.1:{bound[-1]}/v1/systemone" in line
+        assert "'rlcd-verify-reinforce'" in line and "jev-latest" in line
+        assert str(default_checkpoint()) in line and says in line and "s3cret" not in line
+
+
 def test_a_huge_request_head_is_431(app):
     headers = [("Authorization", f"Bearer {KEY}")]
     with running(app) as (url, _):
@@ -1338,3 +1534,31 @@ def test_a_stuck_request_does_not_block_shutdown(decider):
         release.set()
         with pytest.raises(httpx.HTTPError):
             pending.result().raise_for_status()
+
+
+def test_the_documented_curl_example_follows_the_schema_and_the_label_rule():
+    """docs/server.md's raw request validates with the request schema, and its captured
+    response reads the labels by meaning: ``yes`` and level 1 (``right``) are the ``Y``
+    option, whose probability is the noul's p(yes); ``no`` and level 0 (``wrong``) are
+    ``N``; the choice is the argmax, the score the expected level."""
+    from pathlib import Path
+
+    from rlcd_lab.decide.jev import SystemOneRequest
+
+    text = (Path(__file__).parents[1] / "docs" / "server.md").read_text(encoding="utf-8")
+
+    def block(marker: str) -> dict:
+        return json.loads(text.split(marker, 1)[1].split("```json", 1)[1].split("```", 1)[0])
+
+    request, response = block("<!-- curl-request -->"), block("<!-- curl-response -->")
+    typed = SystemOneRequest.model_validate(request).typed_questions()
+    assert set(typed) == set(response["answers"]) and request["model"] == "jev-latest"
+    a = response["answers"]
+    p_yes, verdict, level = a["right"]["noul"], a["verdict"], a["level"]
+    assert verdict["probabilities"]["yes"] == level["probabilities"]["1"] == p_yes
+    assert verdict["probabilities"]["no"] == level["probabilities"]["0"]
+    assert verdict["probabilities"]["no"] + p_yes == pytest.approx(1.0, abs=1e-12)
+    assert verdict["choice"] == ("yes" if p_yes > 0.5 else "no")
+    assert level["score"] == pytest.approx(p_yes, abs=1e-12)
+    assert level["legend"] == {"0": "wrong", "1": "right"}
+    assert "curl -s http://127.0.0.1:" in text and "Content-Type: application/json" in text

@@ -26,6 +26,7 @@ def run_bench(cfg: Any, progress: Callable[[str], None] | None = None) -> dict[s
     paths (the full summary is in ``summary.json``)."""
     from rlcd_lab.bench.configs import AttackBenchConfig, TypedBenchConfig
 
+    cfg.validate()
     if isinstance(cfg, TypedBenchConfig):
         from rlcd_lab.bench.typed import run_typed
 

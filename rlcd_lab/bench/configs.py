@@ -5,9 +5,11 @@ parsed by tyro). Torch-free and numpy-free: the command line imports this module
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import tyro
 
@@ -48,6 +50,15 @@ class BenchTarget:
     verify: bool = True
     """Check the checkpoint's checksums (--no-verify skips)."""
 
+    def validate(self) -> None:
+        """``ValueError`` (one line naming the flag and its value) for a setting out of
+        range, before anything is loaded or sent."""
+        if self.url is not None:
+            check_url(self.url)
+        positive("--timeout-s", self.timeout_s)
+        for flag, value in (("--m", self.m), ("--n-items", self.n_items)):
+            at_least_one(flag, value)
+
 
 @dataclass(frozen=True)
 class TypedBenchConfig(BenchTarget):
@@ -74,6 +85,20 @@ class TypedBenchConfig(BenchTarget):
     n_boot: int = 2000
     """Bootstrap replicates of the cost differences."""
 
+    def validate(self) -> None:
+        """:meth:`BenchTarget.validate`, then this bench's own settings."""
+        super().validate()
+        if not (math.isfinite(self.eps) and 0 < self.eps < 1):
+            raise ValueError(f"--eps must be an error budget in (0, 1), got {self.eps}")
+        positive("--cost-ratio", self.cost_ratio)
+        for flag, value in (
+            ("--n-bins", self.n_bins),
+            ("--n-sim", self.n_sim),
+            ("--n-boot", self.n_boot),
+            ("--latency-states", self.latency_states),
+        ):
+            at_least_one(flag, value)
+
 
 @dataclass(frozen=True)
 class AttackBenchConfig(BenchTarget):
@@ -88,3 +113,40 @@ class AttackBenchConfig(BenchTarget):
     rlcd_lab.math.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD (0.8)."""
     n_boot: int = 2000
     """Bootstrap replicates of the excess flip rates."""
+
+    def validate(self) -> None:
+        """:meth:`BenchTarget.validate`, then this bench's own settings."""
+        super().validate()
+        at_least_one("--reruns", self.reruns)
+        at_least_one("--n-boot", self.n_boot)
+        if self.threshold is not None and not 0 <= self.threshold <= 1:
+            raise ValueError(f"--threshold must be in [0, 1], got {self.threshold}")
+
+
+def positive(flag: str, value: float) -> None:
+    """``ValueError`` unless ``value`` is a finite number > 0."""
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{flag} must be a finite number > 0, got {value}")
+
+
+def at_least_one(flag: str, value: int) -> None:
+    """``ValueError`` unless ``value`` is an integer >= 1."""
+    if value < 1:
+        raise ValueError(f"{flag} must be >= 1, got {value}")
+
+
+def check_url(url: str) -> None:
+    """``ValueError`` unless ``url`` is an http(s) URL with a host (and a valid port)."""
+    why = ""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number in range)
+    except ValueError as err:
+        why = str(err)
+    else:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            why = "it needs http:// or https:// and a host"
+    if why:
+        raise ValueError(
+            f"--url must be a server's base URL such as http://127.0.0.1:8000, got {url!r} ({why})"
+        )

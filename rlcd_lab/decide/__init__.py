@@ -52,7 +52,8 @@ reasoning is cut by the deadline is answered by its direct readout (details
 How questions map to prompts and option codes depends on the checkpoint's prompt format
 (``chat``, ``plain`` or ``task``; ``DecisionModel.prompt_format``, the Reader's): that is
 :mod:`rlcd_lab.decide.questions`'s (its names ``CODES``, ``YES_LIKE``, ``NO_LIKE`` and
-``DEFAULT_INSTRUCTIONS`` are re-exported here). A question that cannot be represented
+``DEFAULT_INSTRUCTIONS`` are re-exported here; a task checkpoint's labels are matched to
+its options by meaning, never by position). A question that cannot be represented
 raises :class:`DecisionError` naming it; the state is only ever rendered into the prompt.
 """
 

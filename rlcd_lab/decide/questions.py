@@ -16,10 +16,17 @@ prompt format (``Reader.prompt_format``):
   format, e.g. ``"33+60+20=113?"``): the state *is* the prompt, instructions and criteria
   descriptions are not shown to the model, and the answer tokens are the checkpoint's own
   options (``rlcd.json`` ``"options"``). A noul needs a yes-like and a no-like option
-  (verify: yes -> ``Y``, no -> ``N``); a choice or score maps its labels by name when they
-  are all options of the checkpoint, else by position (label k -> option k), so it can have
-  at most as many labels as the checkpoint has options. All questions about a state then
-  share one prompt: one readout row (direct) or one set of rationales (reason) serves them.
+  (verify: yes -> ``Y``, no -> ``N``). A choice's labels and a score's levels are matched
+  to those options by meaning, never by position (:func:`match_labels`): a choice label by
+  its name or its description, a score level by its text, each compared without case or
+  surrounding spaces with an option's name and, where the options hold a yes/no pair, with
+  that pair's family (:data:`YES_LIKE`: ``yes``, ``y``, ``true``, ``t``, ``1``,
+  ``right``, ``correct`` mean the yes option; :data:`NO_LIKE`: ``no``, ``n``, ``false``,
+  ``f``, ``0``, ``wrong``, ``incorrect`` the no option). Each label must mean exactly one
+  option and no two labels the same one, else the question is refused naming the labels,
+  so listing the labels in another order never changes an answer. All questions about a
+  state then share one prompt: one readout row (direct) or one set of rationales (reason)
+  serves them.
 
 A question that cannot be represented raises :class:`rlcd_lab.decide.jev.DecisionError` naming it
 (too many options, a label that is not a single token, characters the tokenizer maps to its
@@ -49,7 +56,9 @@ __all__ = [
     "OptionCache",
     "PlannedQuestion",
     "first_valid",
+    "match_labels",
     "option_candidates",
+    "option_words",
     "plan_questions",
     "unknown_chars",
     "user_text",
@@ -57,8 +66,10 @@ __all__ = [
 
 CODES = string.ascii_uppercase + string.ascii_lowercase + string.digits
 """Option codes of a choice in a chat/plain prompt, in order (62 single characters)."""
-YES_LIKE = ("y", "yes", "true", "t", "1")
-NO_LIKE = ("n", "no", "false", "f", "0")
+YES_LIKE = ("y", "yes", "true", "t", "1", "right", "correct")
+"""Words (compared case-folded) that mean a task checkpoint's yes option."""
+NO_LIKE = ("n", "no", "false", "f", "0", "wrong", "incorrect")
+"""Words (compared case-folded) that mean a task checkpoint's no option."""
 DEFAULT_INSTRUCTIONS = {
     "noul": "Is this true?",
     "choice": "Which option applies?",
@@ -98,12 +109,71 @@ def option_candidates(
                 f"only answers with {len(own)} option tokens {list(own)}",
                 ("criteria",),
             )
-        return [q.labels if set(q.labels) <= set(own) else own[:k]]
+        return [match_labels(q, own)]
     if q.kind == "noul":
         return [("yes", "no"), ("Y", "N"), ("A", "B")]
     if q.kind == "choice" and k <= len(CODES):
         return [tuple(CODES[:k]), q.labels]
     return [q.labels]
+
+
+def option_words(own: Sequence[str]) -> dict[str, set[str]]:
+    """Per option of a ``task``-format checkpoint the words that mean it (case-folded): its
+    own name and, when ``own`` holds a yes-like and a no-like option (the first of each,
+    as a noul reads them), the :data:`YES_LIKE` or :data:`NO_LIKE` family."""
+    words = {o: {o.strip().casefold()} for o in own}
+    yes = [o for o in own if o.strip().casefold() in YES_LIKE]
+    no = [o for o in own if o.strip().casefold() in NO_LIKE]
+    if yes and no:
+        words[yes[0]] |= set(YES_LIKE)
+        words[no[0]] |= set(NO_LIKE)
+    return words
+
+
+def match_labels(q: Question, own: Sequence[str]) -> tuple[str, ...]:
+    """The option of ``own`` (a ``task``-format checkpoint's options) each of ``q``'s
+    labels means, in label order: a choice label by its name or its description, a score
+    level by its text, each compared case-folded and stripped with :func:`option_words`.
+
+    Raises :class:`DecisionError` (``loc ("criteria",)``) naming the labels that mean no
+    option, more than one (a name and a description that disagree), or an option another
+    label means too: a label is never mapped by its position."""
+    words = option_words(own)
+    meant: list[str] = []
+    unmatched, several, by_option = [], [], {}
+    for label, desc in zip(q.labels, q.descriptions, strict=True):
+        shown = f"level {label} {render(desc)[:40]!r}" if q.kind == "score" else repr(label)
+        terms = [desc] if q.kind == "score" else [label, desc]
+        said = {t.strip().casefold() for t in terms if isinstance(t, str)}
+        found = [o for o in own if said & words[o]]
+        if len(found) == 1:
+            by_option.setdefault(found[0], []).append(shown)
+            meant.append(found[0])
+        else:
+            (several if found else unmatched).append(shown + (f" (means {found})" * bool(found)))
+    problems = [
+        f"{', '.join(unmatched)} match no option" if unmatched else "",
+        f"{', '.join(several)} match more than one" if several else "",
+        *(
+            f"{' and '.join(ls)} match the same option {o!r}"
+            for o, ls in by_option.items()
+            if len(ls) > 1
+        ),
+    ]
+    problems = [p for p in problems if p]
+    if problems:
+        synonyms = "".join(
+            f"; {o!r} also reads {sorted(w - {o.casefold()})}"
+            for o, w in words.items()
+            if len(w) > 1
+        )
+        raise DecisionError(
+            f"the labels cannot be matched to this checkpoint's options {list(own)}: "
+            f"{'; '.join(problems)}. Name or describe each label as one option, in any "
+            f"case{synonyms}",
+            ("criteria",),
+        )
+    return tuple(meant)
 
 
 def first_valid(

@@ -31,7 +31,8 @@ fields outside the schema, wrong types, a state or question text over its charac
 a request over the cost budget, a question the checkpoint cannot represent), 404 for an
 unknown model, 401 for a missing or wrong bearer key, 413 for a body over the size limit,
 415 for a missing or other content type or an unsupported encoding, 431 for a request head
-over ``max_header_bytes``, 503 with ``Retry-After`` when the queue is full, the server is
+over ``max_header_bytes``, 503 with ``Retry-After`` when the queue is full, the queued
+work would make the request miss its deadline (admission, :mod:`.batching`), the server is
 at capacity (``limit_concurrency`` requests in flight; idle connections hold no slot), a
 client already holds ``max_client_connections`` busy connections, or the server is
 shutting down (a request still running when the graceful shutdown ends), 500 when the
@@ -57,7 +58,11 @@ unfitted confidence cannot say when reasoning is worth its time). Every request 
 deadline (``deadline_s`` after it arrived, default :data:`DEFAULT_DEADLINE_S`, below the
 official client's 10 s timeout; ``rlcd.deadline_s`` changes it per request): past it no
 more rationales are drawn and a question still reasoning is answered by its direct
-readout (the ``rlcd`` extension marks it ``deadline_passed``).
+readout (the ``rlcd`` extension marks it ``deadline_passed``). A request that the work
+queued ahead of it would make late is refused at once with a 503 and ``Retry-After``
+(:class:`rlcd_lab.server.batching.DynamicBatcher`, from the measured cost of its calls),
+never answered late because of the queue. Once bound, :func:`serve` logs its URL (the
+port it bound), the model names, the checkpoint and whether a key is required.
 
 Extensions are opt-in: a request may carry ``"rlcd": {"mode", "m", "threshold",
 "aggregate", "max_new_tokens", "seed", "deadline_s", "rationales"}``; only then does the
@@ -106,6 +111,7 @@ __all__ = [
     "LOOPBACK_HOSTS",
     "measure_passes",
     "serve",
+    "startup_line",
 ]
 
 log = logging.getLogger(__name__)
@@ -191,7 +197,27 @@ def serve(
         **kwargs,
     )
     measure_passes(getattr(getattr(app, "state", None), "decider", None))
-    build_server(app, host=host, port=port, log_level=log_level, **transport).run()
+    server = build_server(app, host=host, port=port, log_level=log_level, **transport)
+    log.info("%s", startup_line(app, checkpoint, host, server.sock.getsockname()[1], api_key))
+    server.run()
+
+
+def startup_line(
+    app: Any, checkpoint: str | Path | None, host: str, port: int, api_key: str | None
+) -> str:
+    """The line ``serve`` logs once it is bound: its URL (the port it bound, also for
+    ``port=0``), the model names it answers to, the checkpoint they were loaded from and
+    whether an API key is required."""
+    from rlcd_lab.server.app import default_checkpoint
+
+    bare = host.strip("[]")
+    url = f"http://{f'[{bare}]' if ':' in bare else bare}:{port}"
+    names = list(getattr(getattr(app, "state", None), "names", None) or ["?"])
+    source = checkpoint if checkpoint is not None else default_checkpoint()
+    key = "an API key is required (Authorization: Bearer)" if api_key else "no API key is required"
+    return (
+        f"serving {url}/v1/systemone: model {names[0]!r} (aliases {names[1:]}) from {source}; {key}"
+    )
 
 
 def measure_passes(decider: DecisionModel | None) -> None:

@@ -39,7 +39,7 @@ from rlcd_lab.decide.jev import (
 )
 from rlcd_lab.files.assets import default_checkpoint as pick_default
 from rlcd_lab.files.assets import shipped_checkpoints
-from rlcd_lab.server.batching import DynamicBatcher, Overloaded, answer_unless_gone
+from rlcd_lab.server.batching import DynamicBatcher, answer_unless_gone
 from rlcd_lab.server.hardening import (
     REQUEST_ID_KEY,
     ApiError,
@@ -215,7 +215,9 @@ class _Service:
         check_cost(parsed, list(asked), opts, new_tokens, self.limits)
         result = Decision({}, {"input_tokens": 0, "output_tokens": 0}, {})
         if asked:  # queued before awaiting, so that a full queue is a 503 at once
-            result = await self._decide(request, self._queue((parsed.req.state, asked, opts)))
+            units = parsed.state_chars + sum(parsed.question_chars[n] for n in asked)
+            queued = self.batcher.put((parsed.req.state, asked, opts), units)  # or a 503
+            result = await self._decide(request, queued)
         for n, q in fixed.items():
             result.answers[n] = q.answer([1.0])
             result.details[n] = {"mode": "single_option", "confidence": 1.0, "tokens": []}
@@ -255,15 +257,9 @@ class _Service:
             opts = replace(opts, deadline=arrived + budget)
         return opts, budget
 
-    def _queue(self, job: tuple) -> asyncio.Future:  # a full queue: 503
-        try:
-            return self.batcher.put(job)
-        except Overloaded:
-            busy = "the server is busy; retry shortly"
-            raise ApiError(503, busy, "overloaded", [], {"Retry-After": "1"}) from None
-
     async def _decide(self, request: Request, queued: asyncio.Future) -> Decision:
-        """The model's answers through the batcher; its refusals as 422, failures as 500."""
+        """The model's answers through the batcher; its refusals as 422, failures as 500
+        (the batcher's own refusals, :class:`Late`, are 503s)."""
         result = await answer_unless_gone(request, queued)
         if isinstance(result, DecisionError):
             raise ApiError(422, result.msg, "unrepresentable", ["body", *result.loc])
@@ -464,6 +460,7 @@ def create_app(
         max_wait_ms=max_wait_ms,
         max_pending=limits.max_pending,
         deadline=lambda job: job[2].deadline,
+        clock=lambda: answering.clock(),  # the deadlines' clock (a test may replace it)
     )
     models = _model_list(decider, name, names, options.mode, path)
     service = _Service(decider, batcher, name, names, models, options, limits, deadline_s, api_key)
