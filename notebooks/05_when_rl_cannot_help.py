@@ -1,12 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
+#     formats: py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version,-jupytext.text_representation.format_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -48,11 +49,12 @@
 # same way. The interpretation is computed from the numbers.
 
 # %%
-# ruff: noqa: E402  (the two settings below must come before the imports)
+# ruff: noqa: E402  (the settings below must come before the imports)
 import os
 import warnings
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the notebook output
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' bars too
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 import tempfile
@@ -80,7 +82,7 @@ from rlcd_lab.reports import plots, report, results
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import METHOD_TABLE, launch_command, train
 
-pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
+pio.renderers.default = tutorial.plotly_renderer()  # JupyterLab's; none as a script
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()

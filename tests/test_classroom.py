@@ -3,7 +3,7 @@ a wrong one and says "not answered yet" for None, with the right answers derived
 independently (closed forms, plain numpy on the files), and no obvious guess passes any
 exercise; the notebooks' answer cells call
 them; ``write_student`` drops every solution cell and its notebooks run at ci scale;
-``make notebooks``' pairing and JupyterLab setting."""
+the JupyterLab setting and the install of ``make app``."""
 
 from __future__ import annotations
 
@@ -743,7 +743,7 @@ def test_command_line_and_makefile(tmp_path, capsys):
         text=True,
     )
     assert "-m rlcd_lab.classroom.student student --src notebooks --out elsewhere" in dry.stdout
-    assert "-m rlcd_lab.classroom.student notebooks --src notebooks" in dry.stdout
+    assert "-m rlcd_lab.classroom.student notebooks" in dry.stdout
     assert "/student/" in (REPO / ".gitignore").read_text().splitlines()
 
 
@@ -783,61 +783,42 @@ def test_student_notebook_runs_at_ci_scale(tmp_path, monkeypatch):
         assert "not answered yet" in line, line
 
 
-# ------------------------------------------------------------------- make notebooks
-def test_pair_notebooks_writes_only_the_ipynb(tmp_path):
-    for src in NOTEBOOKS.glob("0[16]_*.py"):
-        shutil.copy2(src, tmp_path / src.name)
-    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.py")}
-    written = student.pair_notebooks(tmp_path)
-    assert sorted(p.name for p in written) == sorted(n.replace(".py", ".ipynb") for n in before)
-    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.py")} == before
-    for p in written:
-        nb, src = jupytext.read(p), jupytext.read(p.with_suffix(".py"))
-        assert [c.source for c in nb.cells] == [c.source for c in src.cells]
-        assert nb.metadata["jupytext"]["formats"] == student.PAIRED_FORMATS
-    assert student.pair_notebooks(tmp_path) == []  # up to date: nothing rewritten
-    # an .ipynb with outputs, older than an edited .py: new cells in, old outputs kept
-    twin = written[0]
-    nb = jupytext.read(twin)
-    code = next(c for c in nb.cells if c.cell_type == "code")
-    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
-    jupytext.write(nb, twin)
-    py = twin.with_suffix(".py")
-    py.write_text(py.read_text() + "\n# %%\nprint('new cell')\n")
-    old = twin.stat().st_mtime - 10
-    os.utime(twin, (old, old))
-    assert student.pair_notebooks(tmp_path) == [twin]
-    nb = jupytext.read(twin)
-    assert nb.cells[-1].source == "print('new cell')"
-    assert any(o.get("text") == "kept\n" for c in nb.cells for o in c.get("outputs", []))
+# ------------------------------------------------------------------ JupyterLab
+def test_every_tutorial_is_one_file_of_the_python3_kernel():
+    """Each tutorial is its .py alone (no .ipynb twin to list beside it), and its header
+    names the kernel as the python3 kernelspec of ipykernel does: JupyterLab writes the
+    kernel's kernelspec into the notebook it opens, so another display name would mark
+    every freshly opened tutorial as modified."""
+    from jupyter_client.kernelspec import KernelSpecManager
 
-
-def test_jupyterlab_opens_what_make_notebooks_writes(tmp_path):
-    """Every tutorial and its .ipynb twin open through jupytext's contents manager (what
-    JupyterLab runs) even when the .ipynb is the newer file: it refuses a pair whose
-    .ipynb is newer unless the .py is exactly the text jupytext would write from it
-    (cell metadata in its order included)."""
-    from jupyter_server.services.contents.largefilemanager import LargeFileManager
-    from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
-
+    spec = KernelSpecManager().get_kernel_spec("python3")
     for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
-        shutil.copy2(src, tmp_path / src.name)
-    written = student.pair_notebooks(tmp_path)
-    assert len(written) == len(list(NOTEBOOKS.glob("[0-9][0-9]_*.py")))
-    for twin in written:  # saved later than its .py, past jupytext's 1 s margin
-        newer = twin.with_suffix(".py").stat().st_mtime + 10
-        os.utime(twin, (newer, newer))
-    lab = build_sync_jupytext_contents_manager_class(LargeFileManager)(root_dir=str(tmp_path))
-    for twin in written:
-        for name in (twin.name, twin.with_suffix(".py").name):
-            model = lab.get(name)
-            assert model["type"] == "notebook" and model["content"]["cells"], name
+        meta = jupytext.read(src).metadata
+        assert meta["jupytext"]["formats"] == "py:percent", src.name
+        assert meta["kernelspec"]["display_name"] == spec.display_name, src.name
+        assert meta["kernelspec"]["name"] == "python3", src.name
 
 
-def test_every_tutorial_is_paired_with_ipynb():
-    for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
-        formats = jupytext.read(src).metadata["jupytext"]["formats"]
-        assert formats == student.PAIRED_FORMATS, src.name
+def test_make_app_installs_no_grader_and_opens_tutorials_as_notebooks():
+    """The install step of ``make app`` (the .venv stamp) installs no grader and sets
+    JupyterLab's default viewer; ``make test`` installs the graders into .venv-graders
+    and runs their tests there."""
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    app = subprocess.run(
+        ["make", "-n", "-B", "app"], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    installs = [line for line in app.splitlines() if "pip install" in line]
+    assert installs and not any(
+        "graders" in line or "nbgrader" in line or "otter" in line for line in installs
+    ), installs
+    assert "-m rlcd_lab.classroom.student notebooks" in app
+    test = subprocess.run(
+        ["make", "-n", "-B", "test"], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    graders = [line for line in test.splitlines() if "nbgrader" in line]
+    assert graders and all(line.startswith(".venv-graders/bin/python") for line in graders)
+    assert ".venv-graders/bin/python -m pytest" in test and "test_classroom_graders.py" in test
 
 
 def test_lab_opens_python_files_as_notebooks(tmp_path, monkeypatch):
