@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -17,7 +16,6 @@ import sys
 from pathlib import Path
 
 import jupytext
-import nbformat
 import numpy as np
 import pandas as pd
 import pytest

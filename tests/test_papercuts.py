@@ -16,13 +16,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rlcd_lab.classroom import student, tutorial
+from rlcd_lab.classroom import tutorial
 from rlcd_lab.cli import _print_json, main
 from rlcd_lab.reports import plots
 from rlcd_lab.tasks import fetch as fetch_mod
@@ -31,7 +30,6 @@ from rlcd_lab.tasks.split import split_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-
 
 
 # ------------------------------------------------------------------ 1. make notebooks
