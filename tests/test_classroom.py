@@ -797,6 +797,46 @@ def test_every_tutorial_is_one_file_of_the_python3_kernel():
         assert meta["kernelspec"]["name"] == "python3", src.name
 
 
+def test_tutorials_open_with_what_the_kernel_reports_and_save_unchanged(tmp_path):
+    """JupyterLab writes the kernel's kernelspec and language_info into the notebook it
+    opens and marks it modified when they differ: the contents manager that make app
+    configures gives each tutorial exactly what a started python3 kernel reports, and
+    saving the notebook it opened writes the .py as it was."""
+    import asyncio
+
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import start_new_kernel
+
+    from rlcd_lab.classroom.jupyterlab import TutorialContentsManager
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        reply = kc.kernel_info(reply=True, timeout=60)["content"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
+        shutil.copy2(src, tmp_path / src.name)
+    shutil.copy2(REPO / "jupytext.toml", tmp_path / "jupytext.toml")
+    lab = TutorialContentsManager(root_dir=str(tmp_path))
+    for src in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py")):
+        model = asyncio.run(lab.get(src.name))
+        meta = model["content"]["metadata"]
+        assert meta["language_info"] == reply["language_info"], src.name
+        assert meta["kernelspec"] == {
+            "display_name": spec.display_name,
+            "language": spec.language,
+            "name": "python3",
+        }
+        asyncio.run(lab.save(model, src.name))
+        assert (tmp_path / src.name).read_text() == src.read_text(), src.name
+    config = json.loads(student.set_contents_manager(tmp_path / "etc").read_text())
+    path = config["ServerApp"]["contents_manager_class"]
+    module, name = path.rsplit(".", 1)
+    assert getattr(__import__(module, fromlist=[name]), name) is TutorialContentsManager
+
+
 def test_make_app_installs_no_grader_and_opens_tutorials_as_notebooks():
     """The install step of ``make app`` (the .venv stamp) installs no grader and sets
     JupyterLab's default viewer; ``make test`` installs the graders into .venv-graders

@@ -12,10 +12,11 @@ still prints them). This module gives an instructor four things:
   ``AssertionError`` for the graded test cells of the nbgrader and otter-grader
   assignments that ``make student`` also writes (``--format nbgrader|otter``, in
   :mod:`rlcd_lab.classroom.assignments`);
-* :func:`set_default_viewer` (run by the install step of ``make app`` and ``make test``,
-  and by ``make notebooks``): the JupyterLab setting of the virtual environment that
-  opens the ``.py`` tutorials as notebooks on a double click (one file per tutorial:
-  no ``.ipynb`` twin; saving in JupyterLab writes the ``.py``, without outputs).
+* :func:`set_default_viewer` and :func:`set_contents_manager` (run by the install step of
+  ``make app`` and ``make test``, and by ``make notebooks``): the JupyterLab settings of
+  the virtual environment that open the ``.py`` tutorials as notebooks on a double click,
+  unmodified (one file per tutorial: no ``.ipynb`` twin; saving in JupyterLab writes the
+  ``.py``, without outputs).
 
 The checks, :class:`Feedback` and :func:`assert_correct` live in :mod:`rlcd_lab.classroom.exercises`
 (with :func:`is_solution` and :data:`NOTEBOOK_GLOB`, which the grader assignments read
@@ -120,6 +121,23 @@ def set_default_viewer(
     return path
 
 
+def set_contents_manager(config_dir: str | Path | None = None) -> Path:
+    """Make JupyterLab's server use :class:`rlcd_lab.classroom.jupyterlab.TutorialContentsManager`
+    (jupytext's contents manager, whose tutorials open unmodified), by setting
+    ``ServerApp.contents_manager_class`` in ``<config_dir>/jupyter_server_config.json``
+    (other settings in that file are kept); ``config_dir`` defaults to
+    ``<sys.prefix>/etc/jupyter``, as for :func:`set_default_viewer`. jupytext's server
+    extension keeps a contents manager that already is jupytext's. Returns the file."""
+    base = Path(sys.prefix) / "etc" / "jupyter" if config_dir is None else Path(config_dir)
+    path = base / "jupyter_server_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    manager = "rlcd_lab.classroom.jupyterlab.TutorialContentsManager"
+    config.setdefault("ServerApp", {})["contents_manager_class"] = manager
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
 # ---------------------------------------------------------------------- command line
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rlcd_lab.classroom.student student|notebooks``: the Makefile's ``make student``
@@ -162,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "student":
         paths = write_student(args.src, args.out, tuple(args.formats.split(",")))
     else:
-        paths = [set_default_viewer(args.config_dir)]
+        paths = [set_default_viewer(args.config_dir), set_contents_manager(args.config_dir)]
     sys.stdout.write("".join(f"{p}\n" for p in paths))
     return 0
 
