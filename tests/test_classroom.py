@@ -182,9 +182,10 @@ def test_kl_price():
 
 # ------------------------------------------------------------------------- notebook 3
 def rms_ratio(log: list[dict]) -> float:
-    """RMS of the logged score-function norms over RMS of the pathwise ones, on the rows
-    that log both."""
+    """RMS of the logged score-function norms over RMS of the pathwise ones, on the last
+    half of the rows that log both (the middle one of an odd count included)."""
     both = [r for r in log if "grad_pathwise" in r and "grad_score_function" in r]
+    both = both[len(both) // 2 :]
     sf = np.array([r["grad_score_function"] for r in both], float)
     pw = np.array([r["grad_pathwise"] for r in both], float)
     return float(np.sqrt(np.mean(sf**2)) / np.sqrt(np.mean(pw**2)))
@@ -195,14 +196,18 @@ def test_stage1_weight(tmp_path):
         {"step": 0, "grad_pathwise": 0.1, "grad_score_function": 3.0},
         {"step": 1},
         {"step": 2, "grad_pathwise": 0.2, "grad_score_function": 1.0},
+        {"step": 3, "grad_pathwise": 0.4, "grad_score_function": 1.0},
     ]
-    ratio = math.sqrt((9 + 1) / 2) / math.sqrt((0.01 + 0.04) / 2)  # = sqrt(200) = 14.14
+    # the last half of the three logged steps: steps 2 and 3
+    ratio = math.sqrt((1 + 1) / 2) / math.sqrt((0.04 + 0.16) / 2)  # = sqrt(10) = 3.16
     assert math.isclose(rms_ratio(log), ratio)
     run = write_run(tmp_path / "calibrate", {"sf_weight": 0.0}, log)
     right(exercises.check_stage1_weight(0, ratio, run))
     right(exercises.check_stage1_weight(0.0, round(ratio, 2), run))
     wrong(exercises.check_stage1_weight(1.0, ratio, run))
     wrong(exercises.check_stage1_weight(0, 3.0 / 0.1, run))  # the first step's ratio
+    everything = math.sqrt((9 + 1 + 1) / 3) / math.sqrt((0.01 + 0.04 + 0.16) / 3)
+    wrong(exercises.check_stage1_weight(0, everything, run))  # every step: section 2's
     wrong(exercises.check_stage1_weight(0, 0, run))
     unanswered(exercises.check_stage1_weight(None, ratio, run))
     bare = write_run(tmp_path / "bare", {"sf_weight": 0.0}, [{"step": 0}])

@@ -11,12 +11,13 @@ cascade's accuracy identity, the shipped metrics). The executed notebook is unde
 (figures as plotly JSON, plotly.js from JupyterLab's extension) and shows no progress bar.
 
 No leak: every number a student can read in the student copy's outputs (printed text,
-tables, figure legends, titles and hover text, not the figures' data arrays) and in the
-documentation (``README.md``, ``docs/``) is tried as each answer of each exercise in turn,
-the other answers kept right, by the exercise's own check, in the kernel that holds the
-notebook's runs: no number may pass. The right answers are those the solution cells gave
-the checks (recorded as they ran); an answer the checks accept within a tolerance counts,
-so a rounded copy in a legend is a leak too.
+tables, figure legends and titles, not the figures' data) and in the classroom's
+documentation (``README.md``, ``docs/notebooks.md``, ``docs/instructors.md``) is tried
+as each answer of each exercise in turn, the other answers kept right, by the exercise's
+own check, in the kernel that holds the notebook's runs. A number leaks an answer when it
+is that answer rounded to the digits it is written with (at least two significant ones)
+and the check accepts it. The right answers are those the solution cells gave the checks
+(recorded as they ran), so nothing here repeats them.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ def numbers(text: str, where: str) -> dict[tuple[float, int], str]:
             continue
         if len(written.lstrip("+-0.").replace(".", "")) < 2:
             continue  # one significant digit (0.4, 3): settings and grids, not answers
+        if text[: m.start()].rstrip().endswith("±"):
+            continue  # a spread (standard error), not a value
         decimals = len(written.split(".")[1]) if "." in written else 0
         context = f"{where}: {text[max(0, m.start() - 40) : m.end() + 20]!r}"
         found.setdefault((value, decimals), context)
@@ -107,11 +110,12 @@ def numbers(text: str, where: str) -> dict[tuple[float, int], str]:
 
 def figure_text(fig: dict) -> str:
     """The text a reader sees on a plotly figure (JSON): every string in it (trace names,
-    legend, titles, annotations, hover text and templates), not its numeric data."""
+    legend, titles, annotations, hover templates), not its data (numbers, or per-point
+    text such as hover labels, one string per point)."""
     if isinstance(fig, dict):
         return " ".join(figure_text(v) for v in fig.values())
-    if isinstance(fig, list):
-        return " ".join(figure_text(v) for v in fig)
+    if isinstance(fig, list):  # a list of strings is per-point text: data, not a label
+        return " ".join(figure_text(v) for v in fig if not isinstance(v, str))
     return fig if isinstance(fig, str) else ""
 
 
@@ -215,9 +219,12 @@ def leak_probe(records, answers, shown, trivial):
 
 
 def documentation_numbers() -> dict[tuple[float, int], str]:
-    """Every number in what a student reads besides the notebooks: README and docs."""
+    """Every number in what a student reads about the tutorials besides the notebooks: the
+    README and the classroom's docs (the other docs' tables of shipped results, thousands
+    of three-digit numbers, are data like the notebooks' figures)."""
     found = {}
-    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+    docs = REPO / "docs"
+    for path in [REPO / "README.md", docs / "notebooks.md", docs / "instructors.md"]:
         for key, where in numbers(path.read_text(), str(path.relative_to(REPO))).items():
             found.setdefault(key, where)
     return found
