@@ -206,7 +206,8 @@ for name, r in trained.items():
         row[f"JSD mixture of {m_eval}"] = metrics.mean_jsd(mix, q)
         u = torch.tensor([r["readouts"] for r in mrows], dtype=torch.float64)  # (N, M, K)
         d = variance_decomposition(u, torch.tensor(q))  # Proposition 1, per item
-        row["var u across rationales"] = float(d["diversity"].mean())
+        if name == "mixture":  # the per-rationale run's is exercise 2's answer
+            row["var u across rationales"] = float(d["diversity"].mean())
         row["example rationale"] = mrows[0]["rationales"][0]
     quality.append(row)
 quality = pd.DataFrame(quality).set_index("model")
@@ -269,7 +270,7 @@ if runs:
             )
         )
     mix = quality.loc["mixture"]
-    var_u = mix["var u across rationales"]
+    var_u_mixture = var_u = mix["var u across rationales"]
     random_rationales = var_u > 0.01 and mix[f"JSD mixture of {m_eval}"] < 0.9 * mix["JSD single"]
     print(
         f"Claim 2 (the mixture objective makes the rationales random and one rationale badly "
@@ -441,11 +442,13 @@ if SCALE == "default":
     cfg = replace(METHOD_TABLE["mixture"].config, **COMMON, lam=0.5, out=OUT / "lam0.5")
     s = results.load_run(train(cfg)).row
     print(f"exercise 1: lam 0.5: single-query JSD {s['jsd']:.3f} bits (TS {s['ts_jsd']:.3f})")
-# Solution 2: the column 'var u across rationales' above is exactly that term, averaged
-# over test items (rlcd_lab.decomposition.variance_decomposition gives it per item).
-print(
-    "exercise 2:", quality.get("var u across rationales", pd.Series(dtype=float)).round(4).to_dict()
-)
+# Solution 2: the term per item is rlcd_lab.decomposition.variance_decomposition's
+# 'diversity' of the item's (M, K) readouts; its mean over the test items of `mrows`, the
+# per-rationale run's, is what the table's 'var u across rationales' gives for the mixture.
+if runs:
+    u = torch.tensor([r["readouts"] for r in mrows], dtype=torch.float64)
+    var_u = float(variance_decomposition(u, torch.tensor(q))["diversity"].mean())
+    print(f"exercise 2: per-rationale {var_u:.4f}; mixture (table) {var_u_mixture:.4f}")
 # Solution 3: Y is drawn from the urn independently of anything the model can compute:
 # q(x) is already known from the prompt. Reasoning helps when q(x) is spread only from the
 # model's point of view (epistemic), e.g. verify before computing the sum.
@@ -453,7 +456,6 @@ print(
 # The checks of the answer cell agree with these solutions:
 feedback = [exercises.check_urn_forecast([3 / 6, 1 / 6, 2 / 6], "urn 3a1b2c?")]
 if runs:
-    var_u = quality.loc["per-rationale", "var u across rationales"]
     feedback.append(exercises.check_diversity_term(mrows, var_u))
 if SCALE == "default":
     feedback.append(exercises.check_lambda_run(OUT / "lam0.5", s["jsd"], lam=0.5))

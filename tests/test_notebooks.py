@@ -100,6 +100,8 @@ def numbers(text: str, where: str) -> dict[tuple[float, int], str]:
             continue  # one significant digit (0.4, 3): settings and grids, not answers
         if text[: m.start()].rstrip().endswith("±"):
             continue  # a spread (standard error), not a value
+        if value in TRIVIAL:
+            continue  # a guess anyone makes ("p=1.00"), no leak (tests/test_classroom.py)
         decimals = len(written.split(".")[1]) if "." in written else 0
         context = f"{where}: {text[max(0, m.start() - 40) : m.end() + 20]!r}"
         found.setdefault((value, decimals), context)
