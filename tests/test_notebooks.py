@@ -15,8 +15,9 @@ tables, figure legends and titles, not the figures' data) and in the classroom's
 documentation (``README.md``, ``docs/notebooks.md``, ``docs/instructors.md``) is tried
 as each answer of each exercise in turn, the other answers kept right, by the exercise's
 own check, in the kernel that holds the notebook's runs. A number leaks an answer when it
-is that answer rounded to the digits it is written with (at least two significant ones)
-and the check accepts it. The right answers are those the solution cells gave the checks
+is that answer rounded to the digits it is written with and the check accepts it; round
+values (one significant digit: grids, settings), the obvious guesses and spreads after
+``±`` are not counted. The right answers are those the solution cells gave the checks
 (recorded as they ran), so nothing here repeats them.
 """
 
@@ -96,17 +97,15 @@ def numbers(text: str, where: str) -> dict[tuple[float, int], str]:
         value = float(written)
         if not math.isfinite(value) or "e" in written.lower():
             continue
-        if len(written.lstrip("+-0.").replace(".", "")) < 2:
-            continue  # one significant digit (0.4, 3): settings and grids, not answers
         if text[: m.start()].rstrip().endswith("±"):
             continue  # a spread (standard error), not a value
-        if value in TRIVIAL:
-            continue  # a guess anyone makes ("p=1.00"), no leak (tests/test_classroom.py)
         decimals = len(written.split(".")[1]) if "." in written else 0
         context = f"{where}: {text[max(0, m.start() - 40) : m.end() + 20]!r}"
-        found.setdefault((value, decimals), context)
-        if m.group(1):
-            found.setdefault((value / 100, decimals + 2), context)
+        pairs = [(value, decimals)] + ([(value / 100, decimals + 2)] if m.group(1) else [])
+        for x, digits in pairs:
+            if x in TRIVIAL or len(f"{x:g}".lstrip("-0.").replace(".", "").rstrip("0")) < 2:
+                continue  # a guess anyone makes ("p=1.00"), a round value ("0.100", "10%")
+            found.setdefault((x, digits), context)
     return found
 
 
@@ -281,14 +280,7 @@ def executed(request, tmp_path_factory) -> tuple[nbformat.NotebookNode, list]:
     return nb, leaks
 
 
-KNOWN_LEAKS = {
-    "01_proper_scores_and_proposition1": "section 2's table of expected scores on a grid "
-    "prints 0.240, 0.231, 0.127 and 0.400 (grid values equal to the answers)",
-    "03_gradient_dilution": "3.1: the honesty text prints the RMS ratio ('4.0x'); 3.2: "
-    "Table 'Brier (TS)' rows give the spread's digits",
-    "04_calibrate_then_reinforce": "4.1: the risk-coverage legend 'GRPO+TS (AURC=0.0846)'; "
-    "4.2: Table 1 shows a Cov@5% standard error equal to Cov@2%",
-}
+KNOWN_LEAKS: dict[str, str] = {}
 """Student copies that still show an answer (what the leak test finds today): strict
 xfail, so the test fails once one is fixed and its entry must go."""
 
