@@ -42,7 +42,7 @@ $(GRADERS): $(STAMP)
 	$(PY) -m venv .venv-graders
 	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
 	    > $$($(GPY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/rlcd-lab-venv.pth
-	$(GPY) -m pip install -q -c .venv/constraints.txt nbgrader==0.9.6 otter-grader==7.0.0
+	$(GPY) -m pip install -q -c .venv/constraints.txt -e '.[graders]'  # only what .venv lacks
 	touch $(GRADERS)
 
 app: $(STAMP)
