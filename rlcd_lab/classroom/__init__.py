@@ -1,4 +1,5 @@
 """The classroom: the tutorials' helpers (``tutorial``), one check per exercise
-(``exercises``: the notebooks call ``exercises.check_...``), student copies and notebook
-pairing (``student``: ``python -m rlcd_lab.classroom.student``) and grader assignments
+(``exercises``: the notebooks call ``exercises.check_...``), student copies and the
+JupyterLab settings (``student``: ``python -m rlcd_lab.classroom.student``), JupyterLab's
+contents manager for the tutorials (``jupyterlab``) and grader assignments
 (``assignments``)."""

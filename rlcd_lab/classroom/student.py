@@ -1,4 +1,4 @@
-"""Classroom mode for the tutorial notebooks: student copies, answer checks, notebook pairing.
+"""Classroom mode for the tutorial notebooks: student copies, answer checks, the JupyterLab setting.
 
 The notebooks (``notebooks/NN_*.py``, jupytext percent format) end with exercises, an
 answer cell and solution cells tagged ``solution`` (hidden in JupyterLab, but "Run All"
@@ -12,9 +12,11 @@ still prints them). This module gives an instructor four things:
   ``AssertionError`` for the graded test cells of the nbgrader and otter-grader
   assignments that ``make student`` also writes (``--format nbgrader|otter``, in
   :mod:`rlcd_lab.classroom.assignments`);
-* :func:`pair_notebooks` and :func:`set_default_viewer` (``make notebooks``): ``.ipynb``
-  twins of the ``.py`` files (paired: JupyterLab saves both), and a JupyterLab setting
-  that opens the ``.py`` tutorials as notebooks on a double click.
+* :func:`set_default_viewer` and :func:`set_contents_manager` (run by the install step of
+  ``make app`` and ``make test``, and by ``make notebooks``): the JupyterLab settings of
+  the virtual environment that open the ``.py`` tutorials as notebooks on a double click,
+  unmodified (one file per tutorial: no ``.ipynb`` twin; saving in JupyterLab writes the
+  ``.py``, without outputs).
 
 The checks, :class:`Feedback` and :func:`assert_correct` live in :mod:`rlcd_lab.classroom.exercises`
 (with :func:`is_solution` and :data:`NOTEBOOK_GLOB`, which the grader assignments read
@@ -29,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,9 +41,6 @@ from rlcd_lab.classroom.exercises import (
     is_solution,
 )
 
-PAIRED_FORMATS = "ipynb,py:percent"
-"""The jupytext pairing of the tutorials: the ``.py`` file is the source under git, the
-``.ipynb`` (git-ignored) what JupyterLab shows and keeps outputs in."""
 JUPYTEXT_VIEWER = "Jupytext Notebook"
 """JupyterLab's name for jupytext's notebook view of a text file (jupytext >= 1.16)."""
 
@@ -97,46 +95,7 @@ def write_student(
     return sorted(written)
 
 
-# ---------------------------------------------------------------------- make notebooks
-def pair_notebooks(src_dir: str | Path = "notebooks") -> list[Path]:
-    """Write the ``.ipynb`` twin of every tutorial in ``src_dir`` that lacks an up-to-date
-    one; the ``.py`` sources are never written.
-
-    Each ``NN_*.py`` header pairs it as :data:`PAIRED_FORMATS`, so once JupyterLab (with
-    jupytext) opens either file, saving writes both. Here: a missing ``.ipynb`` is created
-    from the ``.py``; one older than its ``.py`` (e.g. after a ``git pull``) gets the
-    ``.py``'s cells and keeps the outputs of the cells that did not change (``jupytext
-    --update``); one newer than its ``.py`` is left alone (it holds the latest edits).
-
-    A written ``.ipynb`` gets its ``.py``'s modification time (``jupytext
-    --use-source-timestamp``). JupyterLab's jupytext contents manager refuses to open a
-    pair whose ``.ipynb`` is more than ``outdated_text_notebook_margin`` (1 s) newer than
-    its ``.py`` unless both give exactly the same text (cell metadata order included); at
-    the ``.py``'s time the ``.py`` is the input, as after a save from Lab.
-    Returns the ``.ipynb`` paths written. Raises ``ValueError`` for a tutorial whose header
-    does not pair it with ``.ipynb``.
-    """
-    import jupytext
-    from jupytext.combine import combine_inputs_with_outputs
-
-    written = []
-    for path in sorted(Path(src_dir).glob(NOTEBOOK_GLOB)):
-        nb = jupytext.read(path)
-        formats = nb.metadata.get("jupytext", {}).get("formats", "")
-        if "ipynb" not in formats.split(","):
-            raise ValueError(f"{path}: its header pairs formats {formats!r}, not {PAIRED_FORMATS}")
-        twin = path.with_suffix(".ipynb")
-        if twin.exists():
-            if twin.stat().st_mtime >= path.stat().st_mtime:
-                continue
-            nb = combine_inputs_with_outputs(nb, jupytext.read(twin), fmt="py:percent")
-        jupytext.write(nb, twin)
-        src = path.stat()
-        os.utime(twin, ns=(src.st_atime_ns, src.st_mtime_ns))
-        written.append(twin)
-    return written
-
-
+# ------------------------------------------------------------ JupyterLab
 def set_default_viewer(
     config_dir: str | Path | None = None, doctypes: Sequence[str] = ("python",)
 ) -> Path:
@@ -160,6 +119,23 @@ def set_default_viewer(
         viewers.setdefault(doctype, JUPYTEXT_VIEWER)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2) + "\n")
+    return path
+
+
+def set_contents_manager(config_dir: str | Path | None = None) -> Path:
+    """Make JupyterLab's server use :class:`rlcd_lab.classroom.jupyterlab.TutorialContentsManager`
+    (jupytext's contents manager, whose tutorials open unmodified), by setting
+    ``ServerApp.contents_manager_class`` in ``<config_dir>/jupyter_server_config.json``
+    (other settings in that file are kept); ``config_dir`` defaults to
+    ``<sys.prefix>/etc/jupyter``, as for :func:`set_default_viewer`. jupytext's server
+    extension keeps a contents manager that already is jupytext's. Returns the file."""
+    base = Path(sys.prefix) / "etc" / "jupyter" if config_dir is None else Path(config_dir)
+    path = base / "jupyter_server_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    manager = "rlcd_lab.classroom.jupyterlab.TutorialContentsManager"
+    config.setdefault("ServerApp", {})["contents_manager_class"] = manager
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2) + "\n")
     return path
 
 
@@ -191,9 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     student.add_argument(
         "--points", type=float, default=1.0, help="points per exercise (nbgrader, otter)"
     )
-    pair = sub.add_parser("notebooks", help="pair .ipynb twins; open .py as notebooks in Lab")
-    pair.add_argument("--src", default="notebooks", help="the tutorials' directory")
-    pair.add_argument(
+    lab = sub.add_parser("notebooks", help="make this venv's JupyterLab open .py as notebooks")
+    lab.add_argument(
         "--config-dir", default=None, help="Jupyter config dir (default: <sys.prefix>/etc/jupyter)"
     )
     args = parser.parse_args(argv)
@@ -208,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "student":
         paths = write_student(args.src, args.out, tuple(args.formats.split(",")))
     else:
-        paths = [*pair_notebooks(args.src), set_default_viewer(args.config_dir)]
+        paths = [set_default_viewer(args.config_dir), set_contents_manager(args.config_dir)]
     sys.stdout.write("".join(f"{p}\n" for p in paths))
     return 0
 

@@ -46,9 +46,11 @@ def get_scale(env: Mapping[str, str] | None = None, var: str = "RLCD_SCALE") -> 
 
 
 # ---------------------------------------------------------------------------- display
-NOTEBOOK_RENDERER = "plotly_mimetype+notebook"
-"""Plotly's renderer in Jupyter: figures embedded in the notebook, plotly.js included
-(works offline)."""
+NOTEBOOK_RENDERER = "plotly_mimetype"
+"""Plotly's renderer in Jupyter: each figure as its JSON (``application/vnd.plotly.v1+json``),
+drawn by the plotly.js of JupyterLab's ``jupyterlab-plotly`` extension (shipped with
+plotly, loaded once per session, offline); no figure embeds plotly.js, so an executed
+notebook stays small."""
 
 
 def in_jupyter_kernel() -> bool:

@@ -335,12 +335,14 @@ def _model_risk_traces(
     with_oracle: bool,
     cov_style: str,
     max_points: int | None,
+    aurc_in_name: bool = True,
 ) -> tuple[list[dict], float]:
     """The traces of the ``i``-th model of :func:`risk_coverage_figure` and its Cov@eps.
 
     ``conf (N,)``, ``correct (N,)``. Traces (plain dicts, in order): the risk-coverage
-    curve (AURC in its name and ``meta``), the oracle curve when ``with_oracle``, and with
-    ``cov_style="lines"`` the dashed vertical line at ``x = Cov@eps``; all in the model's
+    curve (AURC in its ``meta``, and in its name with ``aurc_in_name``), the oracle curve
+    when ``with_oracle``, and with ``cov_style="lines"`` the dashed vertical line at
+    ``x = Cov@eps``; all in the model's
     colour and ``legendgroup``, thinned to ``max_points`` (metrics use every item)."""
     cov, risk = metrics.risk_coverage_curve(conf, correct)
     idx = _thin(cov.size, max_points)
@@ -352,7 +354,7 @@ def _model_risk_traces(
             cov,
             risk,
             idx,
-            name=f"{name} (AURC={area:.4f})",
+            name=f"{name} (AURC={area:.4f})" if aurc_in_name else name,
             legendgroup=name,
             line={"color": color},
             meta={"model": name, "aurc": area, "cov_at_eps": cov_eps},
@@ -456,13 +458,15 @@ def risk_coverage_figure(
     marks: Mapping[str, tuple[float, float]] | None = None,
     mark_label: str = "threshold",
     cov_style: Literal["lines", "markers"] = "lines",
+    aurc_in_name: bool = True,
 ) -> go.Figure:
     """Risk-coverage curves of several models on one figure.
 
     ``models`` maps a name to ``(confidence (N,), correct (N,))``. For each model, in
     order, the traces are:
 
-    * the curve, named ``"{name} (AURC=0.0123)"``, with
+    * the curve, named ``"{name} (AURC=0.0123)"`` (``"{name}"`` when not
+      ``aurc_in_name``, e.g. where the AURC is an exercise's answer), with
       ``meta = {"model", "aurc", "cov_at_eps"}`` holding the exact values of
       :func:`rlcd_lab.metrics.aurc` and :func:`rlcd_lab.metrics.coverage_at_risk`;
     * its oracle curve (:func:`rlcd_lab.metrics.oracle_risk_coverage_curve`), named
@@ -495,7 +499,7 @@ def risk_coverage_figure(
     for i, (name, (conf, correct)) in enumerate(models.items()):
         with_oracle = oracle == "each" or (oracle == "first" and i == 0)
         model_traces, covs[name] = _model_risk_traces(
-            i, name, conf, correct, eps, with_oracle, cov_style, max_points
+            i, name, conf, correct, eps, with_oracle, cov_style, max_points, aurc_in_name
         )
         traces += model_traces
     if cov_style == "markers" and covs:

@@ -392,14 +392,17 @@ class Session:
 
     def steps(self, desc: str):
         """The steps still to run, with a progress bar on the main process (a resumed run's
-        bar starts at its ``start_step``, not at 0)."""
+        bar starts at its ``start_step``, not at 0). ``disable`` is passed only to hide the
+        other processes' bars: an explicit ``disable`` overrides tqdm's ``TQDM_DISABLE``
+        environment variable, which the notebooks set."""
+        hide = {} if self.main else {"disable": True}
         return trange(
             self.start_step,
             self.cfg.steps,
             desc=desc,
             initial=self.start_step,
             total=self.cfg.steps,
-            disable=not self.main,
+            **hide,
         )
 
     def micro_batches(self, step: int) -> Iterator[Batch]:
