@@ -35,7 +35,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,12 +49,14 @@ from rlcd_lab.math.verdicts import (
     temperature_verdict,
     verdict,
 )
+from rlcd_lab.reports import posthoc
 from rlcd_lab.reports.mechanism import mechanism_table
 from rlcd_lab.reports.pages import PLOTLY_JS, html_page, write_plotlyjs, write_pngs
 from rlcd_lab.reports.results import (
     FORKS,
     MATCHED,
     METRICS,
+    N_BOOT,
     N_CLAIM,
     NO_KL,
     RLCD,
@@ -89,16 +91,20 @@ ORDER = tuple(LABELS)
 
 def label(run: str) -> str:
     """Display name of a run (``grpo-matched`` -> ``GRPO+TS (matched budget)``)."""
-    if run.endswith(MATCHED):
+    if run.endswith(MATCHED) and "+" not in run:
         return f"{label(run[: -len(MATCHED)])} (matched budget)"
     if run.startswith(SWEEP_PREFIX):
         return f"{LABELS[SWEEP_PREFIX]} {run[len(SWEEP_PREFIX) :]}"
+    base, _, name = run.partition("+")
+    if name in posthoc.BY_NAME:  # a post-hoc calibrator on a run: grpo-matched+logistic
+        return f"{label(base)} + {posthoc.BY_NAME[name].label}"
     return LABELS.get(run, run)
 
 
 def _ordered(runs: Mapping) -> list[str]:
+    """Runs in table order; a post-hoc calibrator right after the run it recalibrates."""
     key = {n: i for i, n in enumerate(ORDER)}
-    return sorted(runs, key=lambda r: (key.get(r.removesuffix(MATCHED), len(key)), r))
+    return sorted(runs, key=lambda r: (key.get(r.split("+")[0].removesuffix(MATCHED), len(key)), r))
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,6 +162,24 @@ def _sign(direction: int) -> str:
     return {+1: "higher", -1: "lower", 0: "no difference"}[direction]
 
 
+BEST_CALIBRATOR = "reinforce - grpo+best"
+"""The pair of the claims :func:`claims` adds: RLCD against GRPO recalibrated by the
+post-hoc calibrator best on dev (:func:`rlcd_lab.reports.posthoc.best_pair`)."""
+
+
+def claims(kind: str) -> list[paper.Claim]:
+    """The paper's claims for ``kind`` (:data:`rlcd_lab.math.paper.CLAIMS`), then each of
+    its ranking claims against GRPO+TS (AURC, Cov@eps) again against GRPO with its best
+    dev-fitted post-hoc calibrator (the paper's effect kept: the claim a skeptic checks)."""
+    own = list(paper.CLAIMS[kind])
+    extra = [
+        replace(c, pair=BEST_CALIBRATOR, paper=f"{c.paper}, against GRPO+TS")
+        for c in own
+        if c.pair == "reinforce - grpo" and c.metric in ("aurc", "cov_at_eps")
+    ]
+    return own + extra
+
+
 def _comparisons(
     summary: Mapping, claim: paper.Claim
 ) -> list[tuple[str, str, tuple[str, str] | None, Mapping | None]]:
@@ -177,6 +201,13 @@ def _comparisons(
         if claim.metric == "T":
             return [(row, row, None, diff and _seed_interval(diff, len(summary["seeds"])))]
         return [(row, row, ("forks", fork), diff)]
+    if claim.pair == BEST_CALIBRATOR:
+        key = posthoc.best_pair(summary)
+        row = f"RLCD vs GRPO+TS + best dev-fitted calibrator: {metric}"
+        if key is None:
+            return []
+        name = f"RLCD vs {label(key.split(' - ')[1])}: {metric}"
+        return [(row, name, ("paired", key), summary["paired"].get(key, {}).get(claim.metric))]
     a, b = claim.pair.split(" - ")
     row = f"{'RLCD' if a == RLCD else label(a)} vs {label(b)}: {metric}"
     a, b = (r + MATCHED if r + MATCHED in summary["runs"] else r for r in (a, b))
@@ -200,7 +231,7 @@ def stabilize(summary: dict, loaded: Mapping[str, Sequence[RunResult]], n: int =
     :data:`rlcd_lab.reports.results.RNG_SEEDS` (:func:`rlcd_lab.reports.results.rerun`;
     the first seed's numbers are shown), so that :func:`judge` can mark a verdict that
     depends on the draw. Returns ``summary``, changed in place."""
-    for claim in paper.CLAIMS[summary_kind(summary)]:
+    for claim in claims(summary_kind(summary)):
         for _, _, where, diff in _comparisons(summary, claim):
             if where is not None and diff is not None:
                 a, b = _runs_of(where)
@@ -231,12 +262,21 @@ def judge(summary: Mapping) -> list[Judged]:
     missing from ``summary`` are left out."""
     k = summary_kind(summary)
     out = []
-    for claim in paper.CLAIMS[k]:
+    held = {}
+    for claim in claims(k):
         for row, name, _, diff in _comparisons(summary, claim):
             if diff is None:
                 continue
             others = [verdict(r, claim.direction, claim.effect) for r in diff.get("reruns", ())]
             v = borderline(verdict(diff, claim.direction, claim.effect), others)
+            if claim.pair == "reinforce - grpo":
+                held[claim.metric] = v.startswith("reproduces")
+            if (
+                claim.pair == BEST_CALIBRATOR
+                and held.get(claim.metric)
+                and not v.startswith("reproduces")
+            ):
+                v = f"gap closed by the calibrator: {v}"
             ours = fmt_diff(diff) + (f"; {fmt_seeds(diff)}" if "seeds" in diff else "")
             out.append(Judged(claim, f"{row}, {_sign(claim.direction)}", name, ours, v, diff))
     t_claim = paper.TEMPERATURE.get(k)
@@ -670,6 +710,10 @@ def write_report(
         for s in seeds
         for p in sorted(rundir.seed_dir(root, s).glob(f"*/{rundir.CONFIG}"))
     }
+    task_name = summary.get("task") or next(
+        (c["task"] for c in summary["configs"].values() if "task" in c), ""
+    )
+    posthoc.add_posthoc(summary, loaded, task_name, eps, N_BOOT)
     stabilize(summary, loaded, n_claim)
     summary = rounded(summary)  # what the file holds is what the report shows
     atomic_write_text(root / rundir.SUMMARY, summary_json(summary))
