@@ -247,10 +247,10 @@ class GGUF:
 
 @dataclass(frozen=True)
 class Power:
-    """How many test items and training seeds detect a stated difference in a metric, from
-    pilot runs of two methods (``--a`` and ``--b``, one run folder per seed) or a summary.
+    """How many test items and training seeds detect a stated difference, from pilot runs.
 
-    Prints the pilot's difference, bootstrap standard error and minimal detectable effect
+    Pilot runs of two methods (``--a`` and ``--b``, one run folder per seed), or a
+    summary and a pair. Prints the pilot's difference, bootstrap standard error and minimal detectable effect
     (80% power), the test items that detect ``--delta`` at the pilot's seeds and the
     seeds a t test across seeds needs (``rlcd_lab.reports.power``)."""
 
