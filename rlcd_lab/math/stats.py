@@ -34,7 +34,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from rlcd_lab.metrics import ArrayLike, largest_covered, risk_curve_rows, to_numpy
+from rlcd_lab.metrics import TIE_TOL, ArrayLike, largest_covered, risk_curve_rows, to_numpy
 
 EXACT_MAX = 16
 """Sign-flip tests enumerate all ``2^N`` flips when ``N <= EXACT_MAX`` (65 536 at most)."""
@@ -183,6 +183,25 @@ def aurc_rows(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
     return risk_curve_rows(conf, 1.0 - correct)[0].mean(axis=1)
 
 
+def _aurc_grouped(counts: np.ndarray, errors: np.ndarray, n: int) -> np.ndarray:
+    """AURC of every row from its tie groups in ranked order (``counts (R, G)`` items and
+    ``errors (R, G)`` wrong answers per group, ``n`` items in all): the tie rule of
+    :func:`rlcd_lab.metrics.risk_curve_rows` summed in closed form. A group of ``c`` items
+    with ``e`` errors after ``a`` items holding ``E`` errors adds ``sum_{k=a+1}^{a+c} (E +
+    (k - a) e / c) / k = E (H_{a+c} - H_a) + (e / c) (c - a (H_{a+c} - H_a))`` (``H``
+    the harmonic numbers); the AURC is the total over ``n``."""
+    h = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, n + 1))])
+    end = np.cumsum(counts, axis=1).astype(np.int64)
+    start = end - counts.astype(np.int64)
+    before = np.cumsum(errors, axis=1) - errors
+    dh = h[end] - h[start]
+    share = np.where(counts > 0, errors / np.maximum(counts, 1), 0.0)
+    return (before * dh + share * (counts - start * dh)).sum(axis=1) / n
+
+
+aurc_rows.grouped = _aurc_grouped  # type: ignore[attr-defined]
+
+
 def cov_rows(eps: float, tol: float = 1e-12) -> CurveStat:
     """Cov@eps of every row (higher is better): :func:`rlcd_lab.metrics.coverage_at_risk`
     row by row (the largest ``k/N`` at a tie-group end whose top-k error rate is ``<= eps``)."""
@@ -190,7 +209,39 @@ def cov_rows(eps: float, tol: float = 1e-12) -> CurveStat:
     def stat(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
         return largest_covered(*risk_curve_rows(conf, 1.0 - correct), eps, tol)
 
+    def grouped(counts: np.ndarray, errors: np.ndarray, n: int) -> np.ndarray:
+        end = np.cumsum(counts, axis=1)
+        ok = (counts > 0) & (np.cumsum(errors, axis=1) / np.maximum(end, 1) <= eps + tol)
+        return np.where(ok, end, 0).max(axis=1) / n
+
+    stat.grouped = grouped  # type: ignore[attr-defined]
     return stat
+
+
+def _ranked_groups(conf: np.ndarray, tie_tol: float = TIE_TOL) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, starts)`` of confidences ``conf (M,)``: the descending stable order and
+    the first position of each tie group in it (neighbours within ``tie_tol``, chained)."""
+    order = np.argsort(-conf, kind="stable")
+    c = conf[order]
+    new = np.ones(c.size, dtype=bool)
+    new[1:] = c[:-1] - c[1:] > tie_tol
+    return order, np.flatnonzero(new)
+
+
+def _grouped_stat(
+    stat: CurveStat, weights: np.ndarray, conf: np.ndarray, wrong: np.ndarray, n: int
+) -> np.ndarray:
+    """``stat`` of every row of ``weights (R, M)`` (how many times each of the ``M``
+    entries ``conf``/``wrong`` is in the row's sample, ``n`` in all), without sorting each
+    row: the entries are ranked once and each row's tie groups are sums of its weights
+    (:func:`_aurc_grouped`; the groups are those of all ``M`` entries, which differ from a
+    row's own only where a chain of neighbours within the tie tolerance runs through an
+    entry the row leaves out)."""
+    order, starts = _ranked_groups(conf)
+    w = weights[:, order]
+    counts = np.add.reduceat(w, starts, axis=1)
+    errors = np.add.reduceat(w * wrong[order], starts, axis=1)
+    return stat.grouped(counts, errors, n)  # type: ignore[attr-defined]
 
 
 def _seed_curves(
@@ -248,10 +299,25 @@ def paired_bootstrap_curve(
     ca, ra, cb, rb = _seed_curves(conf_a, correct_a, conf_b, correct_b)
     a, b = float(stat(ca, ra).mean()), float(stat(cb, rb).mean())
     rng = np.random.default_rng(seed)
+    items = ca.shape[1]
     chunk = max(1, _CHUNK_ELEMS // ca.size)
     reps = []
     for start in range(0, n, chunk):
-        idx = rng.integers(0, ca.shape[1], size=(min(chunk, n - start), ca.shape[1]))
+        idx = rng.integers(0, items, size=(min(chunk, n - start), items))
+        if hasattr(stat, "grouped"):  # counts of each item per replicate, no sort per row
+            rows = idx + (np.arange(len(idx)) * items)[:, None]
+            w = np.bincount(rows.ravel(), minlength=idx.size).reshape(idx.shape).astype(float)
+            reps.append(
+                np.mean(
+                    [
+                        _grouped_stat(stat, w, ca[k], 1.0 - ra[k], items)
+                        - _grouped_stat(stat, w, cb[k], 1.0 - rb[k], items)
+                        for k in range(ca.shape[0])
+                    ],
+                    axis=0,
+                )
+            )
+            continue
         reps.append(_seed_mean_diff(stat, ca[:, idx], ra[:, idx], cb[:, idx], rb[:, idx]))
     reps = np.concatenate(reps)
     lo, hi = _percentile_ci(reps, level)
@@ -284,6 +350,18 @@ def sign_flip_test_curve(
     t_obs = float(_seed_mean_diff(stat, ca[:, None], ra[:, None], cb[:, None], rb[:, None])[0])
 
     def t_of(swap: np.ndarray) -> np.ndarray:  # swap (R, N) booleans, the same for each seed
+        if hasattr(stat, "grouped"):  # A' takes B's entry where swapped: weights on both
+            w = np.concatenate([~swap, swap], axis=1).astype(float)
+            out = []
+            for k in range(ca.shape[0]):
+                conf = np.concatenate([ca[k], cb[k]])
+                wrong = 1.0 - np.concatenate([ra[k], rb[k]])
+                n_items = ca.shape[1]
+                out.append(
+                    _grouped_stat(stat, w, conf, wrong, n_items)
+                    - _grouped_stat(stat, 1.0 - w, conf, wrong, n_items)
+                )
+            return np.mean(out, axis=0)
         w = swap[None]
         a2 = np.where(w, cb[:, None], ca[:, None]), np.where(w, rb[:, None], ra[:, None])
         b2 = np.where(w, ca[:, None], cb[:, None]), np.where(w, ra[:, None], rb[:, None])

@@ -82,7 +82,7 @@ MECHANISM_RUNS = (
 """The runs whose mechanism (:mod:`rlcd_lab.reports.mechanism`) a summary measures."""
 N_BOOT = 2000
 """Bootstrap replicates and Monte Carlo sign-flip patterns of every paired test."""
-N_CLAIM = 10000
+N_CLAIM = 4000
 """Replicates of a paired test a claim of the paper is judged on (:func:`rerun`)."""
 RNG_SEEDS = (0, 1, 2, 3, 4)
 """The bootstrap RNG seeds a claim's test is run under: the first gives the numbers shown,
