@@ -220,6 +220,14 @@ def test_power_from_the_rung_dumps_and_from_its_summary(capsys):
     assert pilot["mde"] == pytest.approx(Z * pilot["se"])
     assert out["items_needed"] == math.ceil(209 * (Z * pilot["se"] / 0.03) ** 2)
     assert S.items_needed(pilot["se"], 209, pilot["mde"] / 2) == pytest.approx(4 * 209, abs=1)
+    # docs/results.md's worked example prints these numbers
+    text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    diffs = ", ".join(f"{d:.4f}" for d in pilot["seed_diffs"])
+    assert (
+        f'"items": 209, "seeds": 3, "diff": {pilot["diff"]:.4f}, "se": {pilot["se"]:.4f}, '
+        f'"mde": {pilot["mde"]:.4f}, "seed_diffs": [{diffs}], "p_t": {pilot["p_t"]:.3f}, '
+        f'"items_needed": {out["items_needed"]}, "seeds_needed": {out["seeds_needed"]}' in text
+    )
     summary = json.loads((RUNG / "summary.json").read_text())
     plan = power.plan_from_summary(summary, "reinforce - grpo-matched", "aurc", -0.03)
     assert plan["pilot"]["seed_diffs"] == pytest.approx(pilot["seed_diffs"], abs=1e-9)
@@ -242,6 +250,20 @@ def test_power_user_errors_are_one_line(capsys, argv, match):
     assert err.value.code == 2
     line = capsys.readouterr().err.strip()
     assert line.startswith("rlcd-lab: error:") and match in line and "\n" not in line
+
+
+def test_the_seed_level_reading_of_verify_mixed_is_its_summarys():
+    """docs/results.md quotes verify-mixed's per-seed AURC differences (RLCD minus GRPO),
+    the item-level p and the t test across seeds as the summary holds them."""
+    text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    summary = json.loads((RESULTS / "verify-mixed" / "summary.json").read_text())
+    cell = summary["paired"]["reinforce - grpo-matched"]["aurc"]
+    d = cell["seeds"]["diffs"]
+    assert (
+        f"RLCD minus GRPO's AURC per seed is {d[0]:.3f}, {d[1]:.3f} and {d[2]:.3f}: the "
+        f"item-level p is {cell['p']:.2g}, across seeds t = {cell['seeds']['t']:.2f}, "
+        f"p = {cell['seeds']['p_t']:.2f}" in text
+    )
 
 
 def test_sign_flip_over_seeds_enumerates_every_pattern():

@@ -160,3 +160,27 @@ def test_shipped_summaries_hold_the_calibrators_and_the_headline_row(task):
         held = against_ts is not None and against_ts.verdict.startswith("reproduces")
         closed = held and not judged[r].verdict.startswith("reproduces")
         assert judged[r].verdict.startswith("gap closed by the calibrator") == closed, metric
+
+
+def test_the_readme_reads_the_calibrator_on_verify_mixed_as_its_summary_holds_it():
+    """The README's reading of the post-hoc baseline on `verify-mixed`: the AURC of GRPO
+    recalibrated by the best dev-fitted calibrator, RLCD's difference against it (not
+    significant: the gap closed) and the t test across seeds against GRPO+TS."""
+    readme = " ".join((RESULTS.parents[1] / "README.md").read_text(encoding="utf-8").split())
+    summary = json.loads((RESULTS / "verify-mixed" / "summary.json").read_text())
+    best = summary["posthoc"]["best"]
+    runs, paired = summary["runs"], summary["paired"]
+    cal_run = f"grpo-matched+{best}"
+    d = paired[f"reinforce - {cal_run}"]["aurc"]
+    assert d["ci_low"] < 0 < d["ci_high"]  # "not significant"
+    seeds = paired["reinforce - grpo-matched"]["aurc"]["seeds"]
+    assert seeds["p_t"] > 0.05
+    aurc = {r: runs[r]["aurc"]["mean"] for r in (cal_run, "grpo-matched", "reinforce")}
+    assert (
+        f"has AURC {aurc[cal_run]:.3f} (GRPO+TS "
+        f"{aurc['grpo-matched']:.3f}, RLCD {aurc['reinforce']:.3f}), "
+        f"and RLCD's edge over it is {d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}], "
+        f"not significant" in readme
+    )
+    assert f"(t test p = {seeds['p_t']:.2f})" in readme
+    assert best == "logistic" and "a logistic calibrator on its scaled margin" in readme
