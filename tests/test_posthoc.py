@@ -183,4 +183,4 @@ def test_the_readme_reads_the_calibrator_on_verify_mixed_as_its_summary_holds_it
         f"not significant" in readme
     )
     assert f"(t test p = {seeds['p_t']:.2f})" in readme
-    assert best == "logistic" and "a logistic calibrator on its scaled margin" in readme
+    assert best == "logistic" and "through a logistic calibrator on its scaled margin" in readme
