@@ -250,9 +250,9 @@ class Power:
     """How many test items and training seeds detect a stated difference, from pilot runs.
 
     Pilot runs of two methods (``--a`` and ``--b``, one run folder per seed), or a
-    summary and a pair. Prints the pilot's difference, bootstrap standard error and minimal detectable effect
-    (80% power), the test items that detect ``--delta`` at the pilot's seeds and the
-    seeds a t test across seeds needs (``rlcd_lab.reports.power``)."""
+    summary and a pair. Prints the pilot's difference, bootstrap standard error and
+    minimal detectable effect (80% power), the test items that detect ``--delta`` at the
+    pilot's seeds and the seeds a t test across seeds needs (``rlcd_lab.reports.power``)."""
 
     delta: float
     """The difference A - B to detect, in the metric's units (e.g. -0.03 AURC)."""

@@ -66,7 +66,7 @@ def _stated_row(answer: int, c: float, k: int = 2) -> dict:
     p = np.full(k, (1 - c32) / (k - 1))
     p[answer] = c32
     return {"label": 0, "stated_answer": answer, "stated_confidence": c32,
-            "logits": np.log(p).tolist()}  # fmt: skip
+            "logits": np.log(p).tolist(), "stated_logits": np.log(p).tolist()}  # fmt: skip
 
 
 def test_a_stated_confidence_is_read_at_the_rounding_its_text_carries():
@@ -78,8 +78,9 @@ def test_a_stated_confidence_is_read_at_the_rounding_its_text_carries():
     p = [metrics.softmax(np.array([results.row_logits(r)]))[0].max() for r in (a, b)]
     assert p[0] == pytest.approx(0.95, abs=1e-15)
     assert abs(p[0] - p[1]) <= metrics.TIE_TOL  # one tie group
-    # a readout row (no stated confidence) keeps its logits
+    # a readout row keeps its logits, with or without a stated confidence beside them
     assert results.row_logits({"logits": [0.1, 0.2]}) == [0.1, 0.2]
+    assert results.row_logits({**a, "logits": [0.1, 0.2]}) == [0.1, 0.2]
 
 
 # ----------------------------------------------------------------- across seeds, MDE

@@ -414,15 +414,16 @@ STATED_FLOOR = 1e-6
 
 
 def row_logits(row: Mapping) -> list[float]:
-    """An eval dump row's logits: ``row["logits"]``, except for a stated confidence
-    (RLCR's ``stated_answer`` and ``stated_confidence``), whose logits are rebuilt from the
+    """An eval dump row's logits: ``row["logits"]``, except where they are a stated
+    confidence (``stated_logits``, RLCR's ``stated_answer`` and ``stated_confidence``: the
+    ``rlcr-stated`` runs' dumps), whose logits are rebuilt from the
     number its text carried: the dump holds the float32 value (0.35 as 0.3499999940...),
     read back as the shortest decimal that rounds to it, so that equal stated confidences
     are equal, whichever answer they are stated on ("0.05 on B" and "0.95 on A" are one
     distribution over two options). The distribution is ``p(answer) = c`` and ``(1 - c) /
     (K - 1)`` on each other option; logits ``log max(p, STATED_FLOOR)``."""
-    if row.get("stated_confidence") is None or row.get("stated_answer") is None:
-        return row["logits"]
+    if row.get("stated_confidence") is None or row.get("stated_logits") != row["logits"]:
+        return row["logits"]  # a readout (an RLCR run's dump holds both; its logits are u's)
     c = float(str(np.float32(row["stated_confidence"])))
     k = len(row["logits"])
     p = np.full(k, (1 - c) / max(k - 1, 1))
