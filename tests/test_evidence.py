@@ -66,7 +66,7 @@ def _stated_row(answer: int, c: float, k: int = 2) -> dict:
     p = np.full(k, (1 - c32) / (k - 1))
     p[answer] = c32
     return {"label": 0, "stated_answer": answer, "stated_confidence": c32,
-            "logits": np.log(p).tolist(), "stated_logits": np.log(p).tolist()}  # fmt: skip
+            "logits": np.log(p).tolist()}  # fmt: skip
 
 
 def test_a_stated_confidence_is_read_at_the_rounding_its_text_carries():
@@ -81,6 +81,21 @@ def test_a_stated_confidence_is_read_at_the_rounding_its_text_carries():
     # a readout row keeps its logits, with or without a stated confidence beside them
     assert results.row_logits({"logits": [0.1, 0.2]}) == [0.1, 0.2]
     assert results.row_logits({**a, "logits": [0.1, 0.2]}) == [0.1, 0.2]
+
+
+def test_an_rlcr_readout_is_read_as_its_readout_not_its_stated_confidence():
+    """RLCR's dumps hold the stated confidence beside the readout: the readout run
+    (``rlcr-matched``) is read from its logits, the stated run from its stated ones."""
+    for name in ("rlcr-matched", "rlcr-stated-matched"):
+        run = RUNG / "seed-17" / name
+        rows = read_jsonl(rundir.eval_file(run, "test"))
+        loaded = results.load_run(run)
+        stated = name.endswith("stated-matched")
+        if stated:  # the stated view: its logits are the stated distribution's, to 1e-7
+            assert loaded.logits == pytest.approx(np.array([r["logits"] for r in rows]), abs=1e-6)
+            assert not np.array_equal(loaded.logits, np.array([r["logits"] for r in rows]))
+        else:
+            assert np.array_equal(loaded.logits, np.array([r["logits"] for r in rows]))
 
 
 # ----------------------------------------------------------------- across seeds, MDE

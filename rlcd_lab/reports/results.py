@@ -413,22 +413,31 @@ STATED_FLOOR = 1e-6
 ``rlcd_lab.train.verbal.stated_logits``, which imports torch)."""
 
 
-def row_logits(row: Mapping) -> list[float]:
-    """An eval dump row's logits: ``row["logits"]``, except where they are a stated
-    confidence (``stated_logits``, RLCR's ``stated_answer`` and ``stated_confidence``: the
-    ``rlcr-stated`` runs' dumps), whose logits are rebuilt from the
-    number its text carried: the dump holds the float32 value (0.35 as 0.3499999940...),
-    read back as the shortest decimal that rounds to it, so that equal stated confidences
-    are equal, whichever answer they are stated on ("0.05 on B" and "0.95 on A" are one
-    distribution over two options). The distribution is ``p(answer) = c`` and ``(1 - c) /
-    (K - 1)`` on each other option; logits ``log max(p, STATED_FLOOR)``."""
-    if row.get("stated_confidence") is None or row.get("stated_logits") != row["logits"]:
-        return row["logits"]  # a readout (an RLCR run's dump holds both; its logits are u's)
-    c = float(str(np.float32(row["stated_confidence"])))
-    k = len(row["logits"])
+def _stated_logits(answer: int, c: float, k: int) -> np.ndarray:
+    """``log max(p, STATED_FLOOR)`` of the stated distribution over ``k`` options:
+    ``p(answer) = c`` and ``(1 - c) / (k - 1)`` on each other option."""
     p = np.full(k, (1 - c) / max(k - 1, 1))
-    p[int(row["stated_answer"])] = c
-    return np.log(np.maximum(p, STATED_FLOOR)).tolist()
+    p[answer] = c
+    return np.log(np.maximum(p, STATED_FLOOR))
+
+
+def row_logits(row: Mapping) -> list[float]:
+    """An eval dump row's logits: ``row["logits"]``, except where they are the row's
+    stated confidence (a stated-confidence view, ``rlcr-stated``: its logits are the
+    distribution of ``stated_answer`` and ``stated_confidence`` held as float32, to 1e-9;
+    an RLCR readout's dump holds the same fields beside its readout's logits). Those are
+    rebuilt from the number the stated text carried, the shortest decimal that rounds to
+    the float32 value (0.3499999940... is 0.35), so that equal stated confidences are
+    equal whichever answer they are stated on ("0.05 on B" and "0.95 on A" are one
+    distribution over two options)."""
+    c, answer = row.get("stated_confidence"), row.get("stated_answer")
+    if c is None or answer is None:
+        return row["logits"]
+    k = len(row["logits"])
+    held = _stated_logits(int(answer), float(np.float32(c)), k)
+    if not np.allclose(row["logits"], held, rtol=1e-9, atol=1e-12):
+        return row["logits"]  # a readout, with a stated confidence beside it
+    return _stated_logits(int(answer), float(str(np.float32(c))), k).tolist()
 
 
 def _logits(rows: Sequence[dict]) -> np.ndarray:
