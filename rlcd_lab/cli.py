@@ -246,6 +246,31 @@ class GGUF:
     """Convert again even when ``out`` already holds the converted model."""
 
 
+@dataclass(frozen=True)
+class Power:
+    """How many test items and training seeds detect a stated difference, from pilot runs.
+
+    Pilot runs of two methods (``--a`` and ``--b``, one run folder per seed), or a
+    summary and a pair. Prints the pilot's difference, bootstrap standard error and
+    minimal detectable effect (80% power), the test items that detect ``--delta`` at the
+    pilot's seeds and the seeds a t test across seeds needs (``rlcd_lab.reports.power``)."""
+
+    delta: float
+    """The difference A - B to detect, in the metric's units (e.g. -0.03 AURC)."""
+    metric: Literal["aurc", "brier", "cov_at_eps", "accuracy", "nll"] = "aurc"
+    """The metric."""
+    a: tuple[Path, ...] = ()
+    """Method A's run folders (with eval/test and eval/dev dumps), one per seed."""
+    b: tuple[Path, ...] = ()
+    """Method B's run folders, the same seeds in the same order."""
+    summary: Path | None = None
+    """A reproduction's summary.json instead of run folders (with ``--pair``)."""
+    pair: str = "reinforce - grpo-matched"
+    """The summary's paired entry ``A - B``."""
+    eps: float = 0.05
+    """Cov@eps's error budget (run folders; a summary holds its own)."""
+
+
 Data = (
     Annotated[DataFetch, tyro.conf.subcommand("fetch")]
     | Annotated[DataList, tyro.conf.subcommand("list")]
@@ -347,6 +372,7 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
         "Run (or reuse) every method and seed of the paper's comparison; write the report.",
         _reproduce_config,
     ),
+    "power": (_summary(Power), lambda: Power),
     "app": (_summary(App), lambda: App),
     "serve": (_summary(Serve), lambda: Serve),
     "bench": (
@@ -579,7 +605,7 @@ def user_error(err: BaseException | str) -> SystemExit:
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand."""
     cfg = parse(sys.argv[1:] if argv is None else list(argv))
-    if not isinstance(cfg, DataFetch | DataList | DataConvert | DataSplit):  # model work
+    if not isinstance(cfg, DataFetch | DataList | DataConvert | DataSplit | Power):  # model work
         from rlcd_lab.lm.model import use_free_cores
 
         use_free_cores()  # torch threads from the cores left free (OMP_NUM_THREADS wins)
@@ -756,6 +782,21 @@ def _run(cfg) -> None:
         print(convert_gguf(cfg.model, cfg.out, getattr(torch, cfg.dtype), force=cfg.force))
     elif isinstance(cfg, DataConvert):
         _data_convert(cfg)
+    elif isinstance(cfg, Power):
+        _power(cfg)
+
+
+def _power(cfg: Power) -> None:
+    """``rlcd-lab power``: the plan of ``rlcd_lab.reports.power`` as JSON."""
+    from rlcd_lab.reports import power
+
+    if cfg.summary is not None:
+        if cfg.a or cfg.b:
+            raise ValueError("give --summary or --a/--b run folders, not both")
+        summary = json.loads(cfg.summary.read_text(encoding="utf-8"))
+        _print_json(power.plan_from_summary(summary, cfg.pair, cfg.metric, cfg.delta))
+    else:
+        _print_json(power.plan_from_runs(cfg.a, cfg.b, cfg.metric, cfg.delta, cfg.eps))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,14 @@ EPS = 1e-12
 T_MIN, T_MAX = 0.05, 50.0
 """Search range of :func:`fit_temperature`."""
 
+TIE_TOL = 1e-12
+"""Confidences that differ by at most this (absolute) are one tie group of the risk
+curve (:func:`risk_curve_rows`): equality at the readout's resolution, not float noise.
+Two computations of one probability (a softmax summed in another order, a scaled
+logit) differ by a few float64 ulps (about 1e-16); readouts that differ as a model
+computed them (float32, about 1e-7 relative) are far apart. Stated confidences are
+compared after the rounding their text carries (``rlcd_lab.reports.results``)."""
+
 DEFAULT_EPS = 0.05
 """The error budget eps of Cov@eps (the largest share decided at error <= eps) and of the
 routing rules (``rlcd_lab.math.routing``): the paper's 5% on GSM8K-Verify. Every default eps in
@@ -343,10 +351,14 @@ def confidence_order(confidence: ArrayLike) -> np.ndarray:
     return np.argsort(-c, kind="stable")
 
 
-def risk_curve_rows(conf: np.ndarray, errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def risk_curve_rows(
+    conf: np.ndarray, errors: np.ndarray, tie_tol: float = TIE_TOL
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-k risks of every row with tied confidences averaged: ``conf (R, N)`` float,
     ``errors (R, N)`` float (1 for a wrong answer, or a predicted error in [0, 1]) ->
     ``(risks (R, N), ends (R, N) bool)``, both in ranked order (confidence descending).
+    Neighbours in that order that differ by at most ``tie_tol`` (:data:`TIE_TOL`) are tied
+    (a chain of such steps is one group).
 
     The tie rule: items of equal confidence are ranked in uniformly random order, and
     ``risks[:, k-1]`` is the *expected* error rate of the top ``k`` over those orders:
@@ -364,7 +376,7 @@ def risk_curve_rows(conf: np.ndarray, errors: np.ndarray) -> tuple[np.ndarray, n
     r, n = c.shape
     pos = np.broadcast_to(np.arange(n), (r, n))
     new = np.ones((r, n), dtype=bool)
-    new[:, 1:] = c[:, 1:] != c[:, :-1]
+    new[:, 1:] = c[:, :-1] - c[:, 1:] > tie_tol
     ends = np.ones((r, n), dtype=bool)
     ends[:, :-1] = new[:, 1:]
     start = np.maximum.accumulate(np.where(new, pos, 0), axis=1)  # first index of the group

@@ -94,6 +94,25 @@ def test_one_run_by_hand(tmp_path):
     assert got["dev_trend"] == pytest.approx(0.01)
 
 
+@pytest.mark.parametrize(("method", "per_rationale"), [("reinforce", True), ("grpo", False)])
+def test_kl_per_token_and_per_rationale_for_every_method(tmp_path, method, per_rationale):
+    """The RLCD family's loop logs KL per rationale, the baselines' per token: both are
+    converted with the logged rationale length of the same steps (last quarter of 8:
+    kl 6 and 8, lengths 10 and 30, mean 20)."""
+    log = [
+        {"kl": k, "rationale_length": n} for k, n in zip(range(8), [5] * 6 + [10, 30], strict=True)
+    ]
+    log[-1]["kl"] = 8
+    run = _run(tmp_path, [[1.0, 0.0]], [0], ["1+1=2 vs 2:same"], log=log)
+    (run / "config.json").write_text(json.dumps({"method": method}))
+    got = mechanism.run_mechanism(run, T=1.0)
+    assert got["kl_end"] == 7.0
+    if per_rationale:
+        assert got["kl_seq_end"] == 7.0 and got["kl_token_end"] == pytest.approx(7.0 / 20)
+    else:
+        assert got["kl_token_end"] == 7.0 and got["kl_seq_end"] == pytest.approx(7.0 * 20)
+
+
 def test_equations_counts_every_worked_operation():
     assert mechanism.equations("8 / 2 = 4; sqrt(16) = 4; 6 + 4 = 10. 10 vs 11: different.") == 3
     assert mechanism.equations("33+60=93;93+20=113;113 vs 113:same") == 2

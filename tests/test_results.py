@@ -190,6 +190,11 @@ def test_paired_equals_a_loop_reference():
         reps = [d[i].mean() for i in idx]
         assert res[name]["ci_low"] == pytest.approx(np.percentile(reps, 2.5))
         assert res[name]["ci_high"] == pytest.approx(np.percentile(reps, 97.5))
+        _check_se_mde_and_seeds(
+            res[name],
+            reps,
+            [getattr(a[s], attr).mean() - getattr(b[s], attr).mean() for s in range(2)],
+        )
         # exact sign-flip: every one of the 2^N sign vectors
         null = [np.mean(np.array(s) * d) for s in itertools.product((1, -1), repeat=N_ITEMS)]
         assert res[name]["p"] == pytest.approx(_exact_p(d.mean(), np.array(null)))
@@ -217,6 +222,8 @@ def test_paired_equals_a_loop_reference():
         reps = [seed_mean_diff(stat, items=i) for i in idx]
         assert res[name]["ci_low"] == pytest.approx(np.percentile(reps, 2.5))
         assert res[name]["ci_high"] == pytest.approx(np.percentile(reps, 97.5))
+        per_seed = [stat(conf[0][s], ok[0][s]) - stat(conf[1][s], ok[1][s]) for s in range(2)]
+        _check_se_mde_and_seeds(res[name], reps, per_seed)
         null = [
             seed_mean_diff(stat, swap=np.array(s) < 0)
             for s in itertools.product((1, -1), repeat=N_ITEMS)
@@ -224,7 +231,29 @@ def test_paired_equals_a_loop_reference():
         assert res[name]["p"] == pytest.approx(_exact_p(t_obs, np.array(null)))
     assert set(res) == {"accuracy", "brier", "nll", "aurc", "cov_at_eps"}  # no q: no JSD
     for v in res.values():
-        assert set(v) == {"diff", "ci_low", "ci_high", "p"}
+        assert set(v) == {"diff", "ci_low", "ci_high", "p", "se", "mde", "seeds"}
+
+
+def _check_se_mde_and_seeds(entry, reps, per_seed):
+    """The bootstrap SE is the replicates' s.d.; MDE = (z_0.975 + z_0.8) SE; the test
+    across seeds is a t test (by hand, df = 1: p = 1 - 2 atan(|t|) / pi) and the exact
+    sign-flip over the 2^S sign patterns of the per-seed differences."""
+    from statistics import NormalDist
+
+    assert entry["se"] == pytest.approx(np.std(reps, ddof=1))
+    z = NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8)
+    assert entry["mde"] == pytest.approx(z * entry["se"])
+    d = np.array(per_seed)
+    seeds = entry["seeds"]
+    assert seeds["diffs"] == pytest.approx(d.tolist())
+    if d[0] == d[1]:  # no spread across seeds: no t
+        assert seeds["t"] is None and seeds["p_t"] is None
+    else:
+        t = d.mean() / (d.std(ddof=1) / np.sqrt(2))
+        assert seeds["t"] == pytest.approx(t)
+        assert seeds["p_t"] == pytest.approx(1 - 2 * np.arctan(abs(t)) / np.pi)  # Cauchy, df 1
+    flips = [abs(np.mean(np.array(s) * d)) for s in itertools.product((1, -1), repeat=2)]
+    assert seeds["p_sign"] == pytest.approx(np.mean(np.array(flips) >= abs(d.mean()) - 1e-12))
 
 
 def test_paired_identical_runs_and_misaligned_items():

@@ -18,7 +18,7 @@ from rlcd_lab.math import stats as S
 def test_bootstrap_identical_inputs_give_zero_and_a_zero_ci():
     a = np.random.default_rng(0).normal(size=50)
     out = S.paired_bootstrap(a, a.copy(), n=500)
-    assert out == {"diff": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    assert out == {"diff": 0.0, "ci_low": 0.0, "ci_high": 0.0, "se": 0.0}
 
 
 def test_bootstrap_matches_a_loop_reference_with_the_same_draws():

@@ -16,18 +16,25 @@ better, so a negative ``a - b`` favours A).
   whole-curve statistic (AURC, Cov@eps), which is not an average of per-item values:
   computed per seed and averaged over seeds, each replicate resamples (or swaps) test
   items jointly across seeds and recomputes the statistic for both models.
+* :func:`seed_test`: the test across training seeds beside those item-level ones (the
+  trained models are a sample too): per-seed differences, an exact sign-flip over seeds
+  and a paired t test (:func:`student_t_p`).
+* :func:`mde`, :func:`items_needed`, :func:`seeds_needed`: the minimal detectable effect
+  at a power from a standard error, and the test items or seeds a stated difference needs.
 
 All randomness comes from ``numpy.random.default_rng(seed)``; results are reproducible.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from itertools import product
+from statistics import NormalDist
 
 import numpy as np
 
-from rlcd_lab.metrics import ArrayLike, largest_covered, risk_curve_rows, to_numpy
+from rlcd_lab.metrics import TIE_TOL, ArrayLike, largest_covered, risk_curve_rows, to_numpy
 
 EXACT_MAX = 16
 """Sign-flip tests enumerate all ``2^N`` flips when ``N <= EXACT_MAX`` (65 536 at most)."""
@@ -68,6 +75,11 @@ def _apply_rows(stat: Callable[..., ArrayLike], x: np.ndarray) -> np.ndarray:
     return np.array([float(stat(row)) for row in x])
 
 
+def _se(samples: np.ndarray) -> float:
+    """Bootstrap standard error: the replicates' sample s.d. (0 for one replicate)."""
+    return float(samples.std(ddof=1)) if samples.size > 1 else 0.0
+
+
 def _percentile_ci(samples: np.ndarray, level: float) -> tuple[float, float]:
     alpha = (1.0 - level) / 2.0
     lo, hi = np.percentile(samples, [100.0 * alpha, 100.0 * (1.0 - alpha)])
@@ -91,7 +103,9 @@ def paired_bootstrap(
     ``stat`` gets the ``(R, N)`` replicate matrix with ``axis=1`` if it accepts that
     keyword, one row at a time otherwise. Returns ``{"diff": stat(a - b),
     "ci_low", "ci_high"}`` (``diff`` is ``stat`` of the observed differences, the mean
-    by default). Identical inputs give ``0`` and the CI ``[0, 0]``.
+    by default) and ``"se"``, the standard deviation of the replicates (the bootstrap
+    standard error, ``ddof = 1``). Identical inputs give ``0``, the CI ``[0, 0]`` and
+    ``se = 0``.
     Efron & Tibshirani (1993), "An introduction to the bootstrap", ch. 13 (percentile
     interval); Koehn (2004), paired bootstrap resampling.
     """
@@ -103,8 +117,9 @@ def paired_bootstrap(
     for start in range(0, n, chunk):
         idx = rng.integers(0, d.size, size=(min(chunk, n - start), d.size))
         reps.append(_apply_rows(stat, d[idx]))
-    lo, hi = _percentile_ci(np.concatenate(reps), level)
-    return {"diff": float(stat(d)), "ci_low": lo, "ci_high": hi}
+    reps = np.concatenate(reps)
+    lo, hi = _percentile_ci(reps, level)
+    return {"diff": float(stat(d)), "ci_low": lo, "ci_high": hi, "se": _se(reps)}
 
 
 def _all_signs(m: int) -> np.ndarray:
@@ -168,6 +183,25 @@ def aurc_rows(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
     return risk_curve_rows(conf, 1.0 - correct)[0].mean(axis=1)
 
 
+def _aurc_grouped(counts: np.ndarray, errors: np.ndarray, n: int) -> np.ndarray:
+    """AURC of every row from its tie groups in ranked order (``counts (R, G)`` items and
+    ``errors (R, G)`` wrong answers per group, ``n`` items in all): the tie rule of
+    :func:`rlcd_lab.metrics.risk_curve_rows` summed in closed form. A group of ``c`` items
+    with ``e`` errors after ``a`` items holding ``E`` errors adds ``sum_{k=a+1}^{a+c} (E +
+    (k - a) e / c) / k = E (H_{a+c} - H_a) + (e / c) (c - a (H_{a+c} - H_a))`` (``H``
+    the harmonic numbers); the AURC is the total over ``n``."""
+    h = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, n + 1))])
+    end = np.cumsum(counts, axis=1).astype(np.int64)
+    start = end - counts.astype(np.int64)
+    before = np.cumsum(errors, axis=1) - errors
+    dh = h[end] - h[start]
+    share = np.where(counts > 0, errors / np.maximum(counts, 1), 0.0)
+    return (before * dh + share * (counts - start * dh)).sum(axis=1) / n
+
+
+aurc_rows.grouped = _aurc_grouped  # type: ignore[attr-defined]
+
+
 def cov_rows(eps: float, tol: float = 1e-12) -> CurveStat:
     """Cov@eps of every row (higher is better): :func:`rlcd_lab.metrics.coverage_at_risk`
     row by row (the largest ``k/N`` at a tie-group end whose top-k error rate is ``<= eps``)."""
@@ -175,7 +209,39 @@ def cov_rows(eps: float, tol: float = 1e-12) -> CurveStat:
     def stat(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
         return largest_covered(*risk_curve_rows(conf, 1.0 - correct), eps, tol)
 
+    def grouped(counts: np.ndarray, errors: np.ndarray, n: int) -> np.ndarray:
+        end = np.cumsum(counts, axis=1)
+        ok = (counts > 0) & (np.cumsum(errors, axis=1) / np.maximum(end, 1) <= eps + tol)
+        return np.where(ok, end, 0).max(axis=1) / n
+
+    stat.grouped = grouped  # type: ignore[attr-defined]
     return stat
+
+
+def _ranked_groups(conf: np.ndarray, tie_tol: float = TIE_TOL) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, starts)`` of confidences ``conf (M,)``: the descending stable order and
+    the first position of each tie group in it (neighbours within ``tie_tol``, chained)."""
+    order = np.argsort(-conf, kind="stable")
+    c = conf[order]
+    new = np.ones(c.size, dtype=bool)
+    new[1:] = c[:-1] - c[1:] > tie_tol
+    return order, np.flatnonzero(new)
+
+
+def _grouped_stat(
+    stat: CurveStat, weights: np.ndarray, conf: np.ndarray, wrong: np.ndarray, n: int
+) -> np.ndarray:
+    """``stat`` of every row of ``weights (R, M)`` (how many times each of the ``M``
+    entries ``conf``/``wrong`` is in the row's sample, ``n`` in all), without sorting each
+    row: the entries are ranked once and each row's tie groups are sums of its weights
+    (:func:`_aurc_grouped`; the groups are those of all ``M`` entries, which differ from a
+    row's own only where a chain of neighbours within the tie tolerance runs through an
+    entry the row leaves out)."""
+    order, starts = _ranked_groups(conf)
+    w = weights[:, order]
+    counts = np.add.reduceat(w, starts, axis=1)
+    errors = np.add.reduceat(w * wrong[order], starts, axis=1)
+    return stat.grouped(counts, errors, n)  # type: ignore[attr-defined]
 
 
 def _seed_curves(
@@ -224,7 +290,8 @@ def paired_bootstrap_curve(
     applies it to every seed and both models (items resampled jointly across seeds, so
     the unit of resampling is the test item), then recomputes ``T``. Duplicated items
     keep their resampled order on confidence ties, as in ``metrics.aurc``. Returns
-    ``{"diff": T, "a": mean_s stat(A_s), "b": mean_s stat(B_s), "ci_low", "ci_high"}``.
+    ``{"diff": T, "a": mean_s stat(A_s), "b": mean_s stat(B_s), "ci_low", "ci_high",
+    "se"}`` (``se``: the replicates' s.d., the bootstrap standard error).
     For AURC lower is better (``diff < 0`` favours A); for Cov@eps higher is better.
     Geifman et al. 2019 (AURC); OpenJev-RLCD sec. 5 (per-seed metrics averaged, items
     resampled jointly across seeds); Efron & Tibshirani (1993), ch. 13.
@@ -232,13 +299,29 @@ def paired_bootstrap_curve(
     ca, ra, cb, rb = _seed_curves(conf_a, correct_a, conf_b, correct_b)
     a, b = float(stat(ca, ra).mean()), float(stat(cb, rb).mean())
     rng = np.random.default_rng(seed)
+    items = ca.shape[1]
     chunk = max(1, _CHUNK_ELEMS // ca.size)
     reps = []
     for start in range(0, n, chunk):
-        idx = rng.integers(0, ca.shape[1], size=(min(chunk, n - start), ca.shape[1]))
+        idx = rng.integers(0, items, size=(min(chunk, n - start), items))
+        if hasattr(stat, "grouped"):  # counts of each item per replicate, no sort per row
+            rows = idx + (np.arange(len(idx)) * items)[:, None]
+            w = np.bincount(rows.ravel(), minlength=idx.size).reshape(idx.shape).astype(float)
+            reps.append(
+                np.mean(
+                    [
+                        _grouped_stat(stat, w, ca[k], 1.0 - ra[k], items)
+                        - _grouped_stat(stat, w, cb[k], 1.0 - rb[k], items)
+                        for k in range(ca.shape[0])
+                    ],
+                    axis=0,
+                )
+            )
+            continue
         reps.append(_seed_mean_diff(stat, ca[:, idx], ra[:, idx], cb[:, idx], rb[:, idx]))
-    lo, hi = _percentile_ci(np.concatenate(reps), level)
-    return {"diff": a - b, "a": a, "b": b, "ci_low": lo, "ci_high": hi}
+    reps = np.concatenate(reps)
+    lo, hi = _percentile_ci(reps, level)
+    return {"diff": a - b, "a": a, "b": b, "ci_low": lo, "ci_high": hi, "se": _se(reps)}
 
 
 def sign_flip_test_curve(
@@ -267,6 +350,18 @@ def sign_flip_test_curve(
     t_obs = float(_seed_mean_diff(stat, ca[:, None], ra[:, None], cb[:, None], rb[:, None])[0])
 
     def t_of(swap: np.ndarray) -> np.ndarray:  # swap (R, N) booleans, the same for each seed
+        if hasattr(stat, "grouped"):  # A' takes B's entry where swapped: weights on both
+            w = np.concatenate([~swap, swap], axis=1).astype(float)
+            out = []
+            for k in range(ca.shape[0]):
+                conf = np.concatenate([ca[k], cb[k]])
+                wrong = 1.0 - np.concatenate([ra[k], rb[k]])
+                n_items = ca.shape[1]
+                out.append(
+                    _grouped_stat(stat, w, conf, wrong, n_items)
+                    - _grouped_stat(stat, 1.0 - w, conf, wrong, n_items)
+                )
+            return np.mean(out, axis=0)
         w = swap[None]
         a2 = np.where(w, cb[:, None], ca[:, None]), np.where(w, rb[:, None], ra[:, None])
         b2 = np.where(w, ca[:, None], cb[:, None]), np.where(w, ra[:, None], rb[:, None])
@@ -283,3 +378,129 @@ def sign_flip_test_curve(
         [t_of(rng.random((min(chunk, n - s), items)) < 0.5) for s in range(0, n, chunk)]
     )
     return _p_value(t_obs, t_null, exact=False)
+
+
+def curve_per_seed(
+    conf_a: ArrayLike,
+    correct_a: ArrayLike,
+    conf_b: ArrayLike,
+    correct_b: ArrayLike,
+    stat: CurveStat = aurc_rows,
+) -> np.ndarray:
+    """``(S,)`` per-seed differences ``stat(A_s) - stat(B_s)`` of a whole-curve statistic
+    (shapes as in :func:`paired_bootstrap_curve`): what :func:`seed_test` tests."""
+    ca, ra, cb, rb = _seed_curves(conf_a, correct_a, conf_b, correct_b)
+    return stat(ca, ra) - stat(cb, rb)
+
+
+# ---------------------------------------------------------------------------------------
+# Across training seeds, and power
+# ---------------------------------------------------------------------------------------
+
+POWER = 0.8
+"""The power at which the minimal detectable effect and the sample sizes are stated."""
+
+
+def student_t_p(t: float, df: int) -> float:
+    """Two-sided p-value ``P(|T| >= |t|)`` of Student's t with ``df`` (integer >= 1)
+    degrees of freedom, in closed form: with ``theta = atan(|t| / sqrt(df))``,
+    ``P(|T| < |t|) = (2/pi) (theta + sin(theta) cos(theta) sum_{j=1}^{(df-1)/2 - 1} ...)``
+    for odd ``df`` and ``sin(theta) sum_{j=0}^{df/2 - 1} c_j cos^{2j}(theta)`` for even
+    ``df`` (Abramowitz & Stegun 1964, 26.7.3-26.7.4). ``t = inf`` gives 0, ``t = 0`` 1."""
+    if df < 1 or int(df) != df:
+        raise ValueError(f"df must be an integer >= 1, got {df}")
+    if math.isnan(t):
+        return float("nan")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 0:
+        term, total = 1.0, 1.0
+        for j in range(1, df // 2):
+            term *= c2 * (2 * j - 1) / (2 * j)
+            total += term
+        inside = s * total
+    else:
+        total = 0.0
+        if df > 1:
+            term, total = 1.0, 1.0
+            for j in range(1, (df - 1) // 2):
+                term *= c2 * (2 * j) / (2 * j + 1)
+                total += term
+        inside = 2 / math.pi * (theta + s * math.cos(theta) * total)
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+def student_t_quantile(q: float, df: int) -> float:
+    """The ``q`` quantile (``0.5 <= q < 1``) of Student's t with ``df`` degrees of
+    freedom: the root of ``1 - student_t_p(t, df) / 2 = q``, found by bisection to 1e-12."""
+    if not 0.5 <= q < 1:
+        raise ValueError(f"q must be in [0.5, 1), got {q}")
+    lo, hi = 0.0, 1.0
+    while 1 - student_t_p(hi, df) / 2 < q:
+        hi *= 2
+    while hi - lo > 1e-12 * max(1.0, hi):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 1 - student_t_p(mid, df) / 2 < q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def seed_test(diffs: Sequence[float] | np.ndarray) -> dict:
+    """The test across training seeds of per-seed differences ``d_s = stat(A_s) -
+    stat(B_s)`` (S seeds, each a trained model: the unit of replication the item-level
+    bootstrap holds fixed). Returns ``{"diffs": [d_s], "mean", "p_sign", "t", "p_t"}``:
+    ``p_sign`` the exact two-sided sign-flip p over the ``2^S`` sign patterns of the
+    ``d_s`` (:func:`sign_flip_test`; at least ``2^(1-S)``, 0.25 for 3 seeds), ``t =
+    mean / (sd / sqrt(S))`` (``ddof = 1``) and ``p_t`` its two-sided p under Student's t
+    with ``S - 1`` degrees of freedom (:func:`student_t_p`); ``t`` and ``p_t`` are None
+    for one seed or equal differences (no spread to test against). Fisher (1935); Student
+    (1908), "The probable error of a mean"."""
+    d = np.asarray(diffs, dtype=np.float64).reshape(-1)
+    if d.size == 0:
+        raise ValueError("need at least one seed")
+    out: dict = {"diffs": d.tolist(), "mean": float(d.mean()), "t": None, "p_t": None}
+    out["p_sign"] = sign_flip_test(d, np.zeros_like(d), exact_max=max(EXACT_MAX, d.size))
+    sd = float(d.std(ddof=1)) if d.size > 1 else 0.0
+    if sd > 1e-15 * max(1.0, float(np.abs(d).max())):
+        out["t"] = float(d.mean() / (sd / math.sqrt(d.size)))
+        out["p_t"] = student_t_p(out["t"], d.size - 1)
+    return out
+
+
+def _z(level: float, power: float) -> float:
+    nd = NormalDist()
+    return nd.inv_cdf(1 - (1 - level) / 2) + nd.inv_cdf(power)
+
+
+def mde(se: float, level: float = 0.95, power: float = POWER) -> float:
+    """The minimal detectable effect of a two-sided test at ``1 - level`` (5%) with
+    ``power`` (80%) from the standard error ``se`` of the difference:
+    ``(z_{(1+level)/2} + z_power) se`` (1.960 + 0.842 = 2.802 times ``se``). A true
+    difference of this size is detected with probability ``power``; a smaller one
+    usually is not. Cohen (1988), "Statistical power analysis", ch. 2 (normal approximation)."""
+    return _z(level, power) * se
+
+
+def items_needed(
+    se: float, n_items: int, delta: float, level: float = 0.95, power: float = POWER
+) -> int:
+    """Test items for :func:`mde` to reach ``|delta|``, scaling a pilot's standard error
+    ``se`` on ``n_items`` items as ``1 / sqrt(items)``: ``ceil(n_items (z se / delta)^2)``."""
+    if delta == 0:
+        raise ValueError("delta must be non-zero")
+    return max(1, math.ceil(n_items * (_z(level, power) * se / abs(delta)) ** 2))
+
+
+def seeds_needed(
+    sd: float, delta: float, level: float = 0.95, power: float = POWER, max_seeds: int = 1000
+) -> int | None:
+    """Training seeds for a paired t test over seeds to detect ``|delta|`` with ``power``
+    when per-seed differences have s.d. ``sd``: the smallest ``S >= 2`` with
+    ``(t_{(1+level)/2, S-1} + t_{power, S-1}) sd / sqrt(S) <= |delta|`` (the usual
+    t-quantile approximation of the noncentral t, Cohen 1988, ch. 2); None beyond ``max_seeds``."""
+    if delta == 0:
+        raise ValueError("delta must be non-zero")
+    for s in range(2, max_seeds + 1):
+        t = student_t_quantile(1 - (1 - level) / 2, s - 1) + student_t_quantile(power, s - 1)
+        if t * sd / math.sqrt(s) <= abs(delta):
+            return s
+    return None

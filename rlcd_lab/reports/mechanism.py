@@ -27,11 +27,16 @@ run's eval dumps and training log:
    option is the rationale's own verdict, "same" for the first option, "different" for the
    second);
 5. the run is the paper's recipe: ``forced`` (share of rationales that never wrote the
-   marker), ``kl_end`` (stage 2: mean per-rationale log-ratio to the anchor over the last
-   quarter of steps, nats), ``reward_trend`` (mean reward of the last quarter minus the
-   quarter before: still rising means under-trained) and ``dev_trend`` (the same for the
-   dev Brier that training logs every ``eval_every`` steps, raw: still falling, a
-   negative trend, means under-trained; a rise means it went past its best).
+   marker), ``kl_end`` (the KL to the anchor as the loop logs it, over the last quarter of
+   steps, nats: per rationale, the sum of its tokens' log-ratios, for the RLCD family's
+   loop; per token, the mean k3 estimate over a rationale's tokens, for the baselines),
+   ``kl_token_end`` and ``kl_seq_end`` (the same per token and per rationale for every
+   method, converted with the mean rationale length the log holds for those steps: the
+   ratio of the means, as close as batch-mean logs allow), ``reward_trend`` (mean reward
+   of the last quarter minus the quarter before: still rising means under-trained) and
+   ``dev_trend`` (the same for the dev Brier that training logs every ``eval_every``
+   steps, raw: still falling, a negative trend, means under-trained; a rise means it went
+   past its best).
 
 :func:`run_mechanism` measures one run (one seed), :func:`mechanism` averages a group of
 seeds; ``results.summarize_runs`` stores it in a summary under ``mechanism`` and
@@ -52,6 +57,11 @@ from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.tasks.worked import OPERATIONS, written
+from rlcd_lab.train import METHOD_TABLE
+
+PER_RATIONALE_KL = "rlcd"
+"""The loop (``METHOD_TABLE[method].loop``) that logs ``kl`` per rationale; the others log
+it per token."""
 
 SATURATED = 0.99
 """A readout whose top probability exceeds this is counted as saturated (near one-hot)."""
@@ -180,7 +190,14 @@ def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
     )
     log = rundir.read_log(run) if rundir.log_path(run).exists() else []
     out["readout_variance"] = _end([r.get("readout_variance") for r in log])
-    out["kl_end"] = _end([r.get("kl") for r in log])
+    out["kl_end"] = kl = _end([r.get("kl") for r in log])
+    length = _end([r.get("rationale_length") for r in log if r.get("kl") is not None])
+    method = METHOD_TABLE.get(rundir.read_config(run).get("method", ""))
+    per_rationale = method is not None and method.loop == PER_RATIONALE_KL
+    out["kl_token_end"] = out["kl_seq_end"] = None
+    if kl is not None and length:
+        out["kl_token_end"] = kl / length if per_rationale else kl
+        out["kl_seq_end"] = kl if per_rationale else kl * length
     out["reward_trend"] = _trend([r["reward"] for r in log if r.get("reward") is not None])
     out["dev_trend"] = _trend([r["dev_brier"] for r in log if r.get("dev_brier") is not None])
     return out
@@ -211,6 +228,8 @@ COLUMNS = (
     ("follows", "readout = verdict", "{:.0%}"),
     ("forced", "forced marker", "{:.1%}"),
     ("kl_end", "KL end (nats)", "{:.2f}"),
+    ("kl_token_end", "KL / token", "{:.4f}"),
+    ("kl_seq_end", "KL / rationale", "{:.2f}"),
     ("reward_trend", "reward trend", "{:+.3f}"),
     ("dev_trend", "dev Brier trend", "{:+.3f}"),
 )

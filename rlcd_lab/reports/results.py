@@ -82,6 +82,11 @@ MECHANISM_RUNS = (
 """The runs whose mechanism (:mod:`rlcd_lab.reports.mechanism`) a summary measures."""
 N_BOOT = 2000
 """Bootstrap replicates and Monte Carlo sign-flip patterns of every paired test."""
+N_CLAIM = 4000
+"""Replicates of a paired test a claim of the paper is judged on (:func:`rerun`)."""
+RNG_SEEDS = (0, 1, 2, 3, 4)
+"""The bootstrap RNG seeds a claim's test is run under: the first gives the numbers shown,
+the others whether its verdict depends on the draw (a cell marked "borderline")."""
 
 
 def summarize(
@@ -99,11 +104,8 @@ def summarize(
     q = metrics.pad_ragged([r["q"] for r in rows], 0.0) if rows[0]["q"] is not None else None
     dev = None
     if dev_rows is not None:
-        dev = (
-            metrics.pad_ragged([r["logits"] for r in dev_rows], -np.inf),
-            np.array([r["label"] for r in dev_rows]),
-        )
-    logits = metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
+        dev = (_logits(dev_rows), np.array([r["label"] for r in dev_rows]))
+    logits = _logits(rows)
     out = metrics.evaluate(logits, labels, dev=dev, eps=eps, is_logits=True, q=q)
     out["mean_length"] = float(np.mean([np.mean(r["lengths"]) for r in rows]))
     out["forced_rate"] = float(np.mean([np.mean(r["forced"]) for r in rows]))
@@ -406,8 +408,40 @@ class RunResult:
         return self.mixture_jsd if self.mixture is not None else self.jsd
 
 
+STATED_FLOOR = 1e-6
+"""The smallest probability a stated distribution gives an option (the floor of
+``rlcd_lab.train.verbal.stated_logits``, which imports torch)."""
+
+
+def _stated_logits(answer: int, c: float, k: int) -> np.ndarray:
+    """``log max(p, STATED_FLOOR)`` of the stated distribution over ``k`` options:
+    ``p(answer) = c`` and ``(1 - c) / (k - 1)`` on each other option."""
+    p = np.full(k, (1 - c) / max(k - 1, 1))
+    p[answer] = c
+    return np.log(np.maximum(p, STATED_FLOOR))
+
+
+def row_logits(row: Mapping) -> list[float]:
+    """An eval dump row's logits: ``row["logits"]``, except where they are the row's
+    stated confidence (a stated-confidence view, ``rlcr-stated``: its logits are the
+    distribution of ``stated_answer`` and ``stated_confidence`` held as float32, to 1e-9;
+    an RLCR readout's dump holds the same fields beside its readout's logits). Those are
+    rebuilt from the number the stated text carried, the shortest decimal that rounds to
+    the float32 value (0.3499999940... is 0.35), so that equal stated confidences are
+    equal whichever answer they are stated on ("0.05 on B" and "0.95 on A" are one
+    distribution over two options)."""
+    c, answer = row.get("stated_confidence"), row.get("stated_answer")
+    if c is None or answer is None:
+        return row["logits"]
+    k = len(row["logits"])
+    held = _stated_logits(int(answer), float(np.float32(c)), k)
+    if not np.allclose(row["logits"], held, rtol=1e-9, atol=1e-12):
+        return row["logits"]  # a readout, with a stated confidence beside it
+    return _stated_logits(int(answer), float(str(np.float32(c))), k).tolist()
+
+
 def _logits(rows: Sequence[dict]) -> np.ndarray:
-    return metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
+    return metrics.pad_ragged([row_logits(r) for r in rows], -np.inf)
 
 
 def from_rows(
@@ -481,16 +515,58 @@ def _check_aligned(a: Sequence[RunResult], b: Sequence[RunResult]) -> None:
             raise ValueError(f"{x.path} and {y.path} were not evaluated on the same test items")
 
 
+def _with_seeds(ci: Mapping[str, float], p: float, per_seed: np.ndarray) -> dict:
+    """One paired entry: the item-level ``diff``, CI and ``p``, the bootstrap ``se`` and
+    the minimal detectable effect ``mde`` (:func:`rlcd_lab.math.stats.mde`, 80% power),
+    and ``seeds``, the test across training seeds (:func:`rlcd_lab.math.stats.seed_test`)."""
+    out = {k: ci[k] for k in ("diff", "ci_low", "ci_high")}
+    out["p"] = p
+    out["se"] = ci["se"]
+    out["mde"] = stats.mde(ci["se"])
+    out["seeds"] = stats.seed_test(per_seed)
+    return out
+
+
 def paired_items(
     a: Sequence[np.ndarray], b: Sequence[np.ndarray], n: int = N_BOOT, seed: int = 0
-) -> dict[str, float]:
+) -> dict:
     """Paired test of per-item values (one ``(N,)`` array per seed for each method): each
     item averaged over seeds, then :func:`rlcd_lab.math.stats.paired_bootstrap` (95% CI of
-    the mean difference) and :func:`rlcd_lab.math.stats.sign_flip_test` (two-sided p).
-    Returns ``{"diff", "ci_low", "ci_high", "p"}`` with ``diff = mean(A - B)``."""
+    the mean difference) and :func:`rlcd_lab.math.stats.sign_flip_test` (two-sided p);
+    beside them the per-seed mean differences tested across seeds (:func:`_with_seeds`).
+    Returns ``{"diff", "ci_low", "ci_high", "p", "se", "mde", "seeds"}`` with
+    ``diff = mean(A - B)``."""
     x, y = np.mean(a, axis=0), np.mean(b, axis=0)
     ci = stats.paired_bootstrap(x, y, n=n, seed=seed)
-    return {**ci, "p": stats.sign_flip_test(x, y, n=n, seed=seed)}
+    per_seed = np.mean(a, axis=1) - np.mean(b, axis=1)
+    return _with_seeds(ci, stats.sign_flip_test(x, y, n=n, seed=seed), per_seed)
+
+
+def paired_metric(
+    a: Sequence[RunResult],
+    b: Sequence[RunResult],
+    metric: str,
+    eps: float = DEFAULT_EPS,
+    n: int = N_BOOT,
+    seed: int = 0,
+) -> dict | None:
+    """One metric of :func:`paired` (None where a JSD is missing for either method)."""
+    if metric in PER_ITEM:
+        return paired_items(
+            [r.item_values(metric) for r in a], [r.item_values(metric) for r in b], n, seed
+        )
+    if metric in CURVE:
+        stat = stats.aurc_rows if metric == "aurc" else stats.cov_rows(eps)
+        ca, ra, cb, rb = (
+            np.array([getattr(r, k) for r in g]) for g in (a, b) for k in ("confidence", "correct")
+        )
+        ci = stats.paired_bootstrap_curve(ca, ra, cb, rb, stat, n, seed)
+        p = stats.sign_flip_test_curve(ca, ra, cb, rb, stat, n, seed)
+        return _with_seeds(ci, p, stats.curve_per_seed(ca, ra, cb, rb, stat))
+    va, vb = [getattr(r, metric) for r in a], [getattr(r, metric) for r in b]
+    if any(v is None for v in va + vb):
+        return None
+    return paired_items(va, vb, n, seed)
 
 
 def paired(
@@ -509,24 +585,41 @@ def paired(
     sign-flip test swaps A and B on an item in every seed at once
     (:func:`rlcd_lab.math.stats.paired_bootstrap_curve`, :func:`stats.sign_flip_test_curve`).
     ``jsd``, ``mixture_jsd`` and ``jsd_table3`` (bits, per item) when both have them. Every entry is
-    ``{"diff", "ci_low", "ci_high", "p"}``, ``diff = A - B``: negative favours A for
+    ``{"diff", "ci_low", "ci_high", "p", "se", "mde", "seeds"}`` (:func:`_with_seeds`:
+    the bootstrap standard error, the minimal detectable effect at 80% power and the test
+    across seeds of the per-seed differences), ``diff = A - B``: negative favours A for
     Brier, NLL, AURC and JSD, positive for accuracy and Cov@eps.
     """
     _check_aligned(a, b)
-    out = {
-        m: paired_items([r.item_values(m) for r in a], [r.item_values(m) for r in b], n, seed)
-        for m in PER_ITEM
-    }
-    conf = [np.array([r.confidence for r in g]) for g in (a, b)]
-    corr = [np.array([r.correct for r in g]) for g in (a, b)]
-    for name, stat in (("aurc", stats.aurc_rows), ("cov_at_eps", stats.cov_rows(eps))):
-        ci = stats.paired_bootstrap_curve(conf[0], corr[0], conf[1], corr[1], stat, n, seed)
-        p = stats.sign_flip_test_curve(conf[0], corr[0], conf[1], corr[1], stat, n, seed)
-        out[name] = {"diff": ci["diff"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"], "p": p}
-    for key in ("jsd", "mixture_jsd", "jsd_table3"):
-        va, vb = [getattr(r, key) for r in a], [getattr(r, key) for r in b]
-        if all(v is not None for v in va + vb):
-            out[key] = paired_items(va, vb, n, seed)
+    out = {}
+    for metric in (*PER_ITEM, *CURVE, "jsd", "mixture_jsd", "jsd_table3"):
+        entry = paired_metric(a, b, metric, eps, n, seed)
+        if entry is not None:
+            out[metric] = entry
+    return out
+
+
+def rerun(
+    a: Sequence[RunResult],
+    b: Sequence[RunResult],
+    metric: str,
+    eps: float = DEFAULT_EPS,
+    n: int = N_CLAIM,
+    rng_seeds: Sequence[int] = RNG_SEEDS,
+) -> dict:
+    """:func:`paired_metric` of ``metric`` at ``n`` replicates under the first of
+    ``rng_seeds``, with ``n_boot`` (``n``) and ``reruns``: ``[{"ci_low", "ci_high", "p"}]``
+    under each other seed (the same data, another bootstrap draw and set of sign flips),
+    from which a verdict's dependence on the draw is read."""
+    first, *others = rng_seeds
+    out = paired_metric(a, b, metric, eps, n, first)
+    if out is None:
+        raise ValueError(f"{metric} is not measured on both runs")
+    out["n_boot"] = n
+    out["reruns"] = []
+    for seed in others:
+        again = paired_metric(a, b, metric, eps, n, seed)
+        out["reruns"].append({k: again[k] for k in ("ci_low", "ci_high", "p")})
     return out
 
 
