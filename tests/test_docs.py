@@ -371,6 +371,10 @@ def test_the_verify_check_verdict_follows_its_pre_registered_rule():
     for said in (
         f"the base answers {base['direct_accuracy']:.3f} directly and {base['accuracy']:.3f}",
         f"RLCD minus GRPO+TS in AURC is {ci(aurc)}",
+        "in every seed ({}; t over seeds p = {:.2g})".format(
+            ", ".join(f"{d:+.3f}" for d in aurc["seeds"]["diffs"]), aurc["seeds"]["p_t"]
+        ),
+        f"a difference of {aurc['mde']:.3f} (its MDE)",
         f"at an AUROC of {r['slip_auroc']:.3f}, far below 0.75 (GRPO's {g['slip_auroc']:.3f})",
         f"tie in accuracy ({ci(acc)})",
         f"saturates (T {g['T']:.2f}) and RLCD's hedges (T {r['T']:.2f})",
@@ -380,3 +384,4 @@ def test_the_verify_check_verdict_follows_its_pre_registered_rule():
     ):
         assert said in results, said
     assert base["slipped_errors"] == 1.0  # "every one of its wrong answers"
+    assert all(d > 0 for d in aurc["seeds"]["diffs"])  # "on the wrong side in every seed"

@@ -209,6 +209,23 @@ def test_borderline_names_the_other_verdicts_and_the_count():
     assert report.borderline(vs[0], [vs[0]] * 4) == "reproduces"
 
 
+def test_a_cell_shows_the_verdict_most_draws_read():
+    """Where the test's own draw reads "reproduces" and four of the five draws "not
+    measurable", the cell reads "not measurable" with the first such draw's CI and p,
+    marked borderline by the one draw that reproduces; a cell whose draws agree shows its
+    own draw."""
+    claim = paper.Claim("reinforce - grpo", "aurc", -1, -0.027, "", "5.1")
+    first = {"diff": -0.03, "ci_low": -0.05, "ci_high": -0.01, "p": 0.01}
+    flip = {"ci_low": -0.05, "ci_high": 0.001, "p": 0.06}
+    shown, v = report.majority_draw({**first, "reruns": [flip] * 4}, claim.direction, claim.effect)
+    assert v.startswith("not measurable") and v.endswith(
+        "(borderline: reproduces under 1 of 5 bootstrap draws)"
+    )
+    assert (shown["diff"], shown["ci_high"], shown["p"]) == (-0.03, 0.001, 0.06)
+    shown, v = report.majority_draw({**first, "reruns": [first] * 4}, claim.direction, claim.effect)
+    assert v == "reproduces" and shown["ci_high"] == -0.01
+
+
 def test_the_rung_cell_recomputes_its_seed_test_from_the_dumps():
     """RLCD minus GRPO (matched) AURC on the rung: the per-seed differences, t and its p
     follow from each seed's dumps (T fitted on dev, tie-fair AURC)."""

@@ -253,6 +253,19 @@ def borderline(v: str, others: Sequence[str]) -> str:
     return f"{v} (borderline: {names} under {len(flips)} of {len(others) + 1} bootstrap draws)"
 
 
+def majority_draw(diff: Mapping, direction: int, effect: float | None) -> tuple[dict, str]:
+    """The bootstrap draw a claim cell shows, and its verdict: of the test's draw and its
+    reruns under other bootstrap RNG seeds (``diff["reruns"]``: their ``ci_low``,
+    ``ci_high`` and ``p``; the point estimate is the same), the first whose verdict's first
+    clause is the most common one (the earlier on a tie), marked :func:`borderline` where
+    another draw reads another. Returns ``(diff with that draw's CI and p, verdict)``."""
+    draws = [dict(diff), *({**diff, **r} for r in diff.get("reruns", ()))]
+    verdicts = [verdict(d, direction, effect) for d in draws]
+    heads = [v.split(":")[0] for v in verdicts]
+    i = heads.index(max(dict.fromkeys(heads), key=heads.count))
+    return draws[i], borderline(verdicts[i], verdicts[:i] + verdicts[i + 1 :])
+
+
 def judge(summary: Mapping) -> list[Judged]:
     """Every claim of the summary's kind of task (:data:`rlcd_lab.math.paper.CLAIMS`) that its
     runs can check, with its verdict (marked :func:`borderline` where the test's reruns
@@ -267,8 +280,7 @@ def judge(summary: Mapping) -> list[Judged]:
         for row, name, _, diff in _comparisons(summary, claim):
             if diff is None:
                 continue
-            others = [verdict(r, claim.direction, claim.effect) for r in diff.get("reruns", ())]
-            v = borderline(verdict(diff, claim.direction, claim.effect), others)
+            shown, v = majority_draw(diff, claim.direction, claim.effect)
             if claim.pair == "reinforce - grpo":
                 held[claim.metric] = v.startswith("reproduces")
             if (
@@ -277,7 +289,7 @@ def judge(summary: Mapping) -> list[Judged]:
                 and not v.startswith("reproduces")
             ):
                 v = f"gap closed by the calibrator: {v}"
-            ours = fmt_diff(diff) + (f"; {fmt_seeds(diff)}" if "seeds" in diff else "")
+            ours = fmt_diff(shown) + (f"; {fmt_seeds(diff)}" if "seeds" in diff else "")
             out.append(Judged(claim, f"{row}, {_sign(claim.direction)}", name, ours, v, diff))
     t_claim = paper.TEMPERATURE.get(k)
     others = [
