@@ -390,7 +390,7 @@ def test_summary_numbers_match_metrics_and_stats_on_fabricated_dumps(tmp_path):
     res = summary["paired"]["reinforce - grpo"]["brier"]
     assert res["diff"] == pytest.approx(float((item["reinforce"] - item["grpo"]).mean()))
     assert res["p"] == pytest.approx(
-        stats.sign_flip_test(item["reinforce"], item["grpo"], n=2000), rel=1e-9
+        stats.sign_flip_test(item["reinforce"], item["grpo"], n=res["n_boot"]), rel=1e-9
     )
     # AURC: per-seed AURC averaged over seeds, items resampled jointly across seeds
     conf = {
@@ -401,7 +401,9 @@ def test_summary_numbers_match_metrics_and_stats_on_fabricated_dumps(tmp_path):
         for name in ("reinforce", "grpo")
     }
     aurc = summary["paired"]["reinforce - grpo"]["aurc"]
-    ref = stats.paired_bootstrap_curve(conf["reinforce"], ok["reinforce"], conf["grpo"], ok["grpo"])
+    ref = stats.paired_bootstrap_curve(
+        conf["reinforce"], ok["reinforce"], conf["grpo"], ok["grpo"], n=aurc["n_boot"]
+    )
     for key in ("diff", "ci_low", "ci_high"):
         assert aurc[key] == pytest.approx(ref[key], rel=1e-9)
     # Table 2: the change of each fork relative to the stage-1 run of the same seed

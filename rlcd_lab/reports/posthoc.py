@@ -151,10 +151,10 @@ CALIBRATORS: list[Calibrator] = [
 BY_NAME = {c.name: c for c in CALIBRATORS}
 
 
-def _features(task: str, uids: Sequence[str], split: str) -> np.ndarray:
+def _features(task: str, uids: Sequence[str | None], split: str) -> np.ndarray:
     """``(N, F)`` question features of the items ``uids`` (``(N, 0)`` for a task with no
-    declared features or whose questions are not in the repository)."""
-    if task not in TASKS:
+    declared features, whose questions are not in the repository, or a dump without uids)."""
+    if task not in TASKS or None in uids:
         return np.zeros((len(uids), 0))
     prompts = {it.uid: it.prompt for it in load_task_items(task, split)}
     names, rows = feature_matrix(task, [prompts[u] for u in uids])
@@ -170,7 +170,7 @@ def splits(run: RunResult, task: str) -> tuple[Split, Split]:
         ("dev", run.dev_logits, run.dev_labels, run.dev_probs()),
         ("test", run.logits, run.labels, run.probs()),
     ):
-        uids = [r["uid"] for r in read_jsonl(rundir.eval_file(run.path, name))]
+        uids = [r.get("uid") for r in read_jsonl(rundir.eval_file(run.path, name))]
         out.append(Split(logits, probs, labels, _features(task, uids, name)))
     return out[0], out[1]
 
