@@ -31,7 +31,7 @@ from rlcd_lab.dashboard import (
 from rlcd_lab.dashboard.common import default_runs
 from rlcd_lab.decide import DecisionModel
 from rlcd_lab.decide.jev import DecisionError
-from rlcd_lab.files.assets import shipped_runs
+from rlcd_lab.files.assets import ASSETS, shipped_runs
 from rlcd_lab.lm.checkpoint import save_checkpoint
 
 VERIFY_CK = "results/verify/seed-17/reinforce/final"
@@ -121,6 +121,13 @@ def test_routing_opens_on_the_headline_task_and_says_where_rlcd_loses():
         r, g = aurc(folder, "reinforce"), aurc(folder, "grpo")
         assert (r < g) == (word == "wins")  # the shipped dumps: RLCD wins on one, loses on one
         assert f"**{r:.4f}** against GRPO's **{g:.4f}**" in note and f"RLCD {word}" in note
+    # the cheap alternative is said beside the win, as the three-seed summary holds it:
+    # RLCD minus GRPO recalibrated by the best dev-fitted calibrator is not significant
+    assert "GRPO recalibrated on dev by a calibrator that sees the sum's length" in note
+    summary = json.loads((ASSETS / "results" / "verify-mixed" / "summary.json").read_text())
+    best = summary["posthoc"]["best"]
+    closed = summary["paired"][f"reinforce - grpo-matched+{best}"]["aurc"]
+    assert closed["ci_low"] < 0 < closed["ci_high"]
     markdowns = [b.value for b in demo.blocks.values() if isinstance(b, gr.Markdown)]
     assert note in markdowns
 
