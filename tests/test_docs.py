@@ -385,3 +385,28 @@ def test_the_verify_check_verdict_follows_its_pre_registered_rule():
         assert said in results, said
     assert base["slipped_errors"] == 1.0  # "every one of its wrong answers"
     assert all(d > 0 for d in aurc["seeds"]["diffs"])  # "on the wrong side in every seed"
+
+
+def test_the_dev_evaluation_budget_the_results_page_states_is_the_configs():
+    """ "N dev items every K steps" on the tiny tasks and on the rung, as every shipped
+    training run's config.json holds it (eval_items, eval_every)."""
+    results = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    root = REPO / "assets" / "results"
+    said = {}
+    for group, tasks in (
+        ("tiny", ("verify", "verify-mixed", "facts", "aleatoric")),
+        ("rung", ("basic-skills-arithmetic-verify-pairs",)),
+    ):
+        budgets = {
+            (c["eval_items"], c["eval_every"])
+            for t in tasks
+            for f in (root / t).glob("seed-*/*/config.json")
+            if (c := json.loads(f.read_text(encoding="utf-8"))).get("eval_every")
+        }
+        assert len(budgets) == 1, (group, budgets)
+        said[group] = budgets.pop()
+    (n, k), (n2, k2) = said["tiny"], said["rung"]
+    assert (
+        f"({n} dev items every {k} steps on the tiny tasks; the rung's fair test {n2} items "
+        f"every {k2} steps)" in results
+    )
