@@ -484,13 +484,14 @@ def check_serve_checksums(checkpoint: Path) -> None:
     exists and looks sound (``loading.check_checkpoint``) and carries a ``checksums.json``;
     one without is refused (``ValueError``), since its files could have been edited
     unseen. An older one over its weights only is accepted; the load warns about it."""
-    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE, checksum_coverage
+    from rlcd_lab.files.rundir import CHECKSUMS
+    from rlcd_lab.lm.checkpoint import checksum_coverage
     from rlcd_lab.lm.loading import check_checkpoint
 
     check_checkpoint(checkpoint)
     if checksum_coverage(checkpoint) == "none":
         raise ValueError(
-            f"checkpoint {checkpoint} has no {CHECKSUM_FILE}, so its files cannot be verified; "
+            f"checkpoint {checkpoint} has no {CHECKSUMS}, so its files cannot be verified; "
             f"serve refuses it: if you trust the files, `{PROG} checksums {checkpoint}` "
             "writes one, or pass --no-verify"
         )

@@ -19,9 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from rlcd_lab.decide import DecisionModel
 from rlcd_lab.files.io import read_json_file
-from rlcd_lab.files.rundir import CheckpointError
+from rlcd_lab.files.rundir import CHECKSUMS, CheckpointError
 from rlcd_lab.lm.checkpoint import (
-    CHECKSUM_FILE,
     CheckpointMissingError,
     UnverifiedCheckpointWarning,
     calibration_T,
@@ -74,13 +73,13 @@ def weights_only_manifest(path: Path) -> None:
     """Rewrite ``checksums.json`` as versions before 2 wrote it: the weight files only."""
     weights = sorted(p.name for p in path.glob("*.safetensors"))
     body = {"algorithm": "sha256", "files": {n: sha256(path / n) for n in weights}}
-    (path / CHECKSUM_FILE).write_text(json.dumps(body))
+    (path / CHECKSUMS).write_text(json.dumps(body))
 
 
 # ---------------------------------------------------------------------- checksums
 def test_save_writes_the_sha256_of_every_file(ck):
-    body = json.loads((ck / CHECKSUM_FILE).read_text())
-    files = sorted(p.name for p in ck.iterdir() if p.name != CHECKSUM_FILE)
+    body = json.loads((ck / CHECKSUMS).read_text())
+    files = sorted(p.name for p in ck.iterdir() if p.name != CHECKSUMS)
     assert files == [
         "config.json",
         "generation_config.json",
@@ -120,7 +119,7 @@ def test_a_file_added_after_the_save_is_caught(ck):
 
 
 def test_a_missing_manifest_warns_and_then_misses_a_flipped_byte(ck, tiny_lm):
-    (ck / CHECKSUM_FILE).unlink()
+    (ck / CHECKSUMS).unlink()
     edit_json(ck / "config.json", lambda c: {**c, "rms_norm_eps": 0.5})
     with pytest.warns(UnverifiedCheckpointWarning, match="has no checksums.json"):
         model, _, _ = load_checkpoint(ck)
@@ -155,7 +154,7 @@ def test_sign_checkpoint_upgrades_but_never_blesses_a_changed_file(ck):
         sign_checkpoint(ck)
     sign_checkpoint(ck, force=True)  # the change is ours
     assert load_checkpoint(ck)[2]["T"] == 2.0
-    (ck / CHECKSUM_FILE).unlink()
+    (ck / CHECKSUMS).unlink()
     sign_checkpoint(ck)  # none yet: written over the files as they are
     assert verify_checksums(ck) is True
     with pytest.raises(CheckpointMissingError, match="does not exist"):
@@ -185,7 +184,7 @@ def test_a_bit_flip_in_the_weight_data_is_caught(ck, tiny_lm):
 def test_truncated_weights_name_the_file(ck, with_checksums):
     file = ck / "model.safetensors"
     if not with_checksums:
-        (ck / CHECKSUM_FILE).unlink()
+        (ck / CHECKSUMS).unlink()
     file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
     want = "sha256" if with_checksums else "not a valid safetensors file"
     with pytest.raises(CheckpointError, match=want) as err:
@@ -207,7 +206,7 @@ def test_a_byte_flip_in_the_header_names_the_file(ck, offset):
 
 
 def test_checksum_file_problems(ck):
-    file = ck / CHECKSUM_FILE
+    file = ck / CHECKSUMS
     original = file.read_text()
     file.write_text("[]")
     with pytest.raises(CheckpointError, match=f"{file}: must hold a JSON object"):
@@ -229,7 +228,7 @@ def test_checksum_file_problems(ck):
 
 
 def test_checkpoints_without_checksums_load_unverified(tmp_path, tokenizer, tiny_lm, ck):
-    (ck / CHECKSUM_FILE).unlink()  # an older checkpoint
+    (ck / CHECKSUMS).unlink()  # an older checkpoint
     assert verify_checksums(ck) is False and checksum_coverage(ck) == "none"
     with pytest.warns(UnverifiedCheckpointWarning, match=f"{ck} has no checksums.json"):
         torch.testing.assert_close(load_checkpoint(ck)[0](X).logits, tiny_lm(X).logits)
@@ -353,7 +352,7 @@ def test_corrupt_adapter_names_the_file(tmp_path, tokenizer, tiny_lm):
     base = save_checkpoint(tmp_path / "base", tiny_lm, tokenizer)
     lora = get_peft_model(load_checkpoint(base)[0], LoraConfig(r=2, target_modules=["q_proj"]))
     adapter = save_checkpoint(tmp_path / "adapter", lora, tokenizer)
-    assert set(json.loads((adapter / CHECKSUM_FILE).read_text())["files"]) == {
+    assert set(json.loads((adapter / CHECKSUMS).read_text())["files"]) == {
         "README.md",  # peft's model card
         "adapter_config.json",
         "adapter_model.safetensors",
@@ -539,8 +538,8 @@ def test_a_fifo_as_json_file_is_refused(tmp_path):
 
 
 def test_nested_checksums_are_one_error(ck):
-    (ck / CHECKSUM_FILE).write_text("[" * 100_000 + "]" * 100_000)  # valid JSON, too deep
-    with pytest.raises(CheckpointError, match=f"{CHECKSUM_FILE}: not readable as JSON.*nested"):
+    (ck / CHECKSUMS).write_text("[" * 100_000 + "]" * 100_000)  # valid JSON, too deep
+    with pytest.raises(CheckpointError, match=f"{CHECKSUMS}: not readable as JSON.*nested"):
         load_checkpoint(ck)
 
 

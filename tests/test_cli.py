@@ -476,12 +476,13 @@ def test_existing_run_resume_and_overwrite(tmp_path, capsys, tiny_base):
 
 
 def test_training_checkpoints_carry_checksums(tmp_path, capsys, tiny_base):
-    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE, verify_checksums
+    from rlcd_lab.files.rundir import CHECKSUMS
+    from rlcd_lab.lm.checkpoint import verify_checksums
 
     out = tmp_path / "run"
     main(train_args(tiny_base, out, "--save-every", "1"))
     step = out / "checkpoints" / "step-2"
-    listed = json.loads((step / CHECKSUM_FILE).read_text())["files"]
+    listed = json.loads((step / CHECKSUMS).read_text())["files"]
     assert {"model.safetensors", "optimizer.safetensors", "optimizer.json"} <= set(listed)
     assert {"config.json", "rlcd.json", "tokenizer.json", "trainer_state.json"} <= set(listed)
     assert verify_checksums(step) and verify_checksums(out / "final")
@@ -705,7 +706,7 @@ def test_serve_refuses_a_checkpoint_without_checksums_unless_no_verify(
     tmp_path, capsys, tiny_base, monkeypatch
 ):
     import rlcd_lab.server
-    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE
+    from rlcd_lab.files.rundir import CHECKSUMS
 
     served, verified = [], []
 
@@ -714,14 +715,14 @@ def test_serve_refuses_a_checkpoint_without_checksums_unless_no_verify(
         verified.append(kw["verify"])
 
     monkeypatch.setattr(rlcd_lab.server, "serve", serve)
-    (tiny_base / CHECKSUM_FILE).unlink()
+    (tiny_base / CHECKSUMS).unlink()
     args = ["serve", "--checkpoint", str(tiny_base)]
     fails(capsys, args, r"has no checksums.json, .* `rlcd-lab checksums .*base`.* --no-verify")
     assert served == []  # refused before the server was created
     main([*args, "--no-verify"])
     assert served == [tiny_base] and verified == [False]  # the server loads it unchecked
     main(["checksums", str(tiny_base)])  # trusted as it is: checksums of every file
-    assert capsys.readouterr().out.strip() == str(tiny_base / CHECKSUM_FILE)
+    assert capsys.readouterr().out.strip() == str(tiny_base / CHECKSUMS)
     main(args)
     main(["serve"])  # the shipped default carries checksums
     assert served[1:] == [tiny_base, None]

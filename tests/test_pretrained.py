@@ -16,8 +16,8 @@ import time
 import pytest
 import torch
 
-from rlcd_lab.files.rundir import META_FILE
-from rlcd_lab.lm.checkpoint import CHECKSUM_FILE, write_checksums
+from rlcd_lab.files.rundir import CHECKSUMS, META_FILE
+from rlcd_lab.lm.checkpoint import write_checksums
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.lm.pretrained import MODELS, SMOLLM2, by_source, convert_gguf, gguf_path
 from rlcd_lab.reader.prompts import build_prompt
@@ -102,7 +102,7 @@ def test_existing_checkpoint_is_returned_without_converting(monkeypatch, tmp_pat
     with pytest.raises(ModuleNotFoundError):  # ... but with --force: reconverted
         convert_gguf(name, out, torch.bfloat16, force=True)
     old = {"algorithm": "sha256", "files": {}}  # checksums of the weights only (older)
-    (out / CHECKSUM_FILE).write_text(json.dumps(old))
+    (out / CHECKSUMS).write_text(json.dumps(old))
     with pytest.raises(ModuleNotFoundError):  # converted again, with checksums of all
         convert_gguf(name, out)
     write_checksums(out)

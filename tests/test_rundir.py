@@ -14,12 +14,6 @@ from rlcd_lab.files import rundir
 from rlcd_lab.files.io import pack_jsonl
 
 
-def test_checksums_file_is_the_checkpoint_formats():
-    from rlcd_lab.lm.checkpoint import CHECKSUM_FILE
-
-    assert rundir.CHECKSUMS == CHECKSUM_FILE
-
-
 def test_import_is_stdlib_only():
     code = (
         "import sys, rlcd_lab.files.rundir; "

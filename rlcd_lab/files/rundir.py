@@ -62,9 +62,8 @@ OPTIMIZER_FILE = "optimizer.safetensors"
 META_FILE = "rlcd.json"
 """A checkpoint's own metadata (``rlcd_lab.lm.model``), e.g. ``final/rlcd.json``."""
 CHECKSUMS = "checksums.json"
-"""A checkpoint's sha256 of every file: ``rlcd_lab.lm.checkpoint.CHECKSUM_FILE``, repeated
-here, without torch, to name a checkpoint by its content (tests/test_rundir.py keeps the
-two equal)."""
+"""A checkpoint's sha256 of every file (written by ``rlcd_lab.lm.checkpoint.write_checksums``);
+here, without torch, to name a checkpoint by its content."""
 SUMMARY = "summary.json"
 """A reproduction's numbers (``rlcd_lab.reports.results.summarize_runs``), beside its seeds."""
 TUNE = "tune"

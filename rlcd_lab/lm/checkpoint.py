@@ -22,6 +22,7 @@ from transformers import (
 )
 
 from rlcd_lab.files.io import atomic_dir, atomic_write_text, read_json_file
+from rlcd_lab.files.rundir import CHECKSUMS
 from rlcd_lab.files.rundir import (
     META_FILE as META_FILE,  # the checkpoint format's names, stdlib-only
 )
@@ -33,7 +34,6 @@ names another (``"marker"``); the readout's reference is :mod:`rlcd_lab.reader.r
 SEP = " "
 """What follows the marker before the option label (``"sep"`` in ``rlcd.json``)."""
 
-CHECKSUM_FILE = "checksums.json"
 CHECKSUM_VERSION = 2
 """``checksums.json`` format: version 2 lists every file of the checkpoint (config,
 ``rlcd.json``, tokenizer files, adapter config, weights, optimizer state); a manifest
@@ -49,7 +49,7 @@ T_KEY = "T"
 """The ``rlcd.json`` key of the fitted calibration temperature T."""
 OLD_T_KEY = "temperature"
 """Its name in checkpoints written before (still read: :func:`calibration_T`)."""
-_CHECKPOINT_MARKERS = ("adapter_config.json", META_FILE, CHECKSUM_FILE)
+_CHECKPOINT_MARKERS = ("adapter_config.json", META_FILE, CHECKSUMS)
 
 
 class CheckpointMissingError(CheckpointError, FileNotFoundError):
@@ -252,7 +252,7 @@ def _manifest_files(path: Path) -> list[str]:
     return sorted(
         p.name
         for p in path.iterdir()
-        if p.is_file() and p.name != CHECKSUM_FILE and not p.name.startswith(".")
+        if p.is_file() and p.name != CHECKSUMS and not p.name.startswith(".")
     )
 
 
@@ -273,12 +273,12 @@ def write_checksums(path: str | os.PathLike) -> Path:
     path = Path(path)
     digests = {name: _sha256(path / name) for name in _manifest_files(path)}
     body = {"algorithm": "sha256", "version": CHECKSUM_VERSION, "files": digests}
-    return atomic_write_text(path / CHECKSUM_FILE, json.dumps(body, indent=2, sort_keys=True))
+    return atomic_write_text(path / CHECKSUMS, json.dumps(body, indent=2, sort_keys=True))
 
 
 def _read_manifest(path: Path) -> dict | None:
     """The checked ``checksums.json`` of ``path`` (None when there is none)."""
-    file = path / CHECKSUM_FILE
+    file = path / CHECKSUMS
     if not file.exists():
         return None
     body = _read_json_object(file)
@@ -326,13 +326,13 @@ def verify_checksums(path: str | os.PathLike) -> bool:
     for name, want in sorted(files.items()):
         if not (path / name).is_file():
             raise CheckpointMissingError(
-                f"checkpoint {path} is incomplete: missing {name} (listed in {CHECKSUM_FILE})"
+                f"checkpoint {path} is incomplete: missing {name} (listed in {CHECKSUMS})"
             )
         got = _sha256(path / name)
         if got != want.lower():
             raise CheckpointError(
                 f"{path / name}: sha256 {got[:12]}... differs from {want[:12]}... in "
-                f"{CHECKSUM_FILE}: the file is corrupt or was modified (verify=False / "
+                f"{CHECKSUMS}: the file is corrupt or was modified (verify=False / "
                 "--no-verify loads it anyway)"
             )
     full = body.get("version", 1) == CHECKSUM_VERSION
@@ -340,7 +340,7 @@ def verify_checksums(path: str | os.PathLike) -> bool:
     if unlisted:
         what = "files" if full else "weight files"
         raise CheckpointError(
-            f"{path}: {what} not covered by {CHECKSUM_FILE}: {unlisted} (added after the "
+            f"{path}: {what} not covered by {CHECKSUMS}: {unlisted} (added after the "
             f"save; remove them, or `rlcd-lab checksums {path} --force` if they belong)"
         )
     return True

@@ -29,9 +29,8 @@ from transformers import (
 )
 
 from rlcd_lab.files.io import printable
-from rlcd_lab.files.rundir import CheckpointError
+from rlcd_lab.files.rundir import CHECKSUMS, CheckpointError
 from rlcd_lab.lm.checkpoint import (
-    CHECKSUM_FILE,
     CheckpointMissingError,
     UnverifiedCheckpointWarning,
     _read_json_object,
@@ -186,10 +185,10 @@ def _warn_unverified(path: Path) -> None:
     """``UnverifiedCheckpointWarning`` for a checkpoint whose files are not all covered."""
     coverage = checksum_coverage(path)
     if coverage == "none":
-        why = f"has no {CHECKSUM_FILE}: its files are not verified"
+        why = f"has no {CHECKSUMS}: its files are not verified"
     elif coverage == "weights":
         why = (
-            f"has an older {CHECKSUM_FILE} over its weights only: config.json, rlcd.json and "
+            f"has an older {CHECKSUMS} over its weights only: config.json, rlcd.json and "
             "the tokenizer are not verified"
         )
     else:
