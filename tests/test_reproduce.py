@@ -433,11 +433,29 @@ def test_summary_numbers_match_metrics_and_stats_on_fabricated_dumps(tmp_path):
     assert "Figure 3: stage-2 reward matters" in md
 
 
-def test_summarize_skips_runs_missing_a_seed(tmp_path):
-    z = np.zeros((4, 2))
-    fake_run(tmp_path, 1, "sft", z, z, [0, 1, 0, 1], [0, 1, 0, 1])
-    summary, scored = summarize_runs(tmp_path, (1, 2), eps=0.05)
-    assert summary["runs"] == {} and scored == {}
+def test_summary_compares_runs_at_the_seeds_they_share(tmp_path):
+    """RLCD at three seeds, SFT at two of them, GRPO at one: each run's row is its own
+    seeds (listed where fewer than the reproduction's), and each paired test equals the
+    test of a reproduction holding only the shared seeds."""
+    rng = np.random.default_rng(5)
+    n, labels, dev_labels = 30, rng.integers(0, 2, 30), rng.integers(0, 2, 12)
+    have = {"reinforce": (1, 2, 3), "sft": (1, 3), "grpo": (2,)}
+    dumps = {}
+    for name, seeds in have.items():
+        for seed in seeds:
+            dumps[seed, name] = rng.normal(0, 2, (n, 2)), rng.normal(0, 2, (12, 2))
+            fake_run(tmp_path / "all", seed, name, *dumps[seed, name], labels, dev_labels)
+    summary, _ = summarize_runs(tmp_path / "all", (1, 2, 3), eps=0.05, n=200)
+    assert "seeds" not in summary["runs"]["reinforce"]
+    assert summary["runs"]["sft"]["seeds"] == [1, 3] and summary["runs"]["grpo"]["seeds"] == [2]
+    for other in ("sft", "grpo"):
+        for seed in have[other]:
+            for name in ("reinforce", other):
+                fake_run(tmp_path / other, seed, name, *dumps[seed, name], labels, dev_labels)
+        alone, _ = summarize_runs(tmp_path / other, have[other], eps=0.05, n=200)
+        key = f"reinforce - {other}"
+        assert summary["paired"][key] == alone["paired"][key]
+        assert len(summary["paired"][key]["aurc"]["seeds"]["diffs"]) == len(have[other])
 
 
 def test_ship_copies_what_assets_ships(tmp_path):

@@ -199,7 +199,8 @@ def _comparisons(
         row = f"{label(fork)} vs its stage-1 checkpoint: {metric}"
         diff = (summary["forks"].get(fork) or {}).get(claim.metric)
         if claim.metric == "T":
-            return [(row, row, None, diff and _seed_interval(diff, len(summary["seeds"])))]
+            n = len(summary["runs"].get(fork, {}).get("seeds", summary["seeds"]))
+            return [(row, row, None, diff and _seed_interval(diff, n))]
         return [(row, row, ("forks", fork), diff)]
     if claim.pair == BEST_CALIBRATOR:
         key = posthoc.best_pair(summary)
@@ -398,13 +399,16 @@ def runs_table(
     keys: Sequence[str] = ("accuracy", "brier", "aurc", "cov_at_eps", "T", "length"),
 ) -> str:
     """Markdown: every run's budget (steps) and test metrics after temperature scaling,
-    mean ± s.d. over seeds."""
+    mean ± s.d. over seeds (a run at fewer seeds than the reproduction names them)."""
     rows = ["| run | steps | " + " | ".join(METRICS[k][0] for k in keys) + " |"]
     rows.append("|---" * (len(keys) + 2) + "|")
     for run in _ordered(summary["runs"]):
         entry = summary["runs"][run]
         cells = [fmt_cell(entry[k]) for k in keys]
-        rows.append(f"| {label(run)} | {entry.get('steps', 0)} | " + " | ".join(cells) + " |")
+        name = label(run) + (
+            f" (seeds {', '.join(map(str, entry['seeds']))})" if "seeds" in entry else ""
+        )
+        rows.append(f"| {name} | {entry.get('steps', 0)} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 

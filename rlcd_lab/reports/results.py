@@ -507,12 +507,35 @@ def load_run(run: str | Path, eps: float = DEFAULT_EPS) -> RunResult:
     return from_rows(test, dev, path=run, eps=eps, mixture=mixture, on_disk=True)
 
 
-def _check_aligned(a: Sequence[RunResult], b: Sequence[RunResult]) -> None:
-    if len(a) != len(b) or not a:
-        raise ValueError(f"need the same number (>= 1) of seeds for A and B: {len(a)}, {len(b)}")
-    for x, y in zip(a, b, strict=True):
+def _seed_names(group: Sequence[RunResult]) -> list[str] | None:
+    """Each run's ``seed-<s>`` folder name; None unless every run has a distinct one."""
+    names = [r.path.parent.name for r in group]
+    ok = len(set(names)) == len(names) and all(n.startswith("seed-") for n in names)
+    return names if ok else None
+
+
+def aligned(
+    a: Sequence[RunResult], b: Sequence[RunResult]
+) -> tuple[list[RunResult], list[RunResult]]:
+    """The runs of A and B at the seeds both have (matched by their ``seed-<s>`` folder),
+    in A's order: a method trained at more seeds than another is compared with it on the
+    seeds they share. Runs not read from seed folders pair by position (same number of
+    seeds). Raises ValueError when they share no seed, or a pair was not evaluated on the
+    same test items."""
+    na, nb = _seed_names(a), _seed_names(b)
+    if na is not None and nb is not None:
+        at = {n: r for n, r in zip(nb, b, strict=True)}
+        pairs = [(x, at[n]) for n, x in zip(na, a, strict=True) if n in at]
+    elif len(a) == len(b):
+        pairs = list(zip(a, b, strict=True))
+    else:
+        pairs = []
+    if not pairs:
+        raise ValueError(f"A and B share no seed: {len(a)} and {len(b)} runs")
+    for x, y in pairs:
         if not np.array_equal(x.labels, y.labels):
             raise ValueError(f"{x.path} and {y.path} were not evaluated on the same test items")
+    return [x for x, _ in pairs], [y for _, y in pairs]
 
 
 def _with_seeds(ci: Mapping[str, float], p: float, per_seed: np.ndarray) -> dict:
@@ -577,7 +600,7 @@ def paired(
     seed: int = 0,
 ) -> dict[str, dict[str, float]]:
     """Paired tests of method A against method B (one :class:`RunResult` per seed each,
-    aligned by seed, same test items), after temperature scaling.
+    compared at the seeds both have, :func:`aligned`), after temperature scaling.
 
     ``accuracy``, ``brier``, ``nll``: per-item values averaged over seeds
     (:func:`paired_items`). ``aurc`` and ``cov_at_eps``: the metric of each seed,
@@ -590,7 +613,7 @@ def paired(
     across seeds of the per-seed differences), ``diff = A - B``: negative favours A for
     Brier, NLL, AURC and JSD, positive for accuracy and Cov@eps.
     """
-    _check_aligned(a, b)
+    a, b = aligned(a, b)
     out = {}
     for metric in (*PER_ITEM, *CURVE, "jsd", "mixture_jsd", "jsd_table3"):
         entry = paired_metric(a, b, metric, eps, n, seed)
@@ -612,6 +635,7 @@ def rerun(
     under each other seed (the same data, another bootstrap draw and set of sign flips),
     from which a verdict's dependence on the draw is read."""
     first, *others = rng_seeds
+    a, b = aligned(a, b)
     out = paired_metric(a, b, metric, eps, n, first)
     if out is None:
         raise ValueError(f"{metric} is not measured on both runs")
@@ -764,8 +788,9 @@ def _run_entry(group: Sequence[RunResult], stage1: Path | None) -> dict:
 def summarize_runs(
     root: str | Path, seeds: Sequence[int], eps: float = DEFAULT_EPS, n: int = N_BOOT
 ) -> tuple[dict, dict[str, list[RunResult]]]:
-    """Every number of a reproduction in ``root/seed-<s>/<run>/eval`` (runs missing for
-    a seed are left out) and the loaded runs.
+    """Every number of a reproduction in ``root/seed-<s>/<run>/eval`` and the loaded runs
+    (each run at the seeds where it has a test dump: ``runs[name]["seeds"]`` lists them
+    where they are not all of ``seeds``; every pair is compared at the seeds both have).
 
     Summary keys: ``seeds``, ``eps``, ``units`` (JSD in bits); ``runs[name]``: mean and
     s.d. over seeds of each of ``METRICS`` (after temperature scaling), ``steps`` (the
@@ -791,7 +816,7 @@ def summarize_runs(
     loaded: dict[str, list[RunResult]] = {}
     for name in names:
         runs = [rundir.seed_dir(root, s) / name for s in seeds]
-        if all(rundir.has_eval(r, "test") for r in runs):
+        if runs := [r for r in runs if rundir.has_eval(r, "test")]:
             loaded[name] = [load_run(r, eps) for r in runs]
     summary: dict = {
         "seeds": list(seeds),
@@ -807,6 +832,8 @@ def summarize_runs(
     for name, group in loaded.items():
         stage1 = loaded[STAGE1][0].path if name in FORKS and STAGE1 in loaded else None
         summary["runs"][name] = _run_entry(group, stage1)
+        if len(group) < len(seeds):
+            summary["runs"][name]["seeds"] = [int(g.path.parent.name.split("-")[1]) for g in group]
     summary["mechanism"] = {
         name: mechanism([g.path for g in loaded[name]], [g.T for g in loaded[name]])
         for name in MECHANISM_RUNS
@@ -825,13 +852,9 @@ def summarize_runs(
     if STAGE1 in loaded:
         for fork in (f for f in FORKS if f in loaded):
             tests = paired(loaded[fork], loaded[STAGE1], eps, n)
+            pairs = list(zip(*aligned(loaded[fork], loaded[STAGE1]), strict=True))
             for key, src in (("T", "T"), ("length", "mean_length")):
-                tests[key] = mean_sd(
-                    [
-                        f.row[src] - c.row[src]
-                        for f, c in zip(loaded[fork], loaded[STAGE1], strict=True)
-                    ]
-                )
+                tests[key] = mean_sd([f.row[src] - c.row[src] for f, c in pairs])
             summary["forks"][fork] = tests
             if fork != READOUT_ONLY and READOUT_ONLY in loaded:
                 summary["vs_readout"][fork] = paired(loaded[fork], loaded[READOUT_ONLY], eps, n)
