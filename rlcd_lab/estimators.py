@@ -82,6 +82,41 @@ def leave_one_out_mean(x: Tensor) -> Tensor:
     return (x.sum(-1, keepdim=True) - x) / (m - 1)
 
 
+Advantage = Literal["group-std", "group-mean", "rloo"]
+"""How a policy-gradient baseline turns a group's rewards into advantages
+(:func:`group_advantages`)."""
+
+
+def group_advantages(reward: Tensor, advantage: Advantage = "group-std") -> Tensor:
+    """Advantages of ``M`` samples of one question from their rewards, along the last dim.
+
+    ``reward (..., M)`` (detached; leading dims are independent questions, M >= 2) gives
+    ``A (..., M)``; a positive ``A_i`` makes sample i more likely:
+
+    * ``"group-std"`` (GRPO; Shao et al. 2024, "DeepSeekMath", sec. 4.1):
+      ``A_i = (R_i - mean_j R_j) / (std_j R_j + 1e-4)``, ``std`` the sample standard
+      deviation (divisor M - 1);
+    * ``"group-mean"`` (Dr. GRPO; Liu et al. 2025, "Understanding R1-Zero-Like Training"):
+      ``A_i = R_i - mean_j R_j``, no division by the group's spread, so a question whose
+      samples mostly agree does not get its rare disagreement scaled up; the advantages of a
+      group sum to 0;
+    * ``"rloo"`` (Kool, van Hoof & Welling 2019; Ahmadian et al. 2024):
+      ``A_i = R_i - mean_{j != i} R_j`` (:func:`leave_one_out_mean`), a baseline free of
+      sample i, so the gradient is unbiased; equal to ``M / (M - 1)`` times the group-mean
+      advantage.
+    """
+    if reward.shape[-1] < 2:
+        raise ValueError(f"group advantages need M >= 2 samples, got {reward.shape[-1]}")
+    centred = reward - reward.mean(-1, keepdim=True)
+    if advantage == "group-std":
+        return centred / (reward.std(-1, keepdim=True) + 1e-4)
+    if advantage == "group-mean":
+        return centred
+    if advantage == "rloo":
+        return reward - leave_one_out_mean(reward)
+    raise ValueError(f"advantage must be 'group-std', 'group-mean' or 'rloo', got {advantage!r}")
+
+
 def _mixture_terms(u: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     """Pairwise estimate of ``J(p, q)`` and its per-rationale advantages.
 

@@ -6,7 +6,11 @@ For each seed, from the same base model and the same question/outcome stream:
   anchor, GRPO, RLCD stage 1 (``calibrate``) and two-stage RLCD (``reinforce`` from the
   stage-1 checkpoint); every one evaluated as single-query readouts after temperature
   scaling fitted on dev. Two-stage RLCD trains twice ``steps``; every baseline runs at
-  ``steps`` and again at that matched budget (``<name>-matched``). RLCR (tasks without
+  ``steps`` and again at that matched budget (``<name>-matched``). Two baselines separate
+  the paper's ingredients (every task): ``drgrpo``, GRPO without the division by the
+  group's reward s.d. (Dr. GRPO), and ``grpo-calibrate``, RLCD's stage 1 continued from
+  GRPO's final checkpoint (outcome RL, then the readout's calibration: ``steps`` each, two
+  stages as RLCD's). RLCR (tasks without
   ``q``) gives two rows per run: its readout (``rlcr``) and the confidence it states
   (``rlcr-stated``, :func:`stated_view`), scored alike.
 * Table 2 (sec. 5.2): four continuations forked from the same stage-1 checkpoint with the
@@ -174,9 +178,10 @@ class ReproduceConfig:
     tune_steps: int = 25
     """Steps per stage of each tuning run (matched baselines: twice this, as always)."""
     runs: tuple[str, ...] = ()
-    """Only these runs (names as in the report: base, sft, rft, rft-kl, grpo, rlcr,
-    calibrate, reinforce, readout-only, anchor-only, grpo-cont, endtoend, mixture, and
-    ``<name>-matched``); empty: all."""
+    """Only these runs (names as in the report: base, sft, rft, rft-kl, grpo, drgrpo, rlcr,
+    calibrate, reinforce, readout-only, anchor-only, grpo-cont, grpo-calibrate, endtoend,
+    mixture, and ``<name>-matched``; a run that starts from another's checkpoint needs that
+    one too: reinforce and the forks calibrate, grpo-calibrate grpo); empty: all."""
     status: bool = False
     """Print where the reproduction in --out stands (each run's steps done, seconds per
     step, the training time left at that pace; reproduce.progress) and exit; runs nothing."""
@@ -210,7 +215,7 @@ def aleatoric(task: str) -> bool:
 def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[list[Job], list[Job]]:
     """The runs of the reproduction in two waves: from the base model, then from stage 1;
     ``lrs``: a learning rate per run name (:func:`tune`), others at ``cfg``'s."""
-    from rlcd_lab.reports.results import MATCHED, NO_KL, SWEEP_PREFIX
+    from rlcd_lab.reports.results import CONTINUES, GRPO_STAGE1, MATCHED, NO_KL, SWEEP_PREFIX
     from rlcd_lab.train.configs import GRPOConfig, RFTConfig, RLCRConfig, SFTConfig, preset
 
     init = cfg.init
@@ -235,6 +240,8 @@ def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[lis
             "sft": SFTConfig(**kw),
             "calibrate": preset("calibrate", **kw),
             "reinforce": preset("reinforce", **dict(kw, init=stage1)),
+            "grpo": GRPOConfig(**kw),
+            "drgrpo": replace(METHOD_TABLE["drgrpo"].config, **kw),
         }
         if table3:
             runs["endtoend"] = preset("endtoend", **kw, beta=0.04)
@@ -242,7 +249,6 @@ def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[lis
         else:
             runs["rft"] = RFTConfig(**kw)
             runs["rft-kl"] = RFTConfig(**kw, beta=0.04)
-            runs["grpo"] = GRPOConfig(**kw)
             runs["rlcr"] = RLCRConfig(**kw, format_steps=FORMAT_STEPS[cfg.scale])
             runs["readout-only"] = preset("calibrate", **dict(kw, init=stage1))
             runs["anchor-only"] = preset("reinforce", **dict(kw, init=stage1), outcome_reward=False)
@@ -257,17 +263,24 @@ def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[lis
         for name, lr in (lrs or {}).items():
             if name in runs:
                 runs[name] = replace(runs[name], lr=lr)
+        # outcome RL, then stage 1 as RLCD runs it (its learning rate too): two stages' steps
+        parent = rundir.final_dir(root / CONTINUES[GRPO_STAGE1])
+        runs[GRPO_STAGE1] = replace(runs["calibrate"], init=parent)
         first.append(Job("base", seed, root / "base", None, kw))
         unknown = sorted(set(cfg.runs) - set(runs) - {"base"})
         if unknown:
             raise ValueError(f"unknown runs {unknown}; choose from {['base', *runs]}")
+        finals = {rundir.final_dir(root / name) for name in runs}
         for name, tc in runs.items():
             job = Job(name, seed, root / name, replace(tc, out=root / name), kw)
-            (second if tc.init == stage1 else first).append(job)
+            (second if tc.init in finals else first).append(job)
     if cfg.runs:
         first, second = ([j for j in w if j.name in cfg.runs] for w in (first, second))
-        if second and "calibrate" not in cfg.runs:
-            raise ValueError(f"runs {sorted({j.name for j in second})} start from calibrate")
+        orphans = sorted({(j.train.init.parent.name, j.name) for j in second
+                          if j.train.init.parent.name not in cfg.runs})  # fmt: skip
+        if orphans:
+            starts = "; ".join(f"{run} starts from {src}" for src, run in orphans)
+            raise ValueError(f"--runs: {starts}; add {sorted({s for s, _ in orphans})}")
     return first, second
 
 
@@ -651,9 +664,12 @@ def makespan(
 
 
 def tune_plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
-    """The tuning runs of :func:`tune` in two waves: every run of ``cfg`` but the base on
-    the first seed, once per value of ``cfg.lr_grid``, at ``cfg.tune_steps`` steps per
-    stage, without dev curves or test evaluation."""
+    """The tuning runs of :func:`tune` in two waves: every run of ``cfg`` but the base (and
+    ``grpo-calibrate``, which takes stage 1's learning rate) on the first seed, once per
+    value of ``cfg.lr_grid``, at ``cfg.tune_steps`` steps per stage, without dev curves or
+    test evaluation."""
+    from rlcd_lab.reports.results import GRPO_STAGE1
+
     root = cfg.out / Path(cfg.task).stem / rundir.TUNE
     waves: tuple[list[Job], list[Job]] = ([], [])
     for value in cfg.lr_grid:
@@ -661,7 +677,7 @@ def tune_plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
                       out=root / f"lr-{value:g}", lr_grid=())  # fmt: skip
         for wave, jobs in zip(waves, plan(sub), strict=True):
             wave += [replace(j, train=replace(j.train, eval_every=0, test_items=0))
-                     for j in jobs if j.train is not None]  # fmt: skip
+                     for j in jobs if j.train is not None and j.name != GRPO_STAGE1]  # fmt: skip
     return waves
 
 

@@ -14,6 +14,7 @@ import torch
 from rlcd_lab.estimators import (
     grad_norm,
     gradient_terms,
+    group_advantages,
     lambda_surrogate,
     leave_one_out_mean,
     mixture_surrogate,
@@ -212,3 +213,63 @@ def test_ace_scales_only_negative_advantages_by_the_confidence_shift():
     assert torch.equal(off.advantages, plain.advantages)
     with pytest.raises(ValueError, match="needs the confidence shift"):
         surrogate_terms(u, logp, 0, ace=0.5)
+
+
+def _binary_groups(m):
+    """Every reward vector of a group of ``m`` binary outcomes, shape ``(2^m, m)``."""
+    return torch.tensor(list(itertools.product((0.0, 1.0), repeat=m)))
+
+
+def test_group_advantages_by_hand_and_the_identities_between_them():
+    # one success in four: mean 1/4, sample s.d. sqrt((3/4)^2 + 3 (1/4)^2) / 3) = 1/2
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    centred = torch.tensor([0.75, -0.25, -0.25, -0.25])
+    torch.testing.assert_close(group_advantages(r, "group-std"), centred / (0.5 + 1e-4))
+    torch.testing.assert_close(group_advantages(r, "group-mean"), centred)
+    # leave one out: 1 - 0, 0 - 1/3
+    torch.testing.assert_close(
+        group_advantages(r, "rloo"), torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3])
+    )
+    g = torch.Generator().manual_seed(0)
+    for m in (2, 3, 4, 5):
+        rewards = torch.cat([_binary_groups(m), torch.rand(7, m, generator=g)])
+        mean_adv = group_advantages(rewards, "group-mean")
+        # Dr. GRPO: zero-sum per group; RLOO = M / (M - 1) x Dr. GRPO;
+        # GRPO = Dr. GRPO / (s.d. + 1e-4)
+        torch.testing.assert_close(mean_adv.sum(-1), torch.zeros(len(rewards)))
+        torch.testing.assert_close(group_advantages(rewards, "rloo"), m / (m - 1) * mean_adv)
+        sd = rewards.std(-1, keepdim=True)
+        torch.testing.assert_close(group_advantages(rewards, "group-std"), mean_adv / (sd + 1e-4))
+        # GRPO's default keeps the formula its loop used inline, bit for bit (float32)
+        r32 = rewards.float()
+        old = (r32 - r32.mean(1, keepdim=True)) / (r32.std(1, keepdim=True) + 1e-4)
+        assert torch.equal(group_advantages(r32), old)
+    # a unanimous group teaches nothing under any of them
+    for kind in ("group-std", "group-mean", "rloo"):
+        assert torch.equal(group_advantages(torch.ones(2, 4), kind), torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="advantage must be .* got 'std'"):
+        group_advantages(r, "std")
+    with pytest.raises(ValueError, match="M >= 2 samples, got 1"):
+        group_advantages(torch.ones(3, 1), "rloo")
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_rloo_is_unbiased_and_dr_grpo_is_scaled_by_m_minus_1_over_m(m):
+    """Expected policy gradient ``E[(1/M) sum_i A_i grad log pi(r_i)]`` over all R^M
+    tuples of a tabular policy with a fixed reward per rationale type: RLOO's is exactly
+    ``grad E_pi R``; Dr. GRPO's subtracts each sample's own share of the mean, so it is
+    ``(M - 1) / M`` of that; both point the same way."""
+    g = torch.Generator().manual_seed(m)
+    a = torch.randn(3, generator=g).requires_grad_(True)
+    reward = torch.tensor([1.0, 0.0, 0.4])
+    exact = torch.autograd.grad((torch.softmax(a, 0) * reward).sum(), a)[0]
+    for kind, factor in (("rloo", 1.0), ("group-mean", (m - 1) / m)):
+        logp = torch.log_softmax(a, 0)
+        total = torch.zeros(())
+        for tup in itertools.product(range(3), repeat=m):
+            idx = torch.tensor(tup)
+            prob = logp[idx].sum().exp().detach()
+            adv = group_advantages(reward[idx], kind)
+            total = total + prob * (adv * logp[idx]).mean()
+        got = torch.autograd.grad(total, a)[0]
+        torch.testing.assert_close(got, factor * exact)

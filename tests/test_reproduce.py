@@ -27,12 +27,13 @@ def by_name(wave):
 def test_plan_verify_has_table1_then_forks_from_stage1(tmp_path):
     first, second = plan(ReproduceConfig(seeds=(3, 4), out=tmp_path, steps=7))
     a, b = by_name(first), by_name(second)
-    baselines = {"sft", "rft", "rft-kl", "grpo", "rlcr"}
+    baselines = {"sft", "rft", "rft-kl", "grpo", "drgrpo", "rlcr"}
     matched = {f"{n}-matched" for n in baselines}
     sweep = {"endtoend-c0.1": 0.1, "endtoend-c0.3": 0.3, "endtoend-c1": 1.0}  # Table 4
     nokl = {"endtoend-nokl"}  # Figure 1: weight 1 without the KL anchor
     assert {n for n, _ in a} == {"base", "calibrate"} | baselines | matched | set(sweep) | nokl
-    assert {n for n, _ in b} == set(FORKS) - {"reinforce-ace"}  # ACE only with --ace
+    # ACE only with --ace; grpo-calibrate after GRPO
+    assert {n for n, _ in b} == set(FORKS) - {"reinforce-ace"} | {"grpo-calibrate"}
     for seed in (3, 4):
         stage1 = tmp_path / "verify" / f"seed-{seed}" / "calibrate" / "final"
         assert all(b[(f, seed)].train.init == stage1 for f in FORKS if f != "reinforce-ace")
@@ -79,15 +80,17 @@ def test_plan_with_ace_adds_a_stage2_fork_that_differs_only_in_ace(tmp_path):
     b = by_name(second)
     rl, ace = b[("reinforce", 3)].train, b[("reinforce-ace", 3)].train
     assert ace.ace == 0.5 and replace(ace, ace=0.0, out=rl.out) == rl
-    assert {n for n, _ in b} == set(FORKS)
+    assert {n for n, _ in b} == set(FORKS) | {"grpo-calibrate"}
 
 
 def test_plan_aleatoric_is_table3_and_paper_scale_needs_a_model(tmp_path):
     first, second = plan(ReproduceConfig(task="aleatoric", seeds=(1,), out=tmp_path))
     names = sorted(j.name for j in first + second)
     table3 = ["base", "sft", "calibrate", "endtoend", "mixture", "reinforce"]
-    matched = ["sft-matched", "endtoend-matched", "mixture-matched"]
-    assert names == sorted(table3 + matched)
+    ingredients = ["grpo", "drgrpo", "grpo-calibrate"]  # on every task
+    matched = ["sft-matched", "endtoend-matched", "mixture-matched", "grpo-matched",
+               "drgrpo-matched"]  # fmt: skip
+    assert names == sorted(table3 + ingredients + matched)
     e2e = by_name(first)[("endtoend", 1)].train
     assert (e2e.sf_weight, e2e.beta) == (1.0, 0.04)
     assert by_name(first)[("mixture", 1)].train.lam == 1.0
@@ -103,6 +106,62 @@ def test_plan_aleatoric_is_table3_and_paper_scale_needs_a_model(tmp_path):
             True,
             "auto",
         )
+
+
+@pytest.mark.parametrize("task", ["verify", "aleatoric"])
+def test_plan_separates_the_ingredients_at_matched_budgets(tmp_path, task):
+    """Dr. GRPO is GRPO with the group-mean advantage and nothing else changed, at 7 steps
+    and RLCD's 14; grpo-calibrate is RLCD's stage 1, changed only in starting from GRPO's
+    final checkpoint, after it (second wave): GRPO's 7 steps then its own 7 are two-stage
+    RLCD's calibrate 7 then reinforce 7."""
+    first, second = plan(ReproduceConfig(task=task, seeds=(3,), out=tmp_path, steps=7))
+    a, b = by_name(first), by_name(second)
+    root = tmp_path / task / "seed-3"
+    for name in ("", "-matched"):
+        grpo, dr = a[(f"grpo{name}", 3)].train, a[(f"drgrpo{name}", 3)].train
+        assert (grpo.advantage, dr.advantage, dr.steps) == (
+            "group-std",
+            "group-mean",
+            len(name) and 14 or 7,
+        )
+        assert replace(dr, advantage="group-std", out=grpo.out) == grpo
+    cal, after = a[("calibrate", 3)].train, b[("grpo-calibrate", 3)].train
+    assert after.init == root / "grpo" / "final" and ("grpo-calibrate", 3) not in a
+    assert replace(after, init=cal.init, out=cal.out) == cal
+    two_stage = cal.steps + b[("reinforce", 3)].train.steps
+    assert a[("grpo", 3)].train.steps + after.steps == two_stage == 14
+    # --runs: grpo-calibrate needs grpo, as reinforce needs calibrate
+    with pytest.raises(
+        ValueError, match=r"^--runs: grpo-calibrate starts from grpo; add \['grpo'\]$"
+    ):
+        plan(
+            ReproduceConfig(
+                task=task, seeds=(3,), out=tmp_path, runs=("drgrpo-matched", "grpo-calibrate")
+            )
+        )
+    runs = ("grpo", "drgrpo-matched", "grpo-calibrate")
+    first, second = plan(ReproduceConfig(task=task, seeds=(3,), out=tmp_path, runs=runs))
+    assert [j.name for j in first] == ["grpo", "drgrpo-matched"]
+    assert [j.name for j in second] == ["grpo-calibrate"]
+
+
+def test_ingredient_runs_train_end_to_end_through_the_reproduction(tmp_path, tiny_base):
+    """Two steps each: Dr. GRPO at the matched budget, GRPO, then stage 1 from GRPO's final
+    checkpoint, which continues GRPO's question stream (steps 2 and 3)."""
+    cfg = ReproduceConfig(seeds=(2,), out=tmp_path, init=tiny_base, steps=1, test_items=3,
+                          runs=("grpo", "drgrpo-matched", "grpo-calibrate"))  # fmt: skip
+    first, second = plan(cfg)
+    small = dict(eval_items=4, batch_size=2, m=3, max_new_tokens=5, eval_every=0)
+    jobs = by_name([replace(j, train=replace(j.train, **small)) for j in first + second])
+    for name in ("grpo", "drgrpo-matched", "grpo-calibrate"):
+        run_job(jobs[(name, 2)])
+    for name, method, steps in (("drgrpo-matched", "grpo", 2), ("grpo-calibrate", "calibrate", 1)):
+        out = jobs[(name, 2)].out
+        assert [r["step"] for r in read_jsonl(out / "log.jsonl")] == list(range(steps))
+        meta = json.loads((out / "final" / "rlcd.json").read_text())
+        assert meta["method"] == method and len(read_jsonl(out / "eval" / "test.jsonl")) == 3
+    meta = json.loads((jobs[("grpo-calibrate", 2)].out / "final" / "rlcd.json").read_text())
+    assert (meta["stream_start"], meta["stream_end"]) == (1, 2)
 
 
 def test_pool_runs_stage1_first_longest_next_and_forks_after_their_stage1(tmp_path, monkeypatch):
@@ -456,6 +515,33 @@ def test_summary_compares_runs_at_the_seeds_they_share(tmp_path):
         key = f"reinforce - {other}"
         assert summary["paired"][key] == alone["paired"][key]
         assert len(summary["paired"][key]["aurc"]["seeds"]["diffs"]) == len(have[other])
+
+
+def test_the_ingredient_runs_sit_beside_grpo_in_the_report_at_their_budgets(tmp_path):
+    """grpo-calibrate's budget counts GRPO's steps before its own (two stages, as RLCD's);
+    both ingredient runs get their labels, right after GRPO, in Table 1 and the paired
+    table."""
+    rng = np.random.default_rng(1)
+    n, seeds = 30, (1, 2)
+    labels, dev_labels = rng.integers(0, 2, n), rng.integers(0, 2, 20)
+    steps = {"calibrate": 3, "reinforce": 3, "grpo": 3, "grpo-calibrate": 3, "drgrpo-matched": 6}
+    for seed in seeds:
+        for name, k in steps.items():
+            fake_run(tmp_path, seed, name, rng.normal(0, 3, (n, 2)), rng.normal(0, 3, (20, 2)),
+                     labels, dev_labels)  # fmt: skip
+            (tmp_path / f"seed-{seed}" / name / "config.json").write_text(json.dumps({"steps": k}))
+    summary = write_report(tmp_path, seeds, eps=0.1, title="fake", task="verify", n_claim=200)
+    got = {name: summary["runs"][name]["steps"] for name in steps}
+    assert got == {"calibrate": 3, "reinforce": 3 + 3, "grpo": 3, "grpo-calibrate": 3 + 3,
+                   "drgrpo-matched": 6}  # fmt: skip
+    md = (tmp_path / "report.md").read_text()
+    table1 = re.findall(r"^\| (.+?) \| (\d+) \|", md.split("## Table 1")[1].split("##")[0], re.M)
+    table1 = [row for row in table1 if " + " not in row[0]]  # GRPO's post-hoc calibrators
+    assert table1[:3] == [("GRPO+TS", "3"), ("Dr.GRPO+TS (matched budget)", "6"),
+                          ("GRPO then stage-1 calibration", "6")]  # fmt: skip
+    for row in ("GRPO+TS", "Dr.GRPO+TS (matched budget)", "GRPO then stage-1 calibration"):
+        assert f"\n| {row} | " in md.split("## Paired tests")[1]
+    assert "reinforce - grpo-calibrate" in summary["paired"]
 
 
 def test_ship_copies_what_assets_ships(tmp_path):

@@ -1,4 +1,4 @@
-"""Baseline loops (SFT, RFT, GRPO): they run, log, save, and compute the stated losses."""
+"""Baseline loops (SFT, RFT, GRPO, Dr. GRPO): they run, log, save, and compute the stated losses."""
 
 import json
 from dataclasses import replace
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlcd_lab.files.rundir import read_log
+from rlcd_lab.files.rundir import read_config, read_log
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import METHOD_TABLE, train
@@ -26,7 +26,7 @@ TINY = dict(
 )
 
 
-@pytest.mark.parametrize("method", ["sft", "rft", "grpo"])
+@pytest.mark.parametrize("method", ["sft", "rft", "grpo", "drgrpo"])
 def test_baseline_runs_and_saves(tmp_path, tiny_base, method):
     cfg = replace(
         METHOD_TABLE[method].config, init=tiny_base, out=tmp_path / method, steps=2, **TINY
@@ -37,7 +37,9 @@ def test_baseline_runs_and_saves(tmp_path, tiny_base, method):
         torch.isfinite(torch.tensor(r["loss"])) for r in log
     )
     _, _, meta = load_checkpoint(run / "final")
-    assert meta["method"] == method and meta["metrics"]["test"]["n"] == 3
+    assert meta["method"] == cfg.method and meta["metrics"]["test"]["n"] == 3
+    if method == "drgrpo":  # GRPO's loop, Dr. GRPO's advantages
+        assert (cfg.method, read_config(run)["advantage"]) == ("grpo", "group-mean")
     dump = [json.loads(line) for line in (run / "eval" / "test.jsonl").read_text().splitlines()]
     if method == "sft":  # evaluated in direct mode: no rationale
         assert all(r["rationales"] == [""] for r in dump)

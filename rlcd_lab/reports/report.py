@@ -54,6 +54,7 @@ from rlcd_lab.reports.mechanism import mechanism_table
 from rlcd_lab.reports.pages import PLOTLY_JS, html_page, write_plotlyjs, write_pngs
 from rlcd_lab.reports.results import (
     FORKS,
+    GRPO_STAGE1,
     MATCHED,
     METRICS,
     N_BOOT,
@@ -71,10 +72,12 @@ from rlcd_lab.reports.results import (
 )
 from rlcd_lab.train import METHOD_TABLE
 
-_METHOD_ROWS = ("sft", "rft", "rft-kl", "grpo", "rlcr")
+_METHOD_ROWS = ("sft", "rft", "rft-kl", "grpo", "drgrpo")
 LABELS = {
     "base": "base",
     **{name: METHOD_TABLE[name].label for name in _METHOD_ROWS},
+    GRPO_STAGE1: "GRPO then stage-1 calibration",
+    "rlcr": METHOD_TABLE["rlcr"].label,
     "rlcr-stated": "RLCR+TS (stated confidence)",
     **{
         name: METHOD_TABLE[name].label for name in ("endtoend", "mixture", "calibrate", "reinforce")

@@ -58,6 +58,14 @@ READOUT_ONLY = "readout-only"
 FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont", "reinforce-ace")
 """Table 2: stage-2 continuations from the same stage-1 checkpoint (``reinforce-ace``:
 RLCD-RL with the optional ACE reward, ``rlcd-lab reproduce --ace``)."""
+GRPO_STAGE1 = "grpo-calibrate"
+"""Outcome RL, then RLCD's stage 1: RLCD stage 1 (``calibrate``, the readout trained by
+the proper score, pathwise only) continued from GRPO's final checkpoint, so that its two
+stages take two-stage RLCD's budget; beside ``reinforce`` it asks whether stage 2's
+proper-score reward matters or any readout calibration after RL does the same."""
+CONTINUES = {**{fork: STAGE1 for fork in FORKS}, GRPO_STAGE1: "grpo"}
+"""The runs that continue another run's final checkpoint, and that run: their budget in
+a summary counts both."""
 PER_ITEM = ("accuracy", "brier", "nll")
 """Metrics that are means of per-item values (paired over items averaged over seeds)."""
 CURVE = ("aurc", "cov_at_eps")
@@ -761,7 +769,8 @@ def _steps(run: Path) -> int | None:
 def _run_entry(group: Sequence[RunResult], stage1: Path | None) -> dict:
     """A run's ``summary["runs"]`` entry over its seeds (:func:`summarize_runs`): mean and
     s.d. of each metric, its training ``steps`` (plus ``stage1``'s, the run it continued
-    from), per-seed rows, JSD columns, mixture size and the gradient-dilution ratio."""
+    from: :data:`CONTINUES`), per-seed rows, JSD columns, mixture size and the
+    gradient-dilution ratio."""
     entry = {k: mean_sd([g.row.get(src, np.nan) for g in group]) for k, (_, src) in METRICS.items()}
     entry["steps"] = _steps(group[0].path) or 0
     if stage1 is not None:  # continued from the stage-1 checkpoint
@@ -830,8 +839,9 @@ def summarize_runs(
         "sweep": {},
     }
     for name, group in loaded.items():
-        stage1 = loaded[STAGE1][0].path if name in FORKS and STAGE1 in loaded else None
-        summary["runs"][name] = _run_entry(group, stage1)
+        parent = CONTINUES.get(name)
+        start = loaded[parent][0].path if parent in loaded else None
+        summary["runs"][name] = _run_entry(group, start)
         if len(group) < len(seeds):
             summary["runs"][name]["seeds"] = [int(g.path.parent.name.split("-")[1]) for g in group]
     summary["mechanism"] = {

@@ -94,6 +94,11 @@ METHOD_TABLE: dict[str, Method] = {
         GRPOConfig(), "grpo", "GRPO+TS", _BASELINE,
         "Baseline: GRPO, correctness reward of a sampled answer, KL anchor.", compare=1,
     ),
+    "drgrpo": Method(
+        GRPOConfig(advantage="group-mean"), "grpo", "Dr.GRPO+TS", _BASELINE,
+        "Baseline: GRPO without the division by the group's reward s.d. (Dr. GRPO).",
+        command=False,
+    ),
 }  # fmt: skip
 """Every training method by run name (the command line's order)."""
 

@@ -225,6 +225,11 @@ class GRPOConfig(TrainConfig):
     out: Path = Path("runs/grpo")
     beta: float = 0.04
     """KL anchor weight towards the reference model (the k3 per-token estimate)."""
+    advantage: Literal["group-std", "group-mean", "rloo"] = "group-std"
+    """How the group's rewards become advantages (``estimators.group_advantages``):
+    ``group-std`` GRPO's (minus the group mean, over the group's standard deviation),
+    ``group-mean`` Dr. GRPO's (minus the group mean only), ``rloo`` minus the mean of the
+    other samples."""
 
 
 @dataclass(frozen=True)

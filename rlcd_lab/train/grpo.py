@@ -5,7 +5,9 @@ Per step, for B questions with outcomes Y and M rationales each (OpenJev-RLCD se
 
 1. sample M rationales on-policy, then an answer ``a_i ~ u(r_i)`` (over the options);
 2. reward ``R_i = 1[a_i = Y]``; advantage ``A_i = (R_i - mean_j R_j) / (std_j R_j + 1e-4)``
-   within the group of M;
+   within the group of M (``advantage="group-std"``; ``"group-mean"``, Dr. GRPO's, drops
+   the division by the standard deviation, ``"rloo"`` subtracts the other samples' mean:
+   ``estimators.group_advantages``);
 3. loss ``-(1/(B M)) sum_i sg(A_i) log pi(r_i, a_i | x) / L`` with ``L = max_new_tokens + 1``
    (a constant length normaliser, as in Dr. GRPO) plus ``beta`` x the k3 estimate of
    ``KL(pi || pi_ref)``: per rationale the mean over its tokens, then the mean over
@@ -21,6 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rlcd_lab.estimators import group_advantages
 from rlcd_lab.files.rundir import releases_run
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.train.common import rationale_stats, sample_answers, sample_batch, setup, token_kl
@@ -44,9 +47,9 @@ def train(cfg: GRPOConfig) -> Path:
             answer, logp_answer = sample_answers(u, cfg.seed, batch, m)
             logp = tok_lp.sum(-1) + logp_answer
 
-            # 2. correctness reward, group-normalized advantages
+            # 2. correctness reward, advantages within each question's group
             reward = (answer.view(b, m) == y[:, None]).float()
-            adv = (reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-4)
+            adv = group_advantages(reward, cfg.advantage)
 
             # 3. policy-gradient loss + KL anchor on the rationale tokens
             loss = -(adv.view(-1) * logp).mean() / (cfg.max_new_tokens + 1)
