@@ -732,16 +732,13 @@ def test_write_student_drops_every_solution(tmp_path):
     )
     for src in sources:
         full = jupytext.read(src)
-        assert [c.source for c in full.cells] == [
-            c.source for c in exercises.with_solutions(NOTEBOOKS / src.name, SOLUTIONS).cells
-        ]
+        kept = [c.source for c in jupytext.read(NOTEBOOKS / src.name).cells]
+        solved = [c.source for c in jupytext.read(SOLUTIONS / src.name).cells]
+        assert [c.source for c in full.cells] == kept + solved and solved
         assert full.metadata["jupytext"]["formats"] == "py:percent"  # opens as a notebook
-        solutions = [c for c in full.cells if "solution" in c.metadata.get("tags", [])]
-        assert solutions  # there was something to remove
         for ext in (".ipynb", ".py"):
             nb = jupytext.read(out / f"{src.stem}{ext}")
             assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
-            kept = [c.source for c in full.cells if "solution" not in c.metadata.get("tags", [])]
             assert [c.source for c in nb.cells] == kept
         raw = json.loads((out / f"{src.stem}.ipynb").read_text())
         assert "jupytext" not in raw["metadata"]  # not paired: saving writes no .py
@@ -750,6 +747,27 @@ def test_write_student_drops_every_solution(tmp_path):
         student.write_student(NOTEBOOKS, NOTEBOOKS)
     with pytest.raises(FileNotFoundError):
         student.write_student(tmp_path / "empty", out)
+
+
+def test_with_solutions_takes_only_solution_cells_apart(tmp_path):
+    """A tutorial holding a solution cell, or a solutions file holding another cell, is
+    refused with a line naming both files; a missing solutions file names itself."""
+    name = "01_x.py"
+    tagged = '# %% tags=["solution"]\nx = 1\n'
+    for text, solutions in ((tagged, tagged), ("# %%\nx = 2\n", "# %%\nx = 1\n")):
+        (tmp_path / "nb").mkdir(exist_ok=True)
+        (tmp_path / "sol").mkdir(exist_ok=True)
+        tutorial = jupytext.reads(text, fmt="py:percent")
+        jupytext.write(tutorial, tmp_path / "nb" / name, fmt="py:percent")
+        (tmp_path / "sol" / name).write_text(solutions)
+        with pytest.raises(ValueError, match="must hold no solution cell"):
+            exercises.with_solutions(tmp_path / "nb" / name, tmp_path / "sol")
+    (tmp_path / "sol" / name).write_text(tagged)
+    full = exercises.with_solutions(tmp_path / "nb" / name, tmp_path / "sol")
+    assert [c.source for c in full.cells] == ["x = 2", "x = 1"]
+    assert exercises.is_solution(full.cells[1]) and not exercises.is_solution(full.cells[0])
+    with pytest.raises(FileNotFoundError, match="missing"):
+        exercises.with_solutions(tmp_path / "nb" / name, tmp_path / "elsewhere")
 
 
 def test_command_line_and_makefile(tmp_path, capsys):
