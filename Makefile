@@ -7,8 +7,9 @@ HOST    ?= 127.0.0.1
 PORT    ?= 7860
 STUDENT_OUT ?= student
 STUDENT_FORMAT ?= ours
+SOLUTIONS_OUT ?= solutions
 
-.PHONY: app test lint fmt serve clean student notebooks
+.PHONY: app test lint fmt serve clean student solutions notebooks
 
 $(PY):
 	python3 -m venv .venv
@@ -69,11 +70,16 @@ test: $(STAMP) $(GRADERS)
 	$(PY) tests/emulate_cpu.py avx2 -- env $(NUMERICS)
 	$(PY) tests/emulate_cpu.py portable -- env $(NUMERICS)
 
-# Classroom mode (docs/instructors.md): the tutorials without their solution cells, as
-# .ipynb in $(STUDENT_OUT) (student/ is git-ignored); STUDENT_FORMAT=nbgrader|otter writes
-# assignments for those graders instead.
+# Classroom mode (docs/instructors.md): the tutorials (which hold no solution) as .ipynb
+# in $(STUDENT_OUT) (student/ is git-ignored); STUDENT_FORMAT=nbgrader|otter writes
+# assignments for those graders instead, with the solutions of instructors/solutions/.
 student: $(STAMP)
 	$(PY) -m rlcd_lab.classroom.student student --src notebooks --out $(STUDENT_OUT) --format $(STUDENT_FORMAT)
+
+# The full notebooks for an instructor: each tutorial with its solution cells from
+# instructors/solutions/ appended, as .py in $(SOLUTIONS_OUT) (solutions/ is git-ignored).
+solutions: $(STAMP)
+	$(PY) -m rlcd_lab.classroom.student solutions --src notebooks --out $(SOLUTIONS_OUT)
 
 # The venv's JupyterLab set to open the .py tutorials as notebooks on a double click (the
 # install step does it too; for a .venv made before that).

@@ -66,7 +66,7 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import metrics
+from rlcd_lab import metrics  # noqa: F401 (for the exercises: metrics.aurc, ...)
 from rlcd_lab.classroom import tutorial
 from rlcd_lab.files import assets
 from rlcd_lab.lm.checkpoint import read_meta
@@ -503,28 +503,3 @@ baseline_steps = None  # 3: the steps of a baseline matched to the two stages tr
 print("1:", exercises.check_aurc_before_after(first.get(GRPO), aurc_raw, aurc_ts))
 print("2:", exercises.check_coverage_at_risk(first.get(RLCD), cov_2pct, eps=0.02))
 print("3:", exercises.check_fair_budget(OUT / "calibrate", OUT / "reinforce", baseline_steps))
-
-# %% jupyter={"source_hidden": true} tags=["solution"]
-if GRPO in first:
-    r = first[GRPO]
-    a_raw = metrics.aurc(*metrics.confidence_and_correct(r.probs(False), r.labels))
-    a_ts = metrics.aurc(r.confidence, r.correct)
-    print(f"exercise 1: GRPO AURC raw {a_raw:.4f}, after TS {a_ts:.4f} (same up to ties)")
-for lab, r in first.items():
-    print(
-        f"exercise 2: {lab}: Cov@2% = {metrics.coverage_at_risk(r.confidence, r.correct, 0.02):.0%}"
-    )
-print("exercise 3: e.g. baselines for stage-1 + stage-2 steps, or RLCD stages of half length")
-
-# The checks of the answer cell agree with these solutions:
-feedback = []
-if GRPO in first:
-    feedback.append(exercises.check_aurc_before_after(first[GRPO], a_raw, a_ts))
-if RLCD in first:
-    r = first[RLCD]
-    cov = metrics.coverage_at_risk(r.confidence, r.correct, 0.02)
-    feedback.append(exercises.check_coverage_at_risk(r, cov, eps=0.02))
-if SCALE != "paper":
-    steps = sum(cfg.steps for name, cfg in plan if name in ("calibrate", "reinforce"))
-    feedback.append(exercises.check_fair_budget(OUT / "calibrate", OUT / "reinforce", steps))
-assert all(f.ok for f in feedback), feedback

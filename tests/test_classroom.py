@@ -27,6 +27,7 @@ from rlcd_lab.files.io import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
+SOLUTIONS = REPO / exercises.SOLUTIONS_DIR
 VERIFY = ASSETS / "results" / "verify" / "seed-17"
 
 
@@ -234,6 +235,18 @@ def test_sweep_ordering():
     wrong(exercises.check_sweep_ordering(sweep, "0.3, 0, 1", spread))
     wrong(exercises.check_sweep_ordering(sweep, best_first, 0.0))
     wrong(exercises.check_sweep_ordering(sweep, best_first, min(brier.values())))
+    # the notebook shows 4 decimals: neither the spread rounded to them nor the spread of
+    # the rounded Briers passes (each is off by more than the tolerance, checked here)
+    rounded = (round(spread, 4), round(max(brier.values()), 4) - round(min(brier.values()), 4))
+    for copied in rounded:
+        assert abs(copied - spread) > exercises.SPREAD_TOL * (1 + spread)
+        wrong(exercises.check_sweep_ordering(sweep, best_first, copied))
+    # the spread summed in another order (float64 rounding) passes
+    right(
+        exercises.check_sweep_ordering(
+            sweep, best_first, -(min(brier.values()) - max(brier.values()))
+        )
+    )
     unanswered(exercises.check_sweep_ordering(sweep, None, spread))
     unanswered(exercises.check_sweep_ordering(sweep, best_first, None))
     nothing(exercises.check_sweep_ordering({}, best_first, spread))
@@ -686,7 +699,7 @@ def test_feedback_prints_its_message():
 def test_answer_cells_call_their_checks(name):
     """Each notebook has one answer cell, between the exercises and the first solution,
     with every answer None and a call to each of its three checks."""
-    nb = jupytext.read(NOTEBOOKS / f"{name}.py")
+    nb = exercises.with_solutions(NOTEBOOKS / f"{name}.py", SOLUTIONS)
     text = [c.source for c in nb.cells]
     start = next(i for i, s in enumerate(text) if "## Exercises" in s)
     first_solution = next(i for i, c in enumerate(nb.cells) if exercises.is_solution(c))
@@ -708,20 +721,24 @@ def test_every_check_is_listed():
 
 # --------------------------------------------------------------------- student copies
 def test_write_student_drops_every_solution(tmp_path):
-    out = tmp_path / "student"
-    paths = student.write_student(NOTEBOOKS, out, formats=("ipynb", "py:percent"))
-    sources = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    """``make student`` on the full notebooks (``make solutions``) drops their solutions:
+    the copies are the tutorials' cells."""
+    full_dir, out = tmp_path / "full", tmp_path / "student"
+    sources = student.write_solutions(NOTEBOOKS, full_dir, SOLUTIONS)
+    assert [p.name for p in sources] == sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    paths = student.write_student(full_dir, out, formats=("ipynb", "py:percent"))
     assert [p.name for p in paths] == sorted(
         f"{s.stem}{ext}" for s in sources for ext in (".ipynb", ".py")
     )
     for src in sources:
         full = jupytext.read(src)
-        solutions = [c for c in full.cells if "solution" in c.metadata.get("tags", [])]
-        assert solutions  # there was something to remove
+        kept = [c.source for c in jupytext.read(NOTEBOOKS / src.name).cells]
+        solved = [c.source for c in jupytext.read(SOLUTIONS / src.name).cells]
+        assert [c.source for c in full.cells] == kept + solved and solved
+        assert full.metadata["jupytext"]["formats"] == "py:percent"  # opens as a notebook
         for ext in (".ipynb", ".py"):
             nb = jupytext.read(out / f"{src.stem}{ext}")
             assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
-            kept = [c.source for c in full.cells if "solution" not in c.metadata.get("tags", [])]
             assert [c.source for c in nb.cells] == kept
         raw = json.loads((out / f"{src.stem}.ipynb").read_text())
         assert "jupytext" not in raw["metadata"]  # not paired: saving writes no .py
@@ -732,33 +749,94 @@ def test_write_student_drops_every_solution(tmp_path):
         student.write_student(tmp_path / "empty", out)
 
 
+def test_with_solutions_takes_only_solution_cells_apart(tmp_path):
+    """A tutorial holding a solution cell, or a solutions file holding another cell, is
+    refused with a line naming both files; a missing solutions file names itself."""
+    name = "01_x.py"
+    tagged = '# %% tags=["solution"]\nx = 1\n'
+    for text, solutions in ((tagged, tagged), ("# %%\nx = 2\n", "# %%\nx = 1\n")):
+        (tmp_path / "nb").mkdir(exist_ok=True)
+        (tmp_path / "sol").mkdir(exist_ok=True)
+        tutorial = jupytext.reads(text, fmt="py:percent")
+        jupytext.write(tutorial, tmp_path / "nb" / name, fmt="py:percent")
+        (tmp_path / "sol" / name).write_text(solutions)
+        with pytest.raises(ValueError, match="must hold no solution cell"):
+            exercises.with_solutions(tmp_path / "nb" / name, tmp_path / "sol")
+    (tmp_path / "sol" / name).write_text(tagged)
+    full = exercises.with_solutions(tmp_path / "nb" / name, tmp_path / "sol")
+    assert [c.source for c in full.cells] == ["x = 2", "x = 1"]
+    assert exercises.is_solution(full.cells[1]) and not exercises.is_solution(full.cells[0])
+    with pytest.raises(FileNotFoundError, match="missing"):
+        exercises.with_solutions(tmp_path / "nb" / name, tmp_path / "elsewhere")
+
+
 def test_command_line_and_makefile(tmp_path, capsys):
     out = tmp_path / "copies"
     assert student.main(["student", "--src", str(NOTEBOOKS), "--out", str(out)]) == 0
     listed = capsys.readouterr().out.split()
     assert listed == [str(p) for p in sorted(out.glob("*.ipynb"))] and len(listed) == 6
+    full = tmp_path / "full"
+    argv = ["solutions", "--src", str(NOTEBOOKS), "--solutions", str(SOLUTIONS)]
+    assert student.main([*argv, "--out", str(full)]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed == [str(p) for p in sorted(full.glob("*.py"))] and len(listed) == 6
+    # a wrong directory: one line naming it, no traceback
+    for bad in (["--src", str(tmp_path / "none")], ["--solutions", str(tmp_path / "none")]):
+        with pytest.raises(SystemExit) as err:
+            student.main(["solutions", "--src", str(NOTEBOOKS), "--out", str(full), *bad])
+        assert err.value.code == 2
+        message = capsys.readouterr().err.strip().splitlines()[-1]
+        assert str(tmp_path / "none") in message and "Traceback" not in message
     if shutil.which("make") is None:
         pytest.skip("no make")
     dry = subprocess.run(
-        ["make", "-n", "-W", ".venv/.installed", "student", "notebooks", "STUDENT_OUT=elsewhere"],
+        ["make", "-n", "-W", ".venv/.installed", "student", "solutions", "notebooks"]
+        + ["STUDENT_OUT=elsewhere", "SOLUTIONS_OUT=there"],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert "-m rlcd_lab.classroom.student student --src notebooks --out elsewhere" in dry.stdout
+    assert "-m rlcd_lab.classroom.student solutions --src notebooks --out there" in dry.stdout
     assert "-m rlcd_lab.classroom.student notebooks" in dry.stdout
-    assert "/student/" in (REPO / ".gitignore").read_text().splitlines()
+    ignored = (REPO / ".gitignore").read_text().splitlines()
+    assert "/student/" in ignored and "/solutions/" in ignored
 
 
-@pytest.mark.parametrize("name", sorted(exercises.CHECKS))
-def test_solutions_come_last(name):
-    """No cell a student keeps comes after a solution cell, so a student copy runs the
-    full notebook's cells up to its solutions, in the same order: tests/test_notebooks.py
-    runs every student copy, then its solutions."""
-    cells = jupytext.read(NOTEBOOKS / f"{name}.py").cells
-    tagged = ["solution" in c.metadata.get("tags", []) for c in cells]
-    first = tagged.index(True)
-    assert all(tagged[first:]), f"a non-solution cell follows the first solution of {name}"
+def test_no_student_facing_notebook_holds_a_solution(tmp_path):
+    """What a student opens after a clone (``notebooks/``) and what ``make student`` hands
+    out hold no solution cell, nor a line of one (its worked comments, its calls of the
+    checks with the answers); the solutions are in ``instructors/solutions/``, one file per
+    tutorial, every cell tagged ``solution`` and hidden. (tests/test_notebooks.py tries
+    every number of the tutorials' text and outputs as each exercise's answer.)"""
+    tutorials = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    solution_files = sorted(SOLUTIONS.iterdir())
+    assert [p.name for p in solution_files] == [p.name for p in tutorials]
+    lines = set()
+    for path in solution_files:
+        cells = jupytext.read(path).cells
+        assert cells and all(exercises.is_solution(c) for c in cells), path.name
+        assert all(c.metadata["jupyter"]["source_hidden"] for c in cells), path.name
+        for cell in cells:
+            lines |= {
+                line.strip()
+                for line in cell.source.splitlines()
+                if len(line.strip()) >= 20 and (line.lstrip().startswith("#") or "check_" in line)
+            }
+    assert len(lines) >= 3 * len(tutorials)  # something to look for in each tutorial
+    handed = student.write_student(NOTEBOOKS, tmp_path, formats=("ipynb", "py:percent"))
+    shipped = [  # what a clone holds there (not a local run's caches)
+        p
+        for p in NOTEBOOKS.rglob("*")
+        if p.is_file()
+        and not any(d.startswith((".", "__")) for d in p.relative_to(NOTEBOOKS).parts)
+    ]
+    assert tutorials and set(tutorials) <= set(shipped)
+    for path in shipped + handed:
+        if path.suffix in (".py", ".ipynb"):
+            assert not any(exercises.is_solution(c) for c in jupytext.read(path).cells), path
+        text = path.read_text()
+        assert not [line for line in lines if line in text], path
 
 
 # ------------------------------------------------------------------ JupyterLab

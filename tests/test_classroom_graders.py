@@ -18,6 +18,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ from rlcd_lab.classroom.exercises import Feedback
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
+SOLUTIONS = REPO / exercises.SOLUTIONS_DIR
 NAME = "01_proper_scores_and_proposition1"  # the quickest tutorial (about 20 s at ci scale)
 EXERCISES = ("exercise_1", "exercise_2", "exercise_3")
 
@@ -93,14 +95,18 @@ def run_tool(args: list[str], cwd: Path, env: dict[str, str]) -> str:
 @pytest.fixture(scope="module")
 def exercises_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Notebook 1 reduced to its setup cell (imports, scale) and everything from its
-    '## Exercises' cell on (exercises, answer cell, solution cells), under its own name."""
+    '## Exercises' cell on (exercises, answer cell), under its own name in ``notebooks/``,
+    its solution cells in ``solutions/`` beside it."""
     nb = jupytext.read(NOTEBOOKS / f"{NAME}.py")
     setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     start = next(i for i, c in enumerate(nb.cells) if "## Exercises" in c.source)
     nb.cells = nb.cells[: setup + 1] + nb.cells[start:]
-    src = tmp_path_factory.mktemp("src")
-    jupytext.write(nb, src / f"{NAME}.py", fmt="py:percent")
-    return src
+    root = tmp_path_factory.mktemp("src")
+    (root / "notebooks").mkdir()
+    (root / "solutions").mkdir()
+    jupytext.write(nb, root / "notebooks" / f"{NAME}.py", fmt="py:percent")
+    shutil.copy(SOLUTIONS / f"{NAME}.py", root / "solutions")
+    return root / "notebooks"
 
 
 # ------------------------------------------------------------------ assert_correct
@@ -122,7 +128,7 @@ def test_assert_correct_passes_only_a_right_answer():
 # ------------------------------------------------------- every tutorial, no grader
 @pytest.mark.parametrize("name", sorted(exercises.CHECKS))
 def test_every_tutorial_parses_into_graded_exercises(name):
-    nb = jupytext.read(NOTEBOOKS / f"{name}.py")
+    nb = exercises.with_solutions(NOTEBOOKS / f"{name}.py", SOLUTIONS)
     ex = assignments.parse_exercises(nb)
     assert tuple(e.check for e in ex.items) == exercises.CHECKS[name]
     assert ex.setup == "from rlcd_lab.classroom import exercises"
@@ -218,7 +224,7 @@ def test_command_line_writes_grader_formats(tmp_path, capsys):
     ):
         out = tmp_path / fmt
         argv = ["student", "--src", str(NOTEBOOKS), "--out", str(out), "--format", fmt]
-        assert student.main([*argv, "--points", "2"]) == 0
+        assert student.main([*argv, "--solutions", str(SOLUTIONS), "--points", "2"]) == 0
         listed = capsys.readouterr().out.split()
         assert len(listed) == len(exercises.CHECKS) and str(out / where) in listed
     with pytest.raises(ValueError, match="grader format"):
@@ -235,6 +241,7 @@ def test_command_line_default_points(tmp_path, capsys, fmt):
     ``is_integer`` before 3.12, and argparse does not convert a non-string default)."""
     out = tmp_path / fmt
     argv = ["student", "--src", str(NOTEBOOKS), "--out", str(out), "--format", fmt]
+    argv += ["--solutions", str(SOLUTIONS)]
     assert student.main(argv) == 0
     listed = [Path(p) for p in capsys.readouterr().out.split()]
     assert len(listed) == len(exercises.CHECKS)
@@ -270,7 +277,8 @@ def test_nbgrader_autograde_scores_filled_partial_and_unfilled(tmp_path, exercis
     from nbgrader.api import Gradebook
 
     course, env = tmp_path / "course", tool_env(tmp_path)
-    (source,) = assignments.write_assignments(exercises_src, course, "nbgrader")
+    solutions = exercises_src.parent / "solutions"
+    (source,) = assignments.write_assignments(exercises_src, course, "nbgrader", 1, solutions)
     assert source == course / "source" / NAME / f"{NAME}.ipynb"
     run_tool(["nbgrader", "generate_assignment", NAME, "--CourseDirectory.root=."], course, env)
     release = nbformat.read(course / "release" / NAME / f"{NAME}.ipynb", as_version=4)
@@ -330,7 +338,10 @@ def test_otter_assign_and_run_score_filled_and_unfilled(tmp_path, exercises_src)
     (0 of 3)."""
     grader("otter", "7")
     env = tool_env(tmp_path)
-    (master,) = assignments.write_assignments(exercises_src, tmp_path / "masters", "otter")
+    solutions = exercises_src.parent / "solutions"
+    (master,) = assignments.write_assignments(
+        exercises_src, tmp_path / "masters", "otter", 1, solutions
+    )
     assert master == tmp_path / "masters" / NAME / f"{NAME}.ipynb"
     # --no-run-tests: assign would execute the notebook to test the solutions, as the
     # grading of the filled copy below does

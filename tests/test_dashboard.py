@@ -1229,6 +1229,8 @@ def test_help_lists_the_glossary_and_every_notebook():
     found = sorted(folder.glob("[0-9][0-9]_*.py"))
     assert found and all(f"`notebooks/{p.name}`" in text for p in found)
     assert "http" not in text  # no links out of the repository
+    # JupyterLab opens the .py files themselves (make app's setting): no .ipynb to make
+    assert "`make app`" in text and ".ipynb" not in text
 
 
 def test_figures_follow_the_theme(fake_run, monkeypatch):

@@ -1,18 +1,20 @@
 """The tutorial notebooks (``notebooks/*.py``, jupytext percent format) run top to bottom,
-stay small, and their student copies give no exercise's answer away.
+stay small, and neither they nor their student copies give an exercise's answer away.
 
-Each notebook is executed once, in a real Jupyter kernel (nbclient) at ``RLCD_SCALE=ci``,
-in a temporary working directory with ``TMPDIR`` pointing there, so their training runs
-never land in the repository: first its student copy (``make student``: every cell but
-the solutions, in order), then its solution cells in the same kernel, which makes the
-full notebook (the solutions come last, ``tests/test_classroom.py``). A cell that raises
+The tutorials hold no solution: their solution cells are in ``instructors/solutions/``
+(``exercises.with_solutions`` appends them). Each notebook is executed once, in a real
+Jupyter kernel (nbclient) at ``RLCD_SCALE=ci``, in a temporary working directory with
+``TMPDIR`` pointing there, so their training runs never land in the repository: first
+its student copy (``make student``), then its solution cells in the same kernel, which
+makes the full notebook. A cell that raises
 fails the test; the notebooks assert their own key numbers (Proposition 1 residuals, the
 cascade's accuracy identity, the shipped metrics). The executed notebook is under 1 MB
 (figures as plotly JSON, plotly.js from JupyterLab's extension) and shows no progress bar.
 
-No leak: every number a student can read in the student copy's outputs (printed text,
-tables, figure legends and titles, not the figures' data) and in the classroom's
-documentation (``docs/notebooks.md``, ``docs/instructors.md``) is tried
+No leak: every number a student can read in the student copy (its cells' text and
+code, and its outputs: printed text, tables, figure legends and titles, not the figures'
+data) and in the classroom's documentation (``docs/notebooks.md``,
+``docs/instructors.md``) is tried
 as each answer of each exercise in turn, the other answers kept right, by the exercise's
 own check, in the kernel that holds the notebook's runs. A number leaks an answer when it
 is that answer rounded to the digits it is written with and the check accepts it. Numbers
@@ -39,6 +41,7 @@ from rlcd_lab.classroom import exercises, student
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = REPO / "notebooks"
+SOLUTIONS = REPO / exercises.SOLUTIONS_DIR
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 EXPECTED = [
     "01_proper_scores_and_proposition1",
@@ -57,9 +60,12 @@ def test_all_six_notebooks_are_there():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_structure(path):
     """Cheap checks: a Python kernel, a SCALE switch read from the environment, a
-    "where the numbers come from" statement, exercises and a hidden solution cell, and
-    imports from rlcd_lab only (no library logic defined in the notebook's imports)."""
+    "where the numbers come from" statement, exercises, hidden solution cells kept apart
+    (none in the tutorial a student opens), and imports from rlcd_lab only (no library
+    logic defined in the notebook's imports)."""
     nb = jupytext.read(path)
+    assert not any(exercises.is_solution(c) for c in nb.cells)
+    nb = exercises.with_solutions(path, SOLUTIONS)
     assert nb.metadata["kernelspec"]["name"] == "python3"
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
@@ -220,6 +226,16 @@ def leak_probe(records, answers, shown, trivial):
     return leaks
 
 
+def source_numbers(cells: list) -> dict[tuple[float, int], str]:
+    """The numbers written in the text and code of ``cells`` (:func:`numbers`): what a
+    student reads in the tutorial's file before running anything."""
+    found = {}
+    for i, cell in enumerate(cells):
+        for key, where in numbers(cell.source, f"source of cell {i}").items():
+            found.setdefault(key, where)
+    return found
+
+
 def documentation_numbers() -> dict[tuple[float, int], str]:
     """Every number in what a student reads about the tutorials besides the notebooks: the
     classroom's docs (the README's and the other docs' tables of shipped results, thousands
@@ -246,7 +262,7 @@ def executed(request, tmp_path_factory) -> tuple[nbformat.NotebookNode, list]:
     ]
     nb = nbformat.read(copy, as_version=4)
     assert not any(exercises.is_solution(c) for c in nb.cells)
-    solutions = [c for c in jupytext.read(path).cells if exercises.is_solution(c)]
+    solutions = jupytext.read(SOLUTIONS / path.name).cells
     (answer_cell,) = [c for c in nb.cells if "exercises.check_" in c.source]
     answers = answer_parameters(answer_cell.source)
     assert sorted(answers) == sorted(exercises.CHECKS[path.stem])
@@ -260,7 +276,8 @@ def executed(request, tmp_path_factory) -> tuple[nbformat.NotebookNode, list]:
     with client.setup_kernel():
         for i, cell in enumerate(nb.cells):  # the student copy; raises on a failing cell
             client.execute_cell(cell, i)
-        shown = {**documentation_numbers(), **shown_numbers(nb.cells)}
+        shown = {**documentation_numbers(), **source_numbers(nb.cells)}
+        shown.update(shown_numbers(nb.cells))
         nb.cells.append(nbformat.v4.new_code_cell(RECORD))  # nbclient runs nb's cells only
         client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
         for cell in solutions:  # the full notebook: its solutions, then back to the copy
@@ -278,14 +295,6 @@ def executed(request, tmp_path_factory) -> tuple[nbformat.NotebookNode, list]:
     leaks = json.loads("".join(o["text"] for o in probe.outputs if o.get("name") == "stdout"))
     nb.cells.remove(next(c for c in nb.cells if c.source == RECORD))
     return nb, leaks
-
-
-KNOWN_LEAKS = {
-    "03_gradient_dilution": "at ci scale exercise 2's spread (the sweep's largest Brier (TS) "
-    "minus its smallest) equals, to 4 digits, the Brier (TS) the sweep's table shows for c=0.3",
-}
-"""Student copies whose check the leak test fails at ci scale by a coincidence of the ci
-runs' numbers (xfail, not strict: other CPUs' rounding may end it)."""
 
 
 @pytest.mark.slow
@@ -311,7 +320,7 @@ def test_notebook_executes_small_without_progress_bars(executed):
 
 
 @pytest.mark.slow
-def test_student_copy_runs_through_and_shows_no_answer(executed, request):
+def test_student_copy_runs_through_and_shows_no_answer(executed):
     """Run All on the student copy works (the fixture ran it) and its answer cell says
     each exercise is not answered yet (or has nothing to check at ci scale); no number the
     copy or the classroom docs show passes an exercise's check."""
@@ -322,7 +331,4 @@ def test_student_copy_runs_through_and_shows_no_answer(executed, request):
     assert [line.split(":")[0] for line in lines] == ["1", "2", "3"], text
     for line in lines:
         assert "not answered yet" in line or "nothing to check" in line, line
-    name = request.node.callspec.id
-    if name in KNOWN_LEAKS:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_LEAKS[name], strict=False))
     assert not leaks, "\n".join(map(str, leaks))

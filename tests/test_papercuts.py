@@ -78,7 +78,7 @@ def test_help_tab_points_to_jupyter_and_says_what_a_script_run_shows():
     from rlcd_lab.dashboard.help_tab import help_markdown
 
     text = help_markdown()
-    assert "`make notebooks`" in text and "jupyter lab notebooks/" in text
+    assert "`make app`" in text and "jupyter lab notebooks/" in text
     assert "no figures" in text and "PLOTLY_RENDERER=browser" in text
 
 

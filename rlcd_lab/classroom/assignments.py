@@ -2,8 +2,9 @@
 ``--format nbgrader`` or ``--format otter``).
 
 Every tutorial ends with an *answer cell* (``name = None`` lines and one
-``print("k:", exercises.check_...(...))`` line per exercise) and ``solution``-tagged
-cells that work the exercises out and end by calling the same checks on the solutions.
+``print("k:", exercises.check_...(...))`` line per exercise), and its ``solution``-tagged
+cells (kept apart, appended by :func:`rlcd_lab.classroom.exercises.with_solutions`) work
+the exercises out and end by calling the same checks on the solutions.
 :func:`parse_exercises` reads that structure with :mod:`ast`: exercise ``k`` is the
 ``k``-th check call of the answer cell, its answers are the ``None`` names that call
 uses, and the solution of each answer is the expression the solution cells pass to the
@@ -433,8 +434,10 @@ def write_assignments(
     out_dir: str | Path = "student",
     fmt: str = "nbgrader",
     points: float = 1,
+    solutions_dir: str | Path = exercises.SOLUTIONS_DIR,
 ) -> list[Path]:
-    """Write an assignment in grader format ``fmt`` for every tutorial in ``src_dir``.
+    """Write an assignment in grader format ``fmt`` for every tutorial in ``src_dir``, with
+    its solution cells from ``solutions_dir`` (:func:`rlcd_lab.classroom.exercises.with_solutions`).
 
     ``nbgrader``: ``<out_dir>/source/<name>/<name>.ipynb`` (:func:`nbgrader_notebook`), so
     ``out_dir`` can be the course directory (or its ``source/`` folders copied into one);
@@ -444,9 +447,8 @@ def write_assignments(
     written paths, sorted. Raises ``ValueError`` for another ``fmt``, ``points`` that are not
     a finite number > 0 (NaN would be written as invalid JSON), or a tutorial whose
     exercises :func:`parse_exercises` cannot read, and ``FileNotFoundError`` when
-    ``src_dir`` holds no tutorial.
+    ``src_dir`` holds no tutorial or a tutorial has no solutions file.
     """
-    import jupytext
     import nbformat
 
     if fmt not in FORMATS:
@@ -458,7 +460,7 @@ def write_assignments(
         raise FileNotFoundError(f"no tutorial notebooks ({exercises.NOTEBOOK_GLOB}) in {src_dir}")
     written = []
     for path in sources:
-        nb, name = jupytext.read(path), path.stem
+        nb, name = exercises.with_solutions(path, solutions_dir), path.stem
         if fmt == "nbgrader":
             out, target = nbgrader_notebook(nb, points), Path(out_dir, "source", name)
         else:

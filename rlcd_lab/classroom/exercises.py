@@ -1,25 +1,25 @@
 """The tutorials' exercises: the checks their answer cells call, and how their solution
 cells are tagged.
 
-Every tutorial (``notebooks/NN_*.py``, :data:`NOTEBOOK_GLOB`) ends with exercises, an
-answer cell that calls one ``check_*`` function per exercise (:data:`CHECKS`) and solution
-cells tagged ``solution`` (:func:`is_solution`). The checks compute the expected answer
-themselves, from the same library functions and files the notebook uses (shipped runs, a
-run trained in the notebook, the notebook's own arrays), so they stay right when the data
-change. They never raise for a missing or wrong answer: each returns a :class:`Feedback`
-whose ``ok`` is ``True`` (right), ``False`` (wrong; the message gives a hint, not the
-answer) or ``None`` (not answered yet, or nothing to check at this scale), and whose
-``str`` is the message, so that ``print(check(...))`` in a cell shows it and "Run All" on
-a student copy runs through. No exercise can be passed by a guess: each asks for at
-least one finite number that needs the computation (from the notebook's data, or derived
-from the question's numbers), compared with a tolerance, never a constant, an infinity or
-one option of a two-way choice alone. :func:`assert_correct` turns a check's verdict
-into a pass or an ``AssertionError`` for the graded test cells of the grader assignments
-(:mod:`rlcd_lab.classroom.assignments`).
+Every tutorial (``notebooks/NN_*.py``, :data:`NOTEBOOK_GLOB`) ends with exercises and an
+answer cell that calls one ``check_*`` function per exercise (:data:`CHECKS`); its
+solution cells, tagged ``solution`` (:func:`is_solution`), are kept apart, in
+:data:`SOLUTIONS_DIR`, and :func:`with_solutions` appends them. The checks compute the
+expected answer themselves, from the same library functions and files the notebook uses
+(shipped runs, a run trained in the notebook, the notebook's own arrays), so they stay
+right when the data change. They never raise for a missing or wrong answer: each returns
+a :class:`Feedback` whose ``ok`` is ``True`` (right), ``False`` (wrong; the message gives
+a hint, not the answer) or ``None`` (not answered yet, or nothing to check at this
+scale), and whose ``str`` is the message, so that ``print(check(...))`` in a cell shows
+it and "Run All" on a student copy runs through. No exercise can be passed by a guess:
+each asks for at least one finite number that needs the computation (from the notebook's
+data, or derived from the question's numbers), compared with a tolerance, never a
+constant, an infinity or one option of a two-way choice alone. :func:`assert_correct`
+turns a check's verdict into a pass or an ``AssertionError`` for the graded test cells of
+the grader assignments (:mod:`rlcd_lab.classroom.assignments`).
 
-The notebooks call the checks as ``exercises.check_...``: :mod:`rlcd_lab.classroom.student`
-re-exports every public name of this module. Torch and the package's heavier modules are
-imported inside the checks that need them.
+The notebooks call the checks as ``exercises.check_...``. Torch and the package's heavier
+modules are imported inside the checks that need them.
 """
 
 from __future__ import annotations
@@ -40,11 +40,36 @@ SOLUTION_TAG = "solution"
 drops them)."""
 NOTEBOOK_GLOB = "[0-9][0-9]_*.py"
 """The tutorial notebooks in their directory (``01_...py`` to ``06_...py``)."""
+SOLUTIONS_DIR = "instructors/solutions"
+"""Where the tutorials' solution cells are kept, from the repository's root: one jupytext
+file per tutorial, named as it, holding only its ``solution``-tagged cells (the tutorials
+in ``notebooks/``, which students open, hold none)."""
 
 
 def is_solution(cell: Mapping[str, Any]) -> bool:
     """Whether a notebook cell carries the ``solution`` tag."""
     return SOLUTION_TAG in (cell.get("metadata", {}).get("tags") or [])
+
+
+def with_solutions(path: str | Path, solutions_dir: str | Path = SOLUTIONS_DIR) -> Any:
+    """The full tutorial: the notebook at ``path`` (a jupytext ``nbformat`` notebook) with
+    the cells of ``<solutions_dir>/<its file name>`` appended (the solutions come last, as
+    the notebook's answer cell needs them). Raises ``FileNotFoundError`` when that file is
+    missing and ``ValueError`` when a cell of it is not tagged ``solution`` or one of the
+    notebook is."""
+    import jupytext
+
+    path = Path(path)
+    source = Path(solutions_dir) / path.name
+    if not source.is_file():
+        raise FileNotFoundError(f"no solutions for {path.name}: {source} is missing")
+    nb, solutions = jupytext.read(path), jupytext.read(source).cells
+    if any(is_solution(c) for c in nb.cells) or not all(is_solution(c) for c in solutions):
+        raise ValueError(
+            f"{path} must hold no solution cell and {source} only {SOLUTION_TAG}-tagged ones"
+        )
+    nb.cells += solutions
+    return nb
 
 
 # ------------------------------------------------------------------------------ feedback
@@ -468,14 +493,22 @@ def _final_metrics(run: Path) -> dict:
     return metrics["test"] if metrics.get("test") else metrics["dev"]
 
 
+SPREAD_TOL = 1e-9
+"""Absolute tolerance of exercise 3.2's spread: float64 rounding of a difference of two
+stored Briers is about 1e-16, a number rounded to 4 decimals is off by up to 5e-5 (it
+passes only if the spread lies within 1e-9 of a multiple of 1e-4)."""
+
+
 def check_sweep_ordering(sweep: Mapping[float, str | Path], ordering: Any, spread: Any) -> Feedback:
     """Notebook 3, exercise 2: the score-function weights ``c`` of a sweep, best first.
 
     ``sweep``: ``{c: run directory}`` (the notebook's ``sweep``); ``ordering``: the ``c``
     values sorted by Brier after temperature scaling, lowest (best) first; ``spread``: the
-    worst run's Brier (TS) minus the best one's. Expected values: the ``ts_brier`` each
-    run's ``final/rlcd.json`` stores (test when the run was tested, else dev), as the
-    notebook's table shows (tolerance 1% of the spread, at least 1e-4).
+    worst run's Brier (TS) minus the best one's, computed from the unrounded values (the
+    notebook's ``res``). Expected values: the ``ts_brier`` each run's ``final/rlcd.json``
+    stores (test when the run was tested, else dev), which ``res`` holds as they are. The
+    spread's tolerance, :data:`SPREAD_TOL`, is far below the 4 decimals the notebook shows,
+    so no number it displays (a Brier, or the spread of the rounded values) passes.
     """
     if not sweep:
         return _nothing("no sweep was trained at this scale")
@@ -493,10 +526,11 @@ def check_sweep_ordering(sweep: Mapping[float, str | Path], ordering: Any, sprea
     if [brier[c] for c in given] != sorted(brier.values()):  # ties: either order is right
         return _wrong("sort the c values by the column 'Brier (TS)', lowest first")
     value = _number(spread)
-    if value is None or not _close(value, exp_spread, max(1e-4, 0.01 * exp_spread)):
+    if value is None or not _close(value, exp_spread, SPREAD_TOL):
         return _wrong(
             "the ordering is right, but not the spread. Hint: the largest 'Brier (TS)' of "
-            "the sweep minus the smallest"
+            "the sweep minus the smallest, from the unrounded values in res (the table "
+            "shows 4 decimals; the check wants the spread to 1e-9)"
         )
     monotone = expected == sorted(brier)
     return _right(

@@ -1,11 +1,17 @@
-"""Classroom mode for the tutorial notebooks: student copies, answer checks, the JupyterLab setting.
+"""Classroom mode for the tutorial notebooks: student copies, full notebooks, answer
+checks, the JupyterLab setting.
 
-The notebooks (``notebooks/NN_*.py``, jupytext percent format) end with exercises, an
-answer cell and solution cells tagged ``solution`` (hidden in JupyterLab, but "Run All"
-still prints them). This module gives an instructor four things:
+The tutorials (``notebooks/NN_*.py``, jupytext percent format), which students open, end
+with exercises and an answer cell and hold no solution: their solution cells, tagged
+``solution``, are kept in ``instructors/solutions/NN_*.py``
+(:data:`rlcd_lab.classroom.exercises.SOLUTIONS_DIR`). This module gives an instructor:
 
-* :func:`write_student` (``make student``): every notebook with its ``solution``-tagged
-  cells removed, written as ``.ipynb`` (and/or ``.py``) into a separate directory;
+* :func:`write_student` (``make student``): every tutorial without outputs, pairing
+  metadata and solution cells, written as ``.ipynb`` (and/or ``.py``) into a separate
+  directory, to hand out as files;
+* :func:`write_solutions` (``make solutions``): every tutorial with its solution cells
+  appended (:func:`rlcd_lab.classroom.exercises.with_solutions`), the full notebook an
+  instructor runs;
 * one ``check_*`` function per exercise, called from each notebook's answer cell: the
   student replaces a ``None`` with an answer and the check says whether it is right;
 * :func:`assert_correct`, which turns a check's verdict into a pass or an
@@ -20,7 +26,7 @@ still prints them). This module gives an instructor four things:
 
 The checks, :class:`Feedback` and :func:`assert_correct` live in :mod:`rlcd_lab.classroom.exercises`
 (with :func:`is_solution` and :data:`NOTEBOOK_GLOB`, which the grader assignments read
-too) and are re-exported here: the notebooks call them as ``exercises.check_...``.
+too): the notebooks call them as ``exercises.check_...``.
 
 Torch, transformers and jupytext are imported inside the functions that need them, so
 ``python -m rlcd_lab.classroom.student`` loads quickly.
@@ -38,8 +44,11 @@ from typing import Any
 
 from rlcd_lab.classroom.exercises import (
     NOTEBOOK_GLOB,
+    SOLUTIONS_DIR,
     is_solution,
+    with_solutions,
 )
+from rlcd_lab.files.io import printable
 
 JUPYTEXT_VIEWER = "Jupytext Notebook"
 """JupyterLab's name for jupytext's notebook view of a text file (jupytext >= 1.16)."""
@@ -68,30 +77,60 @@ def write_student(
     """Write a student copy of every tutorial in ``src_dir`` (``NN_*.py``) into ``out_dir``.
 
     Each copy is :func:`student_notebook`: the same cells minus every ``solution``-tagged
-    one. ``formats`` are jupytext formats: ``ipynb`` (default) and/or ``py:percent``
-    (written as ``.py``). Returns the written paths, sorted. Raises
+    one (the tutorials of ``notebooks/`` have none; the full notebooks of
+    :func:`write_solutions` do). ``formats`` are jupytext formats: ``ipynb`` (default)
+    and/or ``py:percent`` (written as ``.py``). Returns the written paths, sorted. Raises
     ``FileNotFoundError`` when ``src_dir`` holds no tutorial, and ``ValueError`` when
-    ``out_dir`` is ``src_dir`` (the copies would overwrite the sources).
+    ``out_dir`` is ``src_dir`` (the copies would overwrite the sources) or a format is
+    neither.
     """
-    import jupytext
+    return _write(
+        [(p, student_notebook(p)) for p in _tutorials(src_dir, out_dir)], out_dir, formats
+    )
 
+
+def write_solutions(
+    src_dir: str | Path = "notebooks",
+    out_dir: str | Path = "solutions",
+    solutions_dir: str | Path = SOLUTIONS_DIR,
+) -> list[Path]:
+    """Write every tutorial in ``src_dir`` with its solution cells from ``solutions_dir``
+    appended (:func:`rlcd_lab.classroom.exercises.with_solutions`) into ``out_dir``, as
+    ``.py`` with the tutorial's header (JupyterLab opens it as a notebook). Returns the
+    written paths, sorted. Raises as :func:`write_student`, and ``FileNotFoundError`` for a
+    tutorial without solutions.
+    """
+    nbs = [(p, with_solutions(p, solutions_dir)) for p in _tutorials(src_dir, out_dir)]
+    return _write(nbs, out_dir, ("py:percent",))
+
+
+def _tutorials(src_dir: str | Path, out_dir: str | Path) -> list[Path]:
+    """The tutorials in ``src_dir``, sorted; raises as :func:`write_student`."""
     src, out = Path(src_dir), Path(out_dir)
     sources = sorted(src.glob(NOTEBOOK_GLOB))
     if not sources:
         raise FileNotFoundError(f"no tutorial notebooks ({NOTEBOOK_GLOB}) in {src}")
     if out.resolve() == src.resolve():
-        raise ValueError(f"the student copies would overwrite the notebooks in {src}")
+        raise ValueError(f"the copies would overwrite the notebooks in {src}")
+    return sources
+
+
+def _write(
+    nbs: Sequence[tuple[Path, Any]], out_dir: str | Path, formats: Sequence[str]
+) -> list[Path]:
+    """Write each ``(source path, notebook)`` as ``out_dir/<stem>.<ext>`` per format."""
+    import jupytext
+
+    exts = ["." + fmt.split(":")[0] for fmt in formats]
+    if bad := [f for f, e in zip(formats, exts, strict=True) if e not in (".ipynb", ".py")]:
+        raise ValueError(f"unsupported format {bad[0]!r}: use ipynb or py:percent")
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in sources:
-        nb = student_notebook(path)
-        for fmt in formats:
-            ext = "." + fmt.split(":")[0]
-            if ext not in (".ipynb", ".py"):
-                raise ValueError(f"unsupported format {fmt!r}: use ipynb or py:percent")
-            target = out / (path.stem + ext)
-            jupytext.write(nb, target, fmt=fmt)
-            written.append(target)
+    for path, nb in nbs:
+        for fmt, ext in zip(formats, exts, strict=True):
+            jupytext.write(nb, out / (path.stem + ext), fmt=fmt)
+            written.append(out / (path.stem + ext))
     return sorted(written)
 
 
@@ -141,10 +180,12 @@ def set_contents_manager(config_dir: str | Path | None = None) -> Path:
 
 # ---------------------------------------------------------------------- command line
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rlcd_lab.classroom.student student|notebooks``: the Makefile's ``make student``
-    and ``make notebooks``. ``student --format nbgrader|otter`` writes grader assignments
-    (:func:`rlcd_lab.classroom.assignments.write_assignments`) instead of student copies. Writes the
-    paths it wrote, one per line, to stdout."""
+    """``python -m rlcd_lab.classroom.student student|solutions|notebooks``: the Makefile's
+    ``make student``, ``make solutions`` and ``make notebooks``. ``student --format
+    nbgrader|otter`` writes grader assignments
+    (:func:`rlcd_lab.classroom.assignments.write_assignments`) instead of student copies.
+    Writes the paths it wrote, one per line, to stdout; a missing or wrong directory is
+    one line on stderr (exit status 2)."""
     parser = argparse.ArgumentParser(
         prog="python -m rlcd_lab.classroom.student", description=__doc__.split("\n")[0]
     )
@@ -167,23 +208,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     student.add_argument(
         "--points", type=float, default=1.0, help="points per exercise (nbgrader, otter)"
     )
+    full = sub.add_parser("solutions", help="write the tutorials with their solution cells")
+    full.add_argument("--src", default="notebooks", help="the tutorials' directory")
+    full.add_argument("--out", default="solutions", help="where to write the full notebooks")
+    for command in (student, full):
+        command.add_argument(
+            "--solutions",
+            default=SOLUTIONS_DIR,
+            help="the solution cells' directory (solutions; student --format nbgrader|otter)",
+        )
     lab = sub.add_parser("notebooks", help="make this venv's JupyterLab open .py as notebooks")
     lab.add_argument(
         "--config-dir", default=None, help="Jupyter config dir (default: <sys.prefix>/etc/jupyter)"
     )
     args = parser.parse_args(argv)
-    if args.command == "student" and args.format != "ours":
-        from rlcd_lab.classroom.assignments import write_assignments
+    try:
+        if args.command == "student" and args.format != "ours":
+            from rlcd_lab.classroom.assignments import write_assignments
 
-        if not (math.isfinite(args.points) and args.points > 0):  # NaN: invalid JSON
-            parser.error(f"--points must be a finite number > 0, got {args.points}")
-        points = float(args.points)  # int.is_integer is Python >= 3.12 only
-        points = int(points) if points.is_integer() else points
-        paths = write_assignments(args.src, args.out, args.format, points)
-    elif args.command == "student":
-        paths = write_student(args.src, args.out, tuple(args.formats.split(",")))
-    else:
-        paths = [set_default_viewer(args.config_dir), set_contents_manager(args.config_dir)]
+            if not (math.isfinite(args.points) and args.points > 0):  # NaN: invalid JSON
+                parser.error(f"--points must be a finite number > 0, got {args.points}")
+            points = float(args.points)  # int.is_integer is Python >= 3.12 only
+            points = int(points) if points.is_integer() else points
+            paths = write_assignments(args.src, args.out, args.format, points, args.solutions)
+        elif args.command == "student":
+            paths = write_student(args.src, args.out, tuple(args.formats.split(",")))
+        elif args.command == "solutions":
+            paths = write_solutions(args.src, args.out, args.solutions)
+        else:
+            paths = [set_default_viewer(args.config_dir), set_contents_manager(args.config_dir)]
+    except (FileNotFoundError, ValueError) as err:
+        parser.error(printable(err))
     sys.stdout.write("".join(f"{p}\n" for p in paths))
     return 0
 

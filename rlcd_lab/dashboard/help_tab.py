@@ -81,9 +81,9 @@ def help_markdown(folder: str | Path = NOTEBOOKS) -> str:
     lines += ["", "## Notebooks", ""]
     if found:
         lines.append(
-            "Tutorials in the repository's `notebooks/` folder (jupytext `.py` files). Run "
-            "`make notebooks` once (paired `.ipynb` files; JupyterLab then opens the `.py` "
-            "files as notebooks), then `.venv/bin/jupyter lab notebooks/` "
+            "Tutorials in the repository's `notebooks/` folder, one jupytext `.py` file "
+            "each: after `make app`, `.venv/bin/jupyter lab notebooks/` opens each file as "
+            "a notebook, and saving writes the `.py` back "
             "(`RLCD_SCALE=ci` in front: under a minute each). "
             "`python notebooks/<name>.py` runs one as a script: its printed numbers and "
             "tables, no figures (`PLOTLY_RENDERER=browser` in front opens them in a browser):"
