@@ -693,12 +693,12 @@ def test_app_end_to_end(fake_run):
 
 
 # ---------------------------------------------------------------------------------------
-# Figures added to rlcd_lab.reports.plots for the dashboard
+# Figures added to rlcd_lab.drawing.plots for the dashboard
 # ---------------------------------------------------------------------------------------
 
 
 def test_risk_coverage_compact_options():
-    from rlcd_lab.reports import plots
+    from rlcd_lab.drawing import plots
 
     rng = np.random.default_rng(0)
     conf = rng.uniform(0.5, 1.0, 500)
@@ -724,7 +724,7 @@ def test_risk_coverage_compact_options():
 
 
 def test_reliability_threshold_and_compare_curves():
-    from rlcd_lab.reports import plots
+    from rlcd_lab.drawing import plots
 
     rng = np.random.default_rng(1)
     p = metrics.softmax(rng.normal(size=(300, 3)) * 2)
@@ -1232,7 +1232,7 @@ def test_help_lists_the_glossary_and_every_notebook():
 
 
 def test_figures_follow_the_theme(fake_run, monkeypatch):
-    from rlcd_lab.reports import plots
+    from rlcd_lab.drawing import plots
 
     _, _, _, fig, _ = routing_update([str(fake_run)], 0.75, 0.05, 10.0, 1.0)
     layout = fig.to_dict()["layout"]

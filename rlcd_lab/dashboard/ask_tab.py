@@ -45,12 +45,12 @@ from rlcd_lab.dashboard.ask_checkpoint import (
 )
 from rlcd_lab.dashboard.common import checkpoint_dir, compact_layout
 from rlcd_lab.decide.questions import unknown_chars
+from rlcd_lab.drawing import plots
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.lm.checkpoint import MARKER
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.math.routing import DEFAULT_THRESHOLD, DecisionRule
 from rlcd_lab.reader import ContextTooLong, Reader
-from rlcd_lab.reports import plots
 
 MAX_QUESTION_CHARS = 2000
 """Longest question the Ask tab takes, in characters (about a page of text; with a BPE
