@@ -349,30 +349,28 @@ def run_eval_command(cfg: Eval) -> dict:
     if cfg.out is not None and cfg.out.is_dir():
         raise IsADirectoryError(f"--out {cfg.out} is a directory; give a .jsonl file")
     from rlcd_lab.files.io import atomic_write_jsonl
-    from rlcd_lab.lm.checkpoint import calibration_T
-    from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.reader import Reader
     from rlcd_lab.summary import summarize
     from rlcd_lab.tasks import load_task_items
 
     items = load_task_items(cfg.task, cfg.split)[: cfg.limit]  # an empty split: ValueError
     if not items:
         raise ValueError(f"--limit {cfg.limit} leaves no items to evaluate")
-    model, tok, meta = load_checkpoint(cfg.checkpoint, verify=cfg.verify)
+    reader = Reader.load(cfg.checkpoint, verify=cfg.verify)
     kw = dict(
         mode=cfg.mode,
         m=cfg.m,
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
-        marker=meta["marker"],
-        sep=meta["sep"],
+        marker=reader.marker,
+        sep=reader.sep,
     )
     where = f"task {cfg.task} {cfg.split} split"  # items checked first (context, labels)
-    rows = run_eval(model, tok, items, progress=True, where=where, **kw)  # tqdm on stderr
+    rows = run_eval(reader.model, reader.tokenizer, items, progress=True, where=where, **kw)
     if cfg.out is not None:
         atomic_write_jsonl(cfg.out, rows)
     summary = summarize(rows)
-    T = calibration_T(meta)
-    summary["warnings"] = eval_warnings(rows, T if isinstance(T, int | float) else None)
+    summary["warnings"] = eval_warnings(rows, reader.T)  # 1 when none is recorded
     return summary
 
 
@@ -594,8 +592,8 @@ def _is(cfg: object, module: str, name: str) -> bool:
 def _serve(cfg: ServeOptions) -> None:
     """``rlcd-lab serve``: the port checked and the checkpoint verified before it loads."""
     check_port_free(cfg.host, cfg.port)  # before the checkpoint loads (seconds)
-    from rlcd_lab.server.serving import serve
     from rlcd_lab.server.app import default_checkpoint
+    from rlcd_lab.server.serving import serve
 
     if cfg.verify:  # before the server: answers only from files that can be verified
         check_serve_checksums(cfg.checkpoint or default_checkpoint())
@@ -611,15 +609,14 @@ def _data_convert(cfg: DataConvert) -> None:
     if cfg.kind in ("gsm8k-verify-synthetic", "clinc150", "bigbench"):
         kw["seed"] = cfg.seed
     if cfg.kind == "gsm8k-verify":
-        from rlcd_lab.lm.loading import load_checkpoint
+        from rlcd_lab.reader import Reader
         from rlcd_lab.tasks.convert import hf_proposer
 
-        proposer = cfg.proposer.expanduser()
-        model, tok, _ = load_checkpoint(proposer, device=cfg.device, verify=cfg.verify)
+        proposer = Reader.load(cfg.proposer.expanduser(), device=cfg.device, verify=cfg.verify)
         kw["show"] = cfg.show
         kw["propose"] = hf_proposer(
-            model,
-            tok,
+            proposer.model,
+            proposer.tokenizer,
             max_new_tokens=cfg.max_new_tokens,
             sampling_temperature=cfg.sampling_temperature,
             batch_size=cfg.batch_size,

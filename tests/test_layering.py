@@ -63,9 +63,6 @@ READER_USERS = {
     "lm_eval_tasks.model": "lm-eval's option log-likelihoods are the Reader's readouts",
     "tasks.convert": "proposes GSM8K verify items by sampling a checkpoint's own answers",
     "decide": "the decision engine: questions to option tokens, the Reader's phases",
-    "dashboard.ask_tab": "the Ask tab shows each rationale's readout through a Reader",
-    "dashboard.ask_checkpoint": "a checkpoint's prompt format and fitted T on its card",
-    "dashboard.compare_tab": "two Readers side by side",
     "lm.checkpoint": "defines the marker a checkpoint's rlcd.json names by default",
     "reproduce": "writes RLCR's stated confidence as a distribution (reader.verbal)",
 }
@@ -297,9 +294,10 @@ def _within(name: str, prefixes) -> str | None:
 
 def reader_reach(name: str, path: Path) -> list[str]:
     """Where module ``name`` reaches into the Reader without being on the list: an import
-    of a ``reader`` module (the package itself, for :class:`Reader`, is open to all) or of
-    the marker; a :data:`READER_ONLY` name called, read as an attribute, bound or
-    imported under another name; a hand-written softmax (``exp(..) / ..exp(..)..``); a
+    of a ``reader`` module (the package itself, :class:`Reader` and the names its
+    ``__init__`` defines beside it, is open to all) or of the marker; a
+    :data:`READER_ONLY` name called, read as an attribute, bound or imported under another
+    name; a hand-written softmax (``exp(..) / ..exp(..)..``); a
     string that builds a prompt with the marker text."""
     if name == "reader" or name.startswith("reader."):
         return []
@@ -314,6 +312,7 @@ def reader_reach(name: str, path: Path) -> list[str]:
         and isinstance(n.body[0], ast.Expr)
         and isinstance(n.body[0].value, ast.Constant)
     }
+    entry = {f"reader.{n}" for n in defined_names(PACKAGE / "reader" / "__init__.py")}
     bad = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
@@ -322,7 +321,7 @@ def reader_reach(name: str, path: Path) -> list[str]:
             targets = [module + "." + a.name if module else a.name for a in node.names]
             for target in targets:
                 target = target.removeprefix("rlcd_lab.").strip(".")
-                if target.startswith("reader.") and target != "reader.Reader":
+                if target.startswith("reader.") and target not in entry:
                     bad.append(f"{line}: imports {target}")
         if isinstance(node, ast.alias) and node.name in READER_ONLY - allowed:
             if node.name not in ("MARKER", "SEP") or not user:
@@ -371,6 +370,42 @@ def test_only_the_reader_reads():
         for problem in reader_reach(name, path)
     ]
     assert not bad, "\n".join(bad)
+
+
+FACES = ("dashboard", "server", "cli")
+
+
+def checkpoint_openings(path: Path) -> list[str]:
+    """Where a module opens a checkpoint other than through ``Reader.load``: an import of
+    ``load_checkpoint`` or a call of ``Reader(...)`` itself."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.alias) and node.name == "load_checkpoint":
+            bad.append(f"{node.lineno}: imports load_checkpoint")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Reader":
+            bad.append(f"{node.lineno}: builds a Reader by hand")
+    return bad
+
+
+def test_the_faces_open_checkpoints_through_reader_load():
+    """The dashboard, the server and the command line (evaluation included) open a
+    checkpoint one way: ``Reader.load`` (directly, or through ``DecisionModel``'s
+    ``from_checkpoint``), which also gives its fitted T and whether it was fitted."""
+    bad = [
+        f"rlcd_lab/{path.relative_to(PACKAGE)}:{problem}"
+        for name, path in modules().items()
+        if _within(name, FACES)
+        for problem in checkpoint_openings(path)
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checkpoint_opening_check_can_fail(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("from rlcd_lab.lm.loading import load_checkpoint\nr = Reader(m, t, {})\n")
+    assert checkpoint_openings(path) == ["1: imports load_checkpoint", "2: builds a Reader by hand"]
+    path.write_text("r = Reader.load(p)\n")
+    assert checkpoint_openings(path) == []
 
 
 DISGUISES = {
