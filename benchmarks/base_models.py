@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.reports.results import summarize
+from rlcd_lab.summary import summarize
 from rlcd_lab.tasks.synthetic import get_task
 
 

@@ -44,13 +44,13 @@ def serve_child(checkpoint: str, port: int) -> None:
     import torch
 
     from rlcd_lab.decide import DecisionModel
-    from rlcd_lab.decide.answering import DecideOptions
     from rlcd_lab.server.app import create_app
     from rlcd_lab.server.connections import build_server
+    from rlcd_lab.server.options import ServeOptions
 
     torch.set_num_threads(1)
     decider = DecisionModel.from_checkpoint(checkpoint)
-    app = create_app(decider, options=DecideOptions(mode="direct"), deadline_s=None)
+    app = create_app(decider, ServeOptions(mode="direct", deadline=None))
     build_server(app, port=port, log_level="critical").run()
 
 

@@ -34,10 +34,10 @@ import httpx
 from serve import free_port, wait_up  # benchmarks/serve.py, beside this script
 
 from rlcd_lab.decide import DecisionModel
-from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.connections import build_server
 from rlcd_lab.server.hardening import REQUEST_ID_HEADER
+from rlcd_lab.server.options import ServeOptions
 
 try:
     from compression import zstd  # Python >= 3.14
@@ -214,7 +214,7 @@ class Gen:
 
 def serve_child(checkpoint: str, port: int) -> None:
     decider = DecisionModel.from_checkpoint(checkpoint)
-    app = create_app(decider, options=DecideOptions(mode="direct"), max_wait_ms=1.0)
+    app = create_app(decider, ServeOptions(mode="direct", max_wait_ms=1.0))
     build_server(app, port=port, log_level="critical").run()
 
 

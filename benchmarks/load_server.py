@@ -40,16 +40,16 @@ import numpy as np
 from serve import QUESTIONS, free_port, wait_up  # benchmarks/serve.py, beside this script
 
 from rlcd_lab.decide import DecisionModel
-from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.connections import build_server
+from rlcd_lab.server.options import ServeOptions
 from rlcd_lab.tasks import load_task_items
 
 
 def serve_child(checkpoint: str, port: int, limit: int, mode: str, deadline: float) -> None:
     decider = DecisionModel.from_checkpoint(checkpoint)
-    options = None if mode == "default" else DecideOptions(mode=mode)
-    app = create_app(decider, options=options, limit_concurrency=limit, deadline_s=deadline)
+    modes = {} if mode == "default" else {"mode": mode}
+    app = create_app(decider, ServeOptions(**modes, limit_concurrency=limit, deadline=deadline))
     # every client here comes from 127.0.0.1: no per-address cap (the total cap stays)
     build_server(app, port=port, log_level="critical", max_client_connections=None).run()
 

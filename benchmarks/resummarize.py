@@ -18,10 +18,11 @@ import json
 import sys
 from pathlib import Path
 
+from rlcd_lab.drawing import pages
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.io import pack_jsonl
-from rlcd_lab.reports import difficulty, pages, report
+from rlcd_lab.reports import difficulty, report
 from rlcd_lab.reproduce import Job, _direct_dump
 
 

@@ -37,9 +37,10 @@ import torch
 import uvicorn
 
 from rlcd_lab.decide import DecisionModel
-from rlcd_lab.decide.answering import DecideOptions, Decision
+from rlcd_lab.decide.answering import Decision
 from rlcd_lab.decide.jev import question_from_wire
 from rlcd_lab.server.app import create_app, default_checkpoint
+from rlcd_lab.server.options import ServeOptions
 from rlcd_lab.tasks import load_task_items
 
 QUESTIONS = {
@@ -123,10 +124,10 @@ def serve_child(
         decider.decide_batch = stub_answers
     app = create_app(
         decider,
-        options=DecideOptions(mode="direct" if mode == "none" else mode, m=m),
-        batching=batching,
+        ServeOptions(
+            mode="direct" if mode == "none" else mode, m=m, batching=batching, max_wait_ms=wait
+        ),
         max_batch=64,
-        max_wait_ms=wait,
     )
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
 

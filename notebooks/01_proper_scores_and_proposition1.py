@@ -53,10 +53,10 @@ from plotly.subplots import make_subplots
 
 from rlcd_lab.classroom import tutorial
 from rlcd_lab.decomposition import sampled_answer_decomposition, variance_decomposition
+from rlcd_lab.drawing import plots
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.files import assets
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.reports import plots
 from rlcd_lab.scoring import expected_score
 from rlcd_lab.tasks import load_task_items
 

@@ -59,11 +59,12 @@ import torch
 from IPython.display import display
 
 from rlcd_lab.classroom import tutorial
+from rlcd_lab.drawing import plots
 from rlcd_lab.files import assets
 from rlcd_lab.files.io import jsonl_path
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.checkpoint import read_meta
-from rlcd_lab.reports import plots, results
+from rlcd_lab.reports import results
 from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.configs import preset
 

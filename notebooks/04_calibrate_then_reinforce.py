@@ -68,10 +68,11 @@ from IPython.display import display
 
 from rlcd_lab import metrics  # noqa: F401 (for the exercises: metrics.aurc, ...)
 from rlcd_lab.classroom import tutorial
+from rlcd_lab.drawing import plots
 from rlcd_lab.files import assets
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.math import paper, verdicts
-from rlcd_lab.reports import plots, report, results
+from rlcd_lab.reports import report, results
 from rlcd_lab.train import launch_command, train
 from rlcd_lab.train.configs import GRPOConfig, preset
 

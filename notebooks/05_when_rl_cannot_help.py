@@ -69,13 +69,14 @@ from IPython.display import display
 from rlcd_lab import metrics
 from rlcd_lab.classroom import tutorial
 from rlcd_lab.decomposition import variance_decomposition
+from rlcd_lab.drawing import plots
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.files import assets
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.math import paper, verdicts
-from rlcd_lab.reports import plots, report, results
+from rlcd_lab.reports import report, results
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import METHOD_TABLE, launch_command, train
 

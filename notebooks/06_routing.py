@@ -55,12 +55,13 @@ from IPython.display import display
 
 from rlcd_lab import metrics
 from rlcd_lab.classroom import tutorial
+from rlcd_lab.drawing import plots
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.files import assets
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.math import routing
-from rlcd_lab.reports import plots, report, results
+from rlcd_lab.reports import report, results
 from rlcd_lab.tasks import load_task_items
 
 pio.renderers.default = tutorial.plotly_renderer()  # JupyterLab's; none as a script
@@ -394,7 +395,7 @@ for task, s in summary.iterrows():
 #
 # * **RLCR** trains the model to *state* its confidence after its answer (here one digit
 #   after `Confidence:`), rewarded with correctness plus the Brier score of what it
-#   stated (`rlcd-lab train rlcr`; `rlcd_lab.train.verbal`). The shipped `verify`
+#   stated (`rlcd-lab train rlcr`; `rlcd_lab.reader.verbal`). The shipped `verify`
 #   reproduction runs it at RLCD's budget; we score both its readout and its stated
 #   confidence, after temperature scaling.
 # * **A report card** (`rlcd-lab bench typed`): accuracy over rule-made rewordings and

@@ -28,6 +28,8 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
+from rlcd_lab.server.options import ServeOptions
+
 PROG = "rlcd-lab"
 SMOLLM2_DEFAULT_DIR = Path("~/.cache/rlcd_lab/models/smollm2-135m-instruct")
 """``pretrained.SMOLLM2_DEFAULT_DIR``, repeated here so the command line loads without
@@ -45,64 +47,6 @@ class App:
     allow_checkpoint_dir: tuple[Path, ...] = ()
     """Folders whose checkpoints and runs the dashboard may open besides the shipped ones,
     runs/ and $RLCD_CHECKPOINT (several: --allow-checkpoint-dir A B); nothing else is read."""
-
-
-@dataclass(frozen=True)
-class Serve:
-    """Serve a checkpoint through the Jev-compatible decision API (POST /v1/systemone)."""
-
-    checkpoint: Path | None = None
-    """Checkpoint directory; default: the shipped two-stage RLCD checkpoint (reinforce)."""
-    host: str = "127.0.0.1"
-    """Address to listen on (0.0.0.0: every interface; see --allowed-host)."""
-    port: int = 8000
-    """Port to listen on."""
-    name: str | None = None
-    """Model name for requests and /v1/models; default: rlcd-<task>-<method>."""
-    alias: tuple[str, ...] = ("jev-latest",)
-    """Other names accepted for the model (the official client sends jev-latest)."""
-    api_key: str | None = None
-    """Require 'Authorization: Bearer KEY' on /v1 calls. Visible to other users in ps: set
-    RLCD_API_KEY instead (the default when this flag is left out; unset: no key)."""
-    allowed_host: tuple[str, ...] = ()
-    """Host header values accepted besides localhost, 127.0.0.1, [::1] and --host (DNS
-    rebinding guard): names clients use, *.domain, or * for any."""
-    limit_concurrency: int = 256
-    """At most this many requests in flight (idle connections hold no slot); beyond: 503 +
-    Retry-After."""
-    max_connections: int = 512
-    """Open connections in all; beyond, the longest-idle one is closed (none idle: 503)."""
-    max_client_connections: int = 64
-    """Open connections per client address; beyond, its longest-idle one is closed (none
-    idle: 503)."""
-    timeout_keep_alive: float = 5.0
-    """Seconds an idle keep-alive connection stays open."""
-    timeout_request: float = 15.0
-    """Seconds for a whole request (headers and body) to arrive, else the connection closes."""
-    mode: Literal["direct", "reason", "auto"] = "auto"
-    """auto: answer directly, reason only when the direct confidence is below --threshold
-    (a checkpoint whose T was not fitted answers directly; a request may still ask)."""
-    deadline: float = 8.0
-    """Seconds a request may take from its arrival: past it no more rationales are drawn
-    and the answer is the best so far (the direct readout); below the official client's
-    10 s timeout."""
-    m: int = 4
-    """Rationales per question in reason mode (mixture readout)."""
-    threshold: float = 0.8
-    """auto mode: a question is answered again with rationales when its direct confidence
-    (chance-corrected, ``rlcd_lab.math.routing``) is below this."""
-    batching: bool = True
-    """Dynamic batching of concurrent requests into shared forward passes."""
-    max_wait_ms: float = 5.0
-    """Batching window: how long a request waits for others to join its batch (0..1000)."""
-    device: str = "cpu"
-    """Where the model runs (cpu, cuda, cuda:1, ...)."""
-    threads: int | None = 1
-    """torch CPU threads for the forward passes (None: torch's default, one per core). One
-    holds up when other processes load the cores; a larger model on many idle cores wants
-    more."""
-    verify: bool = True
-    """Refuse a checkpoint without checksums.json (``--no-verify`` serves it anyway)."""
 
 
 @dataclass(frozen=True)
@@ -374,7 +318,7 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
     ),
     "power": (_summary(Power), lambda: Power),
     "app": (_summary(App), lambda: App),
-    "serve": (_summary(Serve), lambda: Serve),
+    "serve": (_summary(ServeOptions), lambda: ServeOptions),
     "bench": (
         "Benchmark a checkpoint or server: typed (report card) | attack (robustness vs re-runs).",
         _bench_union,
@@ -405,30 +349,28 @@ def run_eval_command(cfg: Eval) -> dict:
     if cfg.out is not None and cfg.out.is_dir():
         raise IsADirectoryError(f"--out {cfg.out} is a directory; give a .jsonl file")
     from rlcd_lab.files.io import atomic_write_jsonl
-    from rlcd_lab.lm.checkpoint import calibration_T
-    from rlcd_lab.lm.loading import load_checkpoint
-    from rlcd_lab.reports.results import summarize
+    from rlcd_lab.reader import Reader
+    from rlcd_lab.summary import summarize
     from rlcd_lab.tasks import load_task_items
 
     items = load_task_items(cfg.task, cfg.split)[: cfg.limit]  # an empty split: ValueError
     if not items:
         raise ValueError(f"--limit {cfg.limit} leaves no items to evaluate")
-    model, tok, meta = load_checkpoint(cfg.checkpoint, verify=cfg.verify)
+    reader = Reader.load(cfg.checkpoint, verify=cfg.verify)
     kw = dict(
         mode=cfg.mode,
         m=cfg.m,
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
-        marker=meta["marker"],
-        sep=meta["sep"],
+        marker=reader.marker,
+        sep=reader.sep,
     )
     where = f"task {cfg.task} {cfg.split} split"  # items checked first (context, labels)
-    rows = run_eval(model, tok, items, progress=True, where=where, **kw)  # tqdm on stderr
+    rows = run_eval(reader.model, reader.tokenizer, items, progress=True, where=where, **kw)
     if cfg.out is not None:
         atomic_write_jsonl(cfg.out, rows)
     summary = summarize(rows)
-    T = calibration_T(meta)
-    summary["warnings"] = eval_warnings(rows, T if isinstance(T, int | float) else None)
+    summary["warnings"] = eval_warnings(rows, reader.T)  # 1 when none is recorded
     return summary
 
 
@@ -647,38 +589,15 @@ def _is(cfg: object, module: str, name: str) -> bool:
     return mod is not None and isinstance(cfg, getattr(mod, name))
 
 
-def _serve(cfg: Serve) -> None:
+def _serve(cfg: ServeOptions) -> None:
     """``rlcd-lab serve``: the port checked and the checkpoint verified before it loads."""
     check_port_free(cfg.host, cfg.port)  # before the checkpoint loads (seconds)
-    from rlcd_lab.decide.answering import DecideOptions
-    from rlcd_lab.server import serve
     from rlcd_lab.server.app import default_checkpoint
+    from rlcd_lab.server.serving import serve
 
     if cfg.verify:  # before the server: answers only from files that can be verified
         check_serve_checksums(cfg.checkpoint or default_checkpoint())
-
-    opts = DecideOptions(mode=cfg.mode, m=cfg.m, threshold=cfg.threshold)
-    serve(
-        cfg.checkpoint,
-        host=cfg.host,
-        port=cfg.port,
-        name=cfg.name,
-        aliases=cfg.alias,
-        api_key=cfg.api_key,
-        allowed_hosts=cfg.allowed_host,
-        limit_concurrency=cfg.limit_concurrency,
-        max_connections=cfg.max_connections,
-        max_client_connections=cfg.max_client_connections,
-        timeout_keep_alive=cfg.timeout_keep_alive,
-        timeout_request=cfg.timeout_request,
-        deadline_s=cfg.deadline,
-        options=opts,
-        batching=cfg.batching,
-        max_wait_ms=cfg.max_wait_ms,
-        device=cfg.device,
-        threads=cfg.threads,
-        verify=cfg.verify,
-    )
+    serve(cfg)
 
 
 def _data_convert(cfg: DataConvert) -> None:
@@ -690,15 +609,14 @@ def _data_convert(cfg: DataConvert) -> None:
     if cfg.kind in ("gsm8k-verify-synthetic", "clinc150", "bigbench"):
         kw["seed"] = cfg.seed
     if cfg.kind == "gsm8k-verify":
-        from rlcd_lab.lm.loading import load_checkpoint
+        from rlcd_lab.reader import Reader
         from rlcd_lab.tasks.convert import hf_proposer
 
-        proposer = cfg.proposer.expanduser()
-        model, tok, _ = load_checkpoint(proposer, device=cfg.device, verify=cfg.verify)
+        proposer = Reader.load(cfg.proposer.expanduser(), device=cfg.device, verify=cfg.verify)
         kw["show"] = cfg.show
         kw["propose"] = hf_proposer(
-            model,
-            tok,
+            proposer.model,
+            proposer.tokenizer,
             max_new_tokens=cfg.max_new_tokens,
             sampling_temperature=cfg.sampling_temperature,
             batch_size=cfg.batch_size,
@@ -716,7 +634,7 @@ def _run(cfg) -> None:
 
         demo = build_demo(allowed_dirs=cfg.allow_checkpoint_dir)
         demo.launch(server_name=cfg.host, server_port=cfg.port)
-    elif isinstance(cfg, Serve):
+    elif isinstance(cfg, ServeOptions):
         _serve(cfg)
     elif _is(cfg, "train.pretrain_config", "PretrainConfig"):
         from rlcd_lab.lm.checkpoint import read_meta

@@ -8,10 +8,10 @@ reproduce and the dashboard):
 ``direct`` mode there is one empty rationale: the prompt ends with the bare marker.
 With ``stated=True`` (RLCR runs, ``rlcd-lab train rlcr``) each row also holds the
 model's stated confidence after that first rationale and its readout's answer
-(:func:`rlcd_lab.train.verbal.read_stated`): ``stated_answer``, ``stated_confidence``,
+(:func:`rlcd_lab.reader.verbal.read_stated`): ``stated_answer``, ``stated_confidence``,
 ``stated_valid``, ``confidence_probs`` and ``stated_logits`` (K: ``log p`` of the
 distribution the statement implies, scored like ``logits``).
-:func:`rlcd_lab.reports.results.summarize` turns rows into the paper's
+:func:`rlcd_lab.summary.summarize` turns rows into the paper's
 Table 1 row via ``metrics.evaluate``.
 ``run_eval(..., progress=True)`` (``rlcd-lab eval``) shows a tqdm bar over the items read,
 on stderr. ``eval_warnings`` says when the rows look degenerate (forced markers on most
@@ -42,8 +42,8 @@ from rlcd_lab.reader.decoding import plain_copy, questions_per_call
 from rlcd_lab.reader.prompts import Mode, build_prompt, encode_prompts, item_options
 from rlcd_lab.reader.reading import Reading, read
 from rlcd_lab.reader.readout import OptionTokens
+from rlcd_lab.reader.verbal import CUE, read_stated
 from rlcd_lab.tasks.items import TaskItem
-from rlcd_lab.train.verbal import CUE, read_stated
 
 MAX_RATIONALES = 256
 """Most rationales per question (``--m``) that ``rlcd-lab eval`` and training accept: the
@@ -264,7 +264,7 @@ def run_eval(
     weights (:func:`rlcd_lab.reader.decoding.plain_copy`: one matrix per layer instead of three,
     the readouts within float32 rounding of the adapter's, about 1e-7).
     ``stated`` (reason mode): add the stated-confidence fields, read after the confidence
-    ``cue`` (:mod:`rlcd_lab.train.verbal`) and the first rationale, sampled again with its seed
+    ``cue`` (:mod:`rlcd_lab.reader.verbal`) and the first rationale, sampled again with its seed
     (so the row's own; where a device does not reproduce the draw, the rationale read is
     recorded as ``stated_rationale``).
     """

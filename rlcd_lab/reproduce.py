@@ -454,7 +454,7 @@ def stated_view(job: Job) -> Path | None:
 def write_stated_view(run: Path, out: Path) -> Path:
     """The stated-confidence view of the RLCR run ``run`` in ``out``: its ``config.json``
     (the training budget) and its eval dumps with each row's stated distribution
-    (:func:`rlcd_lab.train.verbal.stated_logits` and :func:`~rlcd_lab.train.verbal.stated_probs` of
+    (:func:`rlcd_lab.reader.verbal.stated_logits` and :func:`~.stated_probs` of
     ``stated_answer`` and ``stated_confidence``) as ``logits`` and ``probs``, so the
     report scores the stated confidence as it scores every readout (same metrics, T
     fitted on dev). The
@@ -466,7 +466,7 @@ def write_stated_view(run: Path, out: Path) -> Path:
     import numpy as np
     import torch
 
-    from rlcd_lab.train.verbal import stated_logits, stated_probs
+    from rlcd_lab.reader.verbal import stated_logits, stated_probs
 
     for split in ("dev", "test"):
         if not rundir.has_eval(run, split):

@@ -11,7 +11,7 @@ import pytest
 
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.reports.results import summarize
+from rlcd_lab.summary import summarize
 from rlcd_lab.tasks.synthetic import get_task
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "checkpoints"

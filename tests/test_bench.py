@@ -242,10 +242,10 @@ def test_bench_attack_over_the_wire_rejects_extra_field(checkpoint, tmp_path):
     from rlcd_lab.bench.backends import WireBackend
     from rlcd_lab.bench.configs import AttackBenchConfig
     from rlcd_lab.decide import DecisionModel
-    from rlcd_lab.decide.answering import DecideOptions
     from rlcd_lab.server.app import create_app
+    from rlcd_lab.server.options import ServeOptions
 
-    app = create_app(DecisionModel.from_checkpoint(checkpoint), options=DecideOptions())
+    app = create_app(DecisionModel.from_checkpoint(checkpoint), ServeOptions(mode="direct"))
     with TestClient(app) as client:
         backend = WireBackend(client, mode="reason", m=2)
         cfg = AttackBenchConfig(task="verify", n_items=6, reruns=1, n_boot=100, out=tmp_path)

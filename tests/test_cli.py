@@ -705,16 +705,16 @@ def test_eval_refuses_a_prompt_past_the_context_before_any_model_work(
 def test_serve_refuses_a_checkpoint_without_checksums_unless_no_verify(
     tmp_path, capsys, tiny_base, monkeypatch
 ):
-    import rlcd_lab.server
+    import rlcd_lab.server.serving
     from rlcd_lab.files.rundir import CHECKSUMS
 
     served, verified = [], []
 
-    def serve(path, **kw):
-        served.append(path)
-        verified.append(kw["verify"])
+    def serve(opts):
+        served.append(opts.checkpoint)
+        verified.append(opts.verify)
 
-    monkeypatch.setattr(rlcd_lab.server, "serve", serve)
+    monkeypatch.setattr(rlcd_lab.server.serving, "serve", serve)
     (tiny_base / CHECKSUMS).unlink()
     args = ["serve", "--checkpoint", str(tiny_base)]
     fails(capsys, args, r"has no checksums.json, .* `rlcd-lab checksums .*base`.* --no-verify")

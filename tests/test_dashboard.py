@@ -72,6 +72,7 @@ from rlcd_lab.files.assets import default_checkpoint, shipped_checkpoints, shipp
 from rlcd_lab.lm.checkpoint import read_meta, save_checkpoint
 from rlcd_lab.lm.model import char_tokenizer, context_length
 from rlcd_lab.math.routing import realized_costs
+from rlcd_lab.reader import Reader
 from rlcd_lab.tasks import load_task_items
 
 # ---------------------------------------------------------------------------------------
@@ -331,7 +332,7 @@ def tiny_root(tmp_path_factory, marker_lm, tokenizer):
 
 def test_ask_model_applies_the_fitted_temperature(marker_lm, tokenizer):
     meta = {"T": 2.0}
-    r = ask_model(marker_lm, tokenizer, meta, "Q: 1?", ["Y", "N"], m=3, max_new_tokens=16)
+    r = ask_model(Reader(marker_lm, tokenizer, meta), "Q: 1?", ["Y", "N"], m=3, max_new_tokens=16)
     assert [x["text"] for x in r["rationales"]] == ["ab"] * 3
     assert not any(x["forced"] for x in r["rationales"])
     for x in r["rationales"]:
@@ -343,8 +344,23 @@ def test_ask_model_applies_the_fitted_temperature(marker_lm, tokenizer):
     assert r["probs"] == r["rationales"][0]["u"] and r["answer"] == "Y"
     assert r["confidence"] == pytest.approx(max(r["probs"]))
     # one sampled token cannot reach the marker: it is forced
-    r = ask_model(marker_lm, tokenizer, meta, "Q: 1?", ["Y", "N"], m=2, max_new_tokens=1)
+    r = ask_model(Reader(marker_lm, tokenizer, meta), "Q: 1?", ["Y", "N"], m=2, max_new_tokens=1)
     assert all(x["forced"] and x["length"] == 1 for x in r["rationales"])
+
+
+def test_the_ask_tab_takes_the_T_status_from_its_reader(monkeypatch):
+    """The Ask tab opens a checkpoint as a Reader (``Reader.load``) and reports its T status
+    from it, without reading ``rlcd.json`` again."""
+    from rlcd_lab.dashboard import ask_checkpoint
+
+    reader = ask_tab.load_reader("checkpoints/base-verify")
+    assert isinstance(reader, Reader)
+    assert (
+        not reader.T_fitted and reader.T_note == "method pretrain: a base model, never calibrated"
+    )
+    monkeypatch.setattr(ask_checkpoint, "raw_meta", lambda path: pytest.fail("read again"))
+    *_, r = ask("checkpoints/base-verify", "33+60+20=113?", "Y, N", 1, 1.0, 8, 0)
+    assert (r["T_fitted"], r["T_note"], r["T"]) == (False, reader.T_note, reader.T)
 
 
 def test_ask_callback_routes_and_flags(tiny_root):
@@ -397,7 +413,7 @@ def test_question_length_is_capped_before_anything_is_loaded(tiny_root, monkeypa
     def no_loading(*args, **kwargs):
         raise AssertionError("the model was loaded for an oversized question")
 
-    monkeypatch.setattr(ask_tab, "load_model", no_loading)
+    monkeypatch.setattr(ask_tab, "load_reader", no_loading)
     monkeypatch.setattr(ask_tab, "positions_needed", no_loading)  # nor tokenised
     n = MAX_QUESTION_CHARS + 1
     with pytest.raises(gr.Error, match=rf"question is {n:,} characters long.*at most "):
@@ -427,12 +443,13 @@ def test_prompt_past_the_context_is_refused(marker_lm, tokenizer, tiny_root):
     # plain prompt: question + "\n" (one token a character); then max_new_tokens = 8,
     # "Answer:" (7) and the bridge " " (1): len(q) + 1 + 8 + 7 + 1 = len(q) + 17 positions,
     # so 495 characters fill the 512 positions exactly and 496 are one too many
-    assert positions_needed(tokenizer, {}, "1" * 495, ["Y", "N"], 8) == (496, 512)
-    r = ask_model(marker_lm, tokenizer, {}, "1" * 495, ["Y", "N"], m=1, max_new_tokens=8)
+    reader = Reader(marker_lm, tokenizer, {})
+    assert positions_needed(reader, "1" * 495, ["Y", "N"], 8) == (496, 512)
+    r = ask_model(reader, "1" * 495, ["Y", "N"], m=1, max_new_tokens=8)
     assert len(r["rationales"]) == 1
     msg = r"prompt is 497 tokens.*8 rationale tokens.*needs 513 positions.*at most 512"
     with pytest.raises(ValueError, match=msg):
-        ask_model(marker_lm, tokenizer, {}, "1" * 496, ["Y", "N"], m=1, max_new_tokens=8)
+        ask_model(reader, "1" * 496, ["Y", "N"], m=1, max_new_tokens=8)
     # the callback says it as a gr.Error; fewer rationale tokens make the same question fit
     with pytest.raises(gr.Error, match=msg):
         ask("checkpoints/tiny", "1" * 496, "Y, N", 1, 1.0, 8, 0, 0.5, root=tiny_root)
@@ -693,12 +710,12 @@ def test_app_end_to_end(fake_run):
 
 
 # ---------------------------------------------------------------------------------------
-# Figures added to rlcd_lab.reports.plots for the dashboard
+# Figures added to rlcd_lab.drawing.plots for the dashboard
 # ---------------------------------------------------------------------------------------
 
 
 def test_risk_coverage_compact_options():
-    from rlcd_lab.reports import plots
+    from rlcd_lab.drawing import plots
 
     rng = np.random.default_rng(0)
     conf = rng.uniform(0.5, 1.0, 500)
@@ -724,7 +741,7 @@ def test_risk_coverage_compact_options():
 
 
 def test_reliability_threshold_and_compare_curves():
-    from rlcd_lab.reports import plots
+    from rlcd_lab.drawing import plots
 
     rng = np.random.default_rng(1)
     p = metrics.softmax(rng.normal(size=(300, 3)) * 2)
@@ -1234,7 +1251,7 @@ def test_help_lists_the_glossary_and_every_notebook():
 
 
 def test_figures_follow_the_theme(fake_run, monkeypatch):
-    from rlcd_lab.reports import plots
+    from rlcd_lab.drawing import plots
 
     _, _, _, fig, _ = routing_update([str(fake_run)], 0.75, 0.05, 10.0, 1.0)
     layout = fig.to_dict()["layout"]

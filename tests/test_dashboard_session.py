@@ -238,17 +238,17 @@ def test_the_example_dropdown_shows_the_filled_example_and_picking_one_clears_th
 
 @pytest.mark.parametrize("state", ["33+60+20=113é?", "33+60+20=113?\x1b", "naïve 1+1=2?"])
 def test_the_ask_tab_refuses_what_the_server_refuses(state):
-    model, tokenizer, meta = ask_tab.load_model(VERIFY_CK)
+    reader = ask_tab.load_reader(VERIFY_CK)
     with pytest.raises(DecisionError, match="cannot read"):
-        DecisionModel(model, tokenizer, meta).decide(state, {"q": {"type": "noul"}})
+        DecisionModel.from_reader(reader).decide(state, {"q": {"type": "noul"}})
     with pytest.raises(gr.Error, match="cannot read"):
         ask_tab.ask(VERIFY_CK, state, "Y, N", 1, 1.0, 8, 0)
 
 
 def test_the_ask_tab_takes_what_the_server_takes():
-    model, tokenizer, meta = ask_tab.load_model(VERIFY_CK)
+    reader = ask_tab.load_reader(VERIFY_CK)
     state = "33+60+20=113?"
-    DecisionModel(model, tokenizer, meta).decide(state, {"q": {"type": "noul"}})
+    DecisionModel.from_reader(reader).decide(state, {"q": {"type": "noul"}})
     *_, result = ask_tab.ask(VERIFY_CK, state, "Y, N", 1, 1.0, 8, 0)
     assert result["answer"] in ("Y", "N")
 
@@ -372,8 +372,7 @@ def test_mcp_tools_and_upload_limits_of_the_launched_app(tmp_path):
         assert sorted(t.name for t in tools.tools) == sorted(mcp_tools.TOOLS)
         assert not decided.isError and not routed.isError
         got = json.loads(decided.content[0].text)
-        model, tokenizer, meta = ask_tab.load_model(VERIFY_CK)
-        want = DecisionModel(model, tokenizer, meta).decide(
+        want = DecisionModel.from_reader(ask_tab.load_reader(VERIFY_CK)).decide(
             "33+60+20=113?", {"q": {"type": "noul"}}, mode="direct"
         )
         assert got["answer"]["noul"] == pytest.approx(want.answers["q"]["noul"])

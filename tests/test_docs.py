@@ -44,6 +44,7 @@ def test_the_server_example_is_answered_as_docs_server_md_says():
     from fastapi.testclient import TestClient
 
     from rlcd_lab.server.app import create_app
+    from rlcd_lab.server.options import ServeOptions
 
     text = (REPO / "docs" / "server.md").read_text(encoding="utf-8")
     assert 'state="47+38+16=91?"' in text and "<!-- server-example -->" in text
@@ -57,7 +58,9 @@ def test_the_server_example_is_answered_as_docs_server_md_says():
         },
         "rlcd": {"mode": "auto"},
     }
-    with TestClient(create_app(deadline_s=None)) as client:  # no deadline: never the clock's
+    with TestClient(
+        create_app(opts=ServeOptions(deadline=None))
+    ) as client:  # no deadline: never the clock's
         r = client.post("/v1/systemone", json=body)
     assert r.status_code == 200, r.text
     out = r.json()

@@ -21,6 +21,7 @@ from rlcd_lab.math import paper
 from rlcd_lab.math import stats as S
 from rlcd_lab.math.verdicts import verdict
 from rlcd_lab.reports import power, report, results
+from rlcd_lab.summary import row_logits
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "assets" / "results"
@@ -75,12 +76,12 @@ def test_a_stated_confidence_is_read_at_the_rounding_its_text_carries():
     b, a = _stated_row(1, 0.05), _stated_row(0, 0.95)
     raw = [max(metrics.softmax(np.array([r["logits"]]))[0]) for r in (a, b)]
     assert abs(raw[0] - raw[1]) > 1e-9  # the float32 noise the dumps hold: no tie
-    p = [metrics.softmax(np.array([results.row_logits(r)]))[0].max() for r in (a, b)]
+    p = [metrics.softmax(np.array([row_logits(r)]))[0].max() for r in (a, b)]
     assert p[0] == pytest.approx(0.95, abs=1e-15)
     assert abs(p[0] - p[1]) <= metrics.TIE_TOL  # one tie group
     # a readout row keeps its logits, with or without a stated confidence beside them
-    assert results.row_logits({"logits": [0.1, 0.2]}) == [0.1, 0.2]
-    assert results.row_logits({**a, "logits": [0.1, 0.2]}) == [0.1, 0.2]
+    assert row_logits({"logits": [0.1, 0.2]}) == [0.1, 0.2]
+    assert row_logits({**a, "logits": [0.1, 0.2]}) == [0.1, 0.2]
 
 
 def test_an_rlcr_readout_is_read_as_its_readout_not_its_stated_confidence():

@@ -440,8 +440,8 @@ def _listening():
 def test_serve_and_app_check_the_port_before_loading_anything(monkeypatch, capsys):
     pytest.importorskip("gradio")
     import rlcd_lab.dashboard.ui as dashboard
-    import rlcd_lab.server as server
     import rlcd_lab.server.app as server_app
+    import rlcd_lab.server.serving as server
 
     loaded = []
     monkeypatch.setattr(server, "serve", lambda *a, **k: loaded.append("serve"))

@@ -10,8 +10,9 @@ the cost model; file formats) under the four contract modules at the top (``scor
 ``decomposition``, ``estimators``, ``metrics``), ``lm`` and ``tasks`` (models,
 checkpoints, task items), ``reader`` (the Reader), the lab (``train``, ``decide``,
 ``reports``, ``classroom``, ``bench``, evaluation, reproduction) and the
-faces (``dashboard``, ``server``, ``cli``). ``python tests/test_layering.py`` prints the
-structure in numbers.
+faces (``dashboard``, ``server``, ``cli``). The lab floor is ordered too
+(:data:`LAB_FLOORS`), and no two folders import each other. ``python tests/test_layering.py``
+prints the structure in numbers.
 """
 
 from __future__ import annotations
@@ -33,6 +34,25 @@ FLOORS = {
 """Modules by floor (a name covers its submodules; the longest name that matches wins);
 every other module is ``lab``."""
 ORDER = ("math", "lm", "reader", "lab", "faces")
+LAB_FLOORS = {
+    "drawing": ("drawing",),
+    "evaluation": ("evaluate", "summary", "decide", "lm_eval_tasks", "tasks.convert",
+                   "tasks.fetch"),
+    "reports": ("reports", "bench", "classroom"),
+    "training": ("train", "integrations"),
+    "reproduction": ("reproduce",),
+}  # fmt: skip
+"""The lab floor's own floors, lowest first (a name covers its submodules): figures and
+pages; reading models into eval dumps, their summaries and decisions; reports and
+benchmarks over runs; training; the reproduction over all of them. Every lab module is on
+one."""
+LAB_ORDER = tuple(LAB_FLOORS)
+KNOWN_UP = {
+    # the reports read train.METHOD_TABLE (reports.report, reports.mechanism); issue 66's
+    # method registry (item 1) moves that table below the reports: remove this entry then
+    ("reports", "train"),
+}
+"""Folder pairs ``(importer, imported)`` allowed to import up the lab floor's order."""
 
 READER_USERS = {
     # the training loops score rationales with gradient and sample through the Reader's
@@ -43,16 +63,13 @@ READER_USERS = {
     "lm_eval_tasks.model": "lm-eval's option log-likelihoods are the Reader's readouts",
     "tasks.convert": "proposes GSM8K verify items by sampling a checkpoint's own answers",
     "decide": "the decision engine: questions to option tokens, the Reader's phases",
-    "dashboard.ask_tab": "the Ask tab shows each rationale's readout through a Reader",
-    "dashboard.ask_checkpoint": "a checkpoint's prompt format and fitted T on its card",
-    "dashboard.compare_tab": "two Readers side by side",
     "lm.checkpoint": "defines the marker a checkpoint's rlcd.json names by default",
+    "reproduce": "writes RLCR's stated confidence as a distribution (reader.verbal)",
 }
 """Modules outside ``reader/`` that may import its modules and the marker, and why (a
 name covers its submodules)."""
 LOGIT_CALLS = {
     "metrics": {"softmax", "log_softmax"},  # temperature scaling of stored logits
-    "train.verbal": {"log_softmax"},  # the stated-confidence digits, not option tokens
     "train.sft": {"cross_entropy"},  # SFT's loss on the label token (the paper's baseline)
     "train.vllm": {"generate"},  # vLLM's engine is a Sampler
     "tasks.convert": {"Answer:"},  # parses OLMo's data, whose queries end in "Answer:"
@@ -185,6 +202,75 @@ def test_no_import_runs_up_a_floor():
     assert not up, "\n".join(up)
 
 
+def folder(name: str) -> str:
+    """The top-level entry of the package that module ``name`` is in (a subpackage or a
+    top module)."""
+    return name.split(".")[0]
+
+
+def lab_floor(name: str) -> int | None:
+    """The index in :data:`LAB_ORDER` of a lab module (None: not on the lab floor, or on
+    none of its floors)."""
+    if ORDER[floor(name)] != "lab":
+        return None
+    matches = [
+        (len(p), level)
+        for level, prefixes in LAB_FLOORS.items()
+        for p in prefixes
+        if name == p or name.startswith(p + ".")
+    ]
+    return LAB_ORDER.index(max(matches)[1]) if matches else None
+
+
+def lab_up_arrows(g: dict[str, set[str]]) -> list[str]:
+    """``a (floor) imports b (floor)`` for every import up the lab floor's order, except
+    the folder pairs of :data:`KNOWN_UP`."""
+    return [
+        f"{a} ({LAB_ORDER[lab_floor(a)]}) imports {b} ({LAB_ORDER[lab_floor(b)]})"
+        for a, targets in g.items()
+        for b in targets
+        if lab_floor(a) is not None
+        and lab_floor(b) is not None
+        and lab_floor(b) > lab_floor(a)
+        and (folder(a), folder(b)) not in KNOWN_UP
+    ]
+
+
+def folder_cycles(g: dict[str, set[str]]) -> list[str]:
+    """``a <-> b`` for every pair of the package's folders (subpackages and top modules)
+    that import each other, each pair once."""
+    arrows = {(folder(a), folder(b)) for a, targets in g.items() for b in targets}
+    return sorted(f"{a} <-> {b}" for a, b in arrows if a < b and (b, a) in arrows)
+
+
+def test_every_lab_module_is_on_a_lab_floor():
+    lost = [name for name in modules() if ORDER[floor(name)] == "lab" and lab_floor(name) is None]
+    assert not lost, "not on a floor of LAB_FLOORS: " + ", ".join(sorted(lost))
+
+
+def test_no_import_runs_up_the_lab_floor():
+    up = lab_up_arrows(graph())
+    assert not up, "\n".join(up)
+
+
+def test_no_two_folders_import_each_other():
+    """Drawn folder by folder (each subpackage or top module of the package one node), the
+    import graph has no pair of folders importing each other."""
+    assert folder_cycles(graph()) == []
+
+
+def test_the_lab_order_and_folder_checks_can_fail():
+    """An import from the evaluation floor up to training, and two folders importing each
+    other through different modules, are seen; a known pair is let through."""
+    g = {"evaluate": {"train.verbal"}, "train.common": {"evaluate"}, "reports.report": {"train"}}
+    assert lab_up_arrows(g) == ["evaluate (evaluation) imports train.verbal (training)"]
+    assert folder_cycles(g) == ["evaluate <-> train"]
+    assert floor("drawing.plots") == floor("reproduce") == ORDER.index("lab")
+    assert lab_floor("drawing.plots") < lab_floor("summary") < lab_floor("reports.results")
+    assert lab_floor("reports.report") < lab_floor("train.common") < lab_floor("reproduce")
+    assert lab_floor("reader.verbal") is None and lab_floor("server.app") is None
+
+
 def test_the_cycle_and_floor_checks_can_fail(tmp_path):
     """The checks above see a function-level import and a relative one."""
     (tmp_path / "a.py").write_text("def f():\n    from .b import x\n")
@@ -208,9 +294,10 @@ def _within(name: str, prefixes) -> str | None:
 
 def reader_reach(name: str, path: Path) -> list[str]:
     """Where module ``name`` reaches into the Reader without being on the list: an import
-    of a ``reader`` module (the package itself, for :class:`Reader`, is open to all) or of
-    the marker; a :data:`READER_ONLY` name called, read as an attribute, bound or
-    imported under another name; a hand-written softmax (``exp(..) / ..exp(..)..``); a
+    of a ``reader`` module (the package itself, :class:`Reader` and the names its
+    ``__init__`` defines beside it, is open to all) or of the marker; a
+    :data:`READER_ONLY` name called, read as an attribute, bound or imported under another
+    name; a hand-written softmax (``exp(..) / ..exp(..)..``); a
     string that builds a prompt with the marker text."""
     if name == "reader" or name.startswith("reader."):
         return []
@@ -225,6 +312,7 @@ def reader_reach(name: str, path: Path) -> list[str]:
         and isinstance(n.body[0], ast.Expr)
         and isinstance(n.body[0].value, ast.Constant)
     }
+    entry = {f"reader.{n}" for n in defined_names(PACKAGE / "reader" / "__init__.py")}
     bad = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
@@ -233,7 +321,7 @@ def reader_reach(name: str, path: Path) -> list[str]:
             targets = [module + "." + a.name if module else a.name for a in node.names]
             for target in targets:
                 target = target.removeprefix("rlcd_lab.").strip(".")
-                if target.startswith("reader.") and target != "reader.Reader":
+                if target.startswith("reader.") and target not in entry:
                     bad.append(f"{line}: imports {target}")
         if isinstance(node, ast.alias) and node.name in READER_ONLY - allowed:
             if node.name not in ("MARKER", "SEP") or not user:
@@ -282,6 +370,42 @@ def test_only_the_reader_reads():
         for problem in reader_reach(name, path)
     ]
     assert not bad, "\n".join(bad)
+
+
+FACES = ("dashboard", "server", "cli")
+
+
+def checkpoint_openings(path: Path) -> list[str]:
+    """Where a module opens a checkpoint other than through ``Reader.load``: an import of
+    ``load_checkpoint`` or a call of ``Reader(...)`` itself."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.alias) and node.name == "load_checkpoint":
+            bad.append(f"{node.lineno}: imports load_checkpoint")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Reader":
+            bad.append(f"{node.lineno}: builds a Reader by hand")
+    return bad
+
+
+def test_the_faces_open_checkpoints_through_reader_load():
+    """The dashboard, the server and the command line (evaluation included) open a
+    checkpoint one way: ``Reader.load`` (directly, or through ``DecisionModel``'s
+    ``from_checkpoint``), which also gives its fitted T and whether it was fitted."""
+    bad = [
+        f"rlcd_lab/{path.relative_to(PACKAGE)}:{problem}"
+        for name, path in modules().items()
+        if _within(name, FACES)
+        for problem in checkpoint_openings(path)
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checkpoint_opening_check_can_fail(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("from rlcd_lab.lm.loading import load_checkpoint\nr = Reader(m, t, {})\n")
+    assert checkpoint_openings(path) == ["1: imports load_checkpoint", "2: builds a Reader by hand"]
+    path.write_text("r = Reader.load(p)\n")
+    assert checkpoint_openings(path) == []
 
 
 DISGUISES = {

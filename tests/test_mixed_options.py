@@ -10,7 +10,7 @@ import pytest
 from rlcd_lab import metrics
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.files.rundir import read_log
-from rlcd_lab.reports.results import summarize
+from rlcd_lab.summary import summarize
 from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.train import grpo
 from rlcd_lab.train.configs import GRPOConfig, preset

@@ -23,7 +23,7 @@ import pytest
 
 from rlcd_lab.classroom import tutorial
 from rlcd_lab.cli import _print_json, main
-from rlcd_lab.reports import plots
+from rlcd_lab.drawing import plots
 from rlcd_lab.tasks import fetch as fetch_mod
 from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.tasks.split import split_paths

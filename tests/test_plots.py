@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlcd_lab import metrics as M
-from rlcd_lab.reports import plots as P
+from rlcd_lab.drawing import plots as P
 
 
 def case(n, k, seed):
@@ -337,7 +337,7 @@ def test_a_report_page_writes_its_figures_numbers_to_five_significant_digits():
     same figures is the same bytes."""
     import plotly.graph_objects as go
 
-    from rlcd_lab.reports.pages import html_page
+    from rlcd_lab.drawing.pages import html_page
 
     fig = go.Figure(
         go.Scatter(

@@ -9,7 +9,7 @@ import pytest
 from rlcd_lab import metrics
 from rlcd_lab.evaluate import run_eval
 from rlcd_lab.lm.loading import load_checkpoint
-from rlcd_lab.reports.results import summarize
+from rlcd_lab.summary import summarize
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.tasks.synthetic import Example, get_task
 from rlcd_lab.train.pretrain import demonstrations, encode_examples, pretrain

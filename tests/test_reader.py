@@ -458,9 +458,11 @@ def test_context_rule_is_one_function_for_decide_and_the_ask_tab(tokenizer, mark
     assert dm.decide("1" * 495, noul, mode="reason", m=1, max_new_tokens=8).answers["q"]
     with pytest.raises(DecisionError, match="needs 513 positions.*at most 512"):
         dm.decide("1" * 496, noul, mode="reason", m=1, max_new_tokens=8)
-    assert ask_model(marker_lm, tokenizer, meta, "1" * 495, ["Y", "N"], m=1, max_new_tokens=8)
+    assert ask_model(
+        Reader(marker_lm, tokenizer, meta), "1" * 495, ["Y", "N"], m=1, max_new_tokens=8
+    )
     with pytest.raises(ValueError, match="prompt is 497 tokens.*needs 513 positions"):
-        ask_model(marker_lm, tokenizer, meta, "1" * 496, ["Y", "N"], m=1, max_new_tokens=8)
+        ask_model(Reader(marker_lm, tokenizer, meta), "1" * 496, ["Y", "N"], m=1, max_new_tokens=8)
     assert calls == [(497, 513, 512)] * 2  # the same refusal, from the same rule
     # direct mode needs the prompt (with the marker) and the bridge only
     reader = Reader(marker_lm, tokenizer, meta)
@@ -591,3 +593,17 @@ def test_readout_on_the_samplers_prompt_cache_equals_the_scoring_pass(
         ]
     )
     torch.testing.assert_close(got, z_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_the_reader_says_why_its_T_is_not_fitted(tiny_lm, tokenizer):
+    """``T_note``: the reason ``temperature_fitted`` gives, empty for a fitted or explicit T."""
+    from rlcd_lab.reader import Reader
+
+    base = Reader(tiny_lm, tokenizer, {"method": "pretrain", "T": 1.0})
+    assert (base.T_fitted, base.T_note) == (
+        False,
+        "method pretrain: a base model, never calibrated",
+    )
+    assert Reader(tiny_lm, tokenizer, {}).T_note == "no T in rlcd.json"
+    assert Reader(tiny_lm, tokenizer, {"method": "calibrate", "T": 1.3}).T_note == ""
+    assert Reader(tiny_lm, tokenizer, {"method": "pretrain"}, T=2.0).T_note == ""

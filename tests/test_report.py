@@ -352,7 +352,7 @@ def test_shipped_real_model_summary_recomputes_from_its_dumps():
     """Every run's T and accuracy in the shipped rung summary follow from its eval dumps
     (per seed, then the mean over the three seeds)."""
     from rlcd_lab.files.io import read_jsonl
-    from rlcd_lab.reports.results import summarize
+    from rlcd_lab.summary import summarize
 
     root = ASSETS / "results" / RUNG
     summary = json.loads((root / "summary.json").read_text())

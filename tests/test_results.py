@@ -78,7 +78,7 @@ def test_load_run_fits_T_on_dev_and_per_item_means_are_the_metrics(tmp_path):
     assert r.nll.mean() == pytest.approx(metrics.nll(p, test_y))
     assert r.correct.mean() == pytest.approx(metrics.accuracy(p, test_y))
     assert r.item_values("brier") is not None and r.item_values("accuracy").shape == (40,)
-    # ... and to the summary row (evaluate.summarize) that is kept beside them
+    # ... and to the summary row (summary.summarize) that is kept beside them
     assert r.row["ts_brier"] == pytest.approx(r.brier.mean())
     assert r.row["ts_nll"] == pytest.approx(r.nll.mean())
     assert r.row["ts_accuracy"] == pytest.approx(r.correct.mean())

@@ -14,19 +14,17 @@ from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.reader.prompts import left_pad
 from rlcd_lab.reader.rationales import sample_questions
-from rlcd_lab.reproduce import ReproduceConfig, plan, stated_view
-from rlcd_lab.train import METHOD_TABLE, train
-from rlcd_lab.train.rlcr import policy_gradient_loss
-from rlcd_lab.train.verbal import (
+from rlcd_lab.reader.verbal import (
     confidence_logprobs,
     confidence_tokens,
-    digit_bin,
     parse_confidence,
-    rlcr_reward,
     stated_logits,
     stated_probs,
     token_confidences,
 )
+from rlcd_lab.reproduce import ReproduceConfig, plan, stated_view
+from rlcd_lab.train import METHOD_TABLE, train
+from rlcd_lab.train.rlcr import digit_bin, policy_gradient_loss, rlcr_reward
 
 NAN = math.nan
 

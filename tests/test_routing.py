@@ -30,6 +30,7 @@ from rlcd_lab.math.routing import (
 )
 from rlcd_lab.metrics import DEFAULT_EPS
 from rlcd_lab.server.app import create_app
+from rlcd_lab.server.options import ServeOptions
 
 
 def _simplex(rng: np.random.Generator, shape: tuple[int, ...], sharp: float = 3.0) -> np.ndarray:
@@ -180,7 +181,7 @@ def test_the_http_server_escalates_what_the_dashboard_would():
     readout p of each state, then ``auto`` at threshold t; the Ask and Routing tabs'
     decisions on p under the chance-corrected single-query rule are the server's."""
     dm = DecisionModel.from_checkpoint(shipped_checkpoints()["checkpoints/base-verify"])
-    app = create_app(dm, name="m", aliases=(), options=DecideOptions(mode="direct"))
+    app = create_app(dm, ServeOptions(name="m", alias=(), mode="direct"))
     states = ["33+60+20=113?", "47+38+16=91?", "12+34+56=102?", "90+90+90=260?", "5+5+5=15?"]
     q = {"v": {"type": "choice", "criteria": {"Y": "right", "N": "wrong"}}}
     with TestClient(app) as client:

@@ -34,6 +34,7 @@ from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.batching import DynamicBatcher, Late
 from rlcd_lab.server.connections import build_server
 from rlcd_lab.server.hardening import REQUEST_ID_HEADER, ServerLimits
+from rlcd_lab.server.options import ServeOptions
 
 typesafe_sdk = pytest.importorskip("typesafe_sdk")
 from typesafe_sdk import (  # noqa: E402
@@ -76,10 +77,8 @@ def decider():
 def app(decider):
     return create_app(
         decider,
-        api_key=KEY,
-        options=DecideOptions(mode="direct"),
+        ServeOptions(api_key=KEY, mode="direct", max_wait_ms=50.0),
         limits=ServerLimits(max_body_bytes=400_000, max_questions=8),
-        max_wait_ms=50.0,
     )
 
 
@@ -366,7 +365,7 @@ def test_concurrent_requests_are_batched_and_agree(live, app, decider):
     for state, got in zip(states, answers, strict=True):
         assert close(got, decider.decide(state, QUESTIONS).answers, 1e-5)
     # the unbatched server gives the same answers
-    solo = create_app(decider, options=DecideOptions(mode="direct"), batching=False)
+    solo = create_app(decider, ServeOptions(mode="direct", batching=False))
     with TestClient(solo) as c:
         for state, got in zip(states[:3], answers[:3], strict=True):
             assert close(c.post("/v1/systemone", json=body(state=state)).json()["answers"], got)
@@ -382,7 +381,7 @@ def test_a_failing_request_does_not_fail_its_batch(decider):
         return real(requests, cancelled)
 
     dm.decide_batch = flaky
-    app = create_app(dm, options=DecideOptions(mode="direct"), max_wait_ms=100.0)
+    app = create_app(dm, ServeOptions(mode="direct", max_wait_ms=100.0))
 
     async def go() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
@@ -597,7 +596,7 @@ def test_a_500_keeps_the_connection_usable(decider):
             return [Decision({"q": {"type": "noul", "noul": float("nan")}}, {}, {})]
         return real(requests, cancelled)
 
-    app = create_app(stub(decider, flaky), options=DecideOptions(mode="direct"))
+    app = create_app(stub(decider, flaky), ServeOptions(mode="direct"))
     good = json.dumps(body(state=STATES[0])).encode()
     with running(app) as (url, _):
         conn = Raw(url)
@@ -660,7 +659,7 @@ def test_work_for_a_client_that_left_is_cancelled(decider, caplog):
                 time.sleep(0.02)
         return real([(STATES[0], q, o) for _, q, o in requests], cancelled)
 
-    app = create_app(stub(decider, slow), options=DecideOptions(mode="direct"), batching=False)
+    app = create_app(stub(decider, slow), ServeOptions(mode="direct", batching=False))
 
     def post(url: str, state: str, timeout: float = 30) -> httpx.Response:
         return httpx.post(f"{url}/v1/systemone", json=body(state=state), timeout=timeout)
@@ -716,7 +715,7 @@ def test_running_work_of_a_client_that_left_stops_within_a_step(slow_steps, capl
     next request is answered within 1 s of an idle server's answer time."""
     caplog.set_level(logging.INFO, logger="rlcd_lab.server")
     decider, calls = slow_steps
-    app = create_app(decider, options=DecideOptions(mode="direct"))
+    app = create_app(decider, ServeOptions(mode="direct"))
     with running(app) as (url, _):
 
         def post(payload: dict, timeout: float) -> httpx.Response:
@@ -814,7 +813,7 @@ def test_a_deadline_answers_with_the_direct_readout(fake_clock, monkeypatch):
     costs: the first pass of a fresh model cannot be budgeted)."""
     decider, now = fake_clock
     timeline(decider, now, monkeypatch, DecideOptions(mode="reason", m=16, max_new_tokens=256))
-    app = create_app(decider, options=DecideOptions(mode="direct"), deadline_s=0.5)
+    app = create_app(decider, ServeOptions(mode="direct", deadline=0.5))
     want = decider.decide(LONG, QUESTIONS, mode="direct")
     with TestClient(app) as c:
         for rlcd, budget in (
@@ -851,7 +850,7 @@ def test_a_batch_runs_in_deadline_order(decider):
 
     dm = DecisionModel(decider.model, decider.tokenizer, decider.meta)
     dm.decide_batch = spy
-    app = create_app(dm, options=DecideOptions(mode="direct"), max_wait_ms=200.0, deadline_s=None)
+    app = create_app(dm, ServeOptions(mode="direct", max_wait_ms=200.0, deadline=None))
 
     async def go() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
@@ -975,7 +974,7 @@ def test_a_deadline_the_queue_cannot_meet_is_a_503_with_retry_after(decider, mon
     """Refused at arrival or when its group starts (the batcher's Late): a JSON 503 with
     ``Retry-After`` (the estimated seconds of the work ahead, rounded up, at least 1),
     before any model work; the official client retries on it."""
-    app = create_app(decider, options=DecideOptions(mode="direct"))
+    app = create_app(decider, ServeOptions(mode="direct"))
     batcher = app.state.batcher
     with TestClient(app, raise_server_exceptions=False) as c:
         monkeypatch.setattr(batcher, "put", lambda job, units: (_ for _ in ()).throw(Late(2.2)))
@@ -1032,8 +1031,10 @@ def test_official_sdk_on_smollm2_within_its_timeout(smollm2_dir):
         "recommend": Noul(instructions="Would the writer come back?"),
     }
     state = "The soup was cold and the waiter ignored us, but the bread was lovely."
-    for kwargs in ({}, {"unfitted_auto": True, "deadline_s": 3.0}):
-        app = create_app(decider, api_key=KEY, **kwargs)
+    for kwargs in ({}, {"unfitted_auto": True, "deadline": 3.0}):
+        deadline = {k: v for k, v in kwargs.items() if k == "deadline"}
+        auto = {k: v for k, v in kwargs.items() if k != "deadline"}
+        app = create_app(decider, ServeOptions(api_key=KEY, **deadline), **auto)
         with running(app) as (url, _), sdk(url) as c:
             t0 = time.perf_counter()
             r = c.system_one(state=state, questions=questions)
@@ -1098,7 +1099,7 @@ def test_the_event_loop_answers_while_a_body_of_tiny_nodes_is_parsed(decider):
                 waits.append(time.perf_counter() - t0)
                 time.sleep(0.005)
 
-    app = create_app(decider, options=DecideOptions(mode="direct"))  # 1 MiB bodies
+    app = create_app(decider, ServeOptions(mode="direct"))  # 1 MiB bodies
     with running(app) as (live, _), ThreadPoolExecutor(1) as pool:
         polling = pool.submit(poll, live)
         time.sleep(0.1)
@@ -1144,7 +1145,7 @@ def test_idle_connections_hold_no_work_slot(decider):
     """257 sockets that send nothing used to count against --limit-concurrency (256): /health
     and every request answered 503 until the 15 s request timeout. Idle sockets now hold no
     work slot, and beyond a client's connection bound its longest-idle ones are closed."""
-    app = create_app(decider, options=DecideOptions(mode="direct"), limit_concurrency=256)
+    app = create_app(decider, ServeOptions(mode="direct", limit_concurrency=256))
     with running(app, timeout_request=30) as (url, server):
         idle = [Raw(url) for _ in range(257)]
         t0 = time.perf_counter()
@@ -1165,7 +1166,7 @@ def test_connection_bounds_refuse_only_when_nothing_is_idle(decider):
         release.wait(20)
         return real(requests, cancelled)
 
-    app = create_app(stub(decider, slow), options=DecideOptions(mode="direct"), batching=False)
+    app = create_app(stub(decider, slow), ServeOptions(mode="direct", batching=False))
     with running(app, max_client_connections=2, max_connections=4) as (url, server):
         with ThreadPoolExecutor(2) as pool:
             busy = [pool.submit(httpx.post, f"{url}/v1/systemone", json=body()) for _ in range(2)]
@@ -1190,7 +1191,7 @@ def test_in_flight_requests_beyond_capacity_get_a_503(decider):
         release.wait(20)
         return real(requests, cancelled)
 
-    app = create_app(stub(decider, slow), options=DecideOptions(mode="direct"), limit_concurrency=1)
+    app = create_app(stub(decider, slow), ServeOptions(mode="direct", limit_concurrency=1))
 
     async def go() -> tuple:
         transport = httpx.ASGITransport(app=app)
@@ -1255,7 +1256,7 @@ def test_zstd_and_gzip_bodies_are_bounded(client):
 
 
 def test_content_type_and_host_are_checked(decider):
-    app = create_app(decider, options=DecideOptions(mode="direct"), allowed_hosts=["localhost"])
+    app = create_app(decider, ServeOptions(mode="direct"), allowed_hosts=["localhost"])
     with TestClient(app, base_url="http://localhost") as c:
         raw = json.dumps(body()).encode()
         resp = c.post("/v1/systemone", content=raw)  # no Content-Type: was read as JSON
@@ -1272,7 +1273,7 @@ def test_content_type_and_host_are_checked(decider):
 
 
 def test_serve_checks_its_arguments_before_loading(monkeypatch, caplog):
-    import rlcd_lab.server as server_mod
+    import rlcd_lab.server.serving as server_mod
 
     def no_load(*args, **kwargs):
         raise AssertionError("the checkpoint must not be loaded")
@@ -1288,9 +1289,9 @@ def test_serve_checks_its_arguments_before_loading(monkeypatch, caplog):
         ({"limit_concurrency": 0}, "limit_concurrency"),
         ({"timeout_request": float("inf")}, "timeout_request"),
         ({"timeout_keep_alive": 0.0}, "timeout_keep_alive"),
-        ({"options": DecideOptions(threshold=float("nan"))}, "threshold"),
-        ({"options": DecideOptions(m=0)}, "m must"),
-        ({"allowed_hosts": ["a*b"]}, "allowed host"),
+        ({"threshold": float("nan")}, "threshold"),
+        ({"m": 0}, "m must"),
+        ({"allowed_host": ("a*b",)}, "allowed host"),
         ({"device": "warp-drive"}, "device"),
         ({"api_key": "two words"}, "API key"),
         ({"host": ""}, "host"),
@@ -1300,24 +1301,26 @@ def test_serve_checks_its_arguments_before_loading(monkeypatch, caplog):
         ({"threads": 1.5}, "threads"),
     ]
     for kwargs, msg in bad:
+        opts = {k: v for k, v in kwargs.items() if k in ServeOptions.__dataclass_fields__}
+        rest = {k: v for k, v in kwargs.items() if k not in opts}
         with pytest.raises(ValueError, match=msg) as err:
-            server_mod.serve(**kwargs)
+            server_mod.serve(ServeOptions(**opts), **rest)
         assert "\n" not in str(err.value)
     monkeypatch.delenv("RLCD_API_KEY", raising=False)
     caplog.set_level(logging.WARNING, logger="rlcd_lab.server")
     with pytest.raises(AssertionError, match="must not be loaded"):
-        server_mod.serve(host="0.0.0.0")
+        server_mod.serve(ServeOptions(host="0.0.0.0"))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "without an API key" in warnings[0]
     caplog.clear()
     monkeypatch.setenv("RLCD_API_KEY", "secret")
     with pytest.raises(AssertionError, match="must not be loaded"):
-        server_mod.serve(host="0.0.0.0")
+        server_mod.serve(ServeOptions(host="0.0.0.0"))
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
 def test_the_command_line_reports_a_bad_flag_in_one_line(monkeypatch, capsys):
-    import rlcd_lab.server as server_mod
+    import rlcd_lab.server.serving as server_mod
     from rlcd_lab.cli import main
 
     monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
@@ -1329,18 +1332,18 @@ def test_the_command_line_reports_a_bad_flag_in_one_line(monkeypatch, capsys):
 
 
 def test_serve_accepts_loopback_names_and_the_bound_host(monkeypatch):
-    import rlcd_lab.server as server_mod
+    import rlcd_lab.server.serving as server_mod
 
     seen = {}
 
-    def fake_create_app(checkpoint, **kwargs):
-        seen.update(kwargs)
+    def fake_create_app(checkpoint, opts, **kwargs):
+        seen.update(kwargs, limit_concurrency=opts.limit_concurrency)
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(server_mod, "create_app", fake_create_app)
     monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
     with pytest.raises(RuntimeError, match="stop here"):
-        server_mod.serve(host="::1", allowed_hosts=["lab.example"])
+        server_mod.serve(ServeOptions(host="::1", allowed_host=("lab.example",)))
     assert seen["allowed_hosts"] == ["localhost", "127.0.0.1", "[::1]", "[::1]", "lab.example"]
     assert seen["limit_concurrency"] == 256
     # --threads is applied before the model is loaded (default 1)
@@ -1351,13 +1354,13 @@ def test_serve_accepts_loopback_names_and_the_bound_host(monkeypatch):
     fake = SimpleNamespace(run=int, sock=bound)
     monkeypatch.setattr(server_mod, "build_server", lambda *a, **k: fake)
     for threads, expected in ((3, 3), (None, 3), (1, 1)):
-        server_mod.serve(threads=threads)
+        server_mod.serve(ServeOptions(threads=threads))
         assert seen["n"] == expected
 
 
 def test_cost_budget_is_a_clear_422(decider):
     limits = ServerLimits(max_prompt_chars=2_000, max_sampled_tokens=1_000)
-    app = create_app(decider, options=DecideOptions(mode="direct"), limits=limits)
+    app = create_app(decider, ServeOptions(mode="direct"), limits=limits)
     with TestClient(app) as c:
         qs = {f"q{i}": {"type": "noul"} for i in range(4)}
         reason = {"mode": "reason", "m": 16, "max_new_tokens": 32}  # 16 x 32 x 4 = 2048
@@ -1383,7 +1386,7 @@ def test_a_request_cut_by_shutdown_gets_a_503_not_a_500(decider, caplog):
         return real(requests, cancelled)
 
     caplog.set_level(logging.INFO)
-    app = create_app(stub(decider, stuck), options=DecideOptions(mode="direct"))
+    app = create_app(stub(decider, stuck), ServeOptions(mode="direct"))
     port = free_port()
     server = build_server(app, port=port, log_level="info", timeout_graceful_shutdown=0.5)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -1409,7 +1412,7 @@ def test_a_request_cut_by_shutdown_gets_a_503_not_a_500(decider, caplog):
 
 
 def test_a_port_in_use_is_one_line_and_status_2(monkeypatch, capsys):
-    import rlcd_lab.server as server_mod
+    import rlcd_lab.server.serving as server_mod
     from rlcd_lab.cli import main
 
     monkeypatch.setattr(server_mod, "_configure_logging", lambda level: None)
@@ -1428,7 +1431,7 @@ def test_a_port_in_use_is_one_line_and_status_2(monkeypatch, capsys):
 
 def test_a_port_out_of_range_is_one_line_naming_it(monkeypatch, capsys):
     """``serve --port -1`` used to say "unknown host" (the address lookup failed on it)."""
-    import rlcd_lab.server as server_mod
+    import rlcd_lab.server.serving as server_mod
     from rlcd_lab.cli import main
 
     monkeypatch.setattr(server_mod, "serve", lambda *a, **k: pytest.fail("must not serve"))
@@ -1444,7 +1447,7 @@ def test_a_port_out_of_range_is_one_line_naming_it(monkeypatch, capsys):
 def test_serve_logs_its_url_models_and_whether_a_key_is_required(monkeypatch, caplog):
     """Once bound, ``serve`` logs one line: the URL with the port it bound (also for port
     0), the model's name and aliases, the checkpoint and whether a key is required."""
-    import rlcd_lab.server as server_mod
+    import rlcd_lab.server.serving as server_mod
 
     bound = []
 
@@ -1460,7 +1463,7 @@ def test_serve_logs_its_url_models_and_whether_a_key_is_required(monkeypatch, ca
     for key, says in ((None, "no API key is required"), ("s3cret", "an API key is required")):
         monkeypatch.delenv("RLCD_API_KEY", raising=False)
         caplog.clear()
-        server_mod.serve(port=0, api_key=key)
+        server_mod.serve(ServeOptions(port=0, api_key=key))
         lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving")]
         assert len(lines) == 1 and bound[-1] != 0
         line = lines[0]
@@ -1499,11 +1502,11 @@ def test_a_huge_request_head_is_431(app):
 
 
 def test_the_command_line_defaults_are_the_servers():
-    from rlcd_lab.cli import Serve
-    from rlcd_lab.server import app, connections
+    from rlcd_lab.server import connections
+    from rlcd_lab.server.options import DEFAULT_DEADLINE_S
 
-    cfg = Serve()
-    assert cfg.deadline == app.DEFAULT_DEADLINE_S
+    cfg = ServeOptions()
+    assert cfg.deadline == DEFAULT_DEADLINE_S
     assert cfg.max_connections == connections.MAX_CONNECTIONS
     assert cfg.max_client_connections == connections.MAX_CLIENT_CONNECTIONS
 
@@ -1515,7 +1518,7 @@ def test_a_stuck_request_does_not_block_shutdown(decider):
         release.wait(30)
         return real(requests, cancelled)
 
-    app = create_app(stub(decider, stuck), options=DecideOptions(mode="direct"))
+    app = create_app(stub(decider, stuck), ServeOptions(mode="direct"))
     port = free_port()
     server = build_server(app, port=port, log_level="critical", timeout_graceful_shutdown=0.5)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -26,10 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlcd_lab.decide import DecisionModel
-from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.connections import build_server
 from rlcd_lab.server.hardening import REQUEST_ID_HEADER, ServerLimits
+from rlcd_lab.server.options import ServeOptions
 
 zstd = pytest.importorskip("backports.zstd")
 
@@ -181,9 +181,8 @@ def live_url():
     decider = DecisionModel.from_checkpoint(default_checkpoint())
     app = create_app(
         decider,
-        options=DecideOptions(mode="direct"),
+        ServeOptions(mode="direct", max_wait_ms=1.0),
         limits=ServerLimits(max_sampled_tokens=4096),
-        max_wait_ms=1.0,
     )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

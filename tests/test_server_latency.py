@@ -24,10 +24,10 @@ import h11
 import pytest
 
 from rlcd_lab.decide import DecisionModel
-from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.server import batching
 from rlcd_lab.server.app import create_app, default_checkpoint
 from rlcd_lab.server.connections import build_server
+from rlcd_lab.server.options import ServeOptions
 
 BODY = json.dumps(
     {"model": "jev-latest", "state": "1+1=2?", "questions": {"q": {"type": "noul"}}}
@@ -37,7 +37,7 @@ BODY = json.dumps(
 @pytest.fixture(scope="module")
 def app():
     decider = DecisionModel.from_checkpoint(default_checkpoint())
-    return create_app(decider, options=DecideOptions(mode="direct"))
+    return create_app(decider, ServeOptions(mode="direct"))
 
 
 @contextlib.contextmanager

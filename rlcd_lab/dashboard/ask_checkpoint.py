@@ -11,7 +11,6 @@ tokenizer config); no model is loaded. The readings themselves are :mod:`.ask_ta
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,8 +19,12 @@ import gradio as gr
 from rlcd_lab.dashboard.common import checkpoint_dir
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.lm.checkpoint import calibration_T, read_meta
-from rlcd_lab.reader import raw_meta, temperature_fitted
-from rlcd_lab.reader.prompts import detect_prompt_format
+from rlcd_lab.reader import (
+    checkpoint_prompt_format,
+    has_chat_template,
+    raw_meta,
+    temperature_fitted,
+)
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import TaskItem
 
@@ -61,17 +64,6 @@ def _task_items(task: str) -> tuple[TaskItem, ...]:
     return tuple(load_task_items(task, "test"))
 
 
-def has_chat_template(path: Path) -> bool:
-    """Whether the checkpoint at ``path`` ships a chat template (read from its files, the
-    model is not loaded)."""
-    if (path / "chat_template.jinja").is_file():
-        return True
-    try:
-        return bool(json.loads((path / "tokenizer_config.json").read_text()).get("chat_template"))
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def example_items(path: Path, meta: dict) -> tuple[TaskItem, ...]:
     """The examples offered for a checkpoint: its task's test items; for a chat checkpoint
     without a task, :data:`GENERIC_EXAMPLES`; else none."""
@@ -102,15 +94,6 @@ def temperature_status(path: Path, meta: dict) -> tuple[bool, str]:
     (else ``""``): :func:`rlcd_lab.reader.temperature_fitted` of its own ``rlcd.json``
     (the method taken from ``meta`` when the file does not record one)."""
     return temperature_fitted({"method": meta.get("method"), **(raw_meta(path) or {})})
-
-
-def prompt_format(path: Path, meta: dict) -> str:
-    """How the Ask tab and the server prompt this checkpoint: ``task`` (its rlcd.json lists
-    its own ``options``: a character-level model that only knows its task's format),
-    ``chat`` (its tokenizer has a chat template) or ``plain`` (see
-    :class:`rlcd_lab.decide.DecisionModel`): ``reader.detect_prompt_format``, the rule the
-    Reader applies, with the template read from the files (the model is not loaded)."""
-    return detect_prompt_format(has_chat_template(path), meta)
 
 
 FORMATS = {
@@ -156,7 +139,7 @@ def model_card(checkpoint: str, root: str | Path = ASSETS) -> str:
     path = checkpoint_dir(checkpoint, root)
     meta = _meta(path)
     fitted, note = temperature_status(path, meta)
-    fmt = prompt_format(path, meta)
+    fmt = checkpoint_prompt_format(path, meta)
     rows = [("checkpoint", f"`{checkpoint}`")]
     for key in ("model", "method", "task", "step"):
         if meta.get(key) is not None:

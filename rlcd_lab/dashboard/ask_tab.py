@@ -7,14 +7,14 @@ and :func:`rlcd_lab.evaluate.run_eval` read). The Reader owns the prompt format,
 context rule and the fitted calibration temperature T (``rlcd.json`` ``"T"``), applied to
 those logits: ``u_i = softmax(logits_i / T)`` (``Reader.calibrated``); a checkpoint whose
 T was never fitted (a ``pretrain`` base model, a converted pretrained model; its recorded
-T is 1) is read raw and said to be "not fitted" (:func:`temperature_status`). The
+T is 1) is read raw and said to be "not fitted" (``Reader.T_fitted``, ``Reader.T_note``). The
 single-query answer is the first rationale's readout (what the eval dumps and the Routing
 tab use); the mixture is ``p = mean_i u_i``.
 The routing decision is a :class:`rlcd_lab.math.routing.DecisionRule`: by default max p of the
 single query against the threshold; the tab can switch to the mixture and to the
 chance-corrected confidence (the server's measure), and says which rule it applied.
 The checkpoint side of the tab (its model card, the examples it offers: :func:`model_card`,
-:func:`checkpoint_info`, :func:`example_fields`) is :mod:`.ask_checkpoint`'s, re-exported here.
+:func:`checkpoint_info`, :func:`example_fields`) is :mod:`.ask_checkpoint`'s.
 
 Size limits keep one request from holding the model for minutes while every other user
 waits (the app runs one model request at a time, see :mod:`.ui`): a question longer than
@@ -37,20 +37,15 @@ import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlcd_lab.dashboard.ask_checkpoint import (
-    example_items,
-    temperature_status,
-)
+from rlcd_lab.dashboard.ask_checkpoint import example_items
 from rlcd_lab.dashboard.common import checkpoint_dir, compact_layout
 from rlcd_lab.decide.questions import unknown_chars
+from rlcd_lab.drawing import plots
 from rlcd_lab.files.assets import ASSETS
-from rlcd_lab.lm.checkpoint import MARKER
-from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.checkpoint import DEFAULT_META
 from rlcd_lab.math.routing import DEFAULT_THRESHOLD, DecisionRule
 from rlcd_lab.reader import ContextTooLong, Reader
-from rlcd_lab.reports import plots
 
 MAX_QUESTION_CHARS = 2000
 """Longest question the Ask tab takes, in characters (about a page of text; with a BPE
@@ -67,16 +62,14 @@ NOT_SINGLE = "not a single token"
 
 
 @lru_cache(maxsize=MODEL_CACHE)
-def _load(path: str, stamp: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
-    return load_checkpoint(path)
+def _load(path: str, stamp: int) -> Reader:
+    return Reader.load(path)
 
 
-def load_model(
-    checkpoint: str, root: str | Path = ASSETS
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
-    """``(model, tokenizer, meta)`` of a shipped checkpoint name or a checkpoint path, from
-    a small LRU cache (reloaded when the directory changes). Raises ``gr.Error`` with the
-    loader's message for a missing or unreadable checkpoint."""
+def load_reader(checkpoint: str, root: str | Path = ASSETS) -> Reader:
+    """The :class:`Reader` (``Reader.load``) of a shipped checkpoint name or a checkpoint
+    path, from a small LRU cache (reloaded when the directory changes). Raises ``gr.Error``
+    with the loader's message for a missing or unreadable checkpoint."""
     path = checkpoint_dir(checkpoint, root)
     try:
         return _load(str(path.resolve()), path.stat().st_mtime_ns)
@@ -119,18 +112,13 @@ def check_sampling(m: float, sampling_temperature: float) -> None:
 
 
 def positions_needed(
-    tokenizer: PreTrainedTokenizerBase,
-    meta: dict,
-    question: str,
-    labels: Sequence[str],
-    max_new_tokens: int,
+    reader: Reader, question: str, labels: Sequence[str], max_new_tokens: int
 ) -> tuple[int, int]:
     """``(prompt tokens, positions)`` a reading of ``question`` uses at most: the prompt
     :func:`rlcd_lab.reader.read` builds for it (chat template and worked example included),
     then ``max_new_tokens`` rationale tokens, the marker and the bridge to the answer token
-    (``Reader.question_positions``; a reader without a model, which only builds prompts).
-    Raises ``ValueError`` for bad labels or an empty question (as ``read`` would)."""
-    reader = Reader(None, tokenizer, meta)  # type: ignore[arg-type]
+    (``Reader.question_positions``). Raises ``ValueError`` for bad labels or an empty
+    question (as ``read`` would)."""
     return reader.question_positions(question, list(labels), max_new_tokens=int(max_new_tokens))
 
 
@@ -142,16 +130,13 @@ def option_hint(meta: dict) -> str:
     return ", ".join(map(str, options)) if options else GENERIC_HINT
 
 
-def check_input(
-    tokenizer: PreTrainedTokenizerBase, meta: dict, question: str, labels: Sequence[str]
-) -> None:
+def check_input(reader: Reader, question: str, labels: Sequence[str]) -> None:
     """The decision server's input policy, applied to a typed question: characters the
     tokenizer maps to its unknown token are refused by the server's own check
     (:func:`rlcd_lab.decide.questions.unknown_chars`), and labels that are not single
     tokens are refused with :func:`option_hint`. Raises ``gr.Error`` (control characters
     shown escaped)."""
-    reader = Reader(None, tokenizer, meta)  # type: ignore[arg-type]
-    bad = unknown_chars(tokenizer, question, reader.encode)
+    bad = unknown_chars(reader.tokenizer, question, reader.encode)
     if bad:
         raise gr.Error(
             f"the question contains characters this model cannot read: {bad[:10]}; the "
@@ -162,15 +147,13 @@ def check_input(
     except ValueError as err:
         msg = str(err)
         if NOT_SINGLE in msg:
-            msg = msg.split(";")[0] + f"; this model reads the options {option_hint(meta)}"
+            msg = msg.split(";")[0] + f"; this model reads the options {option_hint(reader.meta)}"
         raise gr.Error(msg) from None
 
 
 @torch.no_grad()
 def ask_model(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    meta: dict,
+    reader: Reader,
     question: str,
     labels: Sequence[str],
     m: int = 4,
@@ -178,7 +161,8 @@ def ask_model(
     max_new_tokens: int = 64,
     seed: int | None = 0,
 ) -> dict:
-    """Sample ``m`` rationales for ``question`` and read each one's calibrated readout.
+    """Sample ``m`` rationales for ``question`` through ``reader`` and read each one's
+    calibrated readout.
 
     Returns a JSON-ready dict: ``options``, ``T`` (the checkpoint's fitted calibration
     temperature), ``m``, ``max_new_tokens``, ``marker``, ``rationales`` (per rationale: ``text``,
@@ -192,7 +176,6 @@ def ask_model(
     (``Reader.check_question``: :func:`positions_needed` > :func:`context_length`; checked
     before sampling).
     """
-    reader = Reader(model, tokenizer, meta)
     labels = list(labels)
     try:
         reader.check_question(question, labels, max_new_tokens=int(max_new_tokens))
@@ -323,7 +306,7 @@ def verdict_markdown(result: dict | None, rule: DecisionRule | float) -> str:
     if n_stopped:
         lines.append(
             f"**No marker:** {n_stopped} of {result['m']} rationales ended without writing "
-            f"`{result.get('marker', MARKER)}`; it was appended before the readout."
+            f"`{result.get('marker', DEFAULT_META['marker'])}`; it was appended before the readout."
         )
     item = result.get("item")
     if item:
@@ -402,7 +385,7 @@ def ask(
     """The Ask tab's callback: ``(verdict markdown, rationales html, bar chart, result)``.
 
     ``result`` is :func:`ask_model`'s dict plus ``checkpoint``, ``T_fitted`` (and
-    ``T_note``, :func:`temperature_status`), ``threshold``, ``routing`` (the rule
+    ``T_note``, from the checkpoint's :class:`Reader`), ``threshold``, ``routing`` (the rule
     ``DecisionRule(measure, threshold, aggregate)`` applied: :func:`route_result`),
     ``decision`` and, when the question is one of the checkpoint's examples (a test item
     of its task, or a generic example) with the same options, ``item`` (``uid``, true
@@ -417,19 +400,18 @@ def ask(
     labels = parse_options(options)
     rule = make_rule(threshold, measure, aggregate)
     check_sampling(m, sampling_temperature)
-    model, tokenizer, meta = load_model(checkpoint, root)
+    reader = load_reader(checkpoint, root)
     path = checkpoint_dir(checkpoint, root)
-    check_input(tokenizer, meta, question.strip(), labels)
+    check_input(reader, question.strip(), labels)
     try:
         result = ask_model(
-            model, tokenizer, meta, question.strip(), labels, m, sampling_temperature,
-            max_new_tokens, seed,
-        )  # fmt: skip
+            reader, question.strip(), labels, m, sampling_temperature, max_new_tokens, seed
+        )
     except ValueError as err:
         raise gr.Error(str(err)) from None
     result["checkpoint"] = checkpoint
-    result["T_fitted"], result["T_note"] = temperature_status(path, meta)
-    for item in example_items(path, meta):
+    result["T_fitted"], result["T_note"] = reader.T_fitted, reader.T_note
+    for item in example_items(path, reader.meta):
         if item.prompt == result["question"] and list(item.options) == labels:
             label = None if item.label is None else labels[item.label]
             result["item"] = {"uid": item.uid, "label": label, "q": item.q}

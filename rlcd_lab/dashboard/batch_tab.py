@@ -307,7 +307,7 @@ def batch_answers(
         raise gr.Error(f"cannot use this file: {err}") from None
     rule = ask_tab.make_rule(threshold, measure, aggregate)
     ask_tab.check_sampling(m, sampling_temperature)
-    model, tokenizer, meta = ask_tab.load_model(checkpoint, root)
+    reader = ask_tab.load_reader(checkpoint, root)
     rows = []
     for b in bad:
         row = dict.fromkeys(RESULT_COLUMNS, "")
@@ -319,8 +319,7 @@ def batch_answers(
         row["label"] = q.label or ""
         try:
             result = ask_tab.ask_model(
-                model, tokenizer, meta, q.question, q.options, m, sampling_temperature,
-                max_new_tokens,
+                reader, q.question, q.options, m, sampling_temperature, max_new_tokens,
                 None if seed is None else int(seed) + q.row,
             )  # fmt: skip
         except ValueError as err:

@@ -29,12 +29,12 @@ from rlcd_lab.dashboard import ask_tab
 from rlcd_lab.dashboard.ask_checkpoint import task_items
 from rlcd_lab.dashboard.common import checkpoint_dir
 from rlcd_lab.dashboard.runs_tab import warnings_markdown
+from rlcd_lab.drawing import plots
 from rlcd_lab.files.assets import ASSETS, default_checkpoint, tiny_verify_first
 from rlcd_lab.files.rundir import CheckpointError
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.math.routing import DEFAULT_THRESHOLD
 from rlcd_lab.reader import PRETRAINED_METHODS
-from rlcd_lab.reports import plots
 
 UNDECIDED_MARGIN = 0.05
 """A readout whose chance-corrected confidence ``(K max p - 1) / (K - 1)`` is below this

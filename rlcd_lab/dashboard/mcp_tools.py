@@ -103,8 +103,7 @@ def decide(
             'question must be a Jev wire question as JSON, e.g. {"type": "noul"}'
         ) from None
     name = _checkpoint(checkpoint, root)
-    model, tokenizer, meta = ask_tab.load_model(name, root)
-    engine = DecisionModel(model, tokenizer, meta)
+    engine = DecisionModel.from_reader(ask_tab.load_reader(name, root))
     try:
         out = engine.decide(state, {"q": wire}, mode=mode)
     except DecisionError as err:

@@ -15,7 +15,7 @@ import torch
 
 from rlcd_lab.dashboard.common import compact_layout
 from rlcd_lab.decomposition import sampled_answer_decomposition, variance_decomposition
-from rlcd_lab.reports import plots
+from rlcd_lab.drawing import plots
 
 MAX_M = 4
 LABELS = ("A", "B", "C")

@@ -38,6 +38,7 @@ import plotly.graph_objects as go
 from rlcd_lab import metrics
 from rlcd_lab.dashboard import routing_words
 from rlcd_lab.dashboard.common import resolve_dir, short_labels
+from rlcd_lab.drawing import plots
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.io import jsonl_path
@@ -49,7 +50,6 @@ from rlcd_lab.math.routing import (
     threshold_for_coverage,
     threshold_for_risk,
 )
-from rlcd_lab.reports import plots
 from rlcd_lab.reports.results import Ranked, RunResult, RunView, rank
 from rlcd_lab.reports.results import load_run as load_result
 

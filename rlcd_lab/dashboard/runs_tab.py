@@ -27,10 +27,10 @@ from rlcd_lab.dashboard.common import (
     run_choices,
     short_labels,
 )
+from rlcd_lab.drawing import plots
 from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.lm.checkpoint import read_meta
-from rlcd_lab.reports import plots
 
 PANELS: dict[str, tuple[str, ...]] = {
     "rationale length": ("rationale_length",),

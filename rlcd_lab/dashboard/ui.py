@@ -30,7 +30,7 @@ folders the operator allows (``build_demo(allowed_dirs=...)``, ``rlcd-lab app
 say whether it exists.
 
 Figures follow the page's light or dark theme: they are drawn on a transparent background
-with neutral grid lines (:func:`rlcd_lab.reports.plots.apply_theme`, ``auto``) and :data:`CSS`
+with neutral grid lines (:func:`rlcd_lab.drawing.plots.apply_theme`, ``auto``) and :data:`CSS`
 recolours their text in dark mode.
 """
 
@@ -83,7 +83,7 @@ th[role="columnheader"] span {
 .js-plotly-plot .plotly:focus-within .modebar { opacity: 1; }
 """
 """Dark mode for the plotly figures: their text takes the theme's text colour (the figures
-themselves are transparent, :func:`rlcd_lab.reports.plots.apply_theme`). Table headers break
+themselves are transparent, :func:`rlcd_lab.drawing.plots.apply_theme`). Table headers break
 between words only (gradio's ``break-word`` split "escalated" across lines in a narrow
 column; the column widens to its longest word instead). Plotly's mode bar (toolbar)
 shows while the pointer is over a figure or a button in it has the focus: plotly does

@@ -16,7 +16,7 @@ The task YAML files beside this module (``rlcd_verify.yaml``, ``rlcd_facts.yaml`
   aggregations (:func:`accuracy`, :func:`brier`, :func:`nll`, :func:`ece`, :func:`aurc`,
   :func:`cov_at_eps`, :func:`pred_cov_at_eps`, :func:`jsd`) compute the metric over all
   docs with :func:`rlcd_lab.metrics.evaluate` (``is_logits=True``, each item over its own
-  options via ``metrics.pad_ragged``), exactly as ``rlcd_lab.reports.results.summarize`` (and so
+  options via ``metrics.pad_ragged``), exactly as ``rlcd_lab.summary.summarize`` (and so
   ``rlcd-lab eval``) does. No formula is written here.
 
 Docs are ranked in their task order (``index``) before aggregating, so the tie rule of
@@ -95,7 +95,7 @@ def process_results_q(doc: dict, results: Sequence[tuple[float, bool]]) -> dict[
 
 def table(scored: Sequence[Scored], eps: float = metrics.DEFAULT_EPS) -> dict[str, float]:
     """``metrics.evaluate`` over the docs' log-likelihoods, as
-    ``rlcd_lab.reports.results.summarize`` calls it: docs sorted by ``index``, the ``lls (N,
+    ``rlcd_lab.summary.summarize`` calls it: docs sorted by ``index``, the ``lls (N,
     K_max)`` padded with ``-inf`` (an absent option has probability 0), used as logits
     (``softmax(log u) = u``), ``q`` padded with 0 when the first doc has one."""
     rows = sorted(scored, key=lambda s: s[0])

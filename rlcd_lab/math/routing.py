@@ -368,7 +368,7 @@ def cost_curve(
     """:func:`expected_cost` per item of "decide when confidence >= t" for every distinct t.
 
     Returns ``(t, cost)`` ascending in ``t``, in the form
-    :func:`rlcd_lab.reports.plots.threshold_curves` draws: ``cost[j]`` holds for ``t`` in
+    :func:`rlcd_lab.drawing.plots.threshold_curves` draws: ``cost[j]`` holds for ``t`` in
     ``(t[j-1], t[j]]``; deciding the top ``k`` items (``t = conf_(k)``, ties kept
     together) costs ``(c_w errors_k + c_e (N - k)) / N``, and ``t = 1`` (above every
     confidence below 1) escalates everything. Items are ranked as in

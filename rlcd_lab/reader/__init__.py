@@ -15,18 +15,22 @@ lowest first:
   and the row ``forced`` at the limit or at EOS); ``generate_text`` samples free text;
 * :mod:`.reading`: :func:`~.reading.score_rationales` gives the readout at the last column
   and ``log pi(r | x)`` with gradients (sample without gradient, score with it); direct
-  readouts; :func:`~.reading.read` does all of it for questions with 2..K options each.
+  readouts; :func:`~.reading.read` does all of it for questions with 2..K options each;
+* :mod:`.verbal`: a confidence the model states after its answer (RLCR's format),
+  :func:`~.verbal.read_stated`.
 
 This module holds :class:`Reader`, the one entry for the faces (the decision engine, the
-dashboard tabs, the GSM8K proposer): one checkpoint with its prompt format, context rule
-(:func:`reading_length`, :class:`ContextTooLong`), fitted temperature ``T``
-(:func:`temperature_fitted`) and sampler. The training loops, evaluation and the bridges
+dashboard, the server, the command line's evaluation, the GSM8K proposer), which open a
+checkpoint with :meth:`Reader.load`: one checkpoint with its prompt format, context rule
+(:func:`reading_length`, :class:`ContextTooLong`), fitted temperature ``T`` and whether it
+was fitted (:func:`temperature_fitted`) and sampler. The training loops, evaluation and the bridges
 named in ``tests/test_layering.py`` (``READER_USERS``) call the modules above directly;
 every name is imported from the module that defines it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -92,6 +96,24 @@ def raw_meta(path: str | Path) -> dict | None:
     return raw if isinstance(raw, dict) else None
 
 
+def has_chat_template(path: Path) -> bool:
+    """Whether the checkpoint at ``path`` ships a chat template (read from its files, the
+    model is not loaded)."""
+    if (path / "chat_template.jinja").is_file():
+        return True
+    try:
+        return bool(json.loads((path / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def checkpoint_prompt_format(path: str | Path, meta: Mapping[str, Any]) -> str:
+    """The prompt format a :class:`Reader` of the checkpoint at ``path`` uses
+    (:func:`detect_prompt_format` on ``meta``, its ``rlcd.json``), read from its files: the
+    chat template is looked up by :func:`has_chat_template`, the model is not loaded."""
+    return detect_prompt_format(has_chat_template(Path(path)), meta)
+
+
 def reading_length(
     prompt_tokens: int,
     bridge_tokens: int,
@@ -137,8 +159,9 @@ class Reader:
     * the context budget: ``n_ctx`` (``models.context_length``) and :meth:`check_fits`,
       the rule (:func:`reading_length`) every face checks a question with;
     * the fitted calibration temperature ``T`` (``rlcd.json`` ``"T"``, 1 when
-      none is recorded; ``T`` overrides it) and ``T_fitted`` (:func:`temperature_fitted`;
-      a base model's recorded T = 1 is not a fit): :meth:`calibrate` is ``softmax(z / T)``;
+      none is recorded; ``T`` overrides it), ``T_fitted`` (:func:`temperature_fitted`;
+      a base model's recorded T = 1 is not a fit) and ``T_note`` (why not, else ``""``):
+      :meth:`calibrate` is ``softmax(z / T)``;
       :meth:`read` returns raw readings (``u = softmax(z)``), :meth:`calibrated` their
       calibrated readouts;
     * the shared-prefix direct readout :meth:`direct`;
@@ -163,9 +186,11 @@ class Reader:
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
         self.meta = {**DEFAULT_META, **upgrade_meta(meta)}
         self.marker, self.sep = self.meta["marker"], self.meta["sep"]
+        fitted, note = temperature_fitted(meta)
         if T_fitted is None:
-            T_fitted = T is not None or temperature_fitted(meta)[0]
+            T_fitted = T is not None or fitted
         self.T_fitted = bool(T_fitted)
+        self.T_note = "" if self.T_fitted else note or "not fitted"
         recorded = self.meta.get("T")
         self.T = float((1.0 if recorded is None else recorded) if T is None else T)
         if not (math.isfinite(self.T) and self.T > 0):
@@ -197,12 +222,17 @@ class Reader:
         **kwargs: Any,
     ) -> Reader:
         """A checkpoint directory (``loading.load_checkpoint``; ``verify=False`` skips its
-        checksums) as a reader; ``T_fitted`` from its own ``rlcd.json`` (none: not fitted)
-        unless given (or ``T`` is)."""
+        checksums) as a reader, the one way every face opens a checkpoint: ``T_fitted`` and
+        ``T_note`` from its own ``rlcd.json`` as written (none: not fitted) unless
+        ``T_fitted`` (or ``T``) is given."""
         model, tokenizer, meta = load_checkpoint(path, device=device, verify=verify)
+        fitted, note = temperature_fitted(raw_meta(path))
         if "T_fitted" not in kwargs and kwargs.get("T") is None:
-            kwargs["T_fitted"] = temperature_fitted(raw_meta(path))[0]
-        return cls(model, tokenizer, meta, **kwargs)
+            kwargs["T_fitted"] = fitted
+        reader = cls(model, tokenizer, meta, **kwargs)
+        if not reader.T_fitted:
+            reader.T_note = note or reader.T_note
+        return reader
 
     # ------------------------------------------------------------------ prompts
     def prompt(

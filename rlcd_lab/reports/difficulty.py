@@ -24,11 +24,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from rlcd_lab.drawing.pages import write_pngs
 from rlcd_lab.files.io import atomic_write_text
 from rlcd_lab.files.rundir import SUMMARY
 from rlcd_lab.math import paper
 from rlcd_lab.math.verdicts import fmt_diff, verdict
-from rlcd_lab.reports.pages import write_pngs
 from rlcd_lab.reports.results import summary_json
 
 RLCD_RUN, GRPO_RUN = "reinforce", "grpo-matched"

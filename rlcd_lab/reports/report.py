@@ -24,7 +24,7 @@ opposite direction; a finding of no difference is consistent or differs);
 the runs. The README's result blocks are these functions' output for the shipped
 summaries, never typed by hand: ``python -m rlcd_lab.reports.report SUMMARY`` prints them and a
 test compares. The verdict rules (:mod:`rlcd_lab.math.verdicts`) and the HTML pages and PNG
-figures (:mod:`rlcd_lab.reports.pages`) live below this module, which re-exports their names.
+figures (:mod:`rlcd_lab.drawing.pages`) live below this module.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlcd_lab.drawing.pages import PLOTLY_JS, html_page, write_plotlyjs, write_pngs
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import atomic_write_text
 from rlcd_lab.math import paper
@@ -51,7 +52,6 @@ from rlcd_lab.math.verdicts import (
 )
 from rlcd_lab.reports import posthoc
 from rlcd_lab.reports.mechanism import mechanism_table
-from rlcd_lab.reports.pages import PLOTLY_JS, html_page, write_plotlyjs, write_pngs
 from rlcd_lab.reports.results import (
     FORKS,
     GRPO_STAGE1,
@@ -647,7 +647,7 @@ def report_figures(summary: Mapping, loaded: Mapping[str, Sequence[RunResult]]) 
     mean over seeds (every run's curves where the reproduction has neither). Figure 2:
     risk-coverage, seeds pooled. Figure 3: each stage-2 fork minus ``readout-only``
     (Brier and AURC, 95% CIs). ``rlcd_minus_<metric>``: two-stage RLCD minus each run."""
-    from rlcd_lab.reports import plots
+    from rlcd_lab.drawing import plots
 
     collapse = [n for n in (NO_KL, f"{SWEEP_PREFIX}1") if n in loaded]
     trained = {  # each run's log rows, read once

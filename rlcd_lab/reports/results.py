@@ -8,8 +8,8 @@ card all read runs through it. File names come from :mod:`rlcd_lab.files.rundir`
 
 * :func:`load_run`: one run, after temperature scaling fitted on dev (``T = 1`` and
   ``fitted = False`` without a dev dump), as a :class:`RunResult` with per-item values;
-  :func:`from_rows` does the same for dump rows already in memory; :func:`summarize`
-  is Table 1's row of dump rows.
+  :func:`from_rows` does the same for dump rows already in memory (each split scored by
+  :func:`rlcd_lab.summary.summarize`).
 * :meth:`RunResult.view`: a :class:`RunView` of the test items, what the dashboard's
   Routing tab draws: calibrated (the fitted T) or raw, single query or the mixture of the
   run's M rationales, with per-item correctness, confidence, Brier and NLL
@@ -43,6 +43,7 @@ from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.math import routing, stats
 from rlcd_lab.metrics import DEFAULT_EPS
 from rlcd_lab.reports.mechanism import mechanism
+from rlcd_lab.summary import dump_logits, summarize
 
 RLCD = "reinforce"
 """The run every other run is compared with: two-stage RLCD."""
@@ -70,7 +71,7 @@ PER_ITEM = ("accuracy", "brier", "nll")
 """Metrics that are means of per-item values (paired over items averaged over seeds)."""
 CURVE = ("aurc", "cov_at_eps")
 """Whole-curve metrics (per seed, averaged; items resampled jointly across seeds)."""
-METRICS = {  # summary key -> (column, key in evaluate.summarize's row)
+METRICS = {  # summary key -> (column, key in summary.summarize's row)
     "accuracy": ("acc", "ts_accuracy"),
     "brier": ("Brier", "ts_brier"),
     "nll": ("NLL", "ts_nll"),
@@ -95,29 +96,6 @@ N_CLAIM = 4000
 RNG_SEEDS = (0, 1, 2, 3, 4)
 """The bootstrap RNG seeds a claim's test is run under: the first gives the numbers shown,
 the others whether its verdict depends on the draw (a cell marked "borderline")."""
-
-
-def summarize(
-    rows: Sequence[dict], dev_rows: Sequence[dict] | None = None, eps: float = DEFAULT_EPS
-) -> dict:
-    """Table 1 row for single-query readouts (``metrics.evaluate``), plus rationale stats.
-
-    With ``dev_rows`` the temperature is fitted on dev and every metric is repeated after
-    scaling (``ts_`` prefix). Adds ``mean_length`` (sampled tokens per rationale) and
-    ``forced_rate``. Items may have different numbers of options: logits are padded with
-    ``-inf`` (probability 0) and ``q`` with 0 (``metrics.pad_ragged``), so every metric of
-    an item is computed over its own options. (Re-exported by ``rlcd_lab.evaluate``.)
-    """
-    labels = np.array([r["label"] for r in rows])
-    q = metrics.pad_ragged([r["q"] for r in rows], 0.0) if rows[0]["q"] is not None else None
-    dev = None
-    if dev_rows is not None:
-        dev = (_logits(dev_rows), np.array([r["label"] for r in dev_rows]))
-    logits = _logits(rows)
-    out = metrics.evaluate(logits, labels, dev=dev, eps=eps, is_logits=True, q=q)
-    out["mean_length"] = float(np.mean([np.mean(r["lengths"]) for r in rows]))
-    out["forced_rate"] = float(np.mean([np.mean(r["forced"]) for r in rows]))
-    return out
 
 
 SUMMARY_DIGITS = 10
@@ -416,42 +394,6 @@ class RunResult:
         return self.mixture_jsd if self.mixture is not None else self.jsd
 
 
-STATED_FLOOR = 1e-6
-"""The smallest probability a stated distribution gives an option (the floor of
-``rlcd_lab.train.verbal.stated_logits``, which imports torch)."""
-
-
-def _stated_logits(answer: int, c: float, k: int) -> np.ndarray:
-    """``log max(p, STATED_FLOOR)`` of the stated distribution over ``k`` options:
-    ``p(answer) = c`` and ``(1 - c) / (k - 1)`` on each other option."""
-    p = np.full(k, (1 - c) / max(k - 1, 1))
-    p[answer] = c
-    return np.log(np.maximum(p, STATED_FLOOR))
-
-
-def row_logits(row: Mapping) -> list[float]:
-    """An eval dump row's logits: ``row["logits"]``, except where they are the row's
-    stated confidence (a stated-confidence view, ``rlcr-stated``: its logits are the
-    distribution of ``stated_answer`` and ``stated_confidence`` held as float32, to 1e-9;
-    an RLCR readout's dump holds the same fields beside its readout's logits). Those are
-    rebuilt from the number the stated text carried, the shortest decimal that rounds to
-    the float32 value (0.3499999940... is 0.35), so that equal stated confidences are
-    equal whichever answer they are stated on ("0.05 on B" and "0.95 on A" are one
-    distribution over two options)."""
-    c, answer = row.get("stated_confidence"), row.get("stated_answer")
-    if c is None or answer is None:
-        return row["logits"]
-    k = len(row["logits"])
-    held = _stated_logits(int(answer), float(np.float32(c)), k)
-    if not np.allclose(row["logits"], held, rtol=1e-9, atol=1e-12):
-        return row["logits"]  # a readout, with a stated confidence beside it
-    return _stated_logits(int(answer), float(str(np.float32(c))), k).tolist()
-
-
-def _logits(rows: Sequence[dict]) -> np.ndarray:
-    return metrics.pad_ragged([row_logits(r) for r in rows], -np.inf)
-
-
 def from_rows(
     test: Sequence[dict],
     dev: Sequence[dict] | None = None,
@@ -484,9 +426,9 @@ def from_rows(
         row=row,
         T=float(row["T"]) if fitted else 1.0,
         fitted=fitted,
-        logits=_logits(test),
+        logits=dump_logits(test),
         labels=np.array([r["label"] for r in test]),
-        dev_logits=_logits(dev) if dev else None,
+        dev_logits=dump_logits(dev) if dev else None,
         dev_labels=np.array([r["label"] for r in dev]) if dev else None,
         q=q,
         mixture=mix,

@@ -58,12 +58,9 @@ from rlcd_lab.server.hardening import (
     read_body,
     validation_detail,
 )
+from rlcd_lab.server.options import ServeOptions
 
 log = logging.getLogger(__package__)
-DEFAULT_ALIASES = ("jev-latest",)
-DEFAULT_DEADLINE_S = 8.0
-"""Seconds a request may take (from its arrival) before its answer is the best so far:
-below the official client's default timeout of 10 s."""
 
 
 def default_checkpoint() -> Path:
@@ -399,54 +396,49 @@ def _check_names(names: Sequence[Any]) -> None:
 # --------------------------------------------------------------------------- the app
 def create_app(
     decider: DecisionModel | str | Path | None = None,
+    opts: ServeOptions | None = None,
     *,
-    name: str | None = None,
-    aliases: Sequence[str] = DEFAULT_ALIASES,
-    api_key: str | None = None,
-    options: DecideOptions | None = None,
     limits: ServerLimits | None = None,
-    batching: bool = True,
     max_batch: int = 32,
-    max_wait_ms: float = 5.0,
-    device: str = "cpu",
     allowed_hosts: Sequence[str] | None = None,
-    limit_concurrency: int | None = None,
-    deadline_s: float | None = DEFAULT_DEADLINE_S,
     unfitted_auto: bool = False,
-    verify: bool = True,
 ) -> FastAPI:
-    """The ASGI app serving one checkpoint under ``name`` and ``aliases``.
+    """The ASGI app serving one checkpoint as ``opts`` says (None: the defaults of
+    :class:`ServeOptions`).
 
-    ``decider``: a loaded :class:`DecisionModel`, a checkpoint directory, or None for
-    ``default_checkpoint()``. ``name`` defaults to ``rlcd-<task>-<method>`` from its
-    ``rlcd.json``. ``api_key``: None or empty serves without a key (the command line also
-    reads ``RLCD_API_KEY``). ``options``: the answers' defaults (None: mode ``auto``, direct
-    and reasoning only below the confidence threshold); a request's ``rlcd`` object
-    overrides them. For a checkpoint whose T was not fitted (``decide.temperature_fitted``)
-    a default mode ``auto`` becomes ``direct`` (its confidence cannot say when reasoning is
-    worth the time) unless ``unfitted_auto``; a request may still ask for it. ``deadline_s``:
-    seconds from a request's arrival after which no more rationales are drawn for it and
-    its answer is the best so far (None: no deadline; a request's ``rlcd.deadline_s``
-    overrides it). ``verify``: check the checkpoint's checksums when loading it from a
-    path (``--no-verify`` skips). ``batching``, ``max_batch``, ``max_wait_ms`` (0..1000):
-    dynamic batching (see :mod:`.batching`). ``allowed_hosts``: Host header patterns
-    (Starlette's ``TrustedHostMiddleware``); None accepts any (``serve`` always passes a
-    list).
-    ``limit_concurrency``: at most this many requests in flight (open connections do not
-    count), beyond it 503 with ``Retry-After``; None: no limit. Arguments are checked
+    ``decider``: a loaded :class:`DecisionModel`, or a checkpoint directory (None:
+    ``opts.checkpoint``, else ``default_checkpoint()``) loaded on ``opts.device``, its
+    checksums checked unless not ``opts.verify``. Its names: ``opts.name`` (None:
+    ``rlcd-<task>-<method>`` from its ``rlcd.json``) and ``opts.alias``. ``opts.api_key``:
+    None or empty serves without a key (:func:`~.serving.serve` reads ``RLCD_API_KEY``).
+    The answers' defaults are ``opts.mode``, ``opts.m`` and ``opts.threshold``; a request's
+    ``rlcd`` object overrides them. For a checkpoint whose T was not fitted
+    (``decide.temperature_fitted``) a default mode ``auto`` becomes ``direct`` (its
+    confidence cannot say when reasoning is worth the time) unless ``unfitted_auto``; a
+    request may still ask for it. ``opts.deadline``: seconds from a request's arrival after
+    which no more rationales are drawn for it and its answer is the best so far (None: no
+    deadline; a request's ``rlcd.deadline_s`` overrides it). ``opts.batching``,
+    ``max_batch``, ``opts.max_wait_ms`` (0..1000): dynamic batching (see :mod:`.batching`).
+    ``opts.limit_concurrency``: at most this many requests in flight (open connections do
+    not count), beyond it 503 with ``Retry-After``. ``allowed_hosts``: Host header
+    patterns (Starlette's ``TrustedHostMiddleware``); None accepts any (``serve`` passes
+    the loopback names, ``opts.host`` and ``opts.allowed_host``). Arguments are checked
     (``ValueError``) before the checkpoint is loaded.
     """
+    opts = opts or ServeOptions()
     limits = limits or ServerLimits()
-    _check_args(limits, options, deadline_s, max_batch, max_wait_ms, limit_concurrency)
+    options = DecideOptions(mode=opts.mode, m=opts.m, threshold=opts.threshold)
+    _check_args(limits, options, opts.deadline, max_batch, opts.max_wait_ms, opts.limit_concurrency)
     hosts = None if allowed_hosts is None else check_hosts(allowed_hosts)
+    name, aliases = opts.name, opts.alias
     _check_names([name, *aliases] if name is not None else aliases)
     path = None
     if not isinstance(decider, DecisionModel):
-        _check_device(device)
-        path = Path(decider) if decider is not None else default_checkpoint()
-        decider = DecisionModel.from_checkpoint(path, device=device, verify=verify)
+        _check_device(opts.device)
+        checkpoint = decider if decider is not None else opts.checkpoint
+        path = Path(checkpoint) if checkpoint is not None else default_checkpoint()
+        decider = DecisionModel.from_checkpoint(path, device=opts.device, verify=opts.verify)
     decider.max_state_tokens = min(decider.max_state_tokens, limits.max_state_tokens)
-    options = options or DecideOptions(mode="auto")
     if options.mode == "auto" and not (decider.T_fitted or unfitted_auto):
         options = replace(options, mode="direct")
     if name is None:
@@ -455,16 +447,18 @@ def create_app(
     names = list(dict.fromkeys([name, *aliases]))
     batcher = DynamicBatcher(
         _isolating(decider),
-        enabled=batching,
+        enabled=opts.batching,
         max_batch=max_batch,
-        max_wait_ms=max_wait_ms,
+        max_wait_ms=opts.max_wait_ms,
         max_pending=limits.max_pending,
         deadline=lambda job: job[2].deadline,
         clock=lambda: answering.clock(),  # the deadlines' clock (a test may replace it)
     )
     models = _model_list(decider, name, names, options.mode, path)
-    service = _Service(decider, batcher, name, names, models, options, limits, deadline_s, api_key)
-    return _build(service, Capacity(limit_concurrency), hosts)
+    service = _Service(
+        decider, batcher, name, names, models, options, limits, opts.deadline, opts.api_key
+    )
+    return _build(service, Capacity(opts.limit_concurrency), hosts)
 
 
 def _build(service: _Service, capacity: Capacity, hosts: list[str] | None) -> FastAPI:

@@ -64,7 +64,7 @@ from rlcd_lab.lm.loading import check_checkpoint, load_checkpoint
 from rlcd_lab.reader.rationales import default_sampler, mix_seed, sample_questions
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Sampler
-from rlcd_lab.reports.results import summarize
+from rlcd_lab.summary import summarize
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.configs import GRPOConfig, RLCDConfig, TrainConfig

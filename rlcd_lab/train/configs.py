@@ -246,4 +246,4 @@ class RLCRConfig(TrainConfig):
     cross-entropy of the digit of the model's own readout probability for its sampled
     answer (``rlcr.py``); they count in ``steps``."""
     cue: str = "\nConfidence:"
-    """Written after the answer; the confidence digit follows it (``verbal.CUE``)."""
+    """Written after the answer; the confidence digit follows it (``reader.verbal.CUE``)."""

@@ -25,7 +25,7 @@ from rlcd_lab.lm.checkpoint import MARKER, SEP, check_replaceable, save_checkpoi
 from rlcd_lab.lm.model import char_tokenizer, tiny_model, tiny_parameters
 from rlcd_lab.reader.prompts import build_prompt
 from rlcd_lab.reader.readout import position_ids
-from rlcd_lab.reports.results import summarize
+from rlcd_lab.summary import summarize
 from rlcd_lab.tasks.synthetic import Example, get_task
 from rlcd_lab.train.pretrain_config import PretrainConfig, resolved
 

@@ -6,10 +6,10 @@ A trajectory is ``tau = (r, a, d)``: a rationale ``r`` sampled on-policy up to t
 marker, an answer ``a ~ u(r)`` sampled from the readout (as GRPO and RFT do), then,
 after the written cue ``"\\nConfidence:"``, ONE token ``d`` sampled from the model's
 next-token distribution over its whole vocabulary: a digit 0..9 states ``c = (d + 0.5) /
-10``, anything else is a format failure (``verbal.token_confidences``). Per step, for B
+10``, anything else is a format failure (``reader.verbal.token_confidences``). Per step, for B
 questions with outcomes Y and M trajectories each:
 
-1. reward ``R_i = 1[a_i = Y] - (c_i - 1[a_i = Y])^2`` (``verbal.rlcr_reward``; a format
+1. reward ``R_i = 1[a_i = Y] - (c_i - 1[a_i = Y])^2`` (:func:`rlcr_reward`; a format
    failure gets the worst Brier term, -1). The Brier term is a strictly proper score of
    ``c`` for the event "my answer is right", bounded in [-1, 0], so ``R`` lies in
    [-1, 1]; for a fixed answer right with probability p, ``E R`` peaks at ``c = p``
@@ -49,6 +49,7 @@ from torch import Tensor
 from rlcd_lab.estimators import leave_one_out_mean
 from rlcd_lab.files.rundir import releases_run
 from rlcd_lab.reader.reading import score_rationales
+from rlcd_lab.reader.verbal import confidence_logprobs, confidence_tokens, token_confidences
 from rlcd_lab.train.common import (
     Batch,
     rationale_stats,
@@ -58,13 +59,23 @@ from rlcd_lab.train.common import (
     token_kl,
 )
 from rlcd_lab.train.configs import RLCRConfig  # the settings (no torch)
-from rlcd_lab.train.verbal import (
-    confidence_logprobs,
-    confidence_tokens,
-    digit_bin,
-    rlcr_reward,
-    token_confidences,
-)
+
+
+def digit_bin(p: Tensor) -> Tensor:
+    """The digit whose bin holds probability ``p``: ``min(floor(10 p), 9)`` (long, same
+    shape); the format-learning target for a readout probability ``p``."""
+    return (p * 10).floor().long().clamp(0, 9)
+
+
+def rlcr_reward(correct: Tensor, c: Tensor) -> Tensor:
+    """RLCR's reward ``1[a = y] - (c - 1[a = y])^2`` (Damani et al. 2025, eq. 2), in [-1, 1].
+
+    ``correct``: 0/1 float, ``c``: stated confidence (NaN: unparsable, whose Brier term is
+    the worst, -1), same shape; returns that shape (higher is better). The Brier term is
+    a strictly proper, bounded score of ``c`` for the event "the answer is right": see the
+    module docstring for why its expectation peaks at the true probability."""
+    brier = torch.where(c.isnan(), -1.0, -((c.nan_to_num(0.0) - correct) ** 2))
+    return correct + brier
 
 
 def policy_gradient_loss(reward: Tensor, logp: Tensor, norm: float) -> Tensor:

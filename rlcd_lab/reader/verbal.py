@@ -1,19 +1,9 @@
-"""Verbalized (stated) confidence: RLCR's format, parser, reward and distribution.
+"""Verbalized (stated) confidence: its format, parser, reading and distribution.
 
 RLCR (Damani et al. 2025, "Beyond Binary Rewards: Training LMs to Reason About Their
-Uncertainty") has the model write, after its rationale, an answer ``a`` *and* a
-confidence ``c`` in [0, 1] that ``a`` is right, and rewards
-
-    R(a, c; y) = 1[a = y] - (c - 1[a = y])^2                      (higher is better)
-
-The second term is the (negated) Brier score of the stated confidence for the binary
-event "my answer is right": a strictly proper score bounded in [-1, 0], so R lies in
-[-1, 1]. For a fixed answer that is right with probability p, the expected reward
-``p - [p (1 - c)^2 + (1 - p) c^2]`` is maximised exactly at ``c = p`` (derivative
-``2 (p - c)``), and there it is ``p - p (1 - p) = p^2``: increasing in p, so the
-correctness term still makes the most likely answer the best one to give. An unparsable
-confidence gets the worst Brier term, -1 (``c`` taken at the wrong extreme), as RLCR does
-for format failures.
+Uncertainty", trained by :mod:`rlcd_lab.train.rlcr`) has the model write, after its
+rationale, an answer ``a`` *and* a confidence ``c`` in [0, 1] that ``a`` is right; this
+module reads that confidence.
 
 Format here (every tokenizer, the tiny character-level one included): after
 ``marker + sep + answer`` the cue :data:`CUE` (``"\\nConfidence:"``), the separator, then
@@ -58,12 +48,6 @@ PROB_FLOOR = 1e-6
 def digit_confidence(d: int) -> float:
     """``c = (d + 0.5) / 10`` for a digit ``d`` in 0..9 (the centre of its bin)."""
     return (d + 0.5) / 10
-
-
-def digit_bin(p: Tensor) -> Tensor:
-    """The digit whose bin holds probability ``p``: ``min(floor(10 p), 9)`` (long, same
-    shape); the format-learning target for a readout probability ``p``."""
-    return (p * 10).floor().long().clamp(0, 9)
 
 
 _TAG = re.compile(r"<confidence>(.*?)</confidence>", re.IGNORECASE | re.DOTALL)
@@ -111,17 +95,6 @@ def parse_confidence(text: str) -> float | None:
         else:
             return None
     return x if 0.0 <= x <= 1.0 else None
-
-
-def rlcr_reward(correct: Tensor, c: Tensor) -> Tensor:
-    """RLCR's reward ``1[a = y] - (c - 1[a = y])^2`` (Damani et al. 2025, eq. 2), in [-1, 1].
-
-    ``correct``: 0/1 float, ``c``: stated confidence (NaN: unparsable, whose Brier term is
-    the worst, -1), same shape; returns that shape (higher is better). The Brier term is
-    a strictly proper, bounded score of ``c`` for the event "the answer is right": see the
-    module docstring for why its expectation peaks at the true probability."""
-    brier = torch.where(c.isnan(), -1.0, -((c.nan_to_num(0.0) - correct) ** 2))
-    return correct + brier
 
 
 def stated_probs(answer: Tensor, c: Tensor, k: Tensor | int) -> Tensor:
