@@ -79,7 +79,7 @@ from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import write_items
 from rlcd_lab.train import train
 from rlcd_lab.train.common import QuestionStream, Session, sample_batch, setup
-from rlcd_lab.train.configs import GRPOConfig, preset
+from rlcd_lab.methods.configs import GRPOConfig, preset
 
 BETA = 0.04
 M = 4

@@ -106,7 +106,7 @@ def test_training_with_the_bf16_sampler(tmp_path):
     import json
 
     from rlcd_lab.train import train
-    from rlcd_lab.train.configs import preset
+    from rlcd_lab.methods.configs import preset
 
     cfg = preset(
         "reinforce", task="verify", init=BASE, out=tmp_path / "r", steps=2, batch_size=2, m=4,

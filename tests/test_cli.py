@@ -303,7 +303,7 @@ def field_docs(cls: type) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("args", "config"),
     [
-        (["train", "calibrate", "--help"], "rlcd_lab.train.configs:Calibrate"),
+        (["train", "calibrate", "--help"], "rlcd_lab.methods.configs:Calibrate"),
         (["reproduce", "--help"], "rlcd_lab.reproduce:ReproduceConfig"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else v,
@@ -621,7 +621,7 @@ def test_the_lock_is_taken_by_the_run_dir_and_released_however_a_run_ends(
     from rlcd_lab.files.io import FolderInUseError, FolderLock
     from rlcd_lab.files.rundir import RunDir
     from rlcd_lab.train import rlcd
-    from rlcd_lab.train.configs import preset
+    from rlcd_lab.methods.configs import preset
 
     out = tmp_path / "run"
     kw = dict(init=tiny_base, out=out, steps=2, batch_size=2, m=2, max_new_tokens=4)

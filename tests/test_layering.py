@@ -8,7 +8,8 @@ loss over logits, in any disguise); the decision path's files and functions stay
 The floors (docs/layout.md) are the package's folders: ``math`` and ``files`` (statistics,
 the cost model; file formats) under the four contract modules at the top (``scoring``,
 ``decomposition``, ``estimators``, ``metrics``), ``lm`` and ``tasks`` (models,
-checkpoints, task items), ``reader`` (the Reader), the lab (``train``, ``decide``,
+checkpoints, task items), ``reader`` (the Reader), ``methods`` (the method registry and
+the training configs, torch-free), the lab (``train``, ``decide``,
 ``reports``, ``classroom``, ``bench``, evaluation, reproduction) and the
 faces (``dashboard``, ``server``, ``cli``). ``python tests/test_layering.py`` prints the
 structure in numbers.
@@ -27,12 +28,13 @@ FLOORS = {
     "math": ("scoring", "decomposition", "estimators", "metrics", "math", "files"),
     "lm": ("lm", "tasks", "tasks.items", "tasks.split", "tasks.synthetic", "tasks.worked"),
     "reader": ("reader",),
+    "methods": ("methods",),
     "lab": ("tasks.convert", "tasks.fetch"),
     "faces": ("dashboard", "server", "cli"),
 }
 """Modules by floor (a name covers its submodules; the longest name that matches wins);
 every other module is ``lab``."""
-ORDER = ("math", "lm", "reader", "lab", "faces")
+ORDER = ("math", "lm", "reader", "methods", "lab", "faces")
 
 READER_USERS = {
     # the training loops score rationales with gradient and sample through the Reader's

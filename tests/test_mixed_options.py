@@ -13,7 +13,7 @@ from rlcd_lab.files.rundir import read_log
 from rlcd_lab.reports.results import summarize
 from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.train import grpo
-from rlcd_lab.train.configs import GRPOConfig, preset
+from rlcd_lab.methods.configs import GRPOConfig, preset
 from rlcd_lab.train.rlcd import train as train_rlcd
 
 LETTERS = "ABCDEFGHIJ"

@@ -41,7 +41,7 @@ def test_the_rules_are_listed_once():
     # the training settings offer the same rules (tyro reads this annotation for --rule)
     from typing import get_type_hints
 
-    from rlcd_lab.train.configs import RLCDConfig
+    from rlcd_lab.methods.configs import RLCDConfig
 
     assert get_args(get_type_hints(RLCDConfig)["rule"]) == tuple(RULES)
     with pytest.raises(ValueError, match=r"choose one of \('brier', 'log', 'spherical'\)"):

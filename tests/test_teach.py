@@ -11,7 +11,8 @@ from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.tasks.worked import arithmetic
-from rlcd_lab.train import METHOD_TABLE, train
+from rlcd_lab.methods import METHOD_TABLE
+from rlcd_lab.train import train
 from rlcd_lab.train.common import QuestionStream
 
 LETTERS = "ABCDEFGHIJ"

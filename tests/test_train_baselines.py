@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.tasks import load_task_items
-from rlcd_lab.train import METHOD_TABLE, train
+from rlcd_lab.methods import METHOD_TABLE
+from rlcd_lab.train import train
 from rlcd_lab.train.common import QuestionStream, k3_kl
 
 TINY = dict(

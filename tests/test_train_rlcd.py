@@ -21,7 +21,7 @@ from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.metrics import fit_temperature
 from rlcd_lab.tasks.synthetic import get_task
 from rlcd_lab.train.common import QuestionStream
-from rlcd_lab.train.configs import preset
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.train.rlcd import train
 
 TINY = dict(
@@ -209,7 +209,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, tiny_base):
     killed = tmp_path / "killed"
     code = (  # the parent's thread count: the same sums in the same order, bit for bit
         f"import torch; torch.set_num_threads({torch.get_num_threads()}); "
-        "from pathlib import Path; from rlcd_lab.train.configs import preset; "
+        "from pathlib import Path; from rlcd_lab.methods.configs import preset; "
         "from rlcd_lab.train.rlcd import train; "
         f"train(preset('calibrate', init=Path({str(tiny_base)!r}), "
         f"out=Path({str(killed)!r}), **{kw!r}))"

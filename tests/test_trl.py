@@ -19,7 +19,7 @@ from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import rlcd as rlcd_loop
 from rlcd_lab.train.common import Session
-from rlcd_lab.train.configs import preset
+from rlcd_lab.methods.configs import preset
 
 pytest.importorskip("trl")
 

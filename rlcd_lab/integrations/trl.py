@@ -31,7 +31,7 @@ process and ``M = num_generations`` completions each, the estimator of
 Stage 1 ("calibrate", ``RLCDSettings(sf_weight=0)``) is pathwise only; stage 2
 ("reinforce", ``sf_weight=0.3`` and ``beta=0.04``, anchored at the stage-1 model) adds the
 score-function term. ``RLCDSettings.from_method`` and :func:`rlcd_args` take their
-defaults from ``rlcd_lab.train.configs.METHODS``.
+defaults from ``rlcd_lab.methods.configs.METHODS``.
 
 From TRL this keeps: the data loader (each prompt repeated ``num_generations`` times),
 generation, PEFT (the reference is the model with its adapter disabled), accelerate
@@ -81,7 +81,7 @@ from rlcd_lab.reader.sampling import Generated, Sampler, pad_id
 from rlcd_lab.scoring import RULES, Rule
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.common import rationale_stats
-from rlcd_lab.train.configs import preset
+from rlcd_lab.methods.configs import preset
 
 __all__ = [
     "RLCDSettings",

@@ -41,18 +41,13 @@ from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.math import routing, stats
+from rlcd_lab.methods import MATCHED, SWEEP_PREFIX, mechanism_runs
 from rlcd_lab.metrics import DEFAULT_EPS
 from rlcd_lab.reports.mechanism import mechanism
 
 RLCD = "reinforce"
 """The run every other run is compared with: two-stage RLCD."""
 STAGE1 = "calibrate"
-MATCHED = "-matched"
-SWEEP_PREFIX = "endtoend-c"
-"""Prefix of Table 4's runs: the end-to-end objective at score-function weight W."""
-NO_KL = "endtoend-nokl"
-"""Figure 1's System-One collapse: the end-to-end objective at weight 1 without a KL
-anchor (beside ``endtoend-c1``, the same with it)."""
 READOUT_ONLY = "readout-only"
 """Figure 3's reference: the fork that continues stage 1 (the readout alone)."""
 FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont", "reinforce-ace")
@@ -75,11 +70,6 @@ METRICS = {  # summary key -> (column, key in evaluate.summarize's row)
 TABLE3_PAIRS = (("mixture", "endtoend"), ("sft", "endtoend"))
 """Table 3's comparisons besides RLCD's (same budget): mixture objective and cross-entropy
 against the per-rationale objective."""
-MECHANISM_RUNS = (
-    "base", "calibrate", "reinforce", "grpo", "grpo-matched", "rft-kl", "rft-kl-matched",
-    "sft", "sft-matched", "rlcr-matched",
-)  # fmt: skip
-"""The runs whose mechanism (:mod:`rlcd_lab.reports.mechanism`) a summary measures."""
 N_BOOT = 2000
 """Bootstrap replicates and Monte Carlo sign-flip patterns of every paired test."""
 N_CLAIM = 4000
@@ -780,7 +770,7 @@ def summarize_runs(
     +- s.d. change of ``T`` and ``length``; ``vs_readout[F]``: :func:`paired` of every
     other fork against ``readout-only`` (Figure 3: same checkpoint, stream and budget);
     ``mechanism[name]``: :func:`rlcd_lab.reports.mechanism.mechanism` of the runs of
-    :data:`MECHANISM_RUNS`; ``sweep[W]``: :func:`paired` of Table 4's
+    ``methods.mechanism_runs()``; ``sweep[W]``: :func:`paired` of Table 4's
     run at score-function weight ``W`` (``SWEEP_PREFIX`` + W) against stage 1 (weight 0);
     ``tuning``: :func:`tuning` of ``root/tune`` where the learning rates were tuned.
     """
@@ -809,7 +799,7 @@ def summarize_runs(
         summary["runs"][name] = _run_entry(group, stage1)
     summary["mechanism"] = {
         name: mechanism([g.path for g in loaded[name]], [g.T for g in loaded[name]])
-        for name in MECHANISM_RUNS
+        for name in mechanism_runs()
         if name in loaded
     }
     if RLCD in loaded:

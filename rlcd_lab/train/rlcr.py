@@ -57,7 +57,7 @@ from rlcd_lab.train.common import (
     setup,
     token_kl,
 )
-from rlcd_lab.train.configs import RLCRConfig  # the settings (no torch)
+from rlcd_lab.methods.configs import RLCRConfig  # the settings (no torch)
 from rlcd_lab.train.verbal import (
     confidence_logprobs,
     confidence_tokens,
