@@ -71,9 +71,9 @@ from rlcd_lab.classroom import tutorial
 from rlcd_lab.files import assets
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.math import paper, verdicts
+from rlcd_lab.methods.configs import GRPOConfig, preset
 from rlcd_lab.reports import plots, report, results
 from rlcd_lab.train import launch_command, train
-from rlcd_lab.methods.configs import GRPOConfig, preset
 
 pio.renderers.default = tutorial.plotly_renderer()  # JupyterLab's; none as a script
 torch.set_num_threads(1)

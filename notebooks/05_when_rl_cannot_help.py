@@ -75,9 +75,9 @@ from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.math import paper, verdicts
+from rlcd_lab.methods import METHOD_TABLE
 from rlcd_lab.reports import plots, report, results
 from rlcd_lab.tasks import load_task_items
-from rlcd_lab.methods import METHOD_TABLE
 from rlcd_lab.train import launch_command, train
 
 pio.renderers.default = tutorial.plotly_renderer()  # JupyterLab's; none as a script

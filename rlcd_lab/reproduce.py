@@ -325,10 +325,10 @@ def run_job(job: Job) -> str:
 
     from rlcd_lab.evaluate import run_eval
     from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.methods.configs import TrainConfig
     from rlcd_lab.tasks import load_task_items
     from rlcd_lab.train import train
     from rlcd_lab.train.common import pick_device
-    from rlcd_lab.methods.configs import TrainConfig
 
     if _finished(job):
         if job.train is None and not rundir.has_eval(job.out, rundir.DIRECT):

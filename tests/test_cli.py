@@ -353,7 +353,7 @@ def test_every_option_of_every_command_says_what_it_does():
 
 def test_train_description_names_every_method(capsys):
     from rlcd_lab.cli import COMMANDS
-    from rlcd_lab.train import METHOD_TABLE
+    from rlcd_lab.methods import METHOD_TABLE
 
     commands = {name for name, m in METHOD_TABLE.items() if m.command}
     words = set(re.findall(r"\w+", COMMANDS["train"][0]))
@@ -620,8 +620,8 @@ def test_the_lock_is_taken_by_the_run_dir_and_released_however_a_run_ends(
 ):
     from rlcd_lab.files.io import FolderInUseError, FolderLock
     from rlcd_lab.files.rundir import RunDir
-    from rlcd_lab.train import rlcd
     from rlcd_lab.methods.configs import preset
+    from rlcd_lab.train import rlcd
 
     out = tmp_path / "run"
     kw = dict(init=tiny_base, out=out, steps=2, batch_size=2, m=2, max_new_tokens=4)

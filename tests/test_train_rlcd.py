@@ -18,10 +18,10 @@ from safetensors.torch import load_file
 from rlcd_lab.files import rundir
 from rlcd_lab.files.rundir import RunDir, config_diff, read_log
 from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.metrics import fit_temperature
 from rlcd_lab.tasks.synthetic import get_task
 from rlcd_lab.train.common import QuestionStream
-from rlcd_lab.methods.configs import preset
 from rlcd_lab.train.rlcd import train
 
 TINY = dict(

@@ -47,7 +47,6 @@ CHECKPOINT_FILES = ("config.json", "adapter_config.json")
 """A checkpoint directory holds a model (``config.json``) or a PEFT adapter."""
 
 
-
 def compact_layout(fig: go.Figure, offset: float = 0.22) -> go.Figure:
     """A horizontal legend under the plot (``offset`` of the plot height below it) and
     narrow side margins, so a figure keeps most of its width on a phone; returns ``fig``."""

@@ -73,6 +73,7 @@ except ImportError as err:  # the optional extra is not installed
 
 from rlcd_lab.estimators import SurrogateTerms, surrogate_terms
 from rlcd_lab.lm.checkpoint import MARKER, SEP
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.reader.decoding import _StopCheck
 from rlcd_lab.reader.prompts import build_prompt, encode_prompts, item_options, padded_option_ids
 from rlcd_lab.reader.rationales import Rationales, sample_rationales
@@ -81,7 +82,6 @@ from rlcd_lab.reader.sampling import Generated, Sampler, pad_id
 from rlcd_lab.scoring import RULES, Rule
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.common import rationale_stats
-from rlcd_lab.methods.configs import preset
 
 __all__ = [
     "RLCDSettings",

@@ -141,6 +141,11 @@ def _table1(name: str, config: TrainConfig, **overrides: Any):
     return lambda r: {} if r.aleatoric else {name: configured(config, r.settings, **overrides)}
 
 
+def _table3(name: str, config: TrainConfig):
+    """A row's runs: one run ``name`` from the base model, on tasks with ``q``."""
+    return lambda r: {name: configured(config, r.settings)} if r.aleatoric else {}
+
+
 def _fork(name: str, config: TrainConfig, **overrides: Any):
     """A row's runs: one continuation ``name`` of stage 1, on tasks without ``q``."""
     return lambda r: (
@@ -154,7 +159,9 @@ def _endtoend(r: Reproduction) -> dict[str, TrainConfig]:
     e2e = METHODS["endtoend"]
     if r.aleatoric:
         return {"endtoend": configured(e2e, r.settings, beta=0.04)}
-    runs = {f"{SWEEP_PREFIX}{c:g}": configured(e2e, r.settings, sf_weight=c, beta=0.04) for c in SWEEP}
+    runs = {
+        f"{SWEEP_PREFIX}{c:g}": configured(e2e, r.settings, sf_weight=c, beta=0.04) for c in SWEEP
+    }
     return runs | {NO_KL: configured(e2e, r.settings, sf_weight=1.0, beta=0.0)}
 
 
@@ -188,7 +195,7 @@ METHOD_TABLE: dict[str, Method] = {
     "mixture": Method(
         METHODS["mixture"], _train("rlcd"), "mixture (lam = 1)", "baseline",
         DESCRIPTIONS["mixture"], report=7, min_rationales=_leave_one_out,
-        runs=lambda r: {"mixture": configured(METHODS["mixture"], r.settings)} if r.aleatoric else {},
+        runs=_table3("mixture", METHODS["mixture"]),
         matched=True,
     ),
     "sft": Method(

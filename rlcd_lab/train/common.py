@@ -60,14 +60,14 @@ from rlcd_lab.files.rundir import (
 )
 from rlcd_lab.lm.checkpoint import save_checkpoint
 from rlcd_lab.lm.loading import check_checkpoint, load_checkpoint
+from rlcd_lab.methods import method_of
+from rlcd_lab.methods.configs import SamplingConfig, TrainConfig
 from rlcd_lab.reader.rationales import default_sampler, mix_seed, sample_questions
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Sampler
 from rlcd_lab.reports.results import summarize
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import TaskItem
-from rlcd_lab.methods import method_of
-from rlcd_lab.methods.configs import SamplingConfig, TrainConfig
 
 
 def step_seed(seed: int, step: int, salt: int = 0) -> int:

@@ -34,9 +34,9 @@ import torch
 
 from rlcd_lab.estimators import grad_norm, gradient_terms, surrogate_terms
 from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.methods.configs import RLCDConfig
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.train.common import rationale_stats, sample_batch, setup
-from rlcd_lab.methods.configs import RLCDConfig
 
 __all__ = [
     "train",

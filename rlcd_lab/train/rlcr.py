@@ -48,6 +48,7 @@ from torch import Tensor
 
 from rlcd_lab.estimators import leave_one_out_mean
 from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.methods.configs import RLCRConfig  # the settings (no torch)
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.train.common import (
     Batch,
@@ -57,7 +58,6 @@ from rlcd_lab.train.common import (
     setup,
     token_kl,
 )
-from rlcd_lab.methods.configs import RLCRConfig  # the settings (no torch)
 from rlcd_lab.train.verbal import (
     confidence_logprobs,
     confidence_tokens,
