@@ -35,7 +35,7 @@ def test_the_rules_are_listed_once():
     """The settings' type names exactly the rules of the one table."""
     from typing import get_args
 
-    from rlcd_lab.scoring import Rule
+    from rlcd_lab.math.rule_names import Rule
 
     assert get_args(Rule) == tuple(RULES)
     # the training settings offer the same rules (tyro reads this annotation for --rule)

@@ -285,11 +285,12 @@ def test_settings_that_fail_at_the_first_step_are_refused_before_the_run(
     tmp_path, tiny_base, overrides, match
 ):
     """They used to pass the checks, open the run folder and fail in the first step,
-    leaving a run behind that refused the corrected command."""
-    cfg = preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=2, **(TINY | overrides))
+    leaving a run behind that refused the corrected command (a config checks its own
+    numbers when built, the method's needs before the run)."""
+    out = tmp_path / "run"
     with pytest.raises(ValueError, match=match):
-        train(cfg)
-    assert not cfg.out.exists()
+        train(preset("calibrate", init=tiny_base, out=out, steps=2, **(TINY | overrides)))
+    assert not out.exists()
 
 
 def test_a_record_with_the_old_temperature_key_resumes(tmp_path, tiny_base):

@@ -79,7 +79,8 @@ from rlcd_lab.reader.prompts import build_prompt, encode_prompts, item_options, 
 from rlcd_lab.reader.rationales import Rationales, sample_rationales
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Generated, Sampler, pad_id
-from rlcd_lab.scoring import RULES, Rule
+from rlcd_lab.math.rule_names import MIXTURE_RULES, Rule
+from rlcd_lab.scoring import RULES
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.common import rationale_stats
 
@@ -124,7 +125,7 @@ class RLCDSettings:
             raise ValueError(f"lam must be in [0, 1], got {self.lam}")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {tuple(RULES)}, got {self.rule!r}")
-        if self.lam > 0 and self.rule != "brier":
+        if self.lam > 0 and self.rule not in MIXTURE_RULES:
             raise ValueError("the mixture objective (lam > 0) has an estimator for Brier only")
         if not self.marker:
             raise ValueError("the marker is empty")

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
+from rlcd_lab.math.rule_names import MIXTURE_RULES, Rule
+
 
 def field_names(config: Any) -> frozenset[str]:
     """The settings of a config (an instance or its class): the keys of its ``config.json``.
@@ -192,7 +194,7 @@ class RLCDConfig(SamplingConfig):
     """Weight c of the score-function term (0: stage 1, pathwise only)."""
     lam: float = 0.0
     """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
-    rule: Literal["brier", "log", "spherical"] = "brier"
+    rule: Rule = "brier"
     """The proper scoring rule ``J(u, Y)``, a name of ``rlcd_lab.scoring.RULES``: Brier
     ``2 u_Y - ||u||^2``, log ``log u_Y`` or spherical ``u_Y / ||u||`` (the mixture objective,
     ``lam > 0``, takes Brier only)."""
@@ -210,6 +212,11 @@ class RLCDConfig(SamplingConfig):
         _finite(self, ace=None, sf_weight=None)
         if not (math.isfinite(self.lam) and 0 <= self.lam <= 1):
             raise ValueError(f"--lam must be in [0, 1], got {self.lam}")
+        if self.lam > 0 and self.rule not in MIXTURE_RULES:
+            raise ValueError(
+                f"--rule {self.rule}: the mixture objective (--lam > 0) has an estimator for "
+                f"{' and '.join(MIXTURE_RULES)} only"
+            )
 
 
 @dataclass(frozen=True)
@@ -315,3 +322,7 @@ class RLCRConfig(SamplingConfig):
     answer (``rlcr.py``); they count in ``steps``."""
     cue: str = "\nConfidence:"
     """Written after the answer; the confidence digit follows it (``verbal.CUE``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least(self, format_steps=0)

@@ -96,8 +96,6 @@ def train(cfg: RLCRConfig) -> Path:
     """Run (or resume) RLCR; returns the run directory."""
     if cfg.m < 2:
         raise ValueError(f"--m must be >= 2 for rlcr: its leave-one-out baseline; got {cfg.m}")
-    if cfg.format_steps < 0:
-        raise ValueError(f"--format-steps must be >= 0, got {cfg.format_steps}")
     s = setup(cfg, needs_ref=cfg.beta > 0)
     s.meta["confidence_cue"] = cfg.cue
     conf = confidence_tokens(s.tok, cfg.cue, s.meta["sep"])
