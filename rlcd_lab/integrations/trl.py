@@ -73,13 +73,13 @@ except ImportError as err:  # the optional extra is not installed
 
 from rlcd_lab.estimators import SurrogateTerms, surrogate_terms
 from rlcd_lab.lm.checkpoint import MARKER, SEP
+from rlcd_lab.math.rule_names import MIXTURE_RULES, Rule
 from rlcd_lab.methods.configs import preset
 from rlcd_lab.reader.decoding import _StopCheck
 from rlcd_lab.reader.prompts import build_prompt, encode_prompts, item_options, padded_option_ids
 from rlcd_lab.reader.rationales import Rationales, sample_rationales
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Generated, Sampler, pad_id
-from rlcd_lab.math.rule_names import MIXTURE_RULES, Rule
 from rlcd_lab.scoring import RULES
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.common import rationale_stats
