@@ -83,6 +83,10 @@ def _group(cfg: TrainConfig) -> tuple[int, str]:
     return 2, "its group-normalized reward needs two rationales per question"
 
 
+def _trajectories(cfg: TrainConfig) -> tuple[int, str]:
+    return 2, "its leave-one-out baseline needs two trajectories per question"
+
+
 @dataclass(frozen=True)
 class Method:
     """One row of :data:`METHOD_TABLE`: everything the lab needs to know of a method. The
@@ -217,7 +221,8 @@ METHOD_TABLE: dict[str, Method] = {
     "rlcr": Method(
         RLCRConfig(), _train("rlcr"), "RLCR+TS (readout)", "baseline",
         "Baseline: RLCR, correctness + Brier of a stated confidence, KL anchor.", report=5,
-        rows=(("rlcr-stated", "RLCR+TS (stated confidence)"),), runs=_rlcr, matched=True,
+        rows=(("rlcr-stated", "RLCR+TS (stated confidence)"),), min_rationales=_trajectories,
+        runs=_rlcr, matched=True,
         mechanism=("rlcr" + MATCHED,),
     ),
     "teach": Method(

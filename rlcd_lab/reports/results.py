@@ -41,7 +41,7 @@ from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.math import routing, stats
-from rlcd_lab.methods import MATCHED, SWEEP_PREFIX, mechanism_runs
+from rlcd_lab.methods import MATCHED, METHOD_TABLE, SWEEP_PREFIX, mechanism_runs
 from rlcd_lab.metrics import DEFAULT_EPS
 from rlcd_lab.reports.mechanism import mechanism
 
@@ -50,9 +50,10 @@ RLCD = "reinforce"
 STAGE1 = "calibrate"
 READOUT_ONLY = "readout-only"
 """Figure 3's reference: the fork that continues stage 1 (the readout alone)."""
-FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont", "reinforce-ace")
-"""Table 2: stage-2 continuations from the same stage-1 checkpoint (``reinforce-ace``:
-RLCD-RL with the optional ACE reward, ``rlcd-lab reproduce --ace``)."""
+FORKS = (RLCD, *(name for name, m in METHOD_TABLE.items() if m.role == "fork"))
+"""Table 2: stage-2 continuations from the same stage-1 checkpoint: RLCD-RL and the method
+registry's forks (``reinforce-ace``: RLCD-RL with the optional ACE reward, ``rlcd-lab
+reproduce --ace``)."""
 PER_ITEM = ("accuracy", "brier", "nll")
 """Metrics that are means of per-item values (paired over items averaged over seeds)."""
 CURVE = ("aurc", "cov_at_eps")
