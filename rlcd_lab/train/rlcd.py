@@ -15,7 +15,7 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
    micro-batches (``Session.micro_batches``); their gradients add up to the batch's.
 
 The methods differ only in their settings (``METHODS``, defined with the configs in
-``configs.py``):
+``rlcd_lab.methods.configs``):
 
 * ``calibrate``: ``sf_weight = 0``: pathwise only; rationales are on-policy latents.
 * ``reinforce``: from the stage-1 checkpoint; ``sf_weight = 0.3``, ``beta = 0.04``, KL
