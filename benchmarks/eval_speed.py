@@ -51,11 +51,11 @@ kind, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 try:  # the module paths since the restructuring, else the old code's
     from rlcd_lab.lm.loading import load_checkpoint
     from rlcd_lab.files.io import read_jsonl
-    from rlcd_lab.train.configs import preset
+    from rlcd_lab.methods.configs import preset
 except ImportError:
     from rlcd_lab.loading import load_checkpoint
     from rlcd_lab.io import read_jsonl
-    from rlcd_lab.train.configs import preset
+    from rlcd_lab.methods.configs import preset
 from rlcd_lab.tasks import load_task_items
 rung = Path(sys.argv[4])
 task = Path.home() / ".cache/rlcd_lab/data/basic-skills-arithmetic-verify-pairs.jsonl"

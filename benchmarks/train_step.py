@@ -72,6 +72,7 @@ from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
+from rlcd_lab.methods.configs import GRPOConfig, preset
 from rlcd_lab.reader.decoding import fast_dtype
 from rlcd_lab.reader.prompts import build_prompt
 from rlcd_lab.reader.reading import score_rationales
@@ -79,7 +80,6 @@ from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import write_items
 from rlcd_lab.train import train
 from rlcd_lab.train.common import QuestionStream, Session, sample_batch, setup
-from rlcd_lab.train.configs import GRPOConfig, preset
 
 BETA = 0.04
 M = 4

@@ -67,8 +67,8 @@ from rlcd_lab.files import assets
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.checkpoint import read_meta
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.train import launch_command, train
-from rlcd_lab.train.configs import preset
 
 pio.renderers.default = tutorial.plotly_renderer()  # JupyterLab's; none as a script
 torch.set_num_threads(1)

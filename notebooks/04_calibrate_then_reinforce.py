@@ -66,15 +66,15 @@ import plotly.io as pio
 import torch
 from IPython.display import display
 
-from rlcd_lab import metrics  # noqa: F401 (for the exercises: metrics.aurc, ...)
+from rlcd_lab import methods, metrics  # noqa: F401 (metrics: for the exercises, metrics.aurc, ...)
 from rlcd_lab.classroom import tutorial
 from rlcd_lab.drawing import plots
 from rlcd_lab.files import assets
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.math import paper, verdicts
+from rlcd_lab.methods.configs import GRPOConfig, preset
 from rlcd_lab.reports import report, results
 from rlcd_lab.train import launch_command, train
-from rlcd_lab.train.configs import GRPOConfig, preset
 
 pio.renderers.default = tutorial.plotly_renderer()  # JupyterLab's; none as a script
 torch.set_num_threads(1)
@@ -106,7 +106,7 @@ def run_name(info):
     if m == "rft":
         return "rft-kl" if info["beta"] else "rft"
     if m == "endtoend":  # Table 4: one run per score-function weight; Figure 1 without KL
-        return results.NO_KL if not info["beta"] else f"endtoend-c{info['sf_weight']:g}"
+        return methods.NO_KL if not info["beta"] else f"endtoend-c{info['sf_weight']:g}"
     if m == "rlcr":  # its stated confidence is a second view of the same run (same config)
         return "rlcr-stated" if "-stated" in info["variant"] else "rlcr"
     return m
@@ -124,7 +124,7 @@ for info in infos:
     budgets[info["run"]].add(info["steps"])
 for info in infos:
     if info["parent"] is None and info["steps"] > min(budgets[info["run"]]):
-        info["run"] += results.MATCHED
+        info["run"] += methods.MATCHED
     info["label"] = report.label(info["run"])
     info["result"] = results.load_run(info["path"], eps=EPS)
 display(
@@ -349,7 +349,7 @@ else:
 def rlcd_minus(other):
     """``(label, results.paired(RLCD, other))`` for the run named ``other`` (its
     matched-budget twin when shipped); ``(label, None)`` when it is not shipped."""
-    for lab in (report.label(other + results.MATCHED), report.label(other)):
+    for lab in (report.label(other + methods.MATCHED), report.label(other)):
         if lab in tests:
             return lab, tests[lab][1]
         if lab in forks and RLCD in forks:  # RLCD-RL against another fork

@@ -56,7 +56,6 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -76,9 +75,10 @@ from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.checkpoint import read_meta
 from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.math import paper, verdicts
+from rlcd_lab.methods import METHOD_TABLE, configured
 from rlcd_lab.reports import report, results
 from rlcd_lab.tasks import load_task_items
-from rlcd_lab.train import METHOD_TABLE, launch_command, train
+from rlcd_lab.train import launch_command, train
 
 pio.renderers.default = tutorial.plotly_renderer()  # JupyterLab's; none as a script
 torch.set_num_threads(1)
@@ -118,11 +118,13 @@ METHODS = {
 }
 runs = {}
 for name, (method, extra) in METHODS.items():
-    cfg = replace(METHOD_TABLE[method].config, **COMMON, **extra, out=OUT / name)
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in extra.items())
+    # the settings this method has (SFT answers directly: no rationale budget, no m)
+    cfg = configured(METHOD_TABLE[method].config, COMMON | extra, out=OUT / name)
+    budget = {"max_new_tokens": cfg.max_new_tokens} if hasattr(cfg, "max_new_tokens") else {}
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in (budget | extra).items())
     print(
         f"rlcd-lab train {method} --init {BASE} --task {TASK} --out {cfg.out} "
-        f"--steps {cfg.steps} --lr {cfg.lr:g} --max-new-tokens {cfg.max_new_tokens} {flags}"
+        f"--steps {cfg.steps} --lr {cfg.lr:g} {flags}"
     )
     if SCALE == "paper":
         continue

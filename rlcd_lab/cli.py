@@ -6,8 +6,8 @@ serves the dashboard. Each subcommand is a frozen dataclass; the runner prints a
 summary (library code itself never prints).
 
 Only the chosen command's modules are imported (``COMMANDS``), and the config types live in
-torch-free modules (``train.configs``, ``train.pretrain_config``): no ``--help``, top level or of a
-command, loads torch, transformers, peft, plotly or gradio. A user error (a bad path,
+torch-free modules (``methods.configs``, ``train.pretrain_config``): no ``--help``, top level
+or of a command, loads torch, transformers, peft, plotly or gradio. A user error (a bad path,
 task, value or checkpoint, an existing run) prints one line ``rlcd-lab: error: ...`` to
 stderr and exits with status 2, as a malformed command line does.
 """
@@ -227,16 +227,28 @@ def _train_union():
     """``train <method>``: one subcommand per training method, with its defaults."""
     from functools import reduce
 
-    from rlcd_lab.train import METHOD_TABLE
+    from rlcd_lab.methods import commands
 
     subs = [
         Annotated[
             type(m.config), tyro.conf.subcommand(name, default=m.config, description=m.description)
         ]
-        for name, m in METHOD_TABLE.items()
-        if m.command
+        for name, m in commands().items()
     ]
     return reduce(lambda a, b: a | b, subs)
+
+
+def train_description() -> str:
+    """``train``'s line in ``rlcd-lab --help``: the methods it offers, by role (the method
+    registry's command rows, in its order)."""
+    from rlcd_lab.methods import commands
+
+    roles = {"method": "RLCD", "baseline": "baselines", "setup": "skill first"}
+    groups: dict[str, list[str]] = {}
+    for name, m in commands().items():
+        groups.setdefault(m.role, []).append(name)
+    parts = [f"{' | '.join(names)} ({roles.get(role, role)})" for role, names in groups.items()]
+    return f"Train: {', '.join(parts)}."
 
 
 def _pretrain_config():
@@ -301,8 +313,7 @@ COMMANDS: dict[str, tuple[str, Callable[[], Any]]] = {
         _pretrain_config,
     ),
     "train": (
-        "Train: calibrate | reinforce | endtoend | mixture (RLCD), sft | rft | grpo | rlcr "
-        "(baselines), teach (skill first).",
+        train_description(),
         _train_union,
     ),
     "eval": (_summary(Eval), lambda: Eval),
@@ -523,7 +534,16 @@ def _box_message(text: str) -> str:
         if is_rule(line):
             break
         body.append(line)
+    applied = [
+        m for m in (re.fullmatch(r"(.*) \((?:applied|passed) to (.*)\)", b) for b in body) if m
+    ]
+    flags = [m[1] for m in applied if m[1].startswith("-")]
+    if flags:  # an option the (sub)command does not have: name it and the command
+        return f"{applied[0][2]} has no option {' '.join(flags)}"
     message = " ".join(body)
+    # a config's own check (``__post_init__``), which tyro prefixes with the class's name
+    if own := re.fullmatch(r"Error parsing \w+: (--.*)", message):
+        return own[1]
     return message if message.startswith(title) else f"{title}: {message}".rstrip(": ")
 
 
@@ -664,7 +684,7 @@ def _run(cfg) -> None:
         summary = run_eval_command(cfg)
         _print_json(summary)
         print_warnings(summary)
-    elif _is(cfg, "train.configs", "TrainConfig"):
+    elif _is(cfg, "methods.configs", "TrainConfig"):
         from rlcd_lab.lm.checkpoint import read_meta
         from rlcd_lab.train import train
 

@@ -40,7 +40,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from rlcd_lab.scoring import Rule, score
+from rlcd_lab.math.rule_names import MIXTURE_RULES, Rule
+from rlcd_lab.scoring import score
 
 Reduction = Literal["mean", "sum", "none"]
 
@@ -196,7 +197,7 @@ def surrogate_terms(
     objective = (1.0 - lam) * rewards.mean(-1)
     adv = (1.0 - lam) * (rewards.detach() - leave_one_out_mean(rewards.detach()))
     if lam > 0.0:
-        if rule != "brier":
+        if rule not in MIXTURE_RULES:
             raise ValueError("the mixture objective has an unbiased estimator for Brier only")
         a = u.gather(-1, y.expand(u.shape[:-1]).unsqueeze(-1)).squeeze(-1)
         j_hat, adv_mix = _mixture_terms(u, a)

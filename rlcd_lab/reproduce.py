@@ -19,7 +19,7 @@ For each seed, from the same base model and the same question/outcome stream:
   the score-function term gets the KL reward only) and ``grpo-cont`` (GRPO's correctness
   reward); changes relative to the checkpoint.
 * Table 4 (tasks without ``q``): the end-to-end objective from the base model with the KL
-  anchor at score-function weights ``SWEEP`` (``endtoend-c<weight>``), next to stage 1
+  anchor at score-function weights ``methods.SWEEP`` (``endtoend-c<weight>``), next to stage 1
   (weight 0): accuracy, calibration and gradient dilution (RMS score-function /
   pathwise gradient norm) as the weight grows; Figure 1 sets weight 1 without the anchor
   (``endtoend-nokl``: System-One collapse) beside weight 1 with it.
@@ -60,15 +60,11 @@ from rlcd_lab.files.io import (
     pack,
     read_jsonl,
 )
-from rlcd_lab.train import METHOD_TABLE
+from rlcd_lab.methods import MATCHED, Reproduction, reproduction_runs
 
 if TYPE_CHECKING:
-    from rlcd_lab.train.configs import TrainConfig
+    from rlcd_lab.methods.configs import TrainConfig
 
-BASELINES = tuple(n for n, m in METHOD_TABLE.items() if m.role == "baseline")
-"""Runs that also get a budget-matched twin (``<name>-matched``: two stages' steps)."""
-SWEEP = (0.1, 0.3, 1.0)
-"""Table 4: score-function weights of the end-to-end runs (weight 0 is RLCD stage 1)."""
 MIXTURE_M = 16
 """Rationales of the mixture readout in Table 3 (the paper's 16)."""
 
@@ -123,12 +119,6 @@ method (``ReproduceConfig.lr_grid``, :data:`RUNG_GRID`)."""
 RUNG_GRID = (1e-5, 3e-5, 1e-4)
 """The learning rates the rung chooses from, per method (LoRA r = 8: the paper's 2e-6 is
 for full fine-tuning; 3e-4, the ``small`` scale's, drifts from the anchor)."""
-
-FORMAT_STEPS = {"tiny": 20, "small": 6, "rung": 20, "paper": 20}
-"""RLCR's first steps, spent teaching the confidence format (``RLCRConfig.format_steps``):
-a tenth of 200 steps (the ``tiny`` runs' steps per stage, the ``rung``'s matched budget);
-a quarter of ``small``'s matched 24, so that SmolLM2 writes a digit after the cue before
-the reward takes over."""
 
 RUN_GIB: dict[str, dict[str, float]] = {"rung": {"rlcr": 14.0, "rft-kl": 9.5, "": 7.5}}
 """Memory a run takes at a scale where two at a time can exceed a machine's (GiB, keyed by
@@ -214,9 +204,9 @@ def aleatoric(task: str) -> bool:
 
 def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[list[Job], list[Job]]:
     """The runs of the reproduction in two waves: from the base model, then from stage 1;
+    each row of the method registry gives its runs (``methods.reproduction_runs``);
     ``lrs``: a learning rate per run name (:func:`tune`), others at ``cfg``'s."""
-    from rlcd_lab.reports.results import CONTINUES, GRPO_STAGE1, MATCHED, NO_KL, SWEEP_PREFIX
-    from rlcd_lab.train.configs import GRPOConfig, RFTConfig, RLCRConfig, SFTConfig, preset
+    from rlcd_lab.methods import GRPO_STAGE1
 
     init = cfg.init
     if init is None:
@@ -236,36 +226,13 @@ def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[lis
         root = rundir.seed_dir(cfg.out / Path(cfg.task).stem, seed)
         stage1 = rundir.final_dir(root / "calibrate")
         kw = dict(base, task=cfg.task, seed=seed, init=Path(init))
-        runs: dict[str, TrainConfig] = {
-            "sft": SFTConfig(**kw),
-            "calibrate": preset("calibrate", **kw),
-            "reinforce": preset("reinforce", **dict(kw, init=stage1)),
-            "grpo": GRPOConfig(**kw),
-            "drgrpo": replace(METHOD_TABLE["drgrpo"].config, **kw),
-        }
-        if table3:
-            runs["endtoend"] = preset("endtoend", **kw, beta=0.04)
-            runs["mixture"] = preset("mixture", **kw)
-        else:
-            runs["rft"] = RFTConfig(**kw)
-            runs["rft-kl"] = RFTConfig(**kw, beta=0.04)
-            runs["rlcr"] = RLCRConfig(**kw, format_steps=FORMAT_STEPS[cfg.scale])
-            runs["readout-only"] = preset("calibrate", **dict(kw, init=stage1))
-            runs["anchor-only"] = preset("reinforce", **dict(kw, init=stage1), outcome_reward=False)
-            runs["grpo-cont"] = GRPOConfig(**dict(kw, init=stage1))
-            if cfg.ace:
-                runs["reinforce-ace"] = preset("reinforce", **dict(kw, init=stage1), ace=cfg.ace)
-            for c in SWEEP:  # Table 4: end to end from the base, KL-anchored
-                runs[f"{SWEEP_PREFIX}{c:g}"] = preset("endtoend", **kw, sf_weight=c, beta=0.04)
-            runs[NO_KL] = preset("endtoend", **kw, sf_weight=1.0, beta=0.0)  # Figure 1
-        for name in [n for n in runs if n in BASELINES]:
-            runs[name + MATCHED] = replace(runs[name], steps=2 * base["steps"])
+        here = Reproduction(kw, stage1, table3, cfg.scale, cfg.ace, root)
+        runs = reproduction_runs(here, steps=2 * base["steps"])
         for name, lr in (lrs or {}).items():
             if name in runs:
                 runs[name] = replace(runs[name], lr=lr)
-        # outcome RL, then stage 1 as RLCD runs it (its learning rate too): two stages' steps
-        parent = rundir.final_dir(root / CONTINUES[GRPO_STAGE1])
-        runs[GRPO_STAGE1] = replace(runs["calibrate"], init=parent)
+        if GRPO_STAGE1 in runs:  # stage 1 after outcome RL, at stage 1's learning rate
+            runs[GRPO_STAGE1] = replace(runs[GRPO_STAGE1], lr=runs["calibrate"].lr)
         first.append(Job("base", seed, root / "base", None, kw))
         unknown = sorted(set(cfg.runs) - set(runs) - {"base"})
         if unknown:
@@ -371,10 +338,10 @@ def run_job(job: Job) -> str:
 
     from rlcd_lab.evaluate import run_eval
     from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.methods.configs import TrainConfig
     from rlcd_lab.tasks import load_task_items
     from rlcd_lab.train import train
     from rlcd_lab.train.common import pick_device
-    from rlcd_lab.train.configs import TrainConfig
 
     if _finished(job):
         if job.train is None and not rundir.has_eval(job.out, rundir.DIRECT):
@@ -442,8 +409,6 @@ STATED = "-stated"
 def stated_view(job: Job) -> Path | None:
     """For an RLCR run ``<root>/rlcr[-matched]``, write ``<root>/rlcr-stated[-matched]``
     (:func:`write_stated_view`). Returns the view's directory (None for other runs)."""
-    from rlcd_lab.reports.results import MATCHED
-
     if job.train is None or job.train.method != "rlcr":
         return None
     matched = job.name.endswith(MATCHED)
@@ -668,7 +633,7 @@ def tune_plan(cfg: ReproduceConfig) -> tuple[list[Job], list[Job]]:
     ``grpo-calibrate``, which takes stage 1's learning rate) on the first seed, once per
     value of ``cfg.lr_grid``, at ``cfg.tune_steps`` steps per stage, without dev curves or
     test evaluation."""
-    from rlcd_lab.reports.results import GRPO_STAGE1
+    from rlcd_lab.methods import GRPO_STAGE1
 
     root = cfg.out / Path(cfg.task).stem / rundir.TUNE
     waves: tuple[list[Job], list[Job]] = ([], [])

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-Rule = Literal["brier", "log", "spherical"]
-"""A rule's name (the settings' type; ``tests/test_scoring.py`` checks it names exactly the
-rules of :data:`RULES`)."""
+from rlcd_lab.math.rule_names import Rule
 
 
 def _pick(u: Tensor, y: int | Tensor) -> Tensor:
@@ -83,12 +80,14 @@ class ScoringRule:
     expected: Callable[[Tensor, Tensor], Tensor]
 
 
-RULES: dict[str, ScoringRule] = {
+RULES: dict[Rule, ScoringRule] = {
     "brier": ScoringRule(brier_score, _expected_brier),
     "log": ScoringRule(log_score, _expected_log),
     "spherical": ScoringRule(spherical_score, _expected_spherical),
 }
-"""Every scoring rule, once: name -> its score and expected score."""
+"""Every scoring rule, once: name (one of :data:`rlcd_lab.math.rule_names.Rule`, the
+settings' choices; ``tests/test_scoring.py`` checks they are the same) -> its score and
+expected score."""
 
 
 def _rule(rule: str) -> ScoringRule:

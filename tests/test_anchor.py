@@ -14,8 +14,8 @@ import pytest
 
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.rundir import read_log
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.reproduce import RUNG_GRID, SCALES
-from rlcd_lab.train.configs import preset
 from rlcd_lab.train.rlcd import train
 
 

@@ -105,8 +105,8 @@ def test_training_with_the_bf16_sampler(tmp_path):
     """Two reinforce steps with ``--sampler bf16`` train the float32 weights."""
     import json
 
+    from rlcd_lab.methods.configs import preset
     from rlcd_lab.train import train
-    from rlcd_lab.train.configs import preset
 
     cfg = preset(
         "reinforce", task="verify", init=BASE, out=tmp_path / "r", steps=2, batch_size=2, m=4,

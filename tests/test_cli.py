@@ -283,7 +283,7 @@ def test_help_loads_no_heavy_module_and_describes_every_command():
     ids=" ".join,
 )
 def test_command_help_loads_no_heavy_module(args):
-    # the config types live in torch-free modules (train.configs, pretrain_config); the
+    # the config types live in torch-free modules (methods.configs, train.pretrain_config); the
     # training loops, the model code and the server are imported only to run a command
     out, loaded = help_in_fresh_process(args)
     assert loaded == [], loaded
@@ -303,7 +303,7 @@ def field_docs(cls: type) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("args", "config"),
     [
-        (["train", "calibrate", "--help"], "rlcd_lab.train.configs:Calibrate"),
+        (["train", "calibrate", "--help"], "rlcd_lab.methods.configs:Calibrate"),
         (["reproduce", "--help"], "rlcd_lab.reproduce:ReproduceConfig"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else v,
@@ -353,7 +353,7 @@ def test_every_option_of_every_command_says_what_it_does():
 
 def test_train_description_names_every_method(capsys):
     from rlcd_lab.cli import COMMANDS
-    from rlcd_lab.train import METHOD_TABLE
+    from rlcd_lab.methods import METHOD_TABLE
 
     commands = {name for name, m in METHOD_TABLE.items() if m.command}
     words = set(re.findall(r"\w+", COMMANDS["train"][0]))
@@ -620,8 +620,8 @@ def test_the_lock_is_taken_by_the_run_dir_and_released_however_a_run_ends(
 ):
     from rlcd_lab.files.io import FolderInUseError, FolderLock
     from rlcd_lab.files.rundir import RunDir
+    from rlcd_lab.methods.configs import preset
     from rlcd_lab.train import rlcd
-    from rlcd_lab.train.configs import preset
 
     out = tmp_path / "run"
     kw = dict(init=tiny_base, out=out, steps=2, batch_size=2, m=2, max_new_tokens=4)

@@ -8,7 +8,8 @@ loss over logits, in any disguise); the decision path's files and functions stay
 The floors (docs/layout.md) are the package's folders: ``math`` and ``files`` (statistics,
 the cost model; file formats) under the four contract modules at the top (``scoring``,
 ``decomposition``, ``estimators``, ``metrics``), ``lm`` and ``tasks`` (models,
-checkpoints, task items), ``reader`` (the Reader), the lab (``train``, ``decide``,
+checkpoints, task items), ``reader`` (the Reader), ``methods`` (the method registry and
+the training configs, torch-free), the lab (``train``, ``decide``,
 ``reports``, ``classroom``, ``bench``, evaluation, reproduction) and the
 faces (``dashboard``, ``server``, ``cli``). The lab floor is ordered too
 (:data:`LAB_FLOORS`), and no two folders import each other. ``python tests/test_layering.py``
@@ -28,12 +29,13 @@ FLOORS = {
     "math": ("scoring", "decomposition", "estimators", "metrics", "math", "files"),
     "lm": ("lm", "tasks", "tasks.items", "tasks.split", "tasks.synthetic", "tasks.worked"),
     "reader": ("reader",),
+    "methods": ("methods",),
     "lab": ("tasks.convert", "tasks.fetch"),
     "faces": ("dashboard", "server", "cli"),
 }
 """Modules by floor (a name covers its submodules; the longest name that matches wins);
 every other module is ``lab``."""
-ORDER = ("math", "lm", "reader", "lab", "faces")
+ORDER = ("math", "lm", "reader", "methods", "lab", "faces")
 LAB_FLOORS = {
     "drawing": ("drawing",),
     "evaluation": ("evaluate", "summary", "decide", "lm_eval_tasks", "tasks.convert",
@@ -47,12 +49,6 @@ pages; reading models into eval dumps, their summaries and decisions; reports an
 benchmarks over runs; training; the reproduction over all of them. Every lab module is on
 one."""
 LAB_ORDER = tuple(LAB_FLOORS)
-KNOWN_UP = {
-    # the reports read train.METHOD_TABLE (reports.report, reports.mechanism); issue 66's
-    # method registry (item 1) moves that table below the reports: remove this entry then
-    ("reports", "train"),
-}
-"""Folder pairs ``(importer, imported)`` allowed to import up the lab floor's order."""
 
 READER_USERS = {
     # the training loops score rationales with gradient and sample through the Reader's
@@ -223,8 +219,7 @@ def lab_floor(name: str) -> int | None:
 
 
 def lab_up_arrows(g: dict[str, set[str]]) -> list[str]:
-    """``a (floor) imports b (floor)`` for every import up the lab floor's order, except
-    the folder pairs of :data:`KNOWN_UP`."""
+    """``a (floor) imports b (floor)`` for every import up the lab floor's order."""
     return [
         f"{a} ({LAB_ORDER[lab_floor(a)]}) imports {b} ({LAB_ORDER[lab_floor(b)]})"
         for a, targets in g.items()
@@ -232,7 +227,6 @@ def lab_up_arrows(g: dict[str, set[str]]) -> list[str]:
         if lab_floor(a) is not None
         and lab_floor(b) is not None
         and lab_floor(b) > lab_floor(a)
-        and (folder(a), folder(b)) not in KNOWN_UP
     ]
 
 
@@ -261,9 +255,12 @@ def test_no_two_folders_import_each_other():
 
 def test_the_lab_order_and_folder_checks_can_fail():
     """An import from the evaluation floor up to training, and two folders importing each
-    other through different modules, are seen; a known pair is let through."""
+    other through different modules, are seen."""
     g = {"evaluate": {"train.verbal"}, "train.common": {"evaluate"}, "reports.report": {"train"}}
-    assert lab_up_arrows(g) == ["evaluate (evaluation) imports train.verbal (training)"]
+    assert lab_up_arrows(g) == [
+        "evaluate (evaluation) imports train.verbal (training)",
+        "reports.report (reports) imports train (training)",
+    ]
     assert folder_cycles(g) == ["evaluate <-> train"]
     assert floor("drawing.plots") == floor("reproduce") == ORDER.index("lab")
     assert lab_floor("drawing.plots") < lab_floor("summary") < lab_floor("reports.results")

@@ -10,10 +10,10 @@ import pytest
 from rlcd_lab import metrics
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.files.rundir import read_log
+from rlcd_lab.methods.configs import GRPOConfig, preset
 from rlcd_lab.summary import summarize
 from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.train import grpo
-from rlcd_lab.train.configs import GRPOConfig, preset
 from rlcd_lab.train.rlcd import train as train_rlcd
 
 LETTERS = "ABCDEFGHIJ"

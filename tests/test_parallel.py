@@ -23,11 +23,11 @@ from safetensors.torch import load_file
 
 from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.files.rundir import read_log
+from rlcd_lab.methods.configs import GRPOConfig, preset
 from rlcd_lab.reader.rationales import hf_sampler, sample_rationales
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Generated, GumbelSampler
 from rlcd_lab.train import launch_command, train
-from rlcd_lab.train.configs import GRPOConfig, preset
 
 # torchrun and accelerate launch meet on one port (29500): under pytest -n N these tests
 # run one after another in one worker

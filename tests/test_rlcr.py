@@ -12,6 +12,7 @@ import torch
 from rlcd_lab import metrics
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.files.rundir import read_log
+from rlcd_lab.methods import METHOD_TABLE
 from rlcd_lab.reader.prompts import left_pad
 from rlcd_lab.reader.rationales import sample_questions
 from rlcd_lab.reader.verbal import (
@@ -23,7 +24,7 @@ from rlcd_lab.reader.verbal import (
     token_confidences,
 )
 from rlcd_lab.reproduce import ReproduceConfig, plan, stated_view
-from rlcd_lab.train import METHOD_TABLE, train
+from rlcd_lab.train import train
 from rlcd_lab.train.rlcr import digit_bin, policy_gradient_loss, rlcr_reward
 
 NAN = math.nan

@@ -35,13 +35,13 @@ def test_the_rules_are_listed_once():
     """The settings' type names exactly the rules of the one table."""
     from typing import get_args
 
-    from rlcd_lab.scoring import Rule
+    from rlcd_lab.math.rule_names import Rule
 
     assert get_args(Rule) == tuple(RULES)
     # the training settings offer the same rules (tyro reads this annotation for --rule)
     from typing import get_type_hints
 
-    from rlcd_lab.train.configs import RLCDConfig
+    from rlcd_lab.methods.configs import RLCDConfig
 
     assert get_args(get_type_hints(RLCDConfig)["rule"]) == tuple(RULES)
     with pytest.raises(ValueError, match=r"choose one of \('brier', 'log', 'spherical'\)"):

@@ -8,10 +8,11 @@ import torch
 
 from rlcd_lab.files.rundir import read_log
 from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.methods import METHOD_TABLE
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import TaskItem, write_items
 from rlcd_lab.tasks.worked import arithmetic
-from rlcd_lab.train import METHOD_TABLE, train
+from rlcd_lab.train import train
 from rlcd_lab.train.common import QuestionStream
 
 LETTERS = "ABCDEFGHIJ"
@@ -58,7 +59,7 @@ def arithmetic_task(tmp_path) -> str:
     return str(write_items(tmp_path / "arith.jsonl", items))
 
 
-TINY = dict(batch_size=2, m=2, max_new_tokens=30, eval_every=0, eval_items=2, test_items=2)
+TINY = dict(batch_size=2, max_new_tokens=30, eval_every=0, eval_items=2, test_items=2)
 
 
 def test_teach_first_loss_is_the_worked_rationales_token_nll(tmp_path, tiny_base, tokenizer):

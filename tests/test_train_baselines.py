@@ -9,8 +9,9 @@ import torch.nn.functional as F
 
 from rlcd_lab.files.rundir import read_config, read_log
 from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.methods import METHOD_TABLE, configured
 from rlcd_lab.tasks import load_task_items
-from rlcd_lab.train import METHOD_TABLE, train
+from rlcd_lab.train import train
 from rlcd_lab.train.common import QuestionStream, k3_kl
 
 TINY = dict(
@@ -28,8 +29,8 @@ TINY = dict(
 
 @pytest.mark.parametrize("method", ["sft", "rft", "grpo", "drgrpo"])
 def test_baseline_runs_and_saves(tmp_path, tiny_base, method):
-    cfg = replace(
-        METHOD_TABLE[method].config, init=tiny_base, out=tmp_path / method, steps=2, **TINY
+    cfg = configured(
+        METHOD_TABLE[method].config, TINY, init=tiny_base, out=tmp_path / method, steps=2
     )
     run = train(cfg)
     log = read_log(run)
@@ -49,7 +50,7 @@ def test_baseline_runs_and_saves(tmp_path, tiny_base, method):
 
 def test_sft_first_loss_is_the_label_cross_entropy(tmp_path, tiny_base, tokenizer):
     run = train(
-        replace(METHOD_TABLE["sft"].config, init=tiny_base, out=tmp_path / "sft", steps=1, **TINY)
+        configured(METHOD_TABLE["sft"].config, TINY, init=tiny_base, out=tmp_path / "sft", steps=1)
     )
     batch = QuestionStream(load_task_items("aleatoric", "train"), 2, seed=0).batch(0)
     model, _, _ = load_checkpoint(tiny_base)

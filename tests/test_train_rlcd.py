@@ -18,10 +18,10 @@ from safetensors.torch import load_file
 from rlcd_lab.files import rundir
 from rlcd_lab.files.rundir import RunDir, config_diff, read_log
 from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.metrics import fit_temperature
 from rlcd_lab.tasks.synthetic import get_task
 from rlcd_lab.train.common import QuestionStream
-from rlcd_lab.train.configs import preset
 from rlcd_lab.train.rlcd import train
 
 TINY = dict(
@@ -209,7 +209,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, tiny_base):
     killed = tmp_path / "killed"
     code = (  # the parent's thread count: the same sums in the same order, bit for bit
         f"import torch; torch.set_num_threads({torch.get_num_threads()}); "
-        "from pathlib import Path; from rlcd_lab.train.configs import preset; "
+        "from pathlib import Path; from rlcd_lab.methods.configs import preset; "
         "from rlcd_lab.train.rlcd import train; "
         f"train(preset('calibrate', init=Path({str(tiny_base)!r}), "
         f"out=Path({str(killed)!r}), **{kw!r}))"
@@ -285,11 +285,12 @@ def test_settings_that_fail_at_the_first_step_are_refused_before_the_run(
     tmp_path, tiny_base, overrides, match
 ):
     """They used to pass the checks, open the run folder and fail in the first step,
-    leaving a run behind that refused the corrected command."""
-    cfg = preset("calibrate", init=tiny_base, out=tmp_path / "run", steps=2, **(TINY | overrides))
+    leaving a run behind that refused the corrected command (a config checks its own
+    numbers when built, the method's needs before the run)."""
+    out = tmp_path / "run"
     with pytest.raises(ValueError, match=match):
-        train(cfg)
-    assert not cfg.out.exists()
+        train(preset("calibrate", init=tiny_base, out=out, steps=2, **(TINY | overrides)))
+    assert not out.exists()
 
 
 def test_a_record_with_the_old_temperature_key_resumes(tmp_path, tiny_base):

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlcd_lab.files.rundir import read_log
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.train.common import sample_batch, setup
-from rlcd_lab.train.configs import preset
 from rlcd_lab.train.rlcd import train
 
 SMALL = dict(task="aleatoric", batch_size=2, m=3, max_new_tokens=5, eval_every=0, test_items=4)

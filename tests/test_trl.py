@@ -14,12 +14,12 @@ from transformers import TrainerCallback
 from rlcd_lab.estimators import surrogate_terms
 from rlcd_lab.lm.checkpoint import save_checkpoint
 from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.reader.rationales import Rationales, sample_questions, sample_rationales
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.train import rlcd as rlcd_loop
 from rlcd_lab.train.common import Session
-from rlcd_lab.train.configs import preset
 
 pytest.importorskip("trl")
 

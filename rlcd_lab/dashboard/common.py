@@ -33,7 +33,7 @@ from rlcd_lab.files import rundir
 from rlcd_lab.files.assets import ASSETS, shipped_checkpoints, shipped_runs, tiny_verify_first
 from rlcd_lab.files.io import jsonl_path
 from rlcd_lab.lm.pretrained import SMOLLM2_DEFAULT_DIR
-from rlcd_lab.train import METHOD_TABLE
+from rlcd_lab.methods import compared
 
 CHECKPOINT_ENV = "RLCD_CHECKPOINT"
 """Environment variable naming the checkpoint directory the Ask tab opens with (instead of
@@ -45,12 +45,6 @@ MAX_LOCAL_RUNS = 200
 """At most this many local run directories are listed (the first in sorted order)."""
 CHECKPOINT_FILES = ("config.json", "adapter_config.json")
 """A checkpoint directory holds a model (``config.json``) or a PEFT adapter."""
-
-RUN_KINDS = tuple(
-    sorted((n for n, m in METHOD_TABLE.items() if m.compare is not None),
-           key=lambda n: METHOD_TABLE[n].compare)
-)  # fmt: skip
-"""The default comparison, in this order: two-stage RLCD against its baselines."""
 
 
 def compact_layout(fig: go.Figure, offset: float = 0.22) -> go.Figure:
@@ -170,8 +164,9 @@ def local_checkpoints(smollm2_dir: str | Path = SMOLLM2_DEFAULT_DIR) -> list[str
 
 
 def _kind(leaf: str) -> int | None:
-    """Position of a run's leaf name in :data:`RUN_KINDS` (``rft*`` counts as rft)."""
-    for i, kind in enumerate(RUN_KINDS):
+    """Position of a run's leaf name in the method registry's dashboard comparison
+    (``methods.compared``; ``rft*`` counts as rft)."""
+    for i, kind in enumerate(compared()):
         if leaf.startswith(kind) if kind == "rft" else leaf.endswith(kind):
             return i
     return None

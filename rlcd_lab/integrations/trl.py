@@ -31,7 +31,7 @@ process and ``M = num_generations`` completions each, the estimator of
 Stage 1 ("calibrate", ``RLCDSettings(sf_weight=0)``) is pathwise only; stage 2
 ("reinforce", ``sf_weight=0.3`` and ``beta=0.04``, anchored at the stage-1 model) adds the
 score-function term. ``RLCDSettings.from_method`` and :func:`rlcd_args` take their
-defaults from ``rlcd_lab.train.configs.METHODS``.
+defaults from ``rlcd_lab.methods.configs.METHODS``.
 
 From TRL this keeps: the data loader (each prompt repeated ``num_generations`` times),
 generation, PEFT (the reference is the model with its adapter disabled), accelerate
@@ -73,15 +73,16 @@ except ImportError as err:  # the optional extra is not installed
 
 from rlcd_lab.estimators import SurrogateTerms, surrogate_terms
 from rlcd_lab.lm.checkpoint import MARKER, SEP
+from rlcd_lab.math.rule_names import MIXTURE_RULES, Rule
+from rlcd_lab.methods.configs import preset
 from rlcd_lab.reader.decoding import _StopCheck
 from rlcd_lab.reader.prompts import build_prompt, encode_prompts, item_options, padded_option_ids
 from rlcd_lab.reader.rationales import Rationales, sample_rationales
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Generated, Sampler, pad_id
-from rlcd_lab.scoring import RULES, Rule
+from rlcd_lab.scoring import RULES
 from rlcd_lab.tasks.items import TaskItem
 from rlcd_lab.train.common import rationale_stats
-from rlcd_lab.train.configs import preset
 
 __all__ = [
     "RLCDSettings",
@@ -124,7 +125,7 @@ class RLCDSettings:
             raise ValueError(f"lam must be in [0, 1], got {self.lam}")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {tuple(RULES)}, got {self.rule!r}")
-        if self.lam > 0 and self.rule != "brier":
+        if self.lam > 0 and self.rule not in MIXTURE_RULES:
             raise ValueError("the mixture objective (lam > 0) has an estimator for Brier only")
         if not self.marker:
             raise ValueError("the marker is empty")

@@ -56,10 +56,10 @@ import numpy as np
 from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
+from rlcd_lab.methods import METHOD_TABLE
 from rlcd_lab.tasks.worked import OPERATIONS, written
-from rlcd_lab.train import METHOD_TABLE
 
-PER_RATIONALE_KL = "rlcd"
+PER_RATIONALE_KL = "rlcd_lab.train.rlcd"
 """The loop (``METHOD_TABLE[method].loop``) that logs ``kl`` per rationale; the others log
 it per token."""
 

@@ -1,7 +1,7 @@
 """Post-hoc baselines: a trained run's readout recalibrated on dev, as rows of the tables.
 
-A post-hoc calibrator is one entry of :data:`CALIBRATORS` (role ``post-hoc``, beside the
-training methods of ``rlcd_lab.train.METHOD_TABLE``): fitted on a run's dev items only,
+A post-hoc calibrator is one row of ``rlcd_lab.methods.METHOD_TABLE`` (role ``post-hoc``:
+its label) and its fit here in :data:`CALIBRATORS`: fitted on a run's dev items only,
 applied to its test items, per seed. Each reads the run's readout after its dev-fitted
 temperature (the "+TS" of the tables) and the question's features
 (:data:`rlcd_lab.tasks.features.QUESTION_FEATURES`, functions of the question text):
@@ -32,6 +32,7 @@ import numpy as np
 from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.math import calibrators as cal
+from rlcd_lab.methods import METHOD_TABLE
 from rlcd_lab.reports.results import METRICS, RLCD, RunResult, mean_sd, paired
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.features import feature_matrix
@@ -132,20 +133,29 @@ def fit_isotonic(dev: Split) -> Fitted:
 
 @dataclass(frozen=True)
 class Calibrator:
-    """One post-hoc calibrator: its run-name suffix ``name``, ``label`` in tables, ``fit``
-    (dev split -> fitted calibrator) and whether it needs question features."""
+    """One post-hoc calibrator: its run-name suffix ``name`` (its row of the method
+    registry), ``fit`` (dev split -> fitted calibrator) and whether it needs question
+    features."""
 
     name: str
-    label: str
     fit: Callable[[Split], Fitted]
     needs_features: bool = False
-    role: str = "post-hoc"
+
+    @property
+    def label(self) -> str:
+        """Its name in tables (its registry row's)."""
+        return METHOD_TABLE[self.name].label
+
+    @property
+    def role(self) -> str:
+        """``post-hoc`` (its registry row's role)."""
+        return METHOD_TABLE[self.name].role
 
 
 CALIBRATORS: list[Calibrator] = [
-    Calibrator("group-ts", "TS per question group", fit_group_ts, needs_features=True),
-    Calibrator("logistic", "logistic calibrator", fit_logistic),
-    Calibrator("isotonic", "isotonic regression", fit_isotonic),
+    Calibrator("group-ts", fit_group_ts, needs_features=True),
+    Calibrator("logistic", fit_logistic),
+    Calibrator("isotonic", fit_isotonic),
 ]
 """Every post-hoc calibrator, in table order."""
 BY_NAME = {c.name: c for c in CALIBRATORS}

@@ -50,19 +50,16 @@ from rlcd_lab.math.verdicts import (
     temperature_verdict,
     verdict,
 )
+from rlcd_lab.methods import MATCHED, NO_KL, SWEEP_PREFIX, report_rows
 from rlcd_lab.reports import posthoc
 from rlcd_lab.reports.mechanism import mechanism_table
 from rlcd_lab.reports.results import (
     FORKS,
-    GRPO_STAGE1,
-    MATCHED,
     METRICS,
     N_BOOT,
     N_CLAIM,
-    NO_KL,
     RLCD,
     STAGE1,
-    SWEEP_PREFIX,
     RunResult,
     mean_log,
     rerun,
@@ -70,26 +67,20 @@ from rlcd_lab.reports.results import (
     summarize_runs,
     summary_json,
 )
-from rlcd_lab.train import METHOD_TABLE
 
-_METHOD_ROWS = ("sft", "rft", "rft-kl", "grpo", "drgrpo")
-LABELS = {
-    "base": "base",
-    **{name: METHOD_TABLE[name].label for name in _METHOD_ROWS},
-    GRPO_STAGE1: "GRPO then stage-1 calibration",
-    "rlcr": METHOD_TABLE["rlcr"].label,
-    "rlcr-stated": "RLCR+TS (stated confidence)",
-    **{
-        name: METHOD_TABLE[name].label for name in ("endtoend", "mixture", "calibrate", "reinforce")
-    },
-    "readout-only": "fork: readout-only",
-    "anchor-only": "fork: anchor-only",
-    "grpo-cont": "fork: GRPO continuation",
-    "reinforce-ace": "fork: RLCD-RL with ACE",
-    SWEEP_PREFIX: "end to end, weight",
-    NO_KL: "end to end, weight 1, no KL",
-}
-ORDER = tuple(LABELS)
+SWEEP_LABEL = "end to end, weight"
+"""The label of Table 4's runs, before their weight."""
+
+
+def labels() -> dict[str, str]:
+    """``{run: label}`` in table order: the base model, the method registry's report rows
+    (``methods.report_rows``), then Table 4's sweep and Figure 1's run without the anchor."""
+    return {
+        "base": "base",
+        **report_rows(),
+        SWEEP_PREFIX: SWEEP_LABEL,
+        NO_KL: "end to end, weight 1, no KL",
+    }
 
 
 def label(run: str) -> str:
@@ -97,16 +88,16 @@ def label(run: str) -> str:
     if run.endswith(MATCHED) and "+" not in run:
         return f"{label(run[: -len(MATCHED)])} (matched budget)"
     if run.startswith(SWEEP_PREFIX):
-        return f"{LABELS[SWEEP_PREFIX]} {run[len(SWEEP_PREFIX) :]}"
+        return f"{SWEEP_LABEL} {run[len(SWEEP_PREFIX) :]}"
     base, _, name = run.partition("+")
     if name in posthoc.BY_NAME:  # a post-hoc calibrator on a run: grpo-matched+logistic
         return f"{label(base)} + {posthoc.BY_NAME[name].label}"
-    return LABELS.get(run, run)
+    return labels().get(run, run)
 
 
 def _ordered(runs: Mapping) -> list[str]:
     """Runs in table order; a post-hoc calibrator right after the run it recalibrates."""
-    key = {n: i for i, n in enumerate(ORDER)}
+    key = {n: i for i, n in enumerate(labels())}
     return sorted(runs, key=lambda r: (key.get(r.split("+")[0].removesuffix(MATCHED), len(key)), r))
 
 

@@ -41,6 +41,7 @@ from rlcd_lab import metrics
 from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.math import routing, stats
+from rlcd_lab.methods import GRPO_STAGE1, MATCHED, METHOD_TABLE, SWEEP_PREFIX, mechanism_runs
 from rlcd_lab.metrics import DEFAULT_EPS
 from rlcd_lab.reports.mechanism import mechanism
 from rlcd_lab.summary import dump_logits, summarize
@@ -48,22 +49,12 @@ from rlcd_lab.summary import dump_logits, summarize
 RLCD = "reinforce"
 """The run every other run is compared with: two-stage RLCD."""
 STAGE1 = "calibrate"
-MATCHED = "-matched"
-SWEEP_PREFIX = "endtoend-c"
-"""Prefix of Table 4's runs: the end-to-end objective at score-function weight W."""
-NO_KL = "endtoend-nokl"
-"""Figure 1's System-One collapse: the end-to-end objective at weight 1 without a KL
-anchor (beside ``endtoend-c1``, the same with it)."""
 READOUT_ONLY = "readout-only"
 """Figure 3's reference: the fork that continues stage 1 (the readout alone)."""
-FORKS = ("reinforce", "readout-only", "anchor-only", "grpo-cont", "reinforce-ace")
-"""Table 2: stage-2 continuations from the same stage-1 checkpoint (``reinforce-ace``:
-RLCD-RL with the optional ACE reward, ``rlcd-lab reproduce --ace``)."""
-GRPO_STAGE1 = "grpo-calibrate"
-"""Outcome RL, then RLCD's stage 1: RLCD stage 1 (``calibrate``, the readout trained by
-the proper score, pathwise only) continued from GRPO's final checkpoint, so that its two
-stages take two-stage RLCD's budget; beside ``reinforce`` it asks whether stage 2's
-proper-score reward matters or any readout calibration after RL does the same."""
+FORKS = (RLCD, *(name for name, m in METHOD_TABLE.items() if m.role == "fork"))
+"""Table 2: stage-2 continuations from the same stage-1 checkpoint: RLCD-RL and the method
+registry's forks (``reinforce-ace``: RLCD-RL with the optional ACE reward, ``rlcd-lab
+reproduce --ace``)."""
 CONTINUES = {**{fork: STAGE1 for fork in FORKS}, GRPO_STAGE1: "grpo"}
 """The runs that continue another run's final checkpoint, and that run: their budget in
 a summary counts both."""
@@ -84,11 +75,6 @@ METRICS = {  # summary key -> (column, key in summary.summarize's row)
 TABLE3_PAIRS = (("mixture", "endtoend"), ("sft", "endtoend"))
 """Table 3's comparisons besides RLCD's (same budget): mixture objective and cross-entropy
 against the per-rationale objective."""
-MECHANISM_RUNS = (
-    "base", "calibrate", "reinforce", "grpo", "grpo-matched", "rft-kl", "rft-kl-matched",
-    "sft", "sft-matched", "rlcr-matched",
-)  # fmt: skip
-"""The runs whose mechanism (:mod:`rlcd_lab.reports.mechanism`) a summary measures."""
 N_BOOT = 2000
 """Bootstrap replicates and Monte Carlo sign-flip patterns of every paired test."""
 N_CLAIM = 4000
@@ -756,7 +742,7 @@ def summarize_runs(
     +- s.d. change of ``T`` and ``length``; ``vs_readout[F]``: :func:`paired` of every
     other fork against ``readout-only`` (Figure 3: same checkpoint, stream and budget);
     ``mechanism[name]``: :func:`rlcd_lab.reports.mechanism.mechanism` of the runs of
-    :data:`MECHANISM_RUNS`; ``sweep[W]``: :func:`paired` of Table 4's
+    ``methods.mechanism_runs()``; ``sweep[W]``: :func:`paired` of Table 4's
     run at score-function weight ``W`` (``SWEEP_PREFIX`` + W) against stage 1 (weight 0);
     ``tuning``: :func:`tuning` of ``root/tune`` where the learning rates were tuned.
     """
@@ -788,7 +774,7 @@ def summarize_runs(
             summary["runs"][name]["seeds"] = [int(g.path.parent.name.split("-")[1]) for g in group]
     summary["mechanism"] = {
         name: mechanism([g.path for g in loaded[name]], [g.T for g in loaded[name]])
-        for name in MECHANISM_RUNS
+        for name in mechanism_runs()
         if name in loaded
     }
     if RLCD in loaded:

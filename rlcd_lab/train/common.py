@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import time
 import warnings
@@ -61,13 +60,14 @@ from rlcd_lab.files.rundir import (
 )
 from rlcd_lab.lm.checkpoint import save_checkpoint
 from rlcd_lab.lm.loading import check_checkpoint, load_checkpoint
+from rlcd_lab.methods import method_of
+from rlcd_lab.methods.configs import SamplingConfig, TrainConfig
 from rlcd_lab.reader.rationales import default_sampler, mix_seed, sample_questions
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Sampler
 from rlcd_lab.summary import summarize
 from rlcd_lab.tasks import load_task_items
 from rlcd_lab.tasks.items import TaskItem
-from rlcd_lab.train.configs import GRPOConfig, RLCDConfig, TrainConfig
 
 
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -257,53 +257,24 @@ def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
 def check_train_config(cfg: TrainConfig) -> None:
     """Reject settings a run cannot use before anything is created or loaded.
 
-    Numbers in range, rationales per question in range (``check_rationales``), a usable
-    ``device``, ``init`` (and ``ref``) checkpoints that exist and look sound
-    (``loading.check_checkpoint``, an adapter's base included; weights are checked at
-    load), the task's train and dev splits (and test, when ``test_items``), ``out`` not a
-    file, and for ``overwrite`` no checkpoint to load inside the run it would delete.
-    Raises ``ValueError`` (``CheckpointError`` for a checkpoint) or ``FileNotFoundError``
-    with one sentence naming the setting. What needs the tokenizer and the model (option
-    labels, context length) is checked when they are loaded, before the first step
-    (``_open``; a run that cannot start leaves nothing behind, ``RunDir.abandon``).
+    The config checked its own numbers when it was built (``__post_init__``); here what
+    needs the method's row, the machine or the files: rationales per question in range
+    (``check_rationales``, for a method that samples them), a usable ``device``, ``init``
+    (and ``ref``) checkpoints that exist and look sound (``loading.check_checkpoint``, an
+    adapter's base included; weights are checked at load), the task's train and dev splits
+    (and test, when ``test_items``), ``out`` not a file, and for ``overwrite`` no
+    checkpoint to load inside the run it would delete. Raises ``ValueError``
+    (``CheckpointError`` for a checkpoint) or ``FileNotFoundError`` with one sentence naming
+    the setting. What needs the tokenizer and the model (option labels, context length) is
+    checked when they are loaded, before the first step (``_open``; a run that cannot start
+    leaves nothing behind, ``RunDir.abandon``).
     """
-    at_least = {
-        "steps": 1,
-        "batch_size": 1,
-        "m": 1,
-        "max_new_tokens": 1,
-        "save_every": 1,
-        "eval_every": 0,
-        "eval_items": 1,
-        "test_items": 0,
-        "lora_r": 0,
-        "grad_accum": 1,
-        "warmup_steps": 0,
-        "stream_start": 0,
-    }
-    for name, low in at_least.items():
-        value = getattr(cfg, name)
-        if value is not None and value < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
-    positive = ("sampling_temperature", "lr", "grad_clip")
-    for name in ("sampling_temperature", "lr", "grad_clip", "weight_decay", "beta"):
-        value = getattr(cfg, name)
-        if not math.isfinite(value) or value < 0 or (name in positive and value == 0):
-            want = "> 0" if name in positive else ">= 0"
-            raise ValueError(f"--{name.replace('_', '-')} must be finite and {want}, got {value}")
-    for name in ("ace", "sf_weight"):
-        value = getattr(cfg, name, 0.0)
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
-    lam = getattr(cfg, "lam", 0.0)
-    if not (math.isfinite(lam) and 0 <= lam <= 1):
-        raise ValueError(f"--lam must be in [0, 1], got {lam}")
-    check_rationales(cfg)
+    sampling = isinstance(cfg, SamplingConfig)
+    if sampling:
+        check_rationales(cfg)
     if (problem := _device_problem(cfg.device)) is not None:
         raise ValueError(problem)
-    if cfg.bf16 and cfg.dtype == "float64":
-        raise ValueError("--bf16 computes in bfloat16; it cannot go with --dtype float64")
-    if cfg.sampler == "vllm":
+    if sampling and cfg.sampler == "vllm":
         check_vllm(cfg)
     if cfg.tracker != "none" and importlib.util.find_spec(cfg.tracker) is None:
         raise ValueError(f"--tracker {cfg.tracker} needs the {cfg.tracker} package (pip install)")
@@ -311,8 +282,7 @@ def check_train_config(cfg: TrainConfig) -> None:
         raise ValueError("--resume and --overwrite exclude each other; pass one")
     if cfg.out.exists() and not cfg.out.is_dir():
         raise FileExistsError(f"--out {cfg.out} exists and is not a directory")
-    for name in ("init", "ref"):
-        path = getattr(cfg, name)
+    for name, path in (("init", cfg.init), ("ref", cfg.ref if sampling else None)):
         if path is None:
             continue
         try:
@@ -329,11 +299,12 @@ def check_train_config(cfg: TrainConfig) -> None:
         load_task_items(cfg.task, split)
 
 
-def check_rationales(cfg: TrainConfig) -> None:
-    """``ValueError`` naming ``--m`` unless it is at least what the method needs
-    (:func:`min_rationales`) and at most :data:`rlcd_lab.evaluate.MAX_RATIONALES` (one
-    question's rationales are sampled in one batch)."""
-    need, why = min_rationales(cfg)
+def check_rationales(cfg: SamplingConfig) -> None:
+    """``ValueError`` naming ``--m`` unless it is at least what the method needs (its row's
+    ``min_rationales`` in ``rlcd_lab.methods``) and at most
+    :data:`rlcd_lab.evaluate.MAX_RATIONALES` (one question's rationales are sampled in one
+    batch)."""
+    need, why = method_of(cfg).min_rationales(cfg)
     if cfg.m < need:
         raise ValueError(
             f"--m (--num-rationales) must be >= {need} for {cfg.method or 'this method'}: "
@@ -343,19 +314,6 @@ def check_rationales(cfg: TrainConfig) -> None:
         raise ValueError(
             f"--m (--num-rationales) must be at most {MAX_RATIONALES} per question, got {cfg.m}"
         )
-
-
-def min_rationales(cfg: TrainConfig) -> tuple[int, str]:
-    """The fewest rationales per question (``m``) the method of ``cfg`` can train with, and
-    why: the RLCD family's leave-one-out baseline needs 2 (the mixture estimate, ``lam >
-    0``, 3: ``estimators``), GRPO's group-normalized reward 2; SFT and RFT 1."""
-    if isinstance(cfg, RLCDConfig):
-        if cfg.lam > 0:
-            return 3, "the mixture estimate (--lam > 0) needs three rationales per question"
-        return 2, "its leave-one-out baseline needs two rationales per question"
-    if isinstance(cfg, GRPOConfig):
-        return 2, "its group-normalized reward needs two rationales per question"
-    return 1, "every question needs a rationale"
 
 
 @dataclass
@@ -382,7 +340,7 @@ class Session:
     stream: QuestionStream
     dev_items: list[TaskItem]
     eval_kw: dict
-    sampler: Sampler  # pick_sampler(cfg, model)
+    sampler: Sampler | None  # pick_sampler(cfg, model); None: the method samples none
     lr_used: float = 0.0  # the learning rate of the latest optimizer step
 
     @property
@@ -603,10 +561,12 @@ def _open(
     splits = {"train": train_items, "dev": dev_items}
     if cfg.test_items:
         splits["test"] = load_task_items(cfg.task, "test")[: cfg.test_items]
+    # a direct answer has no rationale budget (SFT's config has none)
+    budget = {} if eval_mode == "direct" else {"max_new_tokens": cfg.max_new_tokens}
     for split, items in splits.items():  # before any model work: labels, context length
         check_items(
-            model, tok, items, mode=eval_mode, max_new_tokens=cfg.max_new_tokens,
-            marker=meta["marker"], sep=meta["sep"], where=f"task {cfg.task} {split} split",
+            model, tok, items, mode=eval_mode, **budget, marker=meta["marker"], sep=meta["sep"],
+            where=f"task {cfg.task} {split} split",
         )  # fmt: skip
     if cfg.lora_r and not isinstance(model, PeftModel):
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear")
@@ -642,19 +602,14 @@ def _open(
     else:  # default: where the training of init ended (0 for a model not trained on one)
         start = meta.get("stream_end", 0) if cfg.stream_start is None else cfg.stream_start
     stream = QuestionStream(train_items, cfg.batch_size, cfg.seed, start)
-    eval_kw = dict(
-        mode=eval_mode,
-        max_new_tokens=cfg.max_new_tokens,
-        marker=meta["marker"],
-        sep=meta["sep"],
-        seed=cfg.seed,
-    )
+    eval_kw = dict(mode=eval_mode, **budget, marker=meta["marker"], sep=meta["sep"], seed=cfg.seed)
     meta = {**meta, "task": cfg.task, "method": cfg.method, "init": str(cfg.init)}
     meta |= {"stream_start": start, "stream_end": start}
     model.train()
     return Session(
         cfg, acc, run, start_step, device, model, wrapped, tok, meta, ref, params, opt, sched,
-        stream, dev_items, eval_kw, pick_sampler(cfg, model),
+        stream, dev_items, eval_kw,
+        pick_sampler(cfg, model) if isinstance(cfg, SamplingConfig) else None,
     )  # fmt: skip
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from rlcd_lab.estimators import group_advantages
 from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.methods.configs import GRPOConfig  # the settings (no torch)
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.train.common import rationale_stats, sample_answers, sample_batch, setup, token_kl
-from rlcd_lab.train.configs import GRPOConfig  # the settings (no torch)
 
 
 @releases_run

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.methods.configs import RFTConfig  # the settings (no torch)
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.train.common import rationale_stats, sample_answers, sample_batch, setup, token_kl
-from rlcd_lab.train.configs import RFTConfig  # the settings (no torch)
 
 
 @releases_run

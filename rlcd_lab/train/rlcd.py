@@ -15,7 +15,7 @@ Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
    micro-batches (``Session.micro_batches``); their gradients add up to the batch's.
 
 The methods differ only in their settings (``METHODS``, defined with the configs in
-``configs.py``):
+``rlcd_lab.methods.configs``):
 
 * ``calibrate``: ``sf_weight = 0``: pathwise only; rationales are on-policy latents.
 * ``reinforce``: from the stage-1 checkpoint; ``sf_weight = 0.3``, ``beta = 0.04``, KL
@@ -34,9 +34,9 @@ import torch
 
 from rlcd_lab.estimators import grad_norm, gradient_terms, surrogate_terms
 from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.methods.configs import RLCDConfig
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.train.common import rationale_stats, sample_batch, setup
-from rlcd_lab.train.configs import RLCDConfig
 
 __all__ = [
     "train",

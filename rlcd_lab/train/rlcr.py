@@ -48,6 +48,7 @@ from torch import Tensor
 
 from rlcd_lab.estimators import leave_one_out_mean
 from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.methods.configs import RLCRConfig  # the settings (no torch)
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.verbal import confidence_logprobs, confidence_tokens, token_confidences
 from rlcd_lab.train.common import (
@@ -58,7 +59,6 @@ from rlcd_lab.train.common import (
     setup,
     token_kl,
 )
-from rlcd_lab.train.configs import RLCRConfig  # the settings (no torch)
 
 
 def digit_bin(p: Tensor) -> Tensor:
@@ -107,8 +107,6 @@ def train(cfg: RLCRConfig) -> Path:
     """Run (or resume) RLCR; returns the run directory."""
     if cfg.m < 2:
         raise ValueError(f"--m must be >= 2 for rlcr: its leave-one-out baseline; got {cfg.m}")
-    if cfg.format_steps < 0:
-        raise ValueError(f"--format-steps must be >= 0, got {cfg.format_steps}")
     s = setup(cfg, needs_ref=cfg.beta > 0)
     s.meta["confidence_cue"] = cfg.cue
     conf = confidence_tokens(s.tok, cfg.cue, s.meta["sep"])

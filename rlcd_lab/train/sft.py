@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.methods.configs import SFTConfig  # the settings (no torch)
 from rlcd_lab.reader.reading import direct_logits
 from rlcd_lab.train.common import setup
-from rlcd_lab.train.configs import SFTConfig  # the settings (no torch)
 
 
 @releases_run

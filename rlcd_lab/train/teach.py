@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 
 from rlcd_lab.files.rundir import releases_run
+from rlcd_lab.methods.configs import TeachConfig  # the settings (no torch)
 from rlcd_lab.reader.rationales import sample_questions, written_sampler
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.tasks.worked import WORKED
 from rlcd_lab.train.common import setup
-from rlcd_lab.train.configs import TeachConfig  # the settings (no torch)
 
 
 def worked_rationales(cfg: TeachConfig, items) -> list[str]:

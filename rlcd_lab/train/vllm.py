@@ -24,8 +24,8 @@ from peft import PeftModel
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlcd_lab.methods.configs import TrainConfig
 from rlcd_lab.reader.sampling import Generated, SamplingStopped
-from rlcd_lab.train.configs import TrainConfig
 
 
 def hf_weights(model: PreTrainedModel) -> list[tuple[str, Tensor]]:

@@ -1,24 +1,59 @@
-"""The settings of every training method: frozen dataclasses parsed by tyro and written to
-each run's ``config.json``, the RLCD presets (``METHODS``, ``preset``), and how a recorded
-config compares with a new one (``config_diff``).
+"""The settings of every training method: frozen dataclasses parsed by tyro, written to
+each run's ``config.json`` and checked on construction (``__post_init__``); the RLCD presets
+(``METHODS``, ``preset``). Each method's config holds the settings its loop reads:
+``TrainConfig`` those every loop shares, ``RationaleConfig`` adds the rationale budget,
+``SamplingConfig`` the sampled rationales and the KL anchor.
 
-Standard library and tyro only, so ``rlcd-lab train ... --help`` and code that only builds
-configs load no torch; the loops (``rlcd.py``, ``sft.py``, ``rft.py``, ``grpo.py``,
-``rlcr.py``) import their config from here and re-export it.
+Standard library and tyro only: ``rlcd-lab train ... --help`` and code that only builds
+configs load no torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tyro
 
+from rlcd_lab.math.rule_names import MIXTURE_RULES, Rule
+
+
+def field_names(config: Any) -> frozenset[str]:
+    """The settings of a config (an instance or its class): the keys of its ``config.json``.
+    A record written when every method had every setting holds more; those a method does
+    not have are not read (``rundir.config_diff`` compares the config's own only)."""
+    return frozenset(f.name for f in fields(config))
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _at_least(cfg: Any, **lows: int) -> None:
+    """``ValueError`` naming the option unless each named integer setting is >= its bound
+    (``None``, an unset optional one, passes)."""
+    for name, low in lows.items():
+        value = getattr(cfg, name)
+        if value is not None and value < low:
+            raise ValueError(f"{_flag(name)} must be >= {low}, got {value}")
+
+
+def _finite(cfg: Any, **lows: float | None) -> None:
+    """``ValueError`` naming the option unless each named setting is finite and > its bound
+    (``None``: >= 0)."""
+    for name, low in lows.items():
+        value = getattr(cfg, name)
+        if not math.isfinite(value) or value < 0 or (low is not None and value <= low):
+            want = ">= 0" if low is None else f"> {low}"
+            raise ValueError(f"{_flag(name)} must be finite and {want}, got {value}")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Settings every training method shares (defaults: tiny CPU scale)."""
+    """Settings every training method shares (defaults: tiny CPU scale), each checked on
+    construction (``ValueError`` naming the option and the value)."""
 
     method: tyro.conf.Fixed[str] = ""
     """The method (fixed per subcommand; recorded in config.json and rlcd.json)."""
@@ -33,15 +68,6 @@ class TrainConfig:
     batch_size: int = 8
     """Questions per step, over all processes: each of ``W`` processes takes
     ``batch_size / W`` of them (the question stream does not depend on ``W``)."""
-    m: Annotated[int, tyro.conf.arg(aliases=("--num-rationales",))] = 4
-    """Rationales per question (``--num-rationales`` is the same setting: use it under
-    ``torchrun`` and ``accelerate launch``, whose parsers take ``--m`` for one of theirs)."""
-    max_new_tokens: int = 48
-    """Token budget of one rationale; one that reaches it without writing the marker gets
-    the marker appended and is flagged ``forced`` (``rlcd_lab.reader``)."""
-    sampling_temperature: float = 1.0
-    """Sampling temperature of the rationales (``temperature`` in configs recorded before
-    the rename: ``rundir.upgrade_config``)."""
     lr: float = 1e-4
     """AdamW learning rate (the paper uses 2e-6 for 1.7B models)."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
@@ -56,10 +82,6 @@ class TrainConfig:
     grad_clip: float = 1.0
     """Clip the global gradient norm to this before each step (``accelerate``'s
     ``clip_grad_norm_``); the norm before clipping is logged as ``grad_norm``."""
-    beta: float = 0.0
-    """KL anchor weight towards the reference model (0: no anchor)."""
-    ref: Path | None = None
-    """Reference (anchor) model; default: ``init``."""
     eval_every: int = 50
     """Evaluate the first ``eval_items`` dev items every this many steps (logged as
     ``dev_*``; 0: only the final evaluation)."""
@@ -94,16 +116,6 @@ class TrainConfig:
     (``cpu``, or ``auto`` on a machine without CUDA: a gloo group)."""
     dtype: Literal["float32", "float64"] = "float32"
     """Dtype of the trained weights and of AdamW's state (float64 for exactness checks)."""
-    sampler: Literal["hf", "fast", "bf16", "vllm"] = "hf"
-    """Who samples the rationales: the trained model itself (``hf``: ``generate``'s tokens
-    from ``decoding.kv_sampler``, bit for bit); a copy of its weights with any LoRA adapter
-    merged, refreshed after every optimizer step, its matrices packed for oneDNN on the CPU
-    (``decoding.CopySampler``: ``fast`` in ``decoding.fast_dtype``, bfloat16 where the
-    machine multiplies in it natively, else float32, and for models under
-    ``decoding.FAST_MIN_PARAMS`` parameters the model itself as ``hf``; ``bf16`` always
-    bfloat16), the draw off-policy by the copy's rounding; or a vLLM engine (CUDA only,
-    ``pip install rlcd_lab[vllm]``). The readout and ``log pi(r)`` are always recomputed
-    by the trained model in its own dtype. See docs/performance.md for what each is worth."""
     tracker: Literal["none", "tensorboard", "trackio"] = "none"
     """Also send each log row to a tracker (``accelerate``'s trackers; the package must be
     installed); ``log.jsonl`` is always written."""
@@ -115,17 +127,74 @@ class TrainConfig:
     verify: bool = True
     """Check the checksums of the checkpoints loaded (``--no-verify`` skips)."""
 
+    def __post_init__(self) -> None:
+        _at_least(
+            self, steps=1, batch_size=1, save_every=1, eval_every=0, eval_items=1, test_items=0,
+            lora_r=0, grad_accum=1, warmup_steps=0, stream_start=0,
+        )  # fmt: skip
+        _finite(self, lr=0, grad_clip=0)
+        _finite(self, weight_decay=None)
+        if self.bf16 and self.dtype == "float64":
+            raise ValueError("--bf16 computes in bfloat16; it cannot go with --dtype float64")
+
+
+@dataclass(frozen=True)
+class RationaleConfig(TrainConfig):
+    """Settings of the methods whose model writes a rationale before its answer (the
+    evaluation's budget; ``sft`` answers directly)."""
+
+    max_new_tokens: int = 48
+    """Token budget of one rationale; one that reaches it without writing the marker gets
+    the marker appended and is flagged ``forced`` (``rlcd_lab.reader``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least(self, max_new_tokens=1)
+
+
+@dataclass(frozen=True)
+class SamplingConfig(RationaleConfig):
+    """Settings of the methods that sample rationales while training, with an optional KL
+    anchor to a reference model."""
+
+    m: Annotated[int, tyro.conf.arg(aliases=("--num-rationales",))] = 4
+    """Rationales per question (``--num-rationales`` is the same setting: use it under
+    ``torchrun`` and ``accelerate launch``, whose parsers take ``--m`` for one of theirs)."""
+    sampling_temperature: float = 1.0
+    """Sampling temperature of the rationales (``temperature`` in configs recorded before
+    the rename: ``rundir.upgrade_config``)."""
+    sampler: Literal["hf", "fast", "bf16", "vllm"] = "hf"
+    """Who samples the rationales: the trained model itself (``hf``: ``generate``'s tokens
+    from ``decoding.kv_sampler``, bit for bit); a copy of its weights with any LoRA adapter
+    merged, refreshed after every optimizer step, its matrices packed for oneDNN on the CPU
+    (``decoding.CopySampler``: ``fast`` in ``decoding.fast_dtype``, bfloat16 where the
+    machine multiplies in it natively, else float32, and for models under
+    ``decoding.FAST_MIN_PARAMS`` parameters the model itself as ``hf``; ``bf16`` always
+    bfloat16), the draw off-policy by the copy's rounding; or a vLLM engine (CUDA only,
+    ``pip install rlcd_lab[vllm]``). The readout and ``log pi(r)`` are always recomputed
+    by the trained model in its own dtype. See docs/performance.md for what each is worth."""
+    beta: float = 0.0
+    """KL anchor weight towards the reference model (0: no anchor)."""
+    ref: Path | None = None
+    """Reference (anchor) model; default: ``init``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least(self, m=1)
+        _finite(self, sampling_temperature=0)
+        _finite(self, beta=None)
+
 
 # ------------------------------ RLCD family (rlcd.py)
 @dataclass(frozen=True)
-class RLCDConfig(TrainConfig):
+class RLCDConfig(SamplingConfig):
     """Settings of the RLCD-family methods."""
 
     sf_weight: float = 0.0
     """Weight c of the score-function term (0: stage 1, pathwise only)."""
     lam: float = 0.0
     """Mixture weight: 0 per-rationale, 1 mixture (group) objective."""
-    rule: Literal["brier", "log", "spherical"] = "brier"
+    rule: Rule = "brier"
     """The proper scoring rule ``J(u, Y)``, a name of ``rlcd_lab.scoring.RULES``: Brier
     ``2 u_Y - ||u||^2``, log ``log u_Y`` or spherical ``u_Y / ||u||`` (the mixture objective,
     ``lam > 0``, takes Brier only)."""
@@ -137,6 +206,17 @@ class RLCDConfig(TrainConfig):
     the reference did are scaled by ``1 + alpha c`` (``estimators.ace_advantages``); 0: off."""
     grad_terms_every: int = 10
     """Log pathwise vs score-function gradient norms every this many steps (0: never)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _finite(self, ace=None, sf_weight=None)
+        if not (math.isfinite(self.lam) and 0 <= self.lam <= 1):
+            raise ValueError(f"--lam must be in [0, 1], got {self.lam}")
+        if self.lam > 0 and self.rule not in MIXTURE_RULES:
+            raise ValueError(
+                f"--rule {self.rule}: the mixture objective (--lam > 0) has an estimator for "
+                f"{' and '.join(MIXTURE_RULES)} only"
+            )
 
 
 @dataclass(frozen=True)
@@ -198,7 +278,7 @@ class SFTConfig(TrainConfig):
 
 
 @dataclass(frozen=True)
-class TeachConfig(TrainConfig):
+class TeachConfig(RationaleConfig):
     """Settings of ``teach``: teacher-forced SFT on worked rationales built by rule
     (``rlcd_lab.tasks.worked``), which gives a pretrained model its task's format and skill
     before the comparison, as pretraining gives the tiny bases theirs."""
@@ -210,7 +290,7 @@ class TeachConfig(TrainConfig):
 
 
 @dataclass(frozen=True)
-class RFTConfig(TrainConfig):
+class RFTConfig(SamplingConfig):
     """Settings of the RFT/STaR baseline (clone correct trajectories; optional KL)."""
 
     method: tyro.conf.Fixed[str] = "rft"
@@ -218,7 +298,7 @@ class RFTConfig(TrainConfig):
 
 
 @dataclass(frozen=True)
-class GRPOConfig(TrainConfig):
+class GRPOConfig(SamplingConfig):
     """Settings of the GRPO baseline (correctness reward, group-normalized, KL anchor)."""
 
     method: tyro.conf.Fixed[str] = "grpo"
@@ -233,7 +313,7 @@ class GRPOConfig(TrainConfig):
 
 
 @dataclass(frozen=True)
-class RLCRConfig(TrainConfig):
+class RLCRConfig(SamplingConfig):
     """Settings of RLCR (Damani et al. 2025): correctness of a sampled answer plus the
     Brier score of the confidence the model states after it (``rlcr.py``)."""
 
@@ -247,3 +327,7 @@ class RLCRConfig(TrainConfig):
     answer (``rlcr.py``); they count in ``steps``."""
     cue: str = "\nConfidence:"
     """Written after the answer; the confidence digit follows it (``reader.verbal.CUE``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least(self, format_steps=0)
