@@ -213,8 +213,11 @@ def test_what_reproduces_has_a_column_per_task_and_a_dash_where_no_claim():
 def test_claims_that_do_not_hold_link_to_the_why_table_that_explains_them():
     """Every cell of "What reproduces" whose verdict is not "reproduces" or "consistent"
     links to its task's "Why" heading in docs/results.md (from the README through that
-    page), naming the columns of its metric; those that hold link nowhere."""
-    from rlcd_lab.reports.report import HELD, why_column
+    page), naming the columns of its metric, where that table holds one of the claim's
+    runs; those that hold link nowhere."""
+    from rlcd_lab.reports.report import HELD, load_summaries, why_column, why_runs
+
+    summaries = load_summaries(REPO / "assets" / "results")
 
     headings = {
         re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
@@ -235,12 +238,45 @@ def test_claims_that_do_not_hold_link_to_the_why_table_that_explains_them():
                 if verdict.startswith(HELD):
                     assert not links, cell
                     continue
+                summary = summaries[task]
+                (j,) = [j for j in judge(summary) if j.row == claim]
+                if not set(j.runs) & set(why_runs(summary)):  # the table holds neither
+                    assert not links, cell
+                    continue
                 kind = "gsm8k-verify" if "verify" in task else "other"
                 ((cols, target, slug),) = links
                 assert target == prefix and slug == f"why-{task}" and slug in headings, cell
                 assert cols == (why_column(claim, kind) if "JSD" not in claim else ""), cell
                 checked += 1
         assert checked >= 3, page
+
+
+def test_every_why_link_targets_a_table_holding_one_of_the_claims_runs():
+    """Each "why" link of the generated "What reproduces" tables (docs/results.md and the
+    README's headline) points at a "Why" table, read back from the generated page, whose
+    rows hold at least one of the two runs the claim compares (:func:`judge`'s runs)."""
+    from rlcd_lab.reports.report import label, load_summaries
+
+    summaries = load_summaries(REPO / "assets" / "results")
+    text = RESULTS_PAGE.read_text(encoding="utf-8")
+    tables = {}  # anchor -> the run labels of the Why table under that heading
+    for task, body in re.findall(r"^### Why: (\S+)\n(.*?)(?=^#)", text, re.M | re.S):
+        rows = re.findall(r"^\| ([^|]+?) \|", body.split(":begin", 1)[-1], re.M)
+        tables[f"why-{task}"] = set(rows[1:]) - {"---"}  # less the header
+    checked = 0
+    for page, name in ((RESULTS_PAGE, "what-reproduces"), (REPO / "README.md", "headline")):
+        rows = block(name, page).splitlines()
+        tasks = [c.split(" (")[0] for c in rows[0].strip("|").split(" | ")[1:]]
+        for row in rows[2:]:
+            claim, *cells = row.strip("| ").split(" | ")
+            for task, cell in zip(tasks, cells, strict=True):
+                for slug in re.findall(r"\]\([^)#]*#([^)]+)\)", cell):
+                    (j,) = [j for j in judge(summaries[task]) if j.row == claim]
+                    assert len(j.runs) >= 2, (task, claim)
+                    held = tables[slug] & {label(r) for r in j.runs}
+                    assert held, (page.name, task, claim, j.runs, sorted(tables[slug]))
+                    checked += 1
+    assert checked >= 20
 
 
 def test_sweep_table_orders_weights_and_puts_stage1_at_zero():

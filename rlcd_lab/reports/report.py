@@ -148,7 +148,8 @@ class Judged:
     same way for every task (the "What reproduces" table's row), ``name`` the runs
     actually compared, ``ours`` our difference [CI] (p) with the test across seeds and the
     minimal detectable effect, ``verdict`` per :func:`verdict` (marked :func:`borderline`),
-    ``diff`` the summary's paired entry (None for the fitted-T claims)."""
+    ``diff`` the summary's paired entry (None for the fitted-T claims), ``runs`` the
+    summary's names of the runs compared."""
 
     claim: paper.Claim | paper.TemperatureClaim
     row: str
@@ -156,6 +157,7 @@ class Judged:
     ours: str
     verdict: str
     diff: Mapping | None = None
+    runs: tuple[str, ...] = ()
 
 
 def _sign(direction: int) -> str:
@@ -277,9 +279,10 @@ def judge(summary: Mapping) -> list[Judged]:
     out = []
     held = {}
     for claim in claims(k):
-        for row, name, _, diff in _comparisons(summary, claim):
+        for row, name, where, diff in _comparisons(summary, claim):
             if diff is None:
                 continue
+            runs = _runs_of(where) if where else (claim.pair.removeprefix("fork:"), STAGE1)
             shown, v = majority_draw(diff, claim.direction, claim.effect)
             if claim.pair == "reinforce - grpo":
                 held[claim.metric] = v.startswith("reproduces")
@@ -290,7 +293,8 @@ def judge(summary: Mapping) -> list[Judged]:
             ):
                 v = f"gap closed by the calibrator: {v}"
             ours = fmt_diff(shown) + (f"; {fmt_seeds(diff)}" if "seeds" in diff else "")
-            out.append(Judged(claim, f"{row}, {_sign(claim.direction)}", name, ours, v, diff))
+            row = f"{row}, {_sign(claim.direction)}"
+            out.append(Judged(claim, row, name, ours, v, diff, runs))
     t_claim = paper.TEMPERATURE.get(k)
     others = [
         o + MATCHED if o + MATCHED in summary["runs"] else o
@@ -303,7 +307,7 @@ def judge(summary: Mapping) -> list[Judged]:
         values = " / ".join(fmt_cell(summary["runs"][r]["T"]) for r in t)
         v = temperature_verdict(t[RLCD], [t[r] for r in others])
         row = "fitted T: RLCD near 1, GRPO and RFT+KL far from it"
-        out.append(Judged(t_claim, row, f"fitted T, {names}", values, v))
+        out.append(Judged(t_claim, row, f"fitted T, {names}", values, v, runs=tuple(t)))
     return out
 
 
@@ -350,6 +354,12 @@ def why_column(claim: str, kind: str) -> str:
     return "acc"
 
 
+def why_runs(summary: Mapping) -> list[str]:
+    """The runs a summary's "Why" table holds, in its order: those with a ``mechanism``
+    entry (:data:`rlcd_lab.reports.results.MECHANISM_RUNS` that ran)."""
+    return [r for r in summary.get("mechanism", {}) if r in summary["runs"]]
+
+
 def what_reproduces(
     summaries: Mapping[str, Mapping], only: str = "", why: str | None = None
 ) -> str:
@@ -360,7 +370,8 @@ def what_reproduces(
     for that kind or the task did not run it. A task with none of the kept claims has no
     column. With ``why`` (the results page, relative to the page the table is on; "" on
     that page), a claim that does not hold links to the task's "Why" table
-    (``#why-<task>``) naming the columns that explain it (:func:`why_column`)."""
+    (``#why-<task>``) naming the columns that explain it (:func:`why_column`), where that
+    table holds at least one of the claim's runs (:func:`why_runs`)."""
     judged = {task: {j.row: j for j in judge(s)} for task, s in summaries.items()}
     rows: list[str] = []
     for found in judged.values():
@@ -385,7 +396,11 @@ def what_reproduces(
             if j.diff is not None and "seeds" in j.diff:
                 number += f"; {fmt_seeds(j.diff, short=True)}"
             link = ""
-            if why is not None and not verdict.startswith(HELD):
+            if (
+                why is not None
+                and not verdict.startswith(HELD)
+                and set(j.runs) & set(why_runs(summaries[task]))
+            ):
                 col = why_column(r, summary_kind(summaries[task]))
                 link = f" -> [why{': ' + col if col else ''}]({why}#why-{task})"
             cells.append(f"**{verdict}** {ours}{number}{link}")
@@ -803,8 +818,8 @@ def update_readme(readme: Path) -> str:
             return m.group(1) + table + m.group(5)
         summary = json.loads(path.read_text(encoding="utf-8"))
         if m.group(2).startswith("why-"):  # the mechanism's steps, measured
-            names = [r for r in summary.get("mechanism", {}) if r in summary["runs"]]
-            return m.group(1) + mechanism_table(summary, {r: label(r) for r in names}) + m.group(5)
+            names = {r: label(r) for r in why_runs(summary)}
+            return m.group(1) + mechanism_table(summary, names) + m.group(5)
         if m.group(2).startswith("dev-"):
             return m.group(1) + dev_curve_table(summary) + m.group(5)
         if m.group(2).startswith("tune-"):
