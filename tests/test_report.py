@@ -31,6 +31,7 @@ RESULTS_PAGE = REPO / "docs" / "results.md"
 
 
 SMALLER = "smaller than the paper's"
+NO_SIZE = "the paper gives no size to compare it with"
 RUNG = "basic-skills-arithmetic-verify-pairs"
 """The real rung's reproduction, the fair test (SmolLM2-135M taught the task, three seeds)."""
 
@@ -64,14 +65,47 @@ def test_verdicts_against_the_papers_effect(lo, hi, p, expected, sign):
         (0.1, 0.3, 0.001, +1, "reproduces"),  # no number from the paper: direction only
         (0.1, 0.3, 0.001, -1, "opposite direction"),
         (-0.1, 0.1, 0.5, +1, "not measurable: not significant"),
-        (-0.1, 0.1, 0.5, 0, "consistent: no difference"),
+        (-0.1, 0.1, 0.5, 0, f"no difference detected (CI half-width 0.100): {NO_SIZE}"),
         (0.05, 0.1, 0.01, 0, "differs: the paper finds no difference"),
-        (0.05, 0.1, 0.2, 0, "consistent: no difference"),
+        (-0.05, 0.1, 0.2, 0, f"no difference detected (CI half-width 0.075): {NO_SIZE}"),
         (0.05, 0.1, None, +1, "reproduces"),  # an interval over seeds: no test
     ],
 )
 def test_verdicts_without_a_number(lo, hi, p, direction, expected):
     assert verdict({"ci_low": lo, "ci_high": hi, "p": p}, direction) == expected
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "p", "expected"),
+    [  # a claim of no difference where the paper measured +0.02 (half-widths by hand)
+        (
+            -0.01,
+            0.03,
+            0.4,
+            "consistent: no difference, CI half-width 0.020 within the paper's effect",
+        ),  # (0.03 + 0.01) / 2 = 0.02 <= |+0.02|: it would see +0.02
+        (
+            -0.015,
+            0.005,
+            0.3,
+            "consistent: no difference, CI half-width 0.010 within the paper's effect",
+        ),
+        (
+            -0.03,
+            0.02,
+            0.6,
+            "no difference detected (CI half-width 0.025): wider than the paper's +0.020",
+        ),  # 0.025 > 0.02: the paper's difference would pass unseen
+        (0.01, 0.05, 0.01, "differs: the paper finds no difference"),
+    ],
+)
+def test_a_claim_of_no_difference_is_consistent_only_where_the_ci_would_see_the_papers(
+    lo, hi, p, expected
+):
+    assert verdict({"ci_low": lo, "ci_high": hi, "p": p}, 0, 0.02) == expected
+    assert verdict({"ci_low": -hi, "ci_high": -lo, "p": p}, 0, -0.02) == expected.replace(
+        "+0.020", "-0.020"
+    )
 
 
 @pytest.mark.parametrize(
