@@ -131,6 +131,10 @@ class Eval:
     """Seed of the rationales (each item's draw depends on it, not on the batch)."""
     verify: bool = True
     """Check the checkpoint's checksums (``--no-verify`` skips)."""
+    reference: Path | None = None
+    """A checkpoint on the same tokenizer (the base the checkpoint was trained from): each
+    row records its rationales' log-probabilities under both and the KL estimate to it
+    (``kl_reference``, nats per rationale), the summary their mean."""
 
 
 @dataclass(frozen=True)
@@ -414,6 +418,12 @@ def run_eval_command(cfg: Eval) -> dict:
     if not items:
         raise ValueError(f"--limit {cfg.limit} leaves no items to evaluate")
     model, tok, meta = load_checkpoint(cfg.checkpoint, verify=cfg.verify)
+    if cfg.reference is not None:
+        ref, ref_tok, _ = load_checkpoint(cfg.reference, verify=cfg.verify)
+        if ref_tok.get_vocab() != tok.get_vocab():
+            raise ValueError(
+                f"--reference {cfg.reference} has another tokenizer than the checkpoint"
+            )
     kw = dict(
         mode=cfg.mode,
         m=cfg.m,
@@ -421,12 +431,15 @@ def run_eval_command(cfg: Eval) -> dict:
         seed=cfg.seed,
         marker=meta["marker"],
         sep=meta["sep"],
+        reference=None if cfg.reference is None else ref.to(model.device),
     )
     where = f"task {cfg.task} {cfg.split} split"  # items checked first (context, labels)
     rows = run_eval(model, tok, items, progress=True, where=where, **kw)  # tqdm on stderr
     if cfg.out is not None:
         atomic_write_jsonl(cfg.out, rows)
     summary = summarize(rows)
+    if cfg.reference is not None:
+        summary["kl_reference"] = sum(r["kl_reference"] for r in rows) / len(rows)
     T = calibration_T(meta)
     summary["warnings"] = eval_warnings(rows, T if isinstance(T, int | float) else None)
     return summary
