@@ -412,7 +412,7 @@ def read(
     format (:func:`build_prompt`; None: the tokenizer's chat template decides); ``sampler``:
     see :func:`sample_rationales`. ``reference``: a model on the same tokenizer and device
     (the base a policy was trained from) under which each sampled rationale is scored too
-    (:func:`score_rationales`, no gradient): ``Reading.logp_reference`` (0 in direct mode).
+    (:func:`score_rationales`): ``Reading.logp_reference`` (0 in direct mode).
     Returns one :class:`Reading` per question, in order.
     """
     if mode not in ("direct", "reason"):
@@ -448,26 +448,15 @@ def read(
             forced = rats.forced.view(len(qs), m).tolist()
             lengths = rats.lengths.view(len(qs), m).tolist()
             logp = lp.view(len(qs), m)
-            lp_ref = None
-            if reference is not None:
-                with torch.no_grad():
-                    lp_ref = score_rationales(reference, rats, ids)[2].view(len(qs), m)
+            lp_ref = None if reference is None else score_rationales(reference, rats, ids)[2]
         u, logits, logp = u.float().cpu(), logits.float().cpu(), logp.float().cpu()
-        lp_ref = None if lp_ref is None else lp_ref.float().cpu()
+        ref = None if lp_ref is None else lp_ref.float().cpu().view(len(qs), -1)
         for i in range(len(qs)):
             k = len(labels[i])
-            out.append(
-                Reading(
-                    tuple(labels[i]),
-                    rat_texts[i],
-                    forced[i],
-                    lengths[i],
-                    logp[i, :mm],
-                    u[i, :, :k],
-                    logits[i, :, :k],
-                    None if lp_ref is None else lp_ref[i, :mm],
-                )  # fmt: skip
-            )
+            out.append(Reading(
+                tuple(labels[i]), rat_texts[i], forced[i], lengths[i], logp[i, :mm],
+                u[i, :, :k], logits[i, :, :k], None if ref is None else ref[i, :mm],
+            ))  # fmt: skip
         if on_batch is not None:
             on_batch(len(qs))
     return out
