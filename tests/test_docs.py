@@ -181,6 +181,32 @@ def test_the_under_training_reading_is_the_training_accuracy_trends():
     assert " ".join(table.split("\n\n")[1].split()) in text
 
 
+def test_the_kl_to_the_base_is_not_in_the_shipped_dumps_as_the_results_page_says():
+    """docs/results.md says the rung's eval dumps hold no log-probability of a rationale
+    under the policy or the base, and that of its trained runs only seed 17's RLCD ships
+    weights: true of every shipped dump row and run folder."""
+    from rlcd_lab.files import rundir
+    from rlcd_lab.files.io import read_jsonl
+
+    summary = json.loads((FAIR / "summary.json").read_text(encoding="utf-8"))
+    fields = {"logp", "logp_reference", "kl_reference"}
+    with_weights = []
+    for seed in summary["seeds"]:
+        for run in summary["runs"]:
+            folder = FAIR / f"seed-{seed}" / run
+            if "+" in run or not folder.is_dir():
+                continue  # a post-hoc calibrator reads its run's dumps
+            for split in ("dev", "test"):
+                rows = read_jsonl(rundir.eval_file(folder, split))
+                assert not any(fields & set(row) for row in rows), (seed, run, split)
+            if (folder / "final").is_dir():
+                with_weights.append((seed, run))
+    assert with_weights == [(17, "reinforce")]
+    text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    assert "of the trained runs only seed 17's RLCD adapter ships" in text
+    assert "`rlcd-lab eval --reference BASE`" in text
+
+
 def test_the_kl_drift_quoted_is_the_rung_logs_peak():
     """docs/results.md's KL figures for the rung's 12-step stage 2: the largest logged
     estimate of each seed's run, at lr 3e-4 and at 1e-4, read from the shipped logs."""
