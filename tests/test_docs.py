@@ -176,6 +176,7 @@ def test_the_under_training_reading_is_the_training_accuracy_trends():
     text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
     assert "No run's training accuracy was still rising when it stopped." in text
     assert "show neither the baselines nor RLCD's stage 2 as under-trained" in text
+    assert "by training accuracy, with a noise band, no run was still rising" in text
     assert "the baselines' may be" not in text  # the reading this replaced
     table = training_trend_table(trends)
     assert " ".join(table.split("\n\n")[1].split()) in text
