@@ -208,6 +208,37 @@ def test_the_kl_to_the_base_is_not_in_the_shipped_dumps_as_the_results_page_says
     assert "`rlcd-lab eval --reference BASE`" in text
 
 
+def test_rlcds_kl_to_the_base_is_what_its_shipped_rows_hold():
+    """The KL to the base quoted for seed 17's RLCD: the shipped rows cover the test dump's
+    questions, each row's estimate is its log-ratios' mean, and the page prints their mean,
+    standard error, per-token value (over the test dump's rationale lengths) and the Why
+    table's KL to the anchor beside it."""
+    import math
+
+    from rlcd_lab.files import rundir
+    from rlcd_lab.files.io import read_jsonl
+
+    run = FAIR / "seed-17" / "reinforce"
+    rows = read_jsonl(rundir.eval_file(run, "test-kl-base"))
+    dump = read_jsonl(rundir.eval_file(run, "test"))
+    assert [r["uid"] for r in rows] == [d["uid"] for d in dump]
+    for r in rows:
+        ratios = [a - b for a, b in zip(r["logp"], r["logp_reference"], strict=True)]
+        assert abs(r["kl_reference"] - sum(ratios) / len(ratios)) < 1e-6
+    kl = [r["kl_reference"] for r in rows]
+    n, mean = len(kl), sum(kl) / len(kl)
+    se = math.sqrt(sum((k - mean) ** 2 for k in kl) / (n - 1) / n)
+    length = sum(d["lengths"][0] for d in dump) / len(dump)
+    anchor = json.loads((FAIR / "summary.json").read_text())["mechanism"]["reinforce"]
+    text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    assert (
+        f"Its KL to the base is {mean:.2f} nats per rationale (standard error over the "
+        f"questions {se:.2f}; {mean / length:.4f} per token, over its mean rationale length of "
+        f"{length:.1f} tokens), against {anchor['kl_seq_end']:.2f} to its anchor" in text
+    )
+    assert f"on the {n} test questions" in text
+
+
 def test_the_kl_drift_quoted_is_the_rung_logs_peak():
     """docs/results.md's KL figures for the rung's 12-step stage 2: the largest logged
     estimate of each seed's run, at lr 3e-4 and at 1e-4, read from the shipped logs."""
