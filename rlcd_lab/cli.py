@@ -75,6 +75,10 @@ class Eval:
     """Seed of the rationales (each item's draw depends on it, not on the batch)."""
     verify: bool = True
     """Check the checkpoint's checksums (``--no-verify`` skips)."""
+    reference: Path | None = None
+    """A checkpoint on the same tokenizer (the base the checkpoint was trained from): each
+    row records its rationales' log-probabilities under both and the KL estimate to it
+    (``kl_reference``, nats per rationale), the summary their mean."""
 
 
 @dataclass(frozen=True)
@@ -368,6 +372,13 @@ def run_eval_command(cfg: Eval) -> dict:
     if not items:
         raise ValueError(f"--limit {cfg.limit} leaves no items to evaluate")
     reader = Reader.load(cfg.checkpoint, verify=cfg.verify)
+    ref = None
+    if cfg.reference is not None:
+        ref = Reader.load(cfg.reference, verify=cfg.verify)
+        if ref.tokenizer.get_vocab() != reader.tokenizer.get_vocab():
+            raise ValueError(
+                f"--reference {cfg.reference} has another tokenizer than the checkpoint"
+            )
     kw = dict(
         mode=cfg.mode,
         m=cfg.m,
@@ -375,12 +386,15 @@ def run_eval_command(cfg: Eval) -> dict:
         seed=cfg.seed,
         marker=reader.marker,
         sep=reader.sep,
+        reference=None if ref is None else ref.model.to(reader.model.device),
     )
     where = f"task {cfg.task} {cfg.split} split"  # items checked first (context, labels)
     rows = run_eval(reader.model, reader.tokenizer, items, progress=True, where=where, **kw)
     if cfg.out is not None:
         atomic_write_jsonl(cfg.out, rows)
     summary = summarize(rows)
+    if cfg.reference is not None:
+        summary["kl_reference"] = sum(r["kl_reference"] for r in rows) / len(rows)
     summary["warnings"] = eval_warnings(rows, reader.T)  # 1 when none is recorded
     return summary
 

@@ -4,7 +4,12 @@
 reproduce and the dashboard):
 ``uid``, ``label``, ``q``, ``options``, ``rationales`` (M texts), ``forced`` and
 ``lengths`` (per rationale), ``readouts`` (M x K), ``mixture`` (mean readout),
-``probs`` and ``logits`` (the single-query readout: the first rationale's). In
+``probs`` and ``logits`` (the single-query readout: the first rationale's). With a
+``reference`` model (the base a policy was trained from), each row also holds ``logp`` and
+``logp_reference`` (per rationale: ``log pi(r | x)`` at temperature 1 under the model and
+under the reference) and ``kl_reference``, their difference averaged over the item's
+rationales: a per-rationale estimate, in nats, of ``KL(pi || pi_ref)`` on the question (an
+unbiased one when the rationales are sampled at temperature 1). In
 ``direct`` mode there is one empty rationale: the prompt ends with the bare marker.
 With ``stated=True`` (RLCR runs, ``rlcd-lab train rlcr``) each row also holds the
 model's stated confidence after that first rationale and its readout's answer
@@ -217,7 +222,7 @@ def check_items(
 
 def _dump_row(item: TaskItem, r: Reading) -> dict:
     """One eval-dump row (the module docstring's fields) from an item and its reading."""
-    return {
+    row = {
         "uid": item.uid,
         "label": item.label,
         "q": None if item.q is None else list(item.q),
@@ -230,6 +235,11 @@ def _dump_row(item: TaskItem, r: Reading) -> dict:
         "probs": r.u[0].tolist(),
         "logits": r.logits[0].tolist(),
     }
+    if r.logp_reference is not None:
+        row["logp"] = r.logp.tolist()
+        row["logp_reference"] = r.logp_reference.tolist()
+        row["kl_reference"] = float((r.logp.double() - r.logp_reference.double()).mean())
+    return row
 
 
 def run_eval(
@@ -249,6 +259,7 @@ def run_eval(
     where: str = "",
     stated: bool = False,
     cue: str = CUE,
+    reference: PreTrainedModel | None = None,
 ) -> list[dict]:
     """Eval-dump rows for ``items`` (see the module docstring), read by
     :func:`rlcd_lab.reader.read` (batched, seeded); each item over its own options.
@@ -267,6 +278,9 @@ def run_eval(
     ``cue`` (:mod:`rlcd_lab.reader.verbal`) and the first rationale, sampled again with its seed
     (so the row's own; where a device does not reproduce the draw, the rationale read is
     recorded as ``stated_rationale``).
+    ``reference``: a model on the same tokenizer (a LoRA adapter merged like ``model``)
+    whose log-probabilities of the sampled rationales the rows record, with the estimate
+    of the KL divergence to it (the module docstring's ``kl_reference``).
     """
     check_items(
         model, tokenizer, items, mode=mode, max_new_tokens=max_new_tokens, marker=marker,
@@ -276,6 +290,8 @@ def run_eval(
         batch_size = questions_per_call(model, m if mode == "reason" else 1)
     if hasattr(model, "merge_and_unload"):  # a LoRA adapter: W + B A, read without it
         model = plain_copy(model, next(model.parameters()).dtype)
+    if hasattr(reference, "merge_and_unload"):
+        reference = plain_copy(reference, next(reference.parameters()).dtype)
     bar = tqdm(total=len(items), desc=f"eval {mode}", unit="item") if progress else None
     try:
         readings = read(
@@ -283,7 +299,7 @@ def run_eval(
             mode=mode, m=m, max_new_tokens=max_new_tokens,
             sampling_temperature=sampling_temperature, seed=seed,
             marker=marker, sep=sep, batch_size=batch_size,
-            on_batch=None if bar is None else bar.update,
+            on_batch=None if bar is None else bar.update, reference=reference,
         )  # fmt: skip
     finally:
         if bar is not None:

@@ -461,6 +461,18 @@ def coverage_at_risk(
     return float(largest_covered(risks, ends, eps, tol)[0])
 
 
+def coverage_ceiling(accuracy: float, eps: float = DEFAULT_EPS) -> float:
+    """The most Cov@eps (:func:`coverage_at_risk`) any confidence can reach on answers of
+    this ``accuracy``: ``min(1, accuracy / (1 - eps))``.
+
+    A prefix of ``k`` of ``N`` items holding ``e`` errors qualifies when ``e <= eps k``; it
+    holds at most the ``N_c`` right answers, so ``k - e <= N_c`` and ``k (1 - eps) <= N_c``.
+    Ranking every right answer first (distinct confidences), then the errors, reaches
+    ``min(N, N_c + floor(eps N_c / (1 - eps))) / N``, within ``1/N`` of the bound. Higher
+    is better; a ceiling on the readout's ranking, set by its accuracy alone."""
+    return min(1.0, accuracy / (1.0 - eps))
+
+
 def predicted_coverage_at_risk(
     probs: ArrayLike, eps: float = DEFAULT_EPS, tol: float = 1e-12
 ) -> float:

@@ -19,7 +19,7 @@ from rlcd_lab.files import rundir
 from rlcd_lab.files.io import read_jsonl
 from rlcd_lab.math import paper
 from rlcd_lab.math import stats as S
-from rlcd_lab.math.verdicts import verdict
+from rlcd_lab.math.verdicts import verdict, verdict_head
 from rlcd_lab.reports import power, report, results
 from rlcd_lab.summary import row_logits
 
@@ -193,7 +193,7 @@ def test_no_verdict_flips_across_five_bootstrap_draws_without_being_marked(task)
         if j.diff is None:
             continue
         heads = {
-            verdict(d, j.claim.direction, j.claim.effect).split(":")[0]
+            verdict_head(verdict(d, j.claim.direction, j.claim.effect))
             for d in (j.diff, *j.diff.get("reruns", ()))
         }
         assert ("(borderline:" in j.verdict) == (len(heads) > 1), (task, j.row, heads)

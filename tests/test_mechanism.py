@@ -159,3 +159,39 @@ def test_a_run_without_arithmetic_or_log_has_none_of_those(tmp_path):
     assert got["dev_trend"] is None and got["readout_variance"] is None
     table = mechanism.mechanism_table({"mechanism": {"x": got}}, {"x": "X run"})
     assert table.splitlines()[2].startswith("| X run | - | 0.500 |") and "| - |" in table
+
+
+def test_quarter_trend_by_hand():
+    """Two seeds of 9 steps: quarters of 2 steps (the 9th joins none). Seed a's quarters
+    are (0, 0), (1, 1), (2, 2), (3, 5): no spread except the last, variance 2; seed b's
+    (0, 0), (1, 1), (2, 2), (3, 3). Quarter means over seeds 0, 1, 2, 3.5; SE of the last
+    sqrt((2 / 2 + 0) ) / 2 = 0.5, of the third 0: change 1.5 > 2 x 0.5, still rising."""
+    from rlcd_lab.reports.mechanism import quarter_trend
+
+    a = [0, 0, 1, 1, 2, 2, 3, 5, 99]
+    b = [0, 0, 1, 1, 2, 2, 3, 3, -99]
+    t = quarter_trend([a, b])
+    assert t["steps"] == 9 and t["quarters"] == [0.0, 1.0, 2.0, 3.5]
+    assert t["se"] == [0.0, 0.0, 0.0, 0.5]
+    assert (t["change"], t["se_change"], t["reading"]) == (1.5, 0.5, "still rising")
+    # the last quarter (3.25 + 1.75) / 2 = 2.5, 0.5 above the third on an SE of 0.5: flat
+    assert (
+        quarter_trend([[0, 0, 1, 1, 2, 2, 2.25, 4.25], [0, 0, 1, 1, 2, 2, 1.75, 1.75]])["reading"]
+        == "flat within noise"
+    )
+    down = quarter_trend([[4, 4, 3, 3, 2, 2, 0, 0]])  # no spread: any change is beyond noise
+    assert (down["change"], down["reading"]) == (-2.0, "falling")
+    assert quarter_trend([[1, 2, 3, 4, 5, 6, 7]]) is None  # under two steps a quarter
+
+
+def test_training_accuracy_reads_each_loops_own_column():
+    """RLCD logs ``accuracy_u`` (beside its proper-score ``reward``), GRPO ``reward``, RFT
+    ``kept``, RLCR ``correct`` (beside its ``reward``); SFT none."""
+    from rlcd_lab.reports.mechanism import training_accuracy
+
+    rlcd = [{"reward": -0.3, "accuracy_u": 0.5}, {"reward": -0.2, "accuracy_u": 0.75}]
+    assert training_accuracy(rlcd) == [0.5, 0.75]
+    assert training_accuracy([{"reward": 1.0}, {"reward": 0.5, "dev_brier": 0.2}]) == [1.0, 0.5]
+    assert training_accuracy([{"kept": 0.25}, {"kept": None}]) == [0.25]
+    assert training_accuracy([{"reward": 0.9, "correct": 0.5}]) == [0.5]
+    assert training_accuracy([{"loss": 1.0}]) == []

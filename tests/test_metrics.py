@@ -557,3 +557,19 @@ def test_temperature_slope_is_the_derivative_of_the_nll_in_one_over_t():
     )
     padded = np.concatenate([z, np.full((80, 1), -np.inf)], 1)
     assert M.fit_temperature(padded, y) == t
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.2, 0.34])
+def test_coverage_ceiling_is_the_best_any_ranking_reaches(eps):
+    """Every right/wrong pattern of up to 5 items, every order of distinct confidences:
+    the largest Cov@eps is within 1/N below ``min(1, acc / (1 - eps))`` and none exceeds
+    it (brute force against the bound's derivation)."""
+    for n in range(1, 6):
+        for pattern in itertools.product([False, True], repeat=n):
+            correct = np.array(pattern)
+            best = max(
+                M.coverage_at_risk(np.array(order, dtype=float), correct, eps)
+                for order in itertools.permutations(range(n))
+            )
+            ceiling = M.coverage_ceiling(correct.mean(), eps)
+            assert ceiling - 1 / n < best <= ceiling + 1e-12, (pattern, best, ceiling)

@@ -31,6 +31,7 @@ RESULTS_PAGE = REPO / "docs" / "results.md"
 
 
 SMALLER = "smaller than the paper's"
+NO_SIZE = "the paper gives no size to compare it with"
 RUNG = "basic-skills-arithmetic-verify-pairs"
 """The real rung's reproduction, the fair test (SmolLM2-135M taught the task, three seeds)."""
 
@@ -64,14 +65,47 @@ def test_verdicts_against_the_papers_effect(lo, hi, p, expected, sign):
         (0.1, 0.3, 0.001, +1, "reproduces"),  # no number from the paper: direction only
         (0.1, 0.3, 0.001, -1, "opposite direction"),
         (-0.1, 0.1, 0.5, +1, "not measurable: not significant"),
-        (-0.1, 0.1, 0.5, 0, "consistent: no difference"),
+        (-0.1, 0.1, 0.5, 0, f"no difference detected (CI half-width 0.100): {NO_SIZE}"),
         (0.05, 0.1, 0.01, 0, "differs: the paper finds no difference"),
-        (0.05, 0.1, 0.2, 0, "consistent: no difference"),
+        (-0.05, 0.1, 0.2, 0, f"no difference detected (CI half-width 0.075): {NO_SIZE}"),
         (0.05, 0.1, None, +1, "reproduces"),  # an interval over seeds: no test
     ],
 )
 def test_verdicts_without_a_number(lo, hi, p, direction, expected):
     assert verdict({"ci_low": lo, "ci_high": hi, "p": p}, direction) == expected
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "p", "expected"),
+    [  # a claim of no difference where the paper measured +0.02 (half-widths by hand)
+        (
+            -0.01,
+            0.03,
+            0.4,
+            "consistent: no difference, CI half-width 0.020 within the paper's effect",
+        ),  # (0.03 + 0.01) / 2 = 0.02 <= |+0.02|: it would see +0.02
+        (
+            -0.015,
+            0.005,
+            0.3,
+            "consistent: no difference, CI half-width 0.010 within the paper's effect",
+        ),
+        (
+            -0.03,
+            0.02,
+            0.6,
+            "no difference detected (CI half-width 0.025): wider than the paper's +0.020",
+        ),  # 0.025 > 0.02: the paper's difference would pass unseen
+        (0.01, 0.05, 0.01, "differs: the paper finds no difference"),
+    ],
+)
+def test_a_claim_of_no_difference_is_consistent_only_where_the_ci_would_see_the_papers(
+    lo, hi, p, expected
+):
+    assert verdict({"ci_low": lo, "ci_high": hi, "p": p}, 0, 0.02) == expected
+    assert verdict({"ci_low": -hi, "ci_high": -lo, "p": p}, 0, -0.02) == expected.replace(
+        "+0.020", "-0.020"
+    )
 
 
 @pytest.mark.parametrize(
@@ -213,8 +247,11 @@ def test_what_reproduces_has_a_column_per_task_and_a_dash_where_no_claim():
 def test_claims_that_do_not_hold_link_to_the_why_table_that_explains_them():
     """Every cell of "What reproduces" whose verdict is not "reproduces" or "consistent"
     links to its task's "Why" heading in docs/results.md (from the README through that
-    page), naming the columns of its metric; those that hold link nowhere."""
-    from rlcd_lab.reports.report import HELD, why_column
+    page), naming the columns of its metric, where that table holds one of the claim's
+    runs; those that hold link nowhere."""
+    from rlcd_lab.reports.report import HELD, load_summaries, why_column, why_runs
+
+    summaries = load_summaries(REPO / "assets" / "results")
 
     headings = {
         re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
@@ -235,12 +272,45 @@ def test_claims_that_do_not_hold_link_to_the_why_table_that_explains_them():
                 if verdict.startswith(HELD):
                     assert not links, cell
                     continue
+                summary = summaries[task]
+                (j,) = [j for j in judge(summary) if j.row == claim]
+                if not set(j.runs) & set(why_runs(summary)):  # the table holds neither
+                    assert not links, cell
+                    continue
                 kind = "gsm8k-verify" if "verify" in task else "other"
                 ((cols, target, slug),) = links
                 assert target == prefix and slug == f"why-{task}" and slug in headings, cell
                 assert cols == (why_column(claim, kind) if "JSD" not in claim else ""), cell
                 checked += 1
         assert checked >= 3, page
+
+
+def test_every_why_link_targets_a_table_holding_one_of_the_claims_runs():
+    """Each "why" link of the generated "What reproduces" tables (docs/results.md and the
+    README's headline) points at a "Why" table, read back from the generated page, whose
+    rows hold at least one of the two runs the claim compares (:func:`judge`'s runs)."""
+    from rlcd_lab.reports.report import label, load_summaries
+
+    summaries = load_summaries(REPO / "assets" / "results")
+    text = RESULTS_PAGE.read_text(encoding="utf-8")
+    tables = {}  # anchor -> the run labels of the Why table under that heading
+    for task, body in re.findall(r"^### Why: (\S+)\n(.*?)(?=^#)", text, re.M | re.S):
+        rows = re.findall(r"^\| ([^|]+?) \|", body.split(":begin", 1)[-1], re.M)
+        tables[f"why-{task}"] = set(rows[1:]) - {"---"}  # less the header
+    checked = 0
+    for page, name in ((RESULTS_PAGE, "what-reproduces"), (REPO / "README.md", "headline")):
+        rows = block(name, page).splitlines()
+        tasks = [c.split(" (")[0] for c in rows[0].strip("|").split(" | ")[1:]]
+        for row in rows[2:]:
+            claim, *cells = row.strip("| ").split(" | ")
+            for task, cell in zip(tasks, cells, strict=True):
+                for slug in re.findall(r"\]\([^)#]*#([^)]+)\)", cell):
+                    (j,) = [j for j in judge(summaries[task]) if j.row == claim]
+                    assert len(j.runs) >= 2, (task, claim)
+                    held = tables[slug] & {label(r) for r in j.runs}
+                    assert held, (page.name, task, claim, j.runs, sorted(tables[slug]))
+                    checked += 1
+    assert checked >= 20
 
 
 def test_sweep_table_orders_weights_and_puts_stage1_at_zero():

@@ -2,9 +2,10 @@
 
 A claim of the paper (:mod:`rlcd_lab.math.paper`) is judged on our paired difference and its
 95% CI by :func:`verdict` (reproduces, smaller than the paper's, not measurable, opposite
-direction; a claim of no difference is consistent or differs), the fitted-T claim by
-:func:`temperature_verdict`, and :func:`fmt_diff` writes the difference as the tables show
-it. Standard library only, so the reports (:mod:`rlcd_lab.reports.report`), the difficulty map
+direction; a claim of no difference is consistent, not detected or differs; its kind:
+:func:`verdict_head`), the fitted-T claim by :func:`temperature_verdict`, and
+:func:`fmt_diff` writes the difference as the tables show it. Standard library only, so the
+reports (:mod:`rlcd_lab.reports.report`), the difficulty map
 (:mod:`rlcd_lab.reports.difficulty`) and the notebooks share one set of rules.
 """
 
@@ -33,11 +34,22 @@ def verdict(diff: Mapping[str, float], direction: int, effect: float | None = No
     holds ``effect``, *smaller than the paper's* when the CI lies between 0 and it, and
     *reproduces, larger than the paper's* beyond it. Not significant: *smaller than the
     paper's* when the CI excludes ``effect``, else *not measurable*. A claim of no
-    difference is *consistent* when not significant, else *differs*."""
+    difference *differs* when significant; not significant, it is *consistent* when the
+    CI's half-width is at most ``|effect|`` (the CI would have seen a difference the size
+    of the paper's), else *no difference detected (CI half-width x)*: the CI is too wide
+    to tell no difference from the paper's (or where the paper gives no number, any)."""
     lo, hi, p = diff["ci_low"], diff["ci_high"], diff.get("p")
     sig = (lo > 0 or hi < 0) and (p is None or p < SIGNIFICANCE)
     if direction == 0:
-        return "differs: the paper finds no difference" if sig else "consistent: no difference"
+        if sig:
+            return "differs: the paper finds no difference"
+        half = (hi - lo) / 2
+        if effect is not None and half <= abs(effect):
+            return f"consistent: no difference, CI half-width {half:.3f} within the paper's effect"
+        head = f"no difference detected (CI half-width {half:.3f})"
+        if effect is None:
+            return f"{head}: the paper gives no size to compare it with"
+        return f"{head}: wider than the paper's {effect:+.3f}"
     paper_side = (lo > 0) == (direction > 0)
     if sig and not paper_side:
         return "opposite direction"
@@ -54,6 +66,13 @@ def verdict(diff: Mapping[str, float], direction: int, effect: float | None = No
     if held:
         return "not measurable: not significant, CI holds the paper's effect"
     return "not measurable: not significant"
+
+
+def verdict_head(v: str) -> str:
+    """A verdict's kind, what two bootstrap draws must share to read the same: its first
+    clause without a parenthesis (``"no difference detected (CI half-width 0.019): ..."``
+    -> ``"no difference detected"``; a :func:`verdict` or a borderline-marked one)."""
+    return v.split(":")[0].split(" (")[0]
 
 
 def temperature_verdict(t_rlcd: float, t_baselines: Sequence[float]) -> str:

@@ -350,7 +350,9 @@ class Reading:
     one's readout over the question's own ``K`` options.
 
     ``u``, ``logits``: ``(M, K)`` float32 tensors (CPU); ``logp (M,)``: ``log pi(r | x)``
-    (0 in direct mode); ``texts``, ``forced``, ``lengths``: per rationale.
+    at temperature 1 (0 in direct mode); ``logp_reference (M,)``: the same rationales'
+    ``log pi_ref(r | x)`` under a reference model (:func:`read`'s ``reference``; None
+    without one); ``texts``, ``forced``, ``lengths``: per rationale.
     """
 
     options: tuple[str, ...]
@@ -360,6 +362,7 @@ class Reading:
     logp: Tensor
     u: Tensor
     logits: Tensor
+    logp_reference: Tensor | None = None
 
     @property
     def mixture(self) -> Tensor:
@@ -397,6 +400,7 @@ def read(
     on_batch: Callable[[int], object] | None = None,
     chat: bool | None = None,
     sampler: Sampler | None = None,
+    reference: PreTrainedModel | None = None,
 ) -> list[Reading]:
     """Read ``questions`` (each with its own option labels) in batches of ``batch_size``.
 
@@ -406,7 +410,9 @@ def read(
     rationale (the prompt ends with the marker). ``on_batch(n)`` is called after each
     batch with its number of questions (a progress bar's ``update``). ``chat``: the prompt
     format (:func:`build_prompt`; None: the tokenizer's chat template decides); ``sampler``:
-    see :func:`sample_rationales`.
+    see :func:`sample_rationales`. ``reference``: a model on the same tokenizer and device
+    (the base a policy was trained from) under which each sampled rationale is scored too
+    (:func:`score_rationales`): ``Reading.logp_reference`` (0 in direct mode).
     Returns one :class:`Reading` per question, in order.
     """
     if mode not in ("direct", "reason"):
@@ -427,6 +433,7 @@ def read(
             rat_texts = [[""] for _ in qs]
             forced, lengths = [[False]] * len(qs), [[0]] * len(qs)
             logp = torch.zeros(len(qs), 1)
+            lp_ref = None if reference is None else torch.zeros(len(qs), 1)
         else:
             rats, ids = sample_questions(
                 model, tokenizer, qs, labels, m, max_new_tokens,
@@ -441,20 +448,15 @@ def read(
             forced = rats.forced.view(len(qs), m).tolist()
             lengths = rats.lengths.view(len(qs), m).tolist()
             logp = lp.view(len(qs), m)
+            lp_ref = None if reference is None else score_rationales(reference, rats, ids)[2]
         u, logits, logp = u.float().cpu(), logits.float().cpu(), logp.float().cpu()
+        ref = None if lp_ref is None else lp_ref.float().cpu().view(len(qs), -1)
         for i in range(len(qs)):
             k = len(labels[i])
-            out.append(
-                Reading(
-                    tuple(labels[i]),
-                    rat_texts[i],
-                    forced[i],
-                    lengths[i],
-                    logp[i, :mm],
-                    u[i, :, :k],
-                    logits[i, :, :k],
-                )  # fmt: skip
-            )
+            out.append(Reading(
+                tuple(labels[i]), rat_texts[i], forced[i], lengths[i], logp[i, :mm],
+                u[i, :, :k], logits[i, :, :k], None if ref is None else ref[i, :mm],
+            ))  # fmt: skip
         if on_batch is not None:
             on_batch(len(qs))
     return out

@@ -145,6 +145,57 @@ def _trend(values: Sequence[float]) -> float | None:
     return float(np.mean(values[-q:]) - np.mean(values[-2 * q : -q]))
 
 
+TRAIN_ACCURACY = ("accuracy_u", "correct", "kept", "reward")
+"""The training accuracy each loop logs, the first of these a log holds: the RLCD family's
+``accuracy_u`` (the readout's top option right), RLCR's ``correct``, RFT's ``kept`` and
+GRPO's ``reward`` (a sampled answer right); each a mean over the step's rationales."""
+
+NOISE_SE = 2.0
+"""A change within this many standard errors of 0 reads "flat within noise"."""
+
+
+def training_accuracy(log: Sequence[Mapping]) -> list[float]:
+    """The logged training accuracy (:data:`TRAIN_ACCURACY`) of a run's log rows, one value
+    per step that logged it; [] when the log holds none."""
+    key = next((k for k in TRAIN_ACCURACY if any(r.get(k) is not None for r in log)), None)
+    return [] if key is None else [r[key] for r in log if r.get(key) is not None]
+
+
+def quarter_trend(per_seed: Sequence[Sequence[float]]) -> dict | None:
+    """Per-quarter means of a value logged every step, over seeds, with a noise band.
+
+    Each seed's steps are cut into four quarters of ``n // 4`` steps (the last ``n mod 4``
+    steps join no quarter: the quarters stay equal); ``quarters[i]`` is the mean over seeds
+    of each seed's quarter mean and ``se[i]`` its standard error, the steps of a quarter
+    taken as independent draws around its level: ``sqrt(sum_s var_s / q) / S`` (``var_s``
+    the sample variance of seed ``s``'s ``q`` values, ``S`` seeds). ``change`` is the last
+    quarter minus the one before, ``se_change = sqrt(se[2]^2 + se[3]^2)``, and ``reading``
+    "still rising" / "falling" when ``change`` is more than :data:`NOISE_SE` standard
+    errors above / below 0, else "flat within noise". ``steps``: values per seed (the
+    fewest). None when a seed logged fewer than 8 values (two per quarter)."""
+    n = min(len(v) for v in per_seed)
+    q = n // 4
+    if q < 2:
+        return None
+    parts = np.array(
+        [[np.asarray(v[i * q : (i + 1) * q], float) for i in range(4)] for v in per_seed]
+    )
+    means = parts.mean(-1).mean(0)
+    se = np.sqrt((parts.var(-1, ddof=1) / q).sum(0)) / len(per_seed)
+    change, se_change = means[3] - means[2], float(np.hypot(se[2], se[3]))
+    reading = "flat within noise"
+    if abs(change) > NOISE_SE * se_change:
+        reading = "still rising" if change > 0 else "falling"
+    return {
+        "steps": n,
+        "quarters": [float(m) for m in means],
+        "se": [float(e) for e in se],
+        "change": float(change),
+        "se_change": se_change,
+        "reading": reading,
+    }
+
+
 def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
     """The mechanism's measures (module docstring) of one run, its test dump read with its
     fitted temperature ``T``."""

@@ -19,7 +19,7 @@ figures load plotly.js from ``../plotly.min.js``, one file shared by the reports
 ``findings_table(summary)`` sets each of the paper's findings for the summary's kind of
 task (:mod:`rlcd_lab.math.paper`) beside ours (difference, 95% CI, p) with its verdict
 (:func:`rlcd_lab.math.verdicts.verdict`: reproduces, smaller than the paper's, not measurable,
-opposite direction; a finding of no difference is consistent or differs);
+opposite direction; a finding of no difference is consistent, not detected or differs);
 ``what_reproduces`` sets every task's verdicts side by side; ``runs_table(summary)`` lists
 the runs. The README's result blocks are these functions' output for the shipped
 summaries, never typed by hand: ``python -m rlcd_lab.reports.report SUMMARY`` prints them and a
@@ -49,10 +49,17 @@ from rlcd_lab.math.verdicts import (
     fmt_seeds,
     temperature_verdict,
     verdict,
+    verdict_head,
 )
 from rlcd_lab.methods import MATCHED, NO_KL, SWEEP_PREFIX, report_rows
+from rlcd_lab.metrics import coverage_ceiling
 from rlcd_lab.reports import posthoc
-from rlcd_lab.reports.mechanism import mechanism_table
+from rlcd_lab.reports.mechanism import (
+    NOISE_SE,
+    mechanism_table,
+    quarter_trend,
+    training_accuracy,
+)
 from rlcd_lab.reports.results import (
     FORKS,
     METRICS,
@@ -142,7 +149,8 @@ class Judged:
     same way for every task (the "What reproduces" table's row), ``name`` the runs
     actually compared, ``ours`` our difference [CI] (p) with the test across seeds and the
     minimal detectable effect, ``verdict`` per :func:`verdict` (marked :func:`borderline`),
-    ``diff`` the summary's paired entry (None for the fitted-T claims)."""
+    ``diff`` the summary's paired entry (None for the fitted-T claims), ``runs`` the
+    summary's names of the runs compared."""
 
     claim: paper.Claim | paper.TemperatureClaim
     row: str
@@ -150,6 +158,7 @@ class Judged:
     ours: str
     verdict: str
     diff: Mapping | None = None
+    runs: tuple[str, ...] = ()
 
 
 def _sign(direction: int) -> str:
@@ -238,10 +247,11 @@ def stabilize(summary: dict, loaded: Mapping[str, Sequence[RunResult]], n: int =
 
 def borderline(v: str, others: Sequence[str]) -> str:
     """The verdict ``v`` marked borderline where a verdict under another bootstrap draw
-    (``others``) differs in its first clause, e.g. ``"reproduces (borderline: not
-    measurable under 1 of 5 bootstrap draws)"``; ``v`` itself otherwise."""
-    head = v.split(":")[0]
-    flips = [o.split(":")[0] for o in others if o.split(":")[0] != head]
+    (``others``) differs in kind (:func:`rlcd_lab.math.verdicts.verdict_head`), e.g.
+    ``"reproduces (borderline: not measurable under 1 of 5 bootstrap draws)"``; ``v``
+    itself otherwise."""
+    head = verdict_head(v)
+    flips = [verdict_head(o) for o in others if verdict_head(o) != head]
     if not flips:
         return v
     names = " / ".join(dict.fromkeys(flips))
@@ -251,12 +261,13 @@ def borderline(v: str, others: Sequence[str]) -> str:
 def majority_draw(diff: Mapping, direction: int, effect: float | None) -> tuple[dict, str]:
     """The bootstrap draw a claim cell shows, and its verdict: of the test's draw and its
     reruns under other bootstrap RNG seeds (``diff["reruns"]``: their ``ci_low``,
-    ``ci_high`` and ``p``; the point estimate is the same), the first whose verdict's first
-    clause is the most common one (the earlier on a tie), marked :func:`borderline` where
-    another draw reads another. Returns ``(diff with that draw's CI and p, verdict)``."""
+    ``ci_high`` and ``p``; the point estimate is the same), the first whose verdict's kind
+    (:func:`rlcd_lab.math.verdicts.verdict_head`) is the most common one (the earlier on a
+    tie), marked :func:`borderline` where another draw reads another. Returns ``(diff with
+    that draw's CI and p, verdict)``."""
     draws = [dict(diff), *({**diff, **r} for r in diff.get("reruns", ()))]
     verdicts = [verdict(d, direction, effect) for d in draws]
-    heads = [v.split(":")[0] for v in verdicts]
+    heads = [verdict_head(v) for v in verdicts]
     i = heads.index(max(dict.fromkeys(heads), key=heads.count))
     return draws[i], borderline(verdicts[i], verdicts[:i] + verdicts[i + 1 :])
 
@@ -272,9 +283,10 @@ def judge(summary: Mapping) -> list[Judged]:
     out = []
     held = {}
     for claim in claims(k):
-        for row, name, _, diff in _comparisons(summary, claim):
+        for row, name, where, diff in _comparisons(summary, claim):
             if diff is None:
                 continue
+            runs = _runs_of(where) if where else (claim.pair.removeprefix("fork:"), STAGE1)
             shown, v = majority_draw(diff, claim.direction, claim.effect)
             if claim.pair == "reinforce - grpo":
                 held[claim.metric] = v.startswith("reproduces")
@@ -285,7 +297,8 @@ def judge(summary: Mapping) -> list[Judged]:
             ):
                 v = f"gap closed by the calibrator: {v}"
             ours = fmt_diff(shown) + (f"; {fmt_seeds(diff)}" if "seeds" in diff else "")
-            out.append(Judged(claim, f"{row}, {_sign(claim.direction)}", name, ours, v, diff))
+            row = f"{row}, {_sign(claim.direction)}"
+            out.append(Judged(claim, row, name, ours, v, diff, runs))
     t_claim = paper.TEMPERATURE.get(k)
     others = [
         o + MATCHED if o + MATCHED in summary["runs"] else o
@@ -298,7 +311,7 @@ def judge(summary: Mapping) -> list[Judged]:
         values = " / ".join(fmt_cell(summary["runs"][r]["T"]) for r in t)
         v = temperature_verdict(t[RLCD], [t[r] for r in others])
         row = "fitted T: RLCD near 1, GRPO and RFT+KL far from it"
-        out.append(Judged(t_claim, row, f"fitted T, {names}", values, v))
+        out.append(Judged(t_claim, row, f"fitted T, {names}", values, v, runs=tuple(t)))
     return out
 
 
@@ -345,6 +358,12 @@ def why_column(claim: str, kind: str) -> str:
     return "acc"
 
 
+def why_runs(summary: Mapping) -> list[str]:
+    """The runs a summary's "Why" table holds, in its order: those with a ``mechanism``
+    entry (:data:`rlcd_lab.reports.results.MECHANISM_RUNS` that ran)."""
+    return [r for r in summary.get("mechanism", {}) if r in summary["runs"]]
+
+
 def what_reproduces(
     summaries: Mapping[str, Mapping], only: str = "", why: str | None = None
 ) -> str:
@@ -355,7 +374,8 @@ def what_reproduces(
     for that kind or the task did not run it. A task with none of the kept claims has no
     column. With ``why`` (the results page, relative to the page the table is on; "" on
     that page), a claim that does not hold links to the task's "Why" table
-    (``#why-<task>``) naming the columns that explain it (:func:`why_column`)."""
+    (``#why-<task>``) naming the columns that explain it (:func:`why_column`), where that
+    table holds at least one of the claim's runs (:func:`why_runs`)."""
     judged = {task: {j.row: j for j in judge(s)} for task, s in summaries.items()}
     rows: list[str] = []
     for found in judged.values():
@@ -380,12 +400,119 @@ def what_reproduces(
             if j.diff is not None and "seeds" in j.diff:
                 number += f"; {fmt_seeds(j.diff, short=True)}"
             link = ""
-            if why is not None and not verdict.startswith(HELD):
+            if (
+                why is not None
+                and not verdict.startswith(HELD)
+                and set(j.runs) & set(why_runs(summaries[task]))
+            ):
                 col = why_column(r, summary_kind(summaries[task]))
                 link = f" -> [why{': ' + col if col else ''}]({why}#why-{task})"
             cells.append(f"**{verdict}** {ours}{number}{link}")
         out.append(f"| {r} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def training_trends(root: Path, summary: Mapping) -> dict[str, dict]:
+    """``{run: quarter_trend}`` of the training accuracy
+    (:func:`rlcd_lab.reports.mechanism.training_accuracy`) of every run of the reproduction
+    at ``root`` whose every seed's log (``root/seed-*/<run>``) holds it, in table order
+    (:func:`rlcd_lab.reports.mechanism.quarter_trend`)."""
+    out = {}
+    for run in _ordered(summary["runs"]):
+        dirs = [rundir.seed_dir(root, s) / run for s in summary["seeds"]]
+        if not all(rundir.log_path(d).exists() for d in dirs):
+            continue
+        values = [training_accuracy(rundir.read_log(d)) for d in dirs]
+        trend = quarter_trend(values) if all(values) else None
+        if trend is not None:
+            out[run] = trend
+    return out
+
+
+def training_trend_table(trends: Mapping[str, dict]) -> str:
+    """Markdown: :func:`training_trends` as a table (each quarter's mean over seeds ± its
+    standard error; the last quarter's change ± :data:`rlcd_lab.reports.mechanism.NOISE_SE`
+    standard errors, and its reading), then the sentence that reads it: which runs were
+    still rising when they stopped, which flat within noise, which falling."""
+    k = f"{NOISE_SE:g}"
+    rows = [
+        "| run | steps | 1st quarter | 2nd | 3rd | last | last - 3rd (± " + k + " SE) | reading |",
+        "|---" * 8 + "|",
+    ]
+    by_reading: dict[str, list[str]] = {}
+    for run, t in trends.items():
+        cells = [f"{m:.3f} ± {e:.3f}" for m, e in zip(t["quarters"], t["se"], strict=True)]
+        change = f"{t['change']:+.3f} ± {NOISE_SE * t['se_change']:.3f}"
+        rows.append(
+            f"| {label(run)} | {t['steps']} | "
+            + " | ".join(cells)
+            + f" | {change} | {t['reading']} |"
+        )
+        by_reading.setdefault(t["reading"], []).append(
+            f"{label(run)} ({t['change']:+.3f} ± {NOISE_SE * t['se_change']:.3f})"
+        )
+    parts = [
+        f"{r} for {', '.join(by_reading[r])}"
+        for r in ("still rising", "flat within noise", "falling")
+        if r in by_reading
+    ]
+    lead = (
+        ""
+        if "still rising" in by_reading
+        else "No run's training accuracy was still rising when it stopped. "
+    )
+    sentence = (
+        f"{lead}The last quarter against the one before (± {k} standard errors): "
+        + "; ".join(parts)
+        + "."
+    )
+    return "\n".join(rows) + "\n\n" + sentence + "\n"
+
+
+def coverage_ceiling_reading(summary: Mapping) -> str:
+    """The sentence that says whether a task could show the paper's Cov@eps differences:
+    for each of the paper's Cov@eps claims of RLCD against a run
+    (:data:`rlcd_lab.math.paper.CLAIMS`, the matched-budget run where shipped), the largest
+    difference this task allows, RLCD's ceiling
+    (:func:`rlcd_lab.metrics.coverage_ceiling` of its accuracy, mean over seeds: an upper
+    bound on the mean of the seeds' ceilings, the bound being concave) minus the run's
+    Cov@eps, against the paper's difference. "" when the summary has no such claim."""
+    eps, runs = summary["eps"], summary["runs"]
+    acc = runs[RLCD]["accuracy"]["mean"] if RLCD in runs else None
+    found = []
+    for claim in paper.CLAIMS[summary_kind(summary)]:
+        if claim.metric != "cov_at_eps" or not claim.pair.startswith(f"{RLCD} - "):
+            continue
+        b = claim.pair.split(" - ")[1]
+        b = b + MATCHED if b + MATCHED in runs else b
+        if acc is not None and b in runs and claim.effect is not None:
+            found.append((b, claim.effect))
+    if not found:
+        return ""
+    ceiling = coverage_ceiling(acc, eps)
+    allowed = [ceiling - runs[b]["cov_at_eps"]["mean"] for b, _ in found]
+    fits = [a >= e for a, (_, e) in zip(allowed, found, strict=True)]
+    pct = f"{eps:.0%}"
+    covs = " and ".join(f"{label(b)} {runs[b]['cov_at_eps']['mean']:.3f}" for b, _ in found)
+    ups = " and ".join(f"{a:+.3f}" for a in allowed)
+    papers = " and ".join(f"{e:+.3f}" for _, e in found)
+    if all(fits):
+        verdicts = "more than the paper's"
+        tail = (
+            "The task left room for the paper's differences; where RLCD's fall short, its "
+            "ranking, not the task's ceiling, is why."
+        )
+    else:
+        verdicts = "against the paper's"
+        tail = "Where the room is less than the paper's difference, this task could not show it."
+    return (
+        f"How much Cov@{pct} this task allows: a readout decides at most its accuracy over "
+        f"{1 - eps:.2f} of the items at a {pct} error rate (a prefix of k items with e errors "
+        f"qualifies when e <= {eps:g} k and holds at most the right answers, so "
+        f"k (1 - {eps:g}) <= right answers; ranking every right answer first reaches it), "
+        f"{ceiling:.3f} for RLCD's accuracy {acc:.3f}. Against Cov@{pct} of {covs}, the "
+        f"largest differences this task allows are {ups}, {verdicts} {papers}. {tail}\n"
+    )
 
 
 def runs_table(
@@ -781,7 +908,9 @@ BLOCK = re.compile(
 ...) -->``; SUMMARY a ``summary.json``, or a folder of reproductions
 (:func:`what_reproduces`; the block named ``headline`` keeps the :data:`HEADLINE` claims).
 A NAME starting ``why-`` holds the summary's "Why" table, ``dev-`` its dev curves,
-``tune-`` its learning-rate grid; any other, :func:`readme_block`."""
+``tune-`` its learning-rate grid, ``trend-`` its runs' training accuracy by quarter
+(:func:`training_trend_table`), ``ceiling-`` the Cov@eps its task allows
+(:func:`coverage_ceiling_reading`); any other, :func:`readme_block`."""
 
 
 def update_readme(readme: Path) -> str:
@@ -801,8 +930,13 @@ def update_readme(readme: Path) -> str:
             return m.group(1) + table + m.group(5)
         summary = json.loads(path.read_text(encoding="utf-8"))
         if m.group(2).startswith("why-"):  # the mechanism's steps, measured
-            names = [r for r in summary.get("mechanism", {}) if r in summary["runs"]]
-            return m.group(1) + mechanism_table(summary, {r: label(r) for r in names}) + m.group(5)
+            names = {r: label(r) for r in why_runs(summary)}
+            return m.group(1) + mechanism_table(summary, names) + m.group(5)
+        if m.group(2).startswith("trend-"):  # training accuracy by quarter, from the logs
+            table = training_trend_table(training_trends(path.parent, summary))
+            return m.group(1) + table + m.group(5)
+        if m.group(2).startswith("ceiling-"):
+            return m.group(1) + coverage_ceiling_reading(summary) + m.group(5)
         if m.group(2).startswith("dev-"):
             return m.group(1) + dev_curve_table(summary) + m.group(5)
         if m.group(2).startswith("tune-"):
