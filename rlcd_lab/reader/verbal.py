@@ -36,7 +36,7 @@ def digit_confidence(d: int) -> float:
     """``c = (d + 0.5) / 10`` for a digit ``d`` in 0..9 (the centre of its bin).
 
     Format here (every tokenizer, the tiny character-level one included): after
-    ``marker + sep + answer`` the cue :data:`CUE` (``"\nConfidence:"``), the separator, then
+    ``marker + sep + answer`` the cue :data:`CUE` (``"\\nConfidence:"``), the separator, then
     ONE token, a digit ``d`` in 0..9 meaning ``c = (d + 0.5) / 10`` (:func:`digit_confidence`,
     the centre of the bin ``[d/10, (d+1)/10)``). The token is read from the model's
     next-token distribution over its whole vocabulary, so a token that is not a confidence is
