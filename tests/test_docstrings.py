@@ -74,7 +74,7 @@ def _docstrings(tree: ast.Module) -> Iterator[tuple[str, str]]:
                 yield getattr(node, "name", "module"), doc
         body = getattr(node, "body", None)
         if isinstance(body, list):
-            for before, stmt in zip(body, body[1:]):
+            for before, stmt in zip(body, body[1:], strict=False):
                 if (
                     isinstance(before, (ast.Assign, ast.AnnAssign))
                     and isinstance(stmt, ast.Expr)

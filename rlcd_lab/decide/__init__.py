@@ -74,11 +74,12 @@ class DecisionModel:
     work, with a ``DeprecationWarning``.
 
     For routing (``auto`` mode) a question's confidence is its answer's (a noul's is the
-    chance-corrected value with K = 2, ``|2 p_yes - 1|``). The confidences, the mixture and the
-    escalation rule are :mod:`rlcd_lab.math.routing`'s (``DecideOptions.rule``, a
-    :class:`rlcd_lab.math.routing.DecisionRule` on the chance-corrected confidence; default threshold
-    :data:`rlcd_lab.math.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD` = 0.8, i.e. max p 0.9 for a
-    noul), the same rule the dashboard applies when asked for the chance-corrected confidence.
+    chance-corrected value with K = 2, ``|2 p_yes - 1|``). The confidences, the mixture and
+    the escalation rule are :mod:`rlcd_lab.math.routing`'s (``DecideOptions.rule``, a
+    :class:`rlcd_lab.math.routing.DecisionRule` on the chance-corrected confidence; default
+    threshold :data:`rlcd_lab.math.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD` = 0.8, i.e.
+    max p 0.9 for a noul), the same rule the dashboard applies when asked for the
+    chance-corrected confidence.
 
     Modes (``DecideOptions.mode``):
 

@@ -256,10 +256,10 @@ def plan_questions(
     maps a question to its tokens (:meth:`OptionCache.for_question`), ``encode`` a text to
     its ids. Raises :class:`DecisionError` locating the culprit in the request.
 
-    A request's questions about one state (:class:`rlcd_lab.decide.jev.Question`) become prompts that
-    end in the marker and a set of K option tokens, read through the checkpoint's
-    :class:`rlcd_lab.reader.Reader` (:func:`plan_questions`). How depends on the checkpoint's
-    prompt format (``Reader.prompt_format``):
+    A request's questions about one state (:class:`rlcd_lab.decide.jev.Question`) become
+    prompts that end in the marker and a set of K option tokens, read through the
+    checkpoint's :class:`rlcd_lab.reader.Reader` (:func:`plan_questions`). How depends on
+    the checkpoint's prompt format (``Reader.prompt_format``):
 
     * ``chat`` / ``plain`` (real BPE models; ``chat`` when the tokenizer has a chat template):
       the prompt is the rendered state, then the question's instructions and one line per
@@ -284,11 +284,12 @@ def plan_questions(
       state then share one prompt: one readout row (direct) or one set of rationales (reason)
       serves them.
 
-    A question that cannot be represented raises :class:`rlcd_lab.decide.jev.DecisionError` naming it
-    (too many options, a label that is not a single token, characters the tokenizer maps to its
-    unknown token, a prompt longer than the model's context: ``Reader.check_fits``, the rule the
-    Ask tab applies too). The state is only ever rendered into the prompt: its content never
-    selects which questions, options or fields are read.
+    A question that cannot be represented raises :class:`rlcd_lab.decide.jev.DecisionError`
+    naming it (too many options, a label that is not a single token, characters the
+    tokenizer maps to its unknown token, a prompt longer than the model's context:
+    ``Reader.check_fits``, the rule the Ask tab applies too). The state is only ever
+    rendered into the prompt: its content never selects which questions, options or fields
+    are read.
     """
     if not isinstance(questions, Mapping) or not questions:
         raise DecisionError("at least one question is required", ("questions",))

@@ -86,12 +86,12 @@ def kv_sampler(
     packed: PackedLinears | None = None,
     keep_prompt: bool = False,
 ) -> Generated:
-    """``reader.hf_sampler``'s tokens from a compact decoding loop: left-padded rows ``ids, mask (N, T)``, one seeded noise generator per row,
-    each row stopped once its decoded text contains ``marker`` (None: free text, no marker)
-    or it emitted a token of ``eos``. Returns a ``sampling.Generated`` (CPU tensors):
-    ``tokens`` and ``token_lp`` ``(N, S)``, ``S`` the steps taken (the longest row's), pad
-    ids after a row's stop; ``token_lp`` is the log-softmax of the temperature-1 logits at
-    the sampled token.
+    """``reader.hf_sampler``'s tokens from a compact decoding loop: left-padded rows
+    ``ids, mask (N, T)``, one seeded noise generator per row, each row stopped once its
+    decoded text contains ``marker`` (None: free text, no marker) or it emitted a token of
+    ``eos``. Returns a ``sampling.Generated`` (CPU tensors): ``tokens`` and ``token_lp``
+    ``(N, S)``, ``S`` the steps taken (the longest row's), pad ids after a row's stop;
+    ``token_lp`` is the log-softmax of the temperature-1 logits at the sampled token.
 
     ``should_stop``: asked before every forward pass; once it returns True,
     ``sampling.SamplingStopped`` is raised (nothing is returned). ``packed``: the model's

@@ -65,12 +65,13 @@ def difficulty_map(levels: Mapping[float, Mapping]) -> dict:
     A level is the verify teacher's carry-drop rate ``slip`` (``rlcd-lab pretrain --task
     verify --slip S``): the items and splits are the same at every level, only the base
     model's reasoning differs, so its accuracy after one rationale falls as ``slip`` grows.
-    Each level is one reproduction (``rlcd-lab reproduce --task verify --init BASE --runs base
-    calibrate reinforce grpo-matched``); its ``summary.json`` holds the paired differences
-    two-stage RLCD minus GRPO+TS (matched budget), after temperature scaling, with the same
-    95% CIs and sign-flip p-values as docs/results.md's claims (``rlcd_lab.reports.results``), and they
-    are judged by the same verdict rules (``rlcd_lab.math.verdicts``) against the paper's
-    GSM8K-Verify effect (``rlcd_lab.math.paper``, section 5.1).
+    Each level is one reproduction (``rlcd-lab reproduce --task verify --init BASE --runs
+    base calibrate reinforce grpo-matched``); its ``summary.json`` holds the paired
+    differences two-stage RLCD minus GRPO+TS (matched budget), after temperature scaling,
+    with the same 95% CIs and sign-flip p-values as docs/results.md's claims
+    (``rlcd_lab.reports.results``), and they are judged by the same verdict rules
+    (``rlcd_lab.math.verdicts``) against the paper's GSM8K-Verify effect
+    (``rlcd_lab.math.paper``, section 5.1).
     """
     eps = {s["eps"] for s in levels.values()}
     if len(eps) != 1:
