@@ -1,5 +1,6 @@
-"""Classroom mode for the tutorial notebooks: student copies, full notebooks and the
-JupyterLab setting (``python -m rlcd_lab.classroom.student``, :func:`main`).
+"""Classroom mode for the tutorials: student copies, full notebooks, the JupyterLab setting.
+
+``python -m rlcd_lab.classroom.student`` runs :func:`main`.
 
 The tutorials (``notebooks/NN_*.py``) hold no solution: their solution cells are kept in
 ``instructors/solutions/NN_*.py`` (:data:`rlcd_lab.classroom.exercises.SOLUTIONS_DIR`).

@@ -125,11 +125,9 @@ def load_run(name: str, root: str | Path = ASSETS) -> RunData:
     """The cached :class:`RunData` of a shipped run name or a run directory path (re-read
     when its dumps change on disk). Raises ``gr.Error`` for a missing or unreadable run.
 
-    Per run the dumps (``eval/test.jsonl``, ``eval/dev.jsonl``) are read once (cached by
-    :func:`load_run`), with T fitted on dev (none without a dev dump: the "temperature-scaled"
-    view is then the raw readout, shown as "not fitted"). Each view is ranked once and cached,
-    so a threshold change costs O(N) numpy work per run and one figure.
-    """
+    T is fitted on dev (without a dev dump the "temperature-scaled" view is the raw readout,
+    shown as "not fitted"); each view is ranked once and cached, so a threshold change costs
+    O(N) numpy work per run and one figure."""
     path = resolve_dir(name, root, rundir.TEST_DUMP, "run")
     files = [rundir.eval_path(path, "test"), rundir.eval_path(path, "dev")]
     files += [jsonl_path(f) for _, f in rundir.mixture_dumps(path)]
@@ -185,13 +183,9 @@ def _check_costs(cost_wrong: float | None, cost_escalate: float | None) -> None:
 def make_rule(threshold: float, measure: str = "max_p", aggregate: str = "single") -> DecisionRule:
     """The tab's :class:`rlcd_lab.math.routing.DecisionRule`; bad values raise ``gr.Error``.
 
-    The rule is a :class:`rlcd_lab.math.routing.DecisionRule`, the same the Ask tab and the server
-    apply: decide automatically when the confidence (``max_p``: ``max_k p_k``, by default; or
-    ``chance_corrected``: ``(K max p - 1) / (K - 1)``) of the readout (``single``: the first
-    rationale's, the paper's single query, by default; or ``mixture``: the mean of the M
-    readouts of the run's largest ``eval/test-m<M>.jsonl`` dump, M = 1 for runs that have
-    none) is ``>= t``, escalate otherwise. The summary names the rule applied.
-    """
+    Decide automatically when the confidence (``max_p`` by default, or ``chance_corrected``)
+    of the readout (``single``, the first rationale's, by default; or ``mixture``, the mean
+    of the run's largest ``eval/test-m<M>.jsonl`` dump) is ``>= t``, escalate otherwise."""
     try:
         return DecisionRule(measure, threshold, aggregate)  # type: ignore[arg-type]
     except ValueError as err:
@@ -203,10 +197,7 @@ def nothing_decided_note(label: str, scores: Scores, threshold: float, share: fl
     the run's highest confidence, and the highest threshold that decides ``share`` of the
     items (:func:`rlcd_lab.math.routing.threshold_for_coverage`) with its coverage and error.
 
-    When a threshold decides nothing for a run (tiny runs' calibrated confidences rarely reach 0.9)
-    the summary says so, with its highest confidence and the t deciding half its items
-    (:func:`nothing_decided_note`); its error when decided reads :data:`NOTHING_DECIDED`, not 0%.
-    """
+    The run's error when decided then reads :data:`NOTHING_DECIDED`, not 0%."""
     c = scores.confidence
     if c.size == 0 or c.max() >= threshold:
         return ""

@@ -258,8 +258,8 @@ def plan_questions(
 
     A request's questions about one state (:class:`rlcd_lab.decide.jev.Question`) become
     prompts that end in the marker and a set of K option tokens, read through the
-    checkpoint's :class:`rlcd_lab.reader.Reader` (:func:`plan_questions`). How depends on
-    the checkpoint's prompt format (``Reader.prompt_format``):
+    checkpoint's :class:`rlcd_lab.reader.Reader`. How depends on the checkpoint's prompt
+    format (``Reader.prompt_format``):
 
     * ``chat`` / ``plain`` (real BPE models; ``chat`` when the tokenizer has a chat template):
       the prompt is the rendered state, then the question's instructions and one line per
@@ -269,20 +269,14 @@ def plan_questions(
       ``0..9``; more than 62 options read the labels themselves, which must then be single
       tokens), a score reads the digits ``0..L-1`` (:func:`option_candidates`).
     * ``task`` (the tiny character-level checkpoints, whose vocabulary only knows their task
-      format, e.g. ``"33+60+20=113?"``): the state *is* the prompt, instructions and criteria
-      descriptions are not shown to the model, and the answer tokens are the checkpoint's own
-      options (``rlcd.json`` ``"options"``). A noul needs a yes-like and a no-like option
-      (verify: yes -> ``Y``, no -> ``N``). A choice's labels and a score's levels are matched
-      to those options by meaning, never by position (:func:`match_labels`): a choice label by
-      its name or its description, a score level by its text, each compared without case or
-      surrounding spaces with an option's name and, where the options hold a yes/no pair, with
-      that pair's family (:data:`YES_LIKE`: ``yes``, ``y``, ``true``, ``t``, ``1``,
-      ``right``, ``correct`` mean the yes option; :data:`NO_LIKE`: ``no``, ``n``, ``false``,
-      ``f``, ``0``, ``wrong``, ``incorrect`` the no option). Each label must mean exactly one
-      option and no two labels the same one, else the question is refused naming the labels,
-      so listing the labels in another order never changes an answer. All questions about a
-      state then share one prompt: one readout row (direct) or one set of rationales (reason)
-      serves them.
+      format, e.g. ``"33+60+20=113?"``): the state *is* the prompt, instructions and
+      criteria descriptions are not shown to the model, and the answer tokens are the
+      checkpoint's own options (``rlcd.json`` ``"options"``). A noul needs a yes-like and a
+      no-like option (verify: yes -> ``Y``, no -> ``N``, and their families :data:`YES_LIKE`
+      and :data:`NO_LIKE`). A choice's labels and a score's levels are matched to those
+      options by meaning, never by position (:func:`match_labels`), so listing the labels in
+      another order never changes an answer. All questions about a state then share one
+      prompt: one readout row (direct) or one set of rationales (reason) serves them.
 
     A question that cannot be represented raises :class:`rlcd_lab.decide.jev.DecisionError`
     naming it (too many options, a label that is not a single token, characters the

@@ -276,10 +276,10 @@ def sample_rationales(
 
     ``prompts`` are complete texts (``build_prompt``); ``bridge`` is ``OptionTokens.bridge``
     (one shared, or one per prompt; appended after the marker so the readout sits at the
-    last column). ``sampling_temperature`` and ``top_p`` shape the sampling only; ``logp_r`` is
-    always the model's own log-probability at temperature 1. How the marker is matched and how EOS
-    counts: below. ``sampler`` draws the tokens (None:
-    :func:`default_sampler`); everything after it is shared.
+    last column). ``sampling_temperature`` and ``top_p`` shape the sampling only; ``logp_r``
+    is always the model's own log-probability at temperature 1. How the marker is matched
+    and how EOS counts: below. ``sampler`` draws the tokens (None: :func:`default_sampler`);
+    everything after it is shared.
 
     ``seed``: one per prompt, or an int (prompt ``i`` then gets ``mix_seed(seed, i)``), or
     None (drawn from torch's global generator). Rationale ``j`` of a prompt with seed ``s``
@@ -292,17 +292,13 @@ def sample_rationales(
     ``keep_prompt``: ask the sampler (only when set) to keep its keys and values after the
     prompts (``Rationales.prompt_cache``); only :func:`~rlcd_lab.reader.decoding.kv_sampler` can.
 
-    :func:`sample_rationales` draws ``m`` rationales per prompt through a sampler (default
-    ``decoding.kv_sampler``, a compact KV-cached loop giving the tokens of :func:`hf_sampler`,
-    the model's ``generate``; each row with its own seeded noise, ``GumbelSampler``) and stops
-    each row once its *decoded text* contains the marker, so a tokenizer that merges the marker
-    with what follows (``"Answer:**"`` as one token) is handled: the rationale is cut before the
-    merged token and the rest of the marker is appended (:func:`cut_at_marker`). A row that
-    reaches ``max_new_tokens`` or emits EOS first gets the marker appended and is flagged
-    ``forced``; an EOS it sampled still counts in ``log pi(r)`` (the probability of the
-    rationale includes that of stopping there). The result, :class:`Rationales`, holds the
-    left-padded ``(N, T)`` rows ``prompt + rationale (+ marker) + bridge``, ``N = B m``, that
-    ``reading.score_rationales`` scores with gradient.
+    Each row stops once its *decoded text* contains the marker, so a tokenizer that merges
+    the marker with what follows (``"Answer:**"`` as one token) is handled: the rationale is
+    cut before the merged token and the rest of the marker appended (:func:`cut_at_marker`).
+    A row that reaches ``max_new_tokens`` or emits EOS first gets the marker appended and is
+    flagged ``forced``; a sampled EOS still counts in ``log pi(r)`` (the rationale's
+    probability includes that of stopping there). The :class:`Rationales` rows are
+    ``prompt + rationale (+ marker) + bridge``, ``(N, T)`` left-padded, ``N = B m``.
     """
     if m < 1 or max_new_tokens < 1:
         raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
