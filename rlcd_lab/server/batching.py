@@ -108,6 +108,10 @@ class DynamicBatcher:
     estimate exceeds its whole budget) runs first in its group, at best effort (the model
     code may still answer it more cheaply, as ``DecisionModel`` cuts reasoning at the
     deadline). ``admission=False`` admits every job (the calls are still measured).
+
+    In the server one batch is one ``DecisionModel.decide_batch`` call: direct answers do not
+    depend on the batch; sampled rationales (``reason``, escalated ``auto``) are seeded per
+    batch, so they do.
     """
 
     def __init__(
