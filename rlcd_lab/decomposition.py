@@ -6,14 +6,9 @@ the row mean (or a weighted mean with rationale probabilities ``w``). ``q`` is t
 ``(K,)`` outcome distribution. All scores are Brier, ``J(u, q) = 2 u.q - ||u||^2``,
 higher is better.
 
-Proposition 1: ``J(p, q) = E_r J(u(r), q) + E_r ||u(r) - p||^2``. Scoring the mixture
-pays a bonus for rationales that disagree; the per-rationale score does not.
-
-Corollary 1: if each rationale ends in a *sampled* one-hot answer ``e_a`` with
-``a ~ u(r)``, the expected Brier of that answer is ``E J(e_a, q) = 2 p.q - 1`` (an
-affine function of the RLVR reward ``P(a = Y) = p.q``), and adding the Gini bonus
-``1 - ||p||^2`` gives back ``J(p, q)``: RLVR is the mixture objective without its
-diversity term.
+Proposition 1 (:func:`variance_decomposition`): ``J(p, q) = E_r J(u(r), q) + E_r ||u(r) -
+p||^2``. Scoring the mixture pays a bonus for rationales that disagree; the per-rationale
+score does not. Corollary 1: :func:`sampled_answer_decomposition`.
 """
 
 from __future__ import annotations
@@ -68,6 +63,12 @@ def sampled_answer_decomposition(p: Tensor, q: Tensor) -> dict[str, Tensor]:
     * ``mixture_score`` = ``J(p, q) = sampled_brier + gini``.
 
     Higher is better for the scores. OpenJev-RLCD, Corollary 1.
+
+    Corollary 1: if each rationale ends in a *sampled* one-hot answer ``e_a`` with
+    ``a ~ u(r)``, the expected Brier of that answer is ``E J(e_a, q) = 2 p.q - 1`` (an
+    affine function of the RLVR reward ``P(a = Y) = p.q``), and adding the Gini bonus
+    ``1 - ||p||^2`` gives back ``J(p, q)``: RLVR is the mixture objective without its
+    diversity term.
     """
     pq = (p * q).sum(-1)
     sampled = 2.0 * pq - 1.0

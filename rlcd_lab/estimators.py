@@ -1,30 +1,10 @@
 """Surrogate losses for RLCD: unbiased gradient estimators from M rationales.
 
-For one question ``x`` with outcome ``Y ~ q(x)``, the model samples ``M`` independent
-rationales ``r_i ~ pi_theta(. | x)`` and reads ``u_i = u_theta(x, r_i)``. The objectives
-(higher is better, Brier unless ``rule`` says otherwise):
-
-* per-rationale: ``E_r J(u(r), q)``;
-* mixture: ``J(p, q)`` with ``p = E_r u(r)`` (Brier only: it needs the unbiased pairwise
-  estimate ``J_hat = 2/M sum_i u_i[Y] - 1/(M(M-1)) sum_{i!=j} u_i.u_j``);
-* lambda: ``(1 - lam) E_r J(u(r), q) + lam J(p, q)``;
-
-each plus ``E_r extra(r)`` for an optional per-rationale shaping reward ``extra`` (a KL
-anchor ``-beta (log pi - log pi_ref)``, a length cost, ...), which is treated as a
-constant: it enters through the score-function term only.
-
-Every surrogate is ``loss = pathwise + sf_weight * score_function`` where
-
-* ``pathwise = -(estimate of the objective)``, differentiated through ``u`` only;
-* ``score_function = -(1/M) sum_i sg(A_i) log pi(r_i)``, with ``A_i`` the part of the
-  estimate that depends on ``r_i`` (scaled by M) minus a baseline built from the *other*
-  rationales only (leave-one-out), so the baseline adds no bias.
-
-With ``sf_weight = 1`` the expected gradient over rationale tuples and outcomes equals
-minus the exact gradient of the objective (tested by exact enumeration on tabular models
-in ``tests/test_estimators.py``). ``sf_weight = 0`` is RLCD stage 1 (pathwise only).
-References: OpenJev-RLCD sec. 3.2 and Appendix A; Kool, van Hoof & Welling (2019), "Buy
-4 REINFORCE samples, get a baseline for free!".
+For one question ``x`` with outcome ``Y ~ q(x)``, ``M`` rationales ``r_i ~ pi_theta(. | x)``
+are read as ``u_i = u_theta(x, r_i)``; every surrogate is ``loss = pathwise + sf_weight *
+score_function`` with leave-one-out baselines (:func:`surrogate_terms` has the objectives,
+the estimator and its references; :func:`per_rationale_surrogate`,
+:func:`mixture_surrogate` and :func:`lambda_surrogate` are its three objectives).
 
 Shapes: ``u (..., M, K)``, ``logp_r (..., M)`` (sum of the rationale's token log-probs,
 with gradient), ``y`` int or ``(...)``, ``extra (..., M)``. Leading dims are independent
@@ -176,7 +156,7 @@ def surrogate_terms(
     Objective: ``(1 - lam) E_r J(u(r), q) + lam J(p, q) + E_r extra(r)``; higher is
     better. ``lam = 0`` is the per-rationale objective (any ``rule``), ``lam = 1`` the
     mixture objective (Brier only, M >= 3). Shapes as in the module docstring; returns
-    terms of shape ``(...)``. See the module docstring for the estimator and references.
+    terms of shape ``(...)``.
 
     ``outcome_reward=False`` removes the outcome score from the score-function term only:
     the advantages come from ``extra`` alone (zero without it), while the pathwise term,
@@ -185,6 +165,20 @@ def surrogate_terms(
 
     ``ace > 0``: the final advantages go through ``ace_advantages`` with the confidence
     shift ``shift`` (``log pi_theta(r) - log pi_ref(r)``, required then).
+
+    Each of ``M`` rationales ``r_i ~ pi_theta(. | x)`` is read as ``u_i = u_theta(x, r_i)``;
+    the mixture's score is estimated without bias by ``J_hat = 2/M sum_i u_i[Y] -
+    1/(M(M-1)) sum_{i!=j} u_i.u_j`` (Brier only). ``extra`` (a KL anchor ``-beta (log pi -
+    log pi_ref)``, a length cost, ...) is a constant: it enters through the score-function
+    term only. The loss is ``pathwise + sf_weight * score_function``: ``pathwise =
+    -(estimate of the objective)``, differentiated through ``u`` only; ``score_function =
+    -(1/M) sum_i sg(A_i) log pi(r_i)``, ``A_i`` the part of the estimate that depends on
+    ``r_i`` (scaled by M) minus a leave-one-out baseline from the other rationales, so the
+    baseline adds no bias. With ``sf_weight = 1`` the expected gradient equals minus the
+    exact gradient of the objective (``tests/test_estimators.py`` enumerates);
+    ``sf_weight = 0`` is RLCD stage 1 (pathwise only).
+    References: OpenJev-RLCD sec. 3.2 and Appendix A; Kool, van Hoof & Welling (2019), "Buy
+    4 REINFORCE samples, get a baseline for free!".
     """
     if u.shape[:-1] != logp_r.shape:
         raise ValueError(f"u {tuple(u.shape)} and logp_r {tuple(logp_r.shape)} disagree")
@@ -236,7 +230,8 @@ def per_rationale_surrogate(
     ``R_i = J(u_i, y)``; loss ``-(1/M) sum_i R_i - sf_weight (1/M) sum_i sg(A_i) logp_r_i``
     with ``A_i = (R_i + extra_i) - mean_{j!=i}(R_j + extra_j)``. ``sf_weight=0`` is
     stage 1 (calibrate); stage 2 uses ``sf_weight=c`` and a KL ``extra``.
-    Shapes: see the module docstring. OpenJev-RLCD eq. (2) and Appendix A.
+    Shapes: see the module docstring. OpenJev-RLCD eq. (2) and Appendix A; the estimator
+    is :func:`surrogate_terms`'s.
     """
     terms = surrogate_terms(u, logp_r, y, 0.0, extra, rule)
     return terms.loss(sf_weight, reduction)

@@ -3,26 +3,11 @@
 Shapes: ``probs`` is ``(N, K)`` (rows on the simplex), ``logits`` ``(N, K)``, ``labels``
 ``(N,)`` integers in ``[0, K)``, ``q`` ``(N, K)`` outcome distributions, ``confidence``
 ``(N,)`` in ``[0, 1]`` (usually ``max_k p_k``) and ``correct`` ``(N,)`` booleans (or 0/1).
-Every function accepts numpy arrays, torch tensors (detached and moved to the CPU) or
-nested lists, and returns Python floats (numpy arrays for curves and per-item values).
-
-Peer libraries disagree on several definitions; ours are pinned here and tested against
-brute-force references in ``tests/test_metrics.py``:
-
-* ECE is *top-label* ECE over ``n_bins`` equal-width bins ``(i/n, (i+1)/n]`` (a
-  confidence of exactly 0 goes to the first bin), weighted by bin size (Guo et al. 2017,
-  "On calibration of modern neural networks", ICML, eq. 3; Naeini et al. 2015).
-* AURC is the plain area under the risk-coverage curve, the mean over ``k = 1..N`` of
-  the error rate of the ``k`` most confident items, *not* the excess AURC (Geifman et al.
-  2019, "Bias-reduced uncertainty estimation for deep neural classifiers", ICLR).
-* Ranking by confidence: items are sorted by confidence descending with a *stable* sort
-  on ``-confidence``, so items with equal confidence keep their original order. The
-  result is deterministic but, with ties, depends on the item order.
-* Cov@eps (``coverage_at_risk``) uses the *observed* error of the top-k prefix (an
-  oracle quantity that needs labels); ``predicted_coverage_at_risk`` uses the label-free
-  predicted error ``mean(1 - max p)`` of the prefix (OpenJev-RLCD, sec. 5).
-* Temperature scaling divides logits by one scalar ``T`` fitted by NLL on held-out data
-  (Guo et al. 2017, sec. 4.2); ``T > 1`` means the raw model was overconfident.
+Every function accepts numpy arrays, torch tensors or nested lists (:func:`to_numpy`).
+Peer libraries disagree on several definitions; each function pins its own (top-label
+:func:`ece`, plain :func:`aurc`, the stable ranking of :func:`confidence_order`,
+:func:`coverage_at_risk`, :func:`fit_temperature`), tested against brute-force references
+in ``tests/test_metrics.py``; :func:`evaluate` computes them all for one split.
 """
 
 from __future__ import annotations

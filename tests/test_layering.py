@@ -224,9 +224,7 @@ def lab_up_arrows(g: dict[str, set[str]]) -> list[str]:
         f"{a} ({LAB_ORDER[lab_floor(a)]}) imports {b} ({LAB_ORDER[lab_floor(b)]})"
         for a, targets in g.items()
         for b in targets
-        if lab_floor(a) is not None
-        and lab_floor(b) is not None
-        and lab_floor(b) > lab_floor(a)
+        if lab_floor(a) is not None and lab_floor(b) is not None and lab_floor(b) > lab_floor(a)
     ]
 
 

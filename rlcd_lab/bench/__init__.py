@@ -1,12 +1,6 @@
-"""Report cards for a decision model: ``rlcd-lab bench typed`` and ``rlcd-lab bench attack``.
-
-* :mod:`rlcd_lab.bench.typed` (TypedBench-style): accuracy over rule-made paraphrases and
-  option orders, ECE beside the finite-sample floor of a perfectly calibrated predictor,
-  selective prediction (AURC, Cov@eps), the ranked probability score for ordinal answers,
-  realised cost under asymmetric cost matrices, latency and tokens per decision.
-* :mod:`rlcd_lab.bench.attack` (JevAdvBench-style): single-edit variants of each request,
-  each attacked decision compared with the model's own clean decision, relative to the
-  flip rate of identical re-runs (the noise floor).
+"""Report cards for a decision model: ``rlcd-lab bench typed`` (:mod:`.typed`,
+TypedBench-style) and ``rlcd-lab bench attack`` (:mod:`.attack`, JevAdvBench-style);
+:func:`run_bench` runs either.
 
 Shared pieces: :mod:`.common` (the pure math, the variant rules, the report writer) and
 :mod:`.backends` (a checkpoint in-process, or a running server over the Jev wire). The

@@ -1,18 +1,8 @@
 """Where a bench's requests are answered: a checkpoint in-process or a server over the wire.
 
-Both take the same :class:`Request` (a Jev body's ``state`` and ``questions``, the seed of
-its rationales and, for the wire only, ``extra`` fields outside the schema) and give the
-same :class:`Outcome` (HTTP-like status, answers, usage, seconds), so a bench never
-knows which it talks to:
-
-* :class:`InProcessBackend`: :meth:`rlcd_lab.decide.DecisionModel.decide_batch`; a
-  request it cannot answer is status 422 with the
-  :class:`~rlcd_lab.decide.DecisionError`'s message.
-  Fields outside the schema cannot reach the engine here (its API has no place for them):
-  such a request is status 0, "not applicable".
-* :class:`WireBackend`: ``POST /v1/systemone`` on a running ``rlcd-lab serve`` (or any
-  ``httpx.Client``, e.g. a ``fastapi.testclient.TestClient`` of ``server.create_app``),
-  one request at a time, with the opt-in ``"rlcd": {"mode", "m", "seed"}`` extension.
+Both backends (:class:`Backend`: :class:`InProcessBackend`, :class:`WireBackend`) take a
+:class:`Request` and give an :class:`Outcome`, so a bench never knows which it talks to;
+:func:`open_backend` opens the one a bench's target names.
 """
 
 from __future__ import annotations
@@ -139,7 +129,22 @@ def check_answers(data: Any, request: Request) -> tuple[dict[str, dict], dict[st
 
 
 class Backend(Protocol):
-    """Answers requests; ``where`` is ``in-process`` or ``wire``."""
+    """Answers requests; ``where`` is ``in-process`` or ``wire``.
+
+    Both take the same :class:`Request` (a Jev body's ``state`` and ``questions``, the seed of
+    its rationales and, for the wire only, ``extra`` fields outside the schema) and give the
+    same :class:`Outcome` (HTTP-like status, answers, usage, seconds), so a bench never
+    knows which it talks to:
+
+    * :class:`InProcessBackend`: :meth:`rlcd_lab.decide.DecisionModel.decide_batch`; a
+      request it cannot answer is status 422 with the
+      :class:`~rlcd_lab.decide.DecisionError`'s message.
+      Fields outside the schema cannot reach the engine here (its API has no place for them):
+      such a request is status 0, "not applicable".
+    * :class:`WireBackend`: ``POST /v1/systemone`` on a running ``rlcd-lab serve`` (or any
+      ``httpx.Client``, e.g. a ``fastapi.testclient.TestClient`` of ``server.create_app``),
+      one request at a time, with the opt-in ``"rlcd": {"mode", "m", "seed"}`` extension.
+    """
 
     where: str
 

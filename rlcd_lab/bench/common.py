@@ -1,17 +1,11 @@
 """Shared pieces of the benches: pure math, rule-made request variants, the report writer.
 
-Math (pure functions on numpy arrays, no I/O):
-
-* :func:`ece_floor_samples` / :func:`ece_floor`: the finite-sample ECE of a perfectly
-  calibrated predictor with the same confidences (its 95% range is the noise floor);
-* :func:`ranked_probability_score`: the RPS of ordinal forecasts;
-* :func:`asymmetric_cost_matrices`, :func:`cost_decisions`: realised cost of deciding by
-  expected cost vs taking the top answer (the Bayes rule of :mod:`rlcd_lab.math.routing`);
-* :func:`flip_excess`, :func:`pushed_below`: attack scoring relative to re-runs.
-
-Variants are made by rules, never by a model: instruction templates, task-specific state
-rewrites that keep the meaning (``a+b+c=p?`` -> ``b+a+c=p?``), option reorders and the
-single-edit attacks of :mod:`rlcd_lab.bench.attack`.
+Math (pure functions on numpy arrays, no I/O): the ECE noise floor
+(:func:`ece_floor_samples`, :func:`ece_floor`), :func:`ranked_probability_score`, realised
+cost (:func:`asymmetric_cost_matrices`, :func:`realised_cost_comparison`) and attack
+scoring (:func:`flip_excess`, :func:`pushed_below`). Variants are made by rules, never by a
+model (:func:`paraphrase_rules`, :func:`option_orders`); :func:`write_report` writes a
+bench's summary and report.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Speed summaries: the figures of ``benchmarks/floor.py``, ``sampler.py`` and
 ``train_step.py`` per CPU kind, and the tables the README and docs/performance.md show.
 
-A summary (``benchmarks/results/<kind>/speed.json``, :func:`cpu_kind`) holds one CPU's
-figures, merged in by each benchmark's ``--json`` (:func:`record_speed`), with the
-machine line of :func:`machine_line` (model name, cores, kernel-deciding flags, and the
-limits ``tests/emulate_cpu.py`` puts on the kernels, so an emulated AVX2 run is its own
-kind): ``floor`` (a decoding step against the time to read the weights once and the
-matrix-product peak, per model, dtype, kernel and rows; rows this CPU cannot run carry
-``skipped``, the reason), ``sampler`` (CPU seconds per call of plain ``generate`` and our
-samplers: the equal-work ratio, each step's gain and the totals) and ``step`` (a training
-step against TRL's ``GRPOTrainer``). ``benchmarks/results/speed.json`` indexes every kind
-(:func:`write_index`); :func:`speed_markdown` renders one summary's targets, or the
-index's, one row per CPU kind (:func:`speed_by_cpu`), each figure beside its CPU.
+Each benchmark's ``--json`` merges its figures into one CPU kind's summary
+(:func:`record_speed`); :func:`write_index` indexes the kinds, :func:`speed_markdown` and
+:func:`speed_by_cpu` render them.
 """
 
 from __future__ import annotations
@@ -123,7 +115,20 @@ def record_speed(path: str | os.PathLike, key: str, rows: Sequence[Mapping[str, 
     included); the file is rewritten atomically. A summary holds one CPU: rows from another
     are refused (``ValueError``), so a table never mixes machines. When ``path`` sits in a
     folder named after this CPU's :func:`cpu_kind`, the index one level up is rewritten
-    too (:func:`write_index`)."""
+    too (:func:`write_index`).
+
+    A summary (``benchmarks/results/<kind>/speed.json``, :func:`cpu_kind`) holds one CPU's
+    figures, merged in by each benchmark's ``--json`` (:func:`record_speed`), with the
+    machine line of :func:`machine_line` (model name, cores, kernel-deciding flags, and the
+    limits ``tests/emulate_cpu.py`` puts on the kernels, so an emulated AVX2 run is its own
+    kind): ``floor`` (a decoding step against the time to read the weights once and the
+    matrix-product peak, per model, dtype, kernel and rows; rows this CPU cannot run carry
+    ``skipped``, the reason), ``sampler`` (CPU seconds per call of plain ``generate`` and our
+    samplers: the equal-work ratio, each step's gain and the totals) and ``step`` (a training
+    step against TRL's ``GRPOTrainer``). ``benchmarks/results/speed.json`` indexes every kind
+    (:func:`write_index`); :func:`speed_markdown` renders one summary's targets, or the
+    index's, one row per CPU kind (:func:`speed_by_cpu`), each figure beside its CPU.
+    """
     path = Path(path)
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     cpu = machine_line()

@@ -1,24 +1,7 @@
 """``rlcd-lab bench typed``: a TypedBench-style report card for one decision model.
 
-For a checkpoint (in-process) or a running server (``--url``), on the first N items of a
-task split, every item asked as a typed question (a ``choice`` over the item's options;
-with ``--ordinal`` a ``score`` over them as ordered levels):
-
-1. accuracy on every rule-made variant (paraphrase x option order; ``common.paraphrase_rules``
-   and ``common.option_orders``): median and range over variants, per rule, and the share
-   of items decided alike on every variant;
-2. calibration of the canonical variant: top-label ECE beside the noise floor, the 95%
-   range of the ECE a perfectly calibrated predictor with the same confidences shows
-   (``common.ece_floor_samples``);
-3. selective prediction: AURC and Cov@eps (:mod:`rlcd_lab.metrics`) on ``max p``;
-4. ordinal proper score: the RPS (``common.ranked_probability_score``) for score
-   questions; "not applicable" for categorical answers;
-5. realised cost per decision under two asymmetric cost matrices, deciding by expected
-   cost vs taking the top answer (``common.realised_cost_comparison``);
-6. latency and tokens per decision as the options per question (2, 3, 4, ...) and the
-   questions per request (1, 2, 4, 8) grow, one timed request at a time.
-
-Writes ``summary.json``, ``report.md`` and ``report.html`` (``common.write_report``).
+Start at :func:`run_typed` (what it measures); it writes ``summary.json``, ``report.md``
+and ``report.html`` (``common.write_report``).
 """
 
 from __future__ import annotations
@@ -277,7 +260,28 @@ def run_typed(
 ) -> dict[str, Any]:
     """Run the bench as ``cfg`` says (``backend``: answer with this one instead of opening
     ``cfg``'s target); write the reports; return the summary (its ``"paths"`` name the
-    files)."""
+    files).
+
+    For a checkpoint (in-process) or a running server (``--url``), on the first N items of a
+    task split, every item asked as a typed question (a ``choice`` over the item's options;
+    with ``--ordinal`` a ``score`` over them as ordered levels):
+
+    1. accuracy on every rule-made variant (paraphrase x option order; ``common.paraphrase_rules``
+       and ``common.option_orders``): median and range over variants, per rule, and the share
+       of items decided alike on every variant;
+    2. calibration of the canonical variant: top-label ECE beside the noise floor, the 95%
+       range of the ECE a perfectly calibrated predictor with the same confidences shows
+       (``common.ece_floor_samples``);
+    3. selective prediction: AURC and Cov@eps (:mod:`rlcd_lab.metrics`) on ``max p``;
+    4. ordinal proper score: the RPS (``common.ranked_probability_score``) for score
+       questions; "not applicable" for categorical answers;
+    5. realised cost per decision under two asymmetric cost matrices, deciding by expected
+       cost vs taking the top answer (``common.realised_cost_comparison``);
+    6. latency and tokens per decision as the options per question (2, 3, 4, ...) and the
+       questions per request (1, 2, 4, 8) grow, one timed request at a time.
+
+    Writes ``summary.json``, ``report.md`` and ``report.html`` (``common.write_report``).
+    """
     say = progress or (lambda msg: None)
     t_start = time.perf_counter()
     backend, task = open_target(cfg, backend)

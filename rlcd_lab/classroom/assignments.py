@@ -1,32 +1,11 @@
 """nbgrader and otter-grader assignments from the tutorials (``make student`` with
 ``--format nbgrader`` or ``--format otter``).
 
-Every tutorial ends with an *answer cell* (``name = None`` lines and one
-``print("k:", exercises.check_...(...))`` line per exercise), and its ``solution``-tagged
-cells (kept apart, appended by :func:`rlcd_lab.classroom.exercises.with_solutions`) work
-the exercises out and end by calling the same checks on the solutions.
-:func:`parse_exercises` reads that structure with :mod:`ast`: exercise ``k`` is the
-``k``-th check call of the answer cell, its answers are the ``None`` names that call
-uses, and the solution of each answer is the expression the solution cells pass to the
-same parameter of the same check (under the same ``if`` conditions). Nothing about the
-solutions is written twice: the graded test cells call the checks through
-:func:`rlcd_lab.classroom.exercises.assert_correct`, and the solutions come from the notebook.
-
-Two notebooks are built from that:
-
-* :func:`nbgrader_notebook`: the *source* notebook of an nbgrader assignment (put in the
-  course's ``source/<assignment>/``): per exercise an answer cell (an autograded-answer
-  cell whose solution sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``) and
-  a locked, graded test cell worth ``points``, for ``nbgrader generate_assignment`` and
-  ``nbgrader autograde``;
-* :func:`otter_notebook`: an otter-grader *master* notebook (``# ASSIGNMENT CONFIG``, and
-  per exercise a question with ``# BEGIN SOLUTION`` and ``# BEGIN TESTS`` blocks in raw
-  cells) for ``otter assign``, whose student notebook and autograder ``otter run`` grades.
-
-The first exercise's hidden solution also runs the tutorial's solution cells (the
-solutions of the later exercises read the variables they compute), so a filled copy is
-graded on exactly what the tutorial's own solution cells assert. The cells before the
-answer cell are kept as they are (outputs dropped), without grader metadata.
+:func:`parse_exercises` reads a tutorial's exercises, answers and solutions; from them
+:func:`nbgrader_notebook` builds the *source* notebook of an nbgrader assignment and
+:func:`otter_notebook` an otter-grader *master* notebook. The graded test cells call the
+same checks as the tutorial (:func:`rlcd_lab.classroom.exercises.assert_correct`), so
+nothing about the solutions is written twice.
 """
 
 from __future__ import annotations
@@ -259,6 +238,17 @@ def parse_exercises(nb: Any) -> Exercises:
     Raises ``ValueError`` when there is no such cell or more than one, when a statement
     calls two checks, or when an answer has no solution (no solution cell passes a value
     to that parameter of that check).
+
+    Every tutorial ends with an *answer cell* (``name = None`` lines and one
+    ``print("k:", exercises.check_...(...))`` line per exercise), and its ``solution``-tagged
+    cells (kept apart, appended by :func:`rlcd_lab.classroom.exercises.with_solutions`) work
+    the exercises out and end by calling the same checks on the solutions.
+    :func:`parse_exercises` reads that structure with :mod:`ast`: exercise ``k`` is the
+    ``k``-th check call of the answer cell, its answers are the ``None`` names that call
+    uses, and the solution of each answer is the expression the solution cells pass to the
+    same parameter of the same check (under the same ``if`` conditions). Nothing about the
+    solutions is written twice: the graded test cells call the checks through
+    :func:`rlcd_lab.classroom.exercises.assert_correct`, and the solutions come from the notebook.
     """
     index = _answer_cell(nb)
     source = nb.cells[index].source
@@ -340,7 +330,8 @@ def _new_notebook(nb: Any, cells: list[Any]) -> Any:
 
 
 def nbgrader_notebook(nb: Any, points: float = 1) -> Any:
-    """The nbgrader source notebook of a tutorial (see the module docstring).
+    """The nbgrader source notebook of a tutorial (its exercises as
+    :func:`parse_exercises` reads them).
 
     Per exercise: a markdown prompt; an autograded-answer cell (``solution: true``,
     ``grade_id`` ``answer_k``) holding the answer lines, the solution between
@@ -349,6 +340,11 @@ def nbgrader_notebook(nb: Any, points: float = 1) -> Any:
     cell (``grade: true``, ``grade_id`` ``exercise_k``, ``points``) that runs
     ``exercises.assert_correct(check(...))``. Cells before the answer cell are kept without
     nbgrader metadata; solution cells are dropped (their code is in exercise 1's solution).
+
+    The first exercise's hidden solution also runs the tutorial's solution cells (the
+    solutions of the later exercises read the variables they compute), so a filled copy is
+    graded on exactly what the tutorial's own solution cells assert. The cells before the
+    answer cell are kept as they are (outputs dropped), without grader metadata.
     """
     import nbformat
 
@@ -387,7 +383,8 @@ def nbgrader_notebook(nb: Any, points: float = 1) -> Any:
 
 
 def otter_notebook(nb: Any, name: str, points: float = 1) -> Any:
-    """The otter-grader master notebook of a tutorial (see the module docstring).
+    """The otter-grader master notebook of a tutorial (its exercises as
+    :func:`parse_exercises` reads them).
 
     A ``# ASSIGNMENT CONFIG`` raw cell first (assignment ``name``, no PDF export cell;
     otter's other defaults, so ``otter assign`` tests the solutions, executing the notebook,

@@ -2,24 +2,12 @@
 cells are tagged.
 
 Every tutorial (``notebooks/NN_*.py``, :data:`NOTEBOOK_GLOB`) ends with exercises and an
-answer cell that calls one ``check_*`` function per exercise (:data:`CHECKS`); its
-solution cells, tagged ``solution`` (:func:`is_solution`), are kept apart, in
-:data:`SOLUTIONS_DIR`, and :func:`with_solutions` appends them. The checks compute the
-expected answer themselves, from the same library functions and files the notebook uses
-(shipped runs, a run trained in the notebook, the notebook's own arrays), so they stay
-right when the data change. They never raise for a missing or wrong answer: each returns
-a :class:`Feedback` whose ``ok`` is ``True`` (right), ``False`` (wrong; the message gives
-a hint, not the answer) or ``None`` (not answered yet, or nothing to check at this
-scale), and whose ``str`` is the message, so that ``print(check(...))`` in a cell shows
-it and "Run All" on a student copy runs through. No exercise can be passed by a guess:
-each asks for at least one finite number that needs the computation (from the notebook's
-data, or derived from the question's numbers), compared with a tolerance, never a
-constant, an infinity or one option of a two-way choice alone. :func:`assert_correct`
-turns a check's verdict into a pass or an ``AssertionError`` for the graded test cells of
-the grader assignments (:mod:`rlcd_lab.classroom.assignments`).
-
-The notebooks call the checks as ``exercises.check_...``. Torch and the package's heavier
-modules are imported inside the checks that need them.
+answer cell that calls one ``check_*`` function per exercise (:data:`CHECKS`), as
+``exercises.check_...``; each returns a :class:`Feedback` (what a check may and may not
+do). Solution cells, tagged ``solution`` (:func:`is_solution`), are kept in
+:data:`SOLUTIONS_DIR` and appended by :func:`with_solutions`; :func:`assert_correct` serves
+the grader assignments (:mod:`rlcd_lab.classroom.assignments`). Torch and the package's
+heavier modules are imported inside the checks that need them.
 """
 
 from __future__ import annotations
@@ -77,7 +65,18 @@ def with_solutions(path: str | Path, solutions_dir: str | Path = SOLUTIONS_DIR) 
 class Feedback:
     """What a check says about an answer: ``ok`` is ``True`` (right), ``False`` (wrong) or
     ``None`` (not answered yet, or nothing to check against); ``message`` says why, with
-    a hint when wrong. ``str()`` and ``repr()`` are the message."""
+    a hint when wrong. ``str()`` and ``repr()`` are the message.
+
+    The checks compute the expected answer themselves, from the same library functions
+    and files the notebook uses (shipped runs, a run trained in the notebook, the
+    notebook's own arrays), so they stay right when the data change. They never raise for
+    a missing or wrong answer (the message gives a hint, not the answer), so that
+    ``print(check(...))`` in a cell shows it and "Run All" on a student copy runs through.
+    No exercise can be passed by a guess: each asks for at least one finite number that
+    needs the computation (from the notebook's data, or derived from the question's
+    numbers), compared with a tolerance, never a constant, an infinity or one option of a
+    two-way choice alone.
+    """
 
     ok: bool | None
     message: str

@@ -1,35 +1,14 @@
-"""Classroom mode for the tutorial notebooks: student copies, full notebooks, answer
-checks, the JupyterLab setting.
+"""Classroom mode for the tutorials: student copies, full notebooks, the JupyterLab setting.
 
-The tutorials (``notebooks/NN_*.py``, jupytext percent format), which students open, end
-with exercises and an answer cell and hold no solution: their solution cells, tagged
-``solution``, are kept in ``instructors/solutions/NN_*.py``
-(:data:`rlcd_lab.classroom.exercises.SOLUTIONS_DIR`). This module gives an instructor:
+``python -m rlcd_lab.classroom.student`` runs :func:`main`.
 
-* :func:`write_student` (``make student``): every tutorial without outputs, pairing
-  metadata and solution cells, written as ``.ipynb`` (and/or ``.py``) into a separate
-  directory, to hand out as files;
-* :func:`write_solutions` (``make solutions``): every tutorial with its solution cells
-  appended (:func:`rlcd_lab.classroom.exercises.with_solutions`), the full notebook an
-  instructor runs;
-* one ``check_*`` function per exercise, called from each notebook's answer cell: the
-  student replaces a ``None`` with an answer and the check says whether it is right;
-* :func:`assert_correct`, which turns a check's verdict into a pass or an
-  ``AssertionError`` for the graded test cells of the nbgrader and otter-grader
-  assignments that ``make student`` also writes (``--format nbgrader|otter``, in
-  :mod:`rlcd_lab.classroom.assignments`);
-* :func:`set_default_viewer` and :func:`set_contents_manager` (run by the install step of
-  ``make app`` and ``make test``, and by ``make notebooks``): the JupyterLab settings of
-  the virtual environment that open the ``.py`` tutorials as notebooks on a double click,
-  unmodified (one file per tutorial: no ``.ipynb`` twin; saving in JupyterLab writes the
-  ``.py``, without outputs).
-
-The checks, :class:`Feedback` and :func:`assert_correct` live in :mod:`rlcd_lab.classroom.exercises`
-(with :func:`is_solution` and :data:`NOTEBOOK_GLOB`, which the grader assignments read
-too): the notebooks call them as ``exercises.check_...``.
-
-Torch, transformers and jupytext are imported inside the functions that need them, so
-``python -m rlcd_lab.classroom.student`` loads quickly.
+The tutorials (``notebooks/NN_*.py``) hold no solution: their solution cells are kept in
+``instructors/solutions/NN_*.py`` (:data:`rlcd_lab.classroom.exercises.SOLUTIONS_DIR`).
+:func:`write_student` (``make student``) writes the copies to hand out,
+:func:`write_solutions` (``make solutions``) the full notebooks an instructor runs, and
+:func:`set_default_viewer` and :func:`set_contents_manager` make JupyterLab open the
+``.py`` tutorials as notebooks. The answer checks are :mod:`rlcd_lab.classroom.exercises`'s,
+the graded assignments :mod:`rlcd_lab.classroom.assignments`'s.
 """
 
 from __future__ import annotations

@@ -157,8 +157,8 @@ def adam_signal_step(
     ``-s`` divided by ``lr * steps * sqrt(dim)`` (the noiseless distance: Adam's
     normalised step is ``lr`` per coordinate), so 1 means no dilution. Adam divides
     by the root of the second moment ``v ~ (1 + ratio^2) / dim`` per coordinate, so the
-    result is close to ``1 / sqrt(1 + ratio^2)``: a score-function term 10x the
-    pathwise one cuts the pathwise progress about 10-fold (OpenJev-RLCD sec. 3.2,
+    result is close to ``1 / sqrt(1 + ratio^2)``: a score-function term ten times
+    the pathwise one cuts the pathwise progress about tenfold (OpenJev-RLCD sec. 3.2,
     "gradient dilution"; Kingma & Ba 2015, "Adam").
     """
     gen = torch.Generator().manual_seed(seed)

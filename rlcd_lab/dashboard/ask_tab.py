@@ -1,29 +1,9 @@
 """Ask tab: sample M rationales from a checkpoint, read each one's calibrated readout, route.
 
-For a question and its option labels the model writes ``M`` rationales that end in the
-marker and one forward pass reads each rationale's option logits, through the checkpoint's
-:class:`rlcd_lab.reader.Reader` (``Reader.read``: :func:`rlcd_lab.reader.read`, as training
-and :func:`rlcd_lab.evaluate.run_eval` read). The Reader owns the prompt format, the
-context rule and the fitted calibration temperature T (``rlcd.json`` ``"T"``), applied to
-those logits: ``u_i = softmax(logits_i / T)`` (``Reader.calibrated``); a checkpoint whose
-T was never fitted (a ``pretrain`` base model, a converted pretrained model; its recorded
-T is 1) is read raw and said to be "not fitted" (``Reader.T_fitted``, ``Reader.T_note``). The
-single-query answer is the first rationale's readout (what the eval dumps and the Routing
-tab use); the mixture is ``p = mean_i u_i``.
-The routing decision is a :class:`rlcd_lab.math.routing.DecisionRule`: by default max p of the
-single query against the threshold; the tab can switch to the mixture and to the
-chance-corrected confidence (the server's measure), and says which rule it applied.
-The checkpoint side of the tab (its model card, the examples it offers: :func:`model_card`,
-:func:`checkpoint_info`, :func:`example_fields`) is :mod:`.ask_checkpoint`'s.
-
-Size limits keep one request from holding the model for minutes while every other user
-waits (the app runs one model request at a time, see :mod:`.ui`): a question longer than
-:data:`MAX_QUESTION_CHARS` (options text: :data:`MAX_OPTIONS_CHARS`) is refused before
-anything is tokenised or loaded, and a prompt that, with ``max_new_tokens`` rationale tokens,
-the marker and the answer, needs more positions than the model reads
-(:func:`context_length`) is refused before sampling (``Reader.check_question``, the rule
-the decision server applies too). Both come back as ``gr.Error`` naming
-the limit and the actual size.
+Start at :func:`ask` (the tab's callback: size checks, then :func:`ask_model` reads through
+the checkpoint's :class:`rlcd_lab.reader.Reader`, then the decision of :func:`make_rule`'s
+rule); :func:`reroute` applies another rule to the same readouts. The checkpoint side of
+the tab (its model card, the examples it offers) is :mod:`.ask_checkpoint`'s.
 """
 
 from __future__ import annotations
@@ -175,6 +155,17 @@ def ask_model(
     question whose reading needs more positions than the model reads
     (``Reader.check_question``: :func:`positions_needed` > :func:`context_length`; checked
     before sampling).
+
+    For a question and its option labels the model writes ``M`` rationales that end in the
+    marker and one forward pass reads each rationale's option logits, through the checkpoint's
+    :class:`rlcd_lab.reader.Reader` (``Reader.read``: :func:`rlcd_lab.reader.read`, as training
+    and :func:`rlcd_lab.evaluate.run_eval` read). The Reader owns the prompt format, the
+    context rule and the fitted calibration temperature T (``rlcd.json`` ``"T"``), applied to
+    those logits: ``u_i = softmax(logits_i / T)`` (``Reader.calibrated``); a checkpoint whose
+    T was never fitted (a ``pretrain`` base model, a converted pretrained model; its recorded
+    T is 1) is read raw and said to be "not fitted" (``Reader.T_fitted``, ``Reader.T_note``). The
+    single-query answer is the first rationale's readout (what the eval dumps and the Routing
+    tab use); the mixture is ``p = mean_i u_i``.
     """
     labels = list(labels)
     try:
@@ -227,7 +218,12 @@ def make_rule(
     threshold: float = DEFAULT_THRESHOLD, measure: str = "max_p", aggregate: str = "single"
 ) -> DecisionRule:
     """The :class:`rlcd_lab.math.routing.DecisionRule` of the tab's controls; bad values raise
-    ``gr.Error`` with routing's message."""
+    ``gr.Error`` with routing's message.
+
+    The routing decision is a :class:`rlcd_lab.math.routing.DecisionRule`: by default max p of the
+    single query against the threshold; the tab can switch to the mixture and to the
+    chance-corrected confidence (the server's measure), and says which rule it applied.
+    """
     try:
         return DecisionRule(measure, threshold, aggregate)  # type: ignore[arg-type]
     except ValueError as err:
@@ -393,6 +389,15 @@ def ask(
     limits (checked first, before anything is loaded or tokenised), characters or labels
     the server would refuse (:func:`check_input`), a prompt past the model's context, an
     unknown rule.
+
+    Size limits keep one request from holding the model for minutes while every other user
+    waits (the app runs one model request at a time, see :mod:`.ui`): a question longer than
+    :data:`MAX_QUESTION_CHARS` (options text: :data:`MAX_OPTIONS_CHARS`) is refused before
+    anything is tokenised or loaded, and a prompt that, with ``max_new_tokens`` rationale tokens,
+    the marker and the answer, needs more positions than the model reads
+    (:func:`context_length`) is refused before sampling (``Reader.check_question``, the rule
+    the decision server applies too). Both come back as ``gr.Error`` naming
+    the limit and the actual size.
     """
     check_sizes(question, options)
     if not (question or "").strip():

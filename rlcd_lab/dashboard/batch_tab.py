@@ -1,19 +1,8 @@
 """Batch tab: answer a file of questions, download the answers as CSV.
 
-The file is JSONL (one object per line) or CSV (a header row), with a ``question`` (or
-``prompt``) and an ``options`` column; optionally a ``label`` (or ``answer``): the true
-option, by name or, in JSONL, by index. Options are a JSON list, or a text such as
-``"Y, N"`` or ``"A B C"`` (as the Ask tab's options box; ``|`` separates too). The file
-is checked before anything is read by the model (:func:`read_question_file`): a problem
-of the whole file (its type, size or encoding, a CSV without the columns, more than
-:data:`MAX_BATCH_ROWS` rows, no valid row) refuses it with a ``ValueError``; a malformed
-row (invalid JSON, no question, too few or duplicate options, a label that is not an
-option, ...) is a :class:`BadRow` reported in the results' ``error`` column, naming its
-line (JSONL) or data row (CSV) and the problem, and every valid row is still answered.
-Each question is read as in the Ask tab (:func:`rlcd_lab.dashboard.ask_tab.ask_model`)
-and decided by the same :class:`rlcd_lab.math.routing.DecisionRule`. A question the model
-cannot represent (labels that are not single tokens, too long for its context) gets its
-error in its row too; the others are answered.
+:func:`read_question_file` reads and checks the file (JSONL or CSV: what it may hold);
+:func:`batch_answers` answers each valid row as the Ask tab does, :func:`write_csv` and
+:func:`batch_summary` report them.
 """
 
 from __future__ import annotations
@@ -185,14 +174,21 @@ def _row(n: int, record: dict, where: str) -> BatchQuestion | BadRow:
 
 def read_question_file(path: str | Path) -> tuple[list[BatchQuestion], list[BadRow]]:
     """The valid questions and the malformed rows of an uploaded JSONL or CSV file (see
-    the module docstring), each in file order. A malformed row (invalid JSON or JSON
+    below), each in file order. A malformed row (invalid JSON or JSON
     nested too deeply for Python's parser, not an object, a missing, empty or over-long
     question, missing options, fewer than 2 or duplicate options, a label that is not an
     option) is a :class:`BadRow` naming its line (JSONL) or data row (CSV) and the problem.
     Raises ``ValueError`` for what refuses the whole file: another suffix, an oversized
     or non-UTF-8 file, a CSV without question and options columns or unreadable as CSV,
     no rows, more than :data:`MAX_BATCH_ROWS` rows, or no valid row (quoting the first
-    problems)."""
+    problems).
+
+    The file is JSONL (one object per line) or CSV (a header row), with a ``question`` (or
+    ``prompt``) and an ``options`` column; optionally a ``label`` (or ``answer``): the true
+    option, by name or, in JSONL, by index. Options are a JSON list, or a text such as
+    ``"Y, N"`` or ``"A B C"`` (as the Ask tab's options box; ``|`` separates too). The
+    file is checked before anything is read by the model; every valid row is answered.
+    """
     path = Path(path)
     text = _read_text(path)
     out: list[BatchQuestion | BadRow] = []
@@ -300,7 +296,13 @@ def batch_answers(
     a row per row of the file, in its order: the answer the rule decided on, its
     confidence, ``automate`` or ``escalate``, the probabilities, the true label and
     ``correct`` when the file gives one; or, in ``error``, what kept it from being
-    answered: the malformed row's problem (naming its line or row) or the model's."""
+    answered: the malformed row's problem (naming its line or row) or the model's.
+
+    Each question is read as in the Ask tab (:func:`rlcd_lab.dashboard.ask_tab.ask_model`)
+    and decided by the same :class:`rlcd_lab.math.routing.DecisionRule`. A question the model
+    cannot represent (labels that are not single tokens, too long for its context) gets its
+    error in its row too; the others are answered.
+    """
     try:
         questions, bad = read_question_file(_file_path(file))
     except (OSError, ValueError) as err:

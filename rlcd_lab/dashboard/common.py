@@ -1,19 +1,8 @@
 """Helpers shared by the dashboard's tabs: finding runs and checkpoints, naming them.
 
-Besides the shipped artefacts under ``assets/`` the dashboard lists what was trained
-locally: every run directory under :data:`RUNS_DIR` (``runs/`` of the working directory,
-where ``rlcd-lab train`` writes by default; a directory whose ``config.json`` is a training
-config, :func:`rlcd_lab.files.rundir.is_run_dir`). Its ``final/`` checkpoint is offered in
-the Ask, Compare and Batch tabs, its eval dumps in the Routing tab and its ``log.jsonl`` in
-the Runs tab, under the run's path (e.g. ``runs/verify-s0/reinforce``).
-
-Confinement: a name typed into a checkpoint or run field is a path on the server. Inside
-:func:`confined_to` (the launched dashboard runs every callback there, see
-:func:`confine`), :func:`resolve_dir` opens only folders under the allowed places: the
-shipped assets, ``runs/``, ``$RLCD_CHECKPOINT``, the converted SmolLM2 checkpoint and the
-folders the operator allows (``rlcd-lab app --allow-checkpoint-dir``); any other name gets
-one message that does not say whether the path exists. Called directly (a notebook, the
-tests), the callbacks open any folder.
+The shipped artefacts under ``assets/`` and the runs trained locally (:func:`local_runs`,
+:func:`trained_checkpoints`) are listed by name; a typed name is opened with
+:func:`resolve_dir`, only under the allowed places inside :func:`confined_to`.
 """
 
 from __future__ import annotations
@@ -70,7 +59,15 @@ def checkpoint_choices(root: str | Path = ASSETS) -> list[str]:
 def local_runs(runs_root: str | Path = RUNS_DIR) -> list[Path]:
     """Run directories under ``runs_root`` (:func:`rlcd_lab.files.rundir.list_runs`), in
     sorted order, nested ones too (``runs/real/<task>/seed-17/reinforce``); none when it does
-    not exist. A run's own subdirectories (checkpoints, eval dumps) are not searched."""
+    not exist. A run's own subdirectories (checkpoints, eval dumps) are not searched.
+
+    Besides the shipped artefacts under ``assets/`` the dashboard lists what was trained
+    locally: every run directory under :data:`RUNS_DIR` (``runs/`` of the working directory,
+    where ``rlcd-lab train`` writes by default; a directory whose ``config.json`` is a training
+    config, :func:`rlcd_lab.files.rundir.is_run_dir`). Its ``final/`` checkpoint is offered in
+    the Ask, Compare and Batch tabs, its eval dumps in the Routing tab and its ``log.jsonl`` in
+    the Runs tab, under the run's path (e.g. ``runs/verify-s0/reinforce``).
+    """
     return rundir.list_runs(runs_root, limit=MAX_LOCAL_RUNS)
 
 
@@ -216,7 +213,16 @@ def allowed_places(
 @contextmanager
 def confined_to(places: Sequence[Path]) -> Iterator[None]:
     """Within this block (this thread or task), :func:`resolve_dir` opens only folders
-    under ``places`` (resolved paths, :func:`allowed_places`)."""
+    under ``places`` (resolved paths, :func:`allowed_places`).
+
+    Confinement: a name typed into a checkpoint or run field is a path on the server. Inside
+    :func:`confined_to` (the launched dashboard runs every callback there, see
+    :func:`confine`), :func:`resolve_dir` opens only folders under the allowed places: the
+    shipped assets, ``runs/``, ``$RLCD_CHECKPOINT``, the converted SmolLM2 checkpoint and the
+    folders the operator allows (``rlcd-lab app --allow-checkpoint-dir``); any other name gets
+    one message that does not say whether the path exists. Called directly (a notebook, the
+    tests), the callbacks open any folder.
+    """
     token = _PLACES.set(tuple(places))
     try:
         yield

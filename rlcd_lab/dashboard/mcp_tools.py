@@ -1,21 +1,7 @@
-"""The dashboard's decision functions as API endpoints and MCP tools.
-
-Gradio serves every documented endpoint of a launched app as a tool of its MCP server
-(``launch(mcp_server=True)``, the default of ``ui.Dashboard``; streamable HTTP at
-``/gradio_api/mcp/``). The documented endpoints are the three of :data:`TOOLS`, added by
-:func:`register`:
-
-* ``ask_question``: a checkpoint samples M rationales for a question and decides it
-  (:func:`ask_question`, the Ask tab's callback);
-* ``decide``: a typed question in the Jev wire form about a state, answered as the
-  decision server answers it (:func:`decide`, :class:`rlcd_lab.decide.DecisionModel`);
-* ``route``: a run's routing numbers at a threshold on its cached eval dumps
-  (:func:`route`, the Routing tab's).
-
-The tabs' own events stay callable by their ``api_name`` (``gradio_client``) but are left
-out of the API page and the MCP tool list (:func:`document_only_tools`). Each tool opens
-only what the tabs may open (``common.confined_to``) and runs in the model requests'
-concurrency group. A tool's docstring is its MCP description (gradio reads the ``Args``).
+"""The dashboard's decision functions as API endpoints and MCP tools: :func:`register` adds
+the three of :data:`TOOLS` (:func:`ask_question`, :func:`decide`, :func:`route`), and
+:func:`document_only_tools` leaves the tabs' own events out of the API page. A tool's
+docstring is its MCP description (gradio reads the ``Args``).
 """
 
 from __future__ import annotations
@@ -36,7 +22,11 @@ from rlcd_lab.math.routing import DEFAULT_THRESHOLD
 from rlcd_lab.metrics import DEFAULT_EPS
 
 TOOLS = ("ask_question", "decide", "route")
-"""The endpoints the API page documents and the MCP server lists as tools."""
+"""The endpoints the API page documents and the MCP server lists as tools: gradio serves
+every documented endpoint of a launched app as a tool of its MCP server
+(``launch(mcp_server=True)``, the default of ``ui.Dashboard``; streamable HTTP at
+``/gradio_api/mcp/``). The tabs' own events stay callable by their ``api_name``
+(``gradio_client``) but are left out (:func:`document_only_tools`)."""
 DECIDE_MODES = ("direct", "reason", "auto")
 MODEL_SLOT = {"concurrency_limit": MODEL_CONCURRENCY, "concurrency_id": MODEL_CONCURRENCY_ID}
 """The tools run in the model requests' concurrency group (``controls.MODEL_CONCURRENCY``)."""

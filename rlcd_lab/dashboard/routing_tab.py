@@ -1,26 +1,9 @@
 """Routing tab: decide automatically or escalate, on the cached eval dumps of finished runs.
 
-The rule is a :class:`rlcd_lab.math.routing.DecisionRule`, the same the Ask tab and the server
-apply: decide automatically when the confidence (``max_p``: ``max_k p_k``, by default; or
-``chance_corrected``: ``(K max p - 1) / (K - 1)``) of the readout (``single``: the first
-rationale's, the paper's single query, by default; or ``mixture``: the mean of the M
-readouts of the run's largest ``eval/test-m<M>.jsonl`` dump, M = 1 for runs that have
-none) is ``>= t``, escalate otherwise. The summary names the rule applied.
-
-Per run the dumps (``eval/test.jsonl``, ``eval/dev.jsonl``) are read once (cached by
-:func:`load_run`), with T fitted on dev (none without a dev dump: the "temperature-scaled"
-view is then the raw readout, shown as "not fitted"). Each view is ranked once and cached,
-so a threshold change costs O(N) numpy work per run and one figure.
-
-When a threshold decides nothing for a run (tiny runs' calibrated confidences rarely reach 0.9)
-the summary says so, with its highest confidence and the t deciding half its items
-(:func:`nothing_decided_note`); its error when decided reads :data:`NOTHING_DECIDED`, not 0%.
-
-Expected cost per item of the rule, with ``c_w`` the cost of a wrong automated decision
-and ``c_e`` the cost of escalating (a correct automated decision costs 0):
-``(c_w * #wrong automated + c_e * #escalated) / N``. With calibrated confidences the
-cost-optimal max-p threshold is ``1 - c_e / c_w`` (automate when the expected cost of a
-mistake ``(1 - max p) c_w`` is at most ``c_e``; Chow 1970; ``routing.bayes_threshold``).
+Start at :func:`routing_update` (the tab's callback): the runs' dumps (:func:`load_run`),
+the rule (:func:`make_rule`, the same :class:`rlcd_lab.math.routing.DecisionRule` the Ask
+tab and the server apply), the decisions and their cost (:func:`route`,
+:func:`cost_curve`, :func:`bayes_threshold`); :func:`routing_figures` draws them.
 """
 
 from __future__ import annotations
@@ -140,7 +123,11 @@ def _load(path: str, stamp: tuple[int, ...], name: str) -> RunData:
 
 def load_run(name: str, root: str | Path = ASSETS) -> RunData:
     """The cached :class:`RunData` of a shipped run name or a run directory path (re-read
-    when its dumps change on disk). Raises ``gr.Error`` for a missing or unreadable run."""
+    when its dumps change on disk). Raises ``gr.Error`` for a missing or unreadable run.
+
+    T is fitted on dev (without a dev dump the "temperature-scaled" view is the raw readout,
+    shown as "not fitted"); each view is ranked once and cached, so a threshold change costs
+    O(N) numpy work per run and one figure."""
     path = resolve_dir(name, root, rundir.TEST_DUMP, "run")
     files = [rundir.eval_path(path, "test"), rundir.eval_path(path, "dev")]
     files += [jsonl_path(f) for _, f in rundir.mixture_dumps(path)]
@@ -154,7 +141,14 @@ def load_run(name: str, root: str | Path = ASSETS) -> RunData:
 def route(scores: Scores, threshold: float, cost_wrong: float, cost_escalate: float) -> dict:
     """Routing numbers at ``threshold``: :func:`rlcd_lab.math.routing.expected_cost`
     (``coverage``, ``risk``, ``decided``, ``errors``, ``escalated`` and ``cost``, the
-    expected cost per item, see the module docstring; lower is better)."""
+    expected cost per item, below; lower is better).
+
+    Expected cost per item of the rule, with ``c_w`` the cost of a wrong automated decision
+    and ``c_e`` the cost of escalating (a correct automated decision costs 0):
+    ``(c_w * #wrong automated + c_e * #escalated) / N``. With calibrated confidences the
+    cost-optimal max-p threshold is ``1 - c_e / c_w`` (automate when the expected cost of a
+    mistake ``(1 - max p) c_w`` is at most ``c_e``; Chow 1970; ``routing.bayes_threshold``).
+    """
     return routing.expected_cost(
         scores.confidence, scores.correct, threshold, cost_wrong, cost_escalate
     )
@@ -187,7 +181,11 @@ def _check_costs(cost_wrong: float | None, cost_escalate: float | None) -> None:
 
 
 def make_rule(threshold: float, measure: str = "max_p", aggregate: str = "single") -> DecisionRule:
-    """The tab's :class:`rlcd_lab.math.routing.DecisionRule`; bad values raise ``gr.Error``."""
+    """The tab's :class:`rlcd_lab.math.routing.DecisionRule`; bad values raise ``gr.Error``.
+
+    Decide automatically when the confidence (``max_p`` by default, or ``chance_corrected``)
+    of the readout (``single``, the first rationale's, by default; or ``mixture``, the mean
+    of the run's largest ``eval/test-m<M>.jsonl`` dump) is ``>= t``, escalate otherwise."""
     try:
         return DecisionRule(measure, threshold, aggregate)  # type: ignore[arg-type]
     except ValueError as err:
@@ -197,7 +195,9 @@ def make_rule(threshold: float, measure: str = "max_p", aggregate: str = "single
 def nothing_decided_note(label: str, scores: Scores, threshold: float, share: float = HALF) -> str:
     """Why a threshold decides none of a run's items, in words ("" when it decides some):
     the run's highest confidence, and the highest threshold that decides ``share`` of the
-    items (:func:`rlcd_lab.math.routing.threshold_for_coverage`) with its coverage and error."""
+    items (:func:`rlcd_lab.math.routing.threshold_for_coverage`) with its coverage and error.
+
+    The run's error when decided then reads :data:`NOTHING_DECIDED`, not 0%."""
     c = scores.confidence
     if c.size == 0 or c.max() >= threshold:
         return ""

@@ -1,21 +1,10 @@
 """Screenshots of the dashboard's tabs and of the notebooks' figures, at desktop width,
-taken with headless Chromium (Debian's ``chromium``), offline.
+taken with headless Chromium (Debian's ``chromium``, driven by :class:`Browser`), offline.
 
-* :func:`shoot_tabs`: one PNG per dashboard tab of a running dashboard, each opened by its
-  deep link ``/?tab=<id>`` (:data:`rlcd_lab.dashboard.ui.TAB_IDS`).
-* :func:`notebook_figures`: the plotly figures a notebook shows (``fig.show()``), collected
-  by running its code cells in this process (at ``RLCD_SCALE=ci`` by default, in a
-  temporary directory) with ``show`` captured; :func:`shoot_figures` writes each to a
-  standalone HTML page (plotly.js copied beside it, no network) and takes its PNG.
-* ``python -m rlcd_lab.dashboard.screenshots --out DIR`` starts the dashboard on the
-  shipped checkpoints and runs, shoots every tab and every notebook figure into ``DIR``,
-  writes the README picture ``docs/img/dashboard.png`` (the Ask tab, which answers the
-  default question on page load) and prints the files.
-
-Chromium runs with a fresh profile and no background networking, driven over the DevTools
-protocol on a pipe: a shot is taken once the page is ready in real time (gradio's events
-have answered, plotly has drawn), not after a fixed virtual-time budget, which runs ahead
-of a server still answering (the Ask tab's model call on page load). Shots are full-page.
+:func:`shoot_tabs` shoots every tab of a running dashboard, :func:`notebook_figures` and
+:func:`shoot_figures` the plotly figures a notebook shows; ``python -m
+rlcd_lab.dashboard.screenshots --out DIR`` (:func:`main`) does both on the shipped
+checkpoints and runs and writes the README picture ``docs/img/dashboard.png``.
 """
 
 from __future__ import annotations
@@ -82,7 +71,13 @@ class Browser:
     out on fd 4, each a JSON message ended by a NUL byte), so no WebSocket client is
     needed. One browser takes many shots (:meth:`shoot`), each in a new tab.
 
-    Use as a context manager: ``with Browser() as b: b.shoot(url, "a.png")``."""
+    Use as a context manager: ``with Browser() as b: b.shoot(url, "a.png")``.
+
+    Chromium runs with a fresh profile and no background networking, driven over the DevTools
+    protocol on a pipe: a shot is taken once the page is ready in real time (gradio's events
+    have answered, plotly has drawn), not after a fixed virtual-time budget, which runs ahead
+    of a server still answering (the Ask tab's model call on page load). Shots are full-page.
+    """
 
     def __init__(self, binary: str | None = None, timeout: float = 120.0) -> None:
         binary = binary or chromium()

@@ -1,37 +1,13 @@
-"""The dashboard's page: the theme, the header and the queue around seven tabs, built in
-order from :data:`TABS`; each tab's layout and events live in its own module
-(``ask_layout``, ``compare_layout``, ... ``help_layout``: a ``layout(ctx)`` wiring the pure
-callbacks of ``ask_tab``, ``compare_tab``, ...), what they share in :mod:`.controls`.
+"""The dashboard's page: the theme, the header and the queue around seven tabs; start at
+:func:`build_demo`.
 
-Every event has an explicit ``api_name`` (``gradio_client`` calls them as
-``client.predict(..., api_name="/routing")``); the callbacks take the assets root as a
+The tabs are built in order from :data:`TABS`; each tab's layout and events live in its
+own module (``ask_layout``, ``compare_layout``, ... ``help_layout``: a ``layout(ctx)``
+wiring the pure callbacks of ``ask_tab``, ``compare_tab``, ...), what they share in
+:mod:`.controls`. Every event has an explicit ``api_name`` (``gradio_client`` calls them
+as ``client.predict(..., api_name="/routing")``); the callbacks take the assets root as a
 keyword bound in the layouts, so a test can point the whole app at fabricated runs.
-
-The decision rule (confidence measure, single query or mixture, threshold) is set in the
-Ask, Compare, Batch and Routing tabs; a user's change in one tab moves the others (:func:`_sync`),
-so every tab applies the same :class:`rlcd_lab.math.routing.DecisionRule` and names it.
-
-The queue is bounded (:data:`QUEUE_MAX_SIZE`: past it a request is turned away at once
-with gradio's "Queue is full" message instead of waiting without end) and shared fairly
-(:class:`FairQueue`): one browser session may have at most :data:`MAX_SESSION_EVENTS`
-events waiting and one client address :data:`MAX_CLIENT_EVENTS`, so one user's burst is
-refused beyond its share instead of filling the queue for everyone. The events that
-run a model (Ask, the Ask that follows a page load, Compare and Batch) share one
-concurrency group of ``controls.MODEL_CONCURRENCY``; the other callbacks are light and pure and
-run :data:`DEFAULT_CONCURRENCY` at a time each, beside a running model request. Together
-with the Ask tab's size limits (``ask_tab.MAX_QUESTION_CHARS``, the model's context) and the
-Batch tab's (``batch_tab.MAX_BATCH_ROWS``) this bounds how long one user's request can
-make the others wait.
-
-Every callback that opens a checkpoint or a run is confined (``common.confine``) to the
-shipped assets, ``runs/``, ``$RLCD_CHECKPOINT``, the converted SmolLM2 checkpoint and the
-folders the operator allows (``build_demo(allowed_dirs=...)``, ``rlcd-lab app
---allow-checkpoint-dir``): a typed path elsewhere is refused with a message that does not
-say whether it exists.
-
-Figures follow the page's light or dark theme: they are drawn on a transparent background
-with neutral grid lines (:func:`rlcd_lab.drawing.plots.apply_theme`, ``auto``) and :data:`CSS`
-recolours their text in dark mode.
+Figures follow the page's light or dark theme (:data:`CSS`).
 """
 
 from __future__ import annotations
@@ -196,7 +172,12 @@ def _copies(n: int):
 
 def _sync(groups: list[tuple]) -> None:
     """Keep the rule controls of every tab equal: a user's change of one moves the same
-    control in the other tabs (``.input``: programmatic updates do not echo back)."""
+    control in the other tabs (``.input``: programmatic updates do not echo back).
+
+    The decision rule (confidence measure, single query or mixture, threshold) is set in the
+    Ask, Compare, Batch and Routing tabs, so every tab applies the same
+    :class:`rlcd_lab.math.routing.DecisionRule` and names it.
+    """
     for i in range(len(groups[0])):
         same = [g[i] for g in groups]
         for c in same:
@@ -247,14 +228,33 @@ def build_demo(
 ) -> gr.Blocks:
     """Build the dashboard (not launched) on the checkpoints and runs under ``root``
     (default: the shipped ``assets/``) and the runs trained under ``runs_root`` (default
-    ``runs/``), its queue bounded and fair (see the module docstring). Its callbacks open
+    ``runs/``), its queue bounded and fair. Its callbacks open
     checkpoints and runs only there, in ``$RLCD_CHECKPOINT``, the converted SmolLM2
     checkpoint and ``allowed_dirs`` (``common.allowed_places``). Every list of runs and
     checkpoints is read again on each page load and by the header's refresh button.
     The documented API (and the MCP server's tools) is :mod:`.mcp_tools`' decision
     functions; the tabs' events stay callable by their ``api_name``. Uploaded files are
     deleted an hour after upload (``delete_cache``, :mod:`.uploads`). ``launch()`` uses
-    :func:`offline_theme` and :data:`CSS` and serves the MCP tools."""
+    :func:`offline_theme` and :data:`CSS` and serves the MCP tools.
+
+    The queue is bounded (:data:`QUEUE_MAX_SIZE`: past it a request is turned away at once
+    with gradio's "Queue is full" message instead of waiting without end) and shared fairly
+    (:class:`FairQueue`): one browser session may have at most :data:`MAX_SESSION_EVENTS`
+    events waiting and one client address :data:`MAX_CLIENT_EVENTS`, so one user's burst is
+    refused beyond its share instead of filling the queue for everyone. The events that
+    run a model (Ask, the Ask that follows a page load, Compare and Batch) share one
+    concurrency group of ``controls.MODEL_CONCURRENCY``; the other callbacks are light and pure and
+    run :data:`DEFAULT_CONCURRENCY` at a time each, beside a running model request. Together
+    with the Ask tab's size limits (``ask_tab.MAX_QUESTION_CHARS``, the model's context) and the
+    Batch tab's (``batch_tab.MAX_BATCH_ROWS``) this bounds how long one user's request can
+    make the others wait.
+
+    Every callback that opens a checkpoint or a run is confined (``common.confine``) to the
+    shipped assets, ``runs/``, ``$RLCD_CHECKPOINT``, the converted SmolLM2 checkpoint and the
+    folders the operator allows (``build_demo(allowed_dirs=...)``, ``rlcd-lab app
+    --allow-checkpoint-dir``): a typed path elsewhere is refused with a message that does not
+    say whether it exists.
+    """
     root, runs_root = Path(root), Path(runs_root)
     places = allowed_places(root, runs_root, allowed_dirs)
     with Dashboard(

@@ -1,22 +1,5 @@
-"""Bounds on what a visitor can upload to the dashboard, so a public Space cannot be filled.
-
-Gradio stores every upload (``POST /gradio_api/upload``, any number of files per request,
-with or without a session) in its cache folder. The dashboard bounds that three ways:
-
-* size: gradio refuses a file over :data:`MAX_UPLOAD_FILE_BYTES` (``launch(max_file_size=)``,
-  HTTP 413), and :class:`UploadGuard` refuses an upload request whose body is over
-  :data:`MAX_UPLOAD_REQUEST_BYTES` or does not say its length (before it is read);
-* count: :class:`UploadGuard` lets one client address make at most
-  :data:`MAX_CLIENT_UPLOADS` upload requests in :data:`UPLOAD_WINDOW_S` seconds (HTTP 429
-  after; the address is the connection's peer, a forwarded one only from a trusted proxy:
-  ``common.trusted_proxies``). Gradio's uploads carry no session, so the client address is
-  the unit, as for the queue's share (``ui.FairQueue``);
-* time: files are deleted :data:`DELETE_CACHE` ``[1]`` seconds after upload, checked every
-  ``[0]`` seconds (``gr.Blocks(delete_cache=)``), and all of them when the server restarts.
-
-Together: one address keeps at most ``MAX_CLIENT_UPLOADS * MAX_UPLOAD_REQUEST_BYTES``
-(20 x 2 MB = 40 MB) on disk at a time. The Batch tab reads one file of at most
-``batch_tab.MAX_FILE_BYTES`` (1 MB), which fits.
+"""Bounds on what a visitor can upload to the dashboard, so a public Space cannot be filled:
+size, count per client address and time on disk (:class:`UploadGuard` says how).
 """
 
 from __future__ import annotations
@@ -58,7 +41,26 @@ class UploadGuard:
     when it does not state its length (411), states more than ``max_bytes`` (413), or its
     client address made ``max_uploads`` upload requests in the last ``window_s`` seconds
     (429). Every other request passes untouched. ``clock`` gives seconds (tests pass
-    their own)."""
+    their own).
+
+    Gradio stores every upload (``POST /gradio_api/upload``, any number of files per request,
+    with or without a session) in its cache folder. The dashboard bounds that three ways:
+
+    * size: gradio refuses a file over :data:`MAX_UPLOAD_FILE_BYTES` (``launch(max_file_size=)``,
+      HTTP 413), and :class:`UploadGuard` refuses an upload request whose body is over
+      :data:`MAX_UPLOAD_REQUEST_BYTES` or does not say its length (before it is read);
+    * count: :class:`UploadGuard` lets one client address make at most
+      :data:`MAX_CLIENT_UPLOADS` upload requests in :data:`UPLOAD_WINDOW_S` seconds (HTTP 429
+      after; the address is the connection's peer, a forwarded one only from a trusted proxy:
+      ``common.trusted_proxies``). Gradio's uploads carry no session, so the client address is
+      the unit, as for the queue's share (``ui.FairQueue``);
+    * time: files are deleted :data:`DELETE_CACHE` ``[1]`` seconds after upload, checked every
+      ``[0]`` seconds (``gr.Blocks(delete_cache=)``), and all of them when the server restarts.
+
+    Together: one address keeps at most ``MAX_CLIENT_UPLOADS * MAX_UPLOAD_REQUEST_BYTES``
+    on disk at a time. The Batch tab reads one file of at most ``batch_tab.MAX_FILE_BYTES``,
+    which fits.
+    """
 
     def __init__(
         self,

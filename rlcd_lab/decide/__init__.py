@@ -1,60 +1,12 @@
 """Typed decisions: Jev questions about a state -> prompts with options -> readout -> answers.
 
-A request names a *state* (text, a JSON object or an array) and typed questions about it
-(the Jev wire form; see docs/server.md). Each question becomes a prompt
-that ends in the marker and a set of K option tokens; the answer is read, not sampled,
-through the checkpoint's :class:`rlcd_lab.reader.Reader` (prompt format, context budget,
-sampler), with its fitted temperature ``T`` applied to the option logits ``z``
-(``Reader.calibrate``):
-
-    p = softmax(z / T)  in Delta_K.
-
-The wire contract (the schema, its one validation, :class:`Question` and the typed answers
-built from ``p``: a noul's ``p_yes``, a choice's argmax and chance-corrected confidence, a
-score's expected level and ordinal confidence) is :mod:`.jev`'s. This package's entry,
-:class:`DecisionModel`, is a thin adapter over the Reader: it plans each request
-(questions -> prompts and option tokens, :mod:`.questions`) and answers the plans in shared
-passes (:func:`.answering.answer_jobs`, beside :class:`~.answering.DecideOptions` and
-:class:`~.answering.Decision`); :mod:`.deadlines` prices a pass in time.
-
-For routing (``auto`` mode) a question's confidence is its answer's (a noul's is the
-chance-corrected value with K = 2, ``|2 p_yes - 1|``). The confidences, the mixture and the
-escalation rule are :mod:`rlcd_lab.math.routing`'s (``DecideOptions.rule``, a
-:class:`rlcd_lab.math.routing.DecisionRule` on the chance-corrected confidence; default threshold
-:data:`rlcd_lab.math.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD` = 0.8, i.e. max p 0.9 for a
-noul), the same rule the dashboard applies when asked for the chance-corrected confidence.
-
-Modes (``DecideOptions.mode``):
-
-* ``direct``: the prompt ends with a bare ``Answer:``; one forward pass per batch. All
-  questions about one state share the state's token prefix: its keys and values are
-  computed once and reused for every question (``Reader.direct``,
-  ``reader.shared_prefix_readout``).
-* ``reason``: M rationales are sampled per prompt (``Reader.sample``, with the Reader's
-  marker and sampler), each ends in the marker and is read out with the scoring pass
-  (``Reader.score``, as training and evaluation read); the answer uses the mixture
-  ``p = (1/M) sum_i u_i`` (``aggregate="mixture"``) or the first rationale's readout
-  (``aggregate="single"``, the paper's single query).
-* ``auto`` (an AutoThink-style cascade): ``direct`` first; a question is answered again in
-  ``reason`` mode exactly when its direct confidence is below ``threshold``. The cascade
-  only makes sense where the confidence is calibrated: :func:`temperature_fitted` says
-  whether a checkpoint's T was fitted (the decision server answers directly by default
-  where it was not).
-
-Stopping early. ``decide_batch(..., cancelled)`` drops a request whose caller went away:
-before planning, between phases and, through ``Reader.sample(should_stop=...)``,
-before every decoding step of its rationales (``reader.SamplingStopped``), so abandoned
-work ends within one step. ``DecideOptions.deadline`` (a ``time.monotonic()`` instant)
-bounds a request the same way and returns the best answer so far: a question whose
-reasoning is cut by the deadline is answered by its direct readout (details
-``deadline_passed``).
-
-How questions map to prompts and option codes depends on the checkpoint's prompt format
-(``chat``, ``plain`` or ``task``; ``DecisionModel.prompt_format``, the Reader's): that is
-:mod:`rlcd_lab.decide.questions`'s (its names ``CODES``, ``YES_LIKE``, ``NO_LIKE`` and
-``DEFAULT_INSTRUCTIONS`` are re-exported here; a task checkpoint's labels are matched to
-its options by meaning, never by position). A question that cannot be represented
-raises :class:`DecisionError` naming it; the state is only ever rendered into the prompt.
+Start at :class:`DecisionModel` (``from_checkpoint``, ``decide_batch``): each question about
+a state (the Jev wire form, docs/server.md) becomes a prompt that ends in the marker and K
+option tokens, read through the checkpoint's :class:`rlcd_lab.reader.Reader` and
+calibrated, ``p = softmax(z / T)``. :mod:`.jev` holds the wire contract and the typed
+answers built from ``p``, :mod:`.questions` the prompts and option tokens,
+:mod:`.answering` the shared passes (with :class:`~.answering.DecideOptions` and
+:class:`~.answering.Decision`), :mod:`.deadlines` the time a pass takes.
 """
 
 from __future__ import annotations
@@ -104,7 +56,7 @@ def _renamed_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the engine
 class DecisionModel:
-    """A checkpoint answering typed questions (see the module docstring), read through its
+    """A checkpoint answering typed questions, read through its
     :class:`rlcd_lab.reader.Reader` (``self.reader``).
 
     ``prompt_format``: ``auto`` picks ``chat`` when the tokenizer has a chat template,
@@ -120,6 +72,45 @@ class DecisionModel:
     reads the checkpoint's own ``rlcd.json``; :meth:`from_reader` answers through a Reader
     built elsewhere). The old keywords ``temperature`` and ``temperature_fitted`` still
     work, with a ``DeprecationWarning``.
+
+    For routing (``auto`` mode) a question's confidence is its answer's (a noul's is the
+    chance-corrected value with K = 2, ``|2 p_yes - 1|``). The confidences, the mixture and
+    the escalation rule are :mod:`rlcd_lab.math.routing`'s (``DecideOptions.rule``, a
+    :class:`rlcd_lab.math.routing.DecisionRule` on the chance-corrected confidence; default
+    threshold :data:`rlcd_lab.math.routing.DEFAULT_CHANCE_CORRECTED_THRESHOLD` = 0.8, i.e.
+    max p 0.9 for a noul), the same rule the dashboard applies when asked for the
+    chance-corrected confidence.
+
+    Modes (``DecideOptions.mode``):
+
+    * ``direct``: the prompt ends with a bare ``Answer:``; one forward pass per batch. All
+      questions about one state share the state's token prefix: its keys and values are
+      computed once and reused for every question (``Reader.direct``,
+      ``reader.shared_prefix_readout``).
+    * ``reason``: M rationales are sampled per prompt (``Reader.sample``, with the Reader's
+      marker and sampler), each ends in the marker and is read out with the scoring pass
+      (``Reader.score``, as training and evaluation read); the answer uses the mixture
+      ``p = (1/M) sum_i u_i`` (``aggregate="mixture"``) or the first rationale's readout
+      (``aggregate="single"``, the paper's single query).
+    * ``auto`` (an AutoThink-style cascade): ``direct`` first; a question is answered again in
+      ``reason`` mode exactly when its direct confidence is below ``threshold``. The cascade
+      only makes sense where the confidence is calibrated: :func:`temperature_fitted` says
+      whether a checkpoint's T was fitted (the decision server answers directly by default
+      where it was not).
+
+    Stopping early. ``decide_batch(..., cancelled)`` drops a request whose caller went away:
+    before planning, between phases and, through ``Reader.sample(should_stop=...)``,
+    before every decoding step of its rationales (``reader.SamplingStopped``), so abandoned
+    work ends within one step. ``DecideOptions.deadline`` (a ``time.monotonic()`` instant)
+    bounds a request the same way and returns the best answer so far: a question whose
+    reasoning is cut by the deadline is answered by its direct readout (details
+    ``deadline_passed``).
+
+    How questions map to prompts and option codes depends on the checkpoint's prompt format
+    (``chat``, ``plain`` or ``task``; ``DecisionModel.prompt_format``, the Reader's): that is
+    :mod:`rlcd_lab.decide.questions`'s (a task checkpoint's labels are matched to its
+    options by meaning, never by position). A question that cannot be represented
+    raises :class:`DecisionError` naming it; the state is only ever rendered into the prompt.
     """
 
     def __init__(

@@ -1,20 +1,10 @@
 """Answering planned requests through a checkpoint's Reader, in shared passes.
 
-The decision engine's batch phases (:class:`rlcd_lab.decide.DecisionModel` plans the
-requests, :func:`rlcd_lab.decide.questions.plan_questions`, and hands them here as :class:`Job`
-objects): :func:`answer_jobs` reads every direct and ``auto`` question of a batch in shared
-forward passes (``Reader.direct``, a state's prefix once per request), applies the ``auto``
-cascade (:meth:`Job.route`: reason exactly when ``DecideOptions.rule`` does not automate
-the direct readout), samples and scores the rationales of the questions that reason
-(``Reader.sample``, ``Reader.score``; one call per sampling setting and chunk of
-``batch_rows`` rows), and answers a question whose reasoning a deadline cut with its
-direct readout. A deadline covers the readouts too: sampling stops, and a chunk is
-neither started nor scored, unless its scoring pass and the direct readouts of the
-questions that would fall back still fit before the deadline, as budgeted from the
-measured cost of the reader's passes (:class:`PassCosts`). Every readout is calibrated
-with ``Reader.calibrate``: ``p = softmax(z / T)``. :class:`DecideOptions` says how a
-request is answered and :class:`Decision` holds its answers (both re-exported by
-:mod:`rlcd_lab.decide`).
+:class:`rlcd_lab.decide.DecisionModel` plans the requests
+(:func:`rlcd_lab.decide.questions.plan_questions`) and hands them here as :class:`Job`
+objects; start at :func:`answer_jobs`. Every readout is calibrated with
+``Reader.calibrate``: ``p = softmax(z / T)``. :class:`DecideOptions` says how a request is
+answered and :class:`Decision` holds its answers.
 """
 
 from __future__ import annotations
@@ -270,7 +260,19 @@ def answer_jobs(
     the deadline cut (details ``mode: direct``, ``deadline_passed: True``). A job whose
     ``gone()`` turns True is skipped from then on. ``batch_rows`` bounds the rows of one
     pass (a rationale counts once per sample); ``share_prefix=False`` reads every prompt
-    in full (same answers)."""
+    in full (same answers).
+
+    :func:`answer_jobs` reads every direct and ``auto`` question of a batch in shared
+    forward passes (``Reader.direct``, a state's prefix once per request), applies the ``auto``
+    cascade (:meth:`Job.route`: reason exactly when ``DecideOptions.rule`` does not automate
+    the direct readout), samples and scores the rationales of the questions that reason
+    (``Reader.sample``, ``Reader.score``; one call per sampling setting and chunk of
+    ``batch_rows`` rows), and answers a question whose reasoning a deadline cut with its
+    direct readout. A deadline covers the readouts too: sampling stops, and a chunk is
+    neither started nor scored, unless its scoring pass and the direct readouts of the
+    questions that would fall back still fit before the deadline, as budgeted from the
+    measured cost of the reader's passes (:class:`PassCosts`).
+    """
     _direct_phase(reader, [j for j in jobs if j.options.mode != "reason"], batch_rows, share_prefix)
     live = [j for j in jobs if not j.gone()]
     for job in live:

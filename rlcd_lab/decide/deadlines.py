@@ -35,8 +35,8 @@ class PassCosts:
     ``a, b >= 0`` on the last ``keep`` passes of its kind; :meth:`estimate` is ``safety``
     times the larger of that and the cheapest of those passes. While no pass of a kind was
     measured, its estimate comes from the other kinds' passes times ``unmeasured`` more (a
-    scoring pass computes the logits of every rationale token: measured with SmolLM2 on
-    one CPU thread, 1.5-3x a direct readout's seconds per token); 0 before any pass."""
+    scoring pass computes the logits of every rationale token, so it costs more per token
+    than a direct readout); 0 before any pass."""
 
     def __init__(self, keep: int = 32, safety: float = 1.5, unmeasured: float = 3.0) -> None:
         self.passes: dict[str, deque[tuple[int, float]]] = {}

@@ -1,39 +1,14 @@
 """The Jev wire contract in one place: one schema, validated once, and the typed answers.
 
 A request (``POST /v1/systemone``, docs/server.md) is ``{"model", "state", "questions",
-"rlcd"?}``: a *state* (text, a JSON object or an array) and typed questions about it,
-
-* ``{"type": "noul", "instructions"?, "criteria"?: {"true"?, "false"?}}``,
-* ``{"type": "choice", "instructions"?, "criteria": {label: description | null}}``,
-* ``{"type": "score", "instructions"?, "criteria": [level0, level1, ...]}``.
-
-:class:`SystemOneRequest` is the schema (pydantic, every object closed and strict: a field
-outside the schema is an error, never passed on). The server validates a body with it once
-and hands the engine typed :class:`Question` objects (:meth:`SystemOneRequest.typed_questions`)
-and the rendered state (:func:`state_text`); :func:`question_from_wire` validates a single
-in-process question with the same schema and reports the first problem as a
-:class:`DecisionError`. The wire allows a choice with one label and a score with one level
-(the official client does); those need no model (:attr:`Question.single_option`), so the
-engine itself asks for at least :data:`MIN_OPTIONS`.
-
-A response is ``{"model", "answers": {name: answer}, "usage", "rlcd"?}`` (the server writes
-it: ``rlcd_lab.server.app.response_body``); the answers come from probabilities ``p`` over
-a question's labels (all values floats in [0, 1] unless said otherwise):
-
-* noul: ``{"type": "noul", "noul": p_yes}``;
-* choice: ``choice = argmax_k p_k`` (ties: the first label in request order),
-  ``probabilities`` keyed by label, and the chance-corrected confidence
-  ``c = (K max_k p_k - 1) / (K - 1)`` (0 for the uniform p, 1 for a one-hot p);
-* score (L levels): ``score = sum_i i p_i`` in [0, L - 1], ``probabilities`` and ``legend``
-  keyed ``"0", "1", ...``, and the confidence ``c = 1 - Var(p) / Var_max`` with
-  ``Var(p) = sum_i p_i (i - score)^2`` and ``Var_max = (L - 1)^2 / 4`` (half the mass on
-  each end level): 1 for a point mass, 0 for the most spread p; mass on neighbouring levels
-  costs less than mass on distant ones, as an ordinal score should.
-
-The confidences are :mod:`rlcd_lab.math.routing`'s; a noul's routing confidence is the
-chance-corrected value with K = 2, ``|2 p_yes - 1|`` (:func:`decision_confidence`).
-The opt-in ``rlcd`` extension (:class:`RlcdOptions`) overrides the server's answering
-defaults per request; only a request that sends it gets an ``rlcd`` object back.
+"rlcd"?}``. :class:`SystemOneRequest` is its schema (pydantic, every object closed and
+strict: a field outside the schema is an error, never passed on); the server validates a
+body with it once and hands the engine typed :class:`Question` objects
+(:meth:`SystemOneRequest.typed_questions`) and the rendered state (:func:`state_text`).
+:func:`question_from_wire` validates one in-process question the same way. The answers
+are built from probabilities ``p`` over a question's labels (:func:`noul_answer`,
+:func:`choice_answer`, :func:`score_answer`); the opt-in ``rlcd`` extension is
+:class:`RlcdOptions`.
 """
 
 from __future__ import annotations
@@ -116,7 +91,8 @@ def noul_answer(p: Sequence[float] | np.ndarray) -> dict:
 
 def choice_answer(labels: Sequence[str], p: Sequence[float] | np.ndarray) -> dict:
     """``{"type": "choice", "choice", "confidence", "probabilities"}``; ``choice`` is the
-    first label with the largest probability, ``confidence`` chance-corrected."""
+    first label with the largest probability, ``confidence`` chance-corrected:
+    ``c = (K max_k p_k - 1) / (K - 1)`` (0 for the uniform p, 1 for a one-hot p)."""
     p = np.asarray(p, dtype=np.float64)
     return {
         "type": "choice",
@@ -128,7 +104,11 @@ def choice_answer(labels: Sequence[str], p: Sequence[float] | np.ndarray) -> dic
 
 def score_answer(levels: Sequence[Any], p: Sequence[float] | np.ndarray) -> dict:
     """``{"type": "score", "score": sum_i i p_i, "confidence", "legend", "probabilities"}``
-    with ``legend`` and ``probabilities`` keyed ``"0", "1", ...``."""
+    with ``legend`` and ``probabilities`` keyed ``"0", "1", ...``, and the confidence
+    ``c = 1 - Var(p) / Var_max`` with ``Var(p) = sum_i p_i (i - score)^2`` and
+    ``Var_max = (L - 1)^2 / 4`` (half the mass on each end level): 1 for a point mass, 0
+    for the most spread p; mass on neighbouring levels costs less than mass on distant
+    ones, as an ordinal score should."""
     p = np.asarray(p, dtype=np.float64)
     return {
         "type": "score",
@@ -143,7 +123,15 @@ def score_answer(levels: Sequence[Any], p: Sequence[float] | np.ndarray) -> dict
 class Question:
     """A typed question. ``labels`` are the answer keys in order: ``("yes", "no")`` for a
     noul, the criteria keys for a choice, ``("0", ..., "L-1")`` for a score;
-    ``descriptions`` the matching criteria values (``None``: undescribed)."""
+    ``descriptions`` the matching criteria values (``None``: undescribed).
+
+    On the wire a question is one of
+    ``{"type": "noul", "instructions"?, "criteria"?: {"true"?, "false"?}}``,
+    ``{"type": "choice", "instructions"?, "criteria": {label: description | null}}`` or
+    ``{"type": "score", "instructions"?, "criteria": [level0, level1, ...]}``; the wire
+    allows a choice with one label and a score with one level (the official client does),
+    which need no model (:attr:`single_option`), so the engine itself asks for at least
+    :data:`MIN_OPTIONS`."""
 
     kind: Kind
     labels: tuple[str, ...]

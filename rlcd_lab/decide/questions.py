@@ -1,38 +1,8 @@
 """Typed questions as prompts and option codes: how the decision engine asks a checkpoint.
 
-A request's questions about one state (:class:`rlcd_lab.decide.jev.Question`) become prompts that
-end in the marker and a set of K option tokens, read through the checkpoint's
-:class:`rlcd_lab.reader.Reader` (:func:`plan_questions`). How depends on the checkpoint's
-prompt format (``Reader.prompt_format``):
-
-* ``chat`` / ``plain`` (real BPE models; ``chat`` when the tokenizer has a chat template):
-  the prompt is the rendered state, then the question's instructions and one line per
-  option ``"<code>) <label>: <description>"`` (:func:`user_text`), passed through
-  ``Reader.prompt``. Option codes are single tokens after ``"Answer: "``: a noul reads
-  ``yes``/``no`` (else ``Y``/``N``), a choice reads letters ``A, B, ...`` (then ``a..z``,
-  ``0..9``; more than 62 options read the labels themselves, which must then be single
-  tokens), a score reads the digits ``0..L-1`` (:func:`option_candidates`).
-* ``task`` (the tiny character-level checkpoints, whose vocabulary only knows their task
-  format, e.g. ``"33+60+20=113?"``): the state *is* the prompt, instructions and criteria
-  descriptions are not shown to the model, and the answer tokens are the checkpoint's own
-  options (``rlcd.json`` ``"options"``). A noul needs a yes-like and a no-like option
-  (verify: yes -> ``Y``, no -> ``N``). A choice's labels and a score's levels are matched
-  to those options by meaning, never by position (:func:`match_labels`): a choice label by
-  its name or its description, a score level by its text, each compared without case or
-  surrounding spaces with an option's name and, where the options hold a yes/no pair, with
-  that pair's family (:data:`YES_LIKE`: ``yes``, ``y``, ``true``, ``t``, ``1``,
-  ``right``, ``correct`` mean the yes option; :data:`NO_LIKE`: ``no``, ``n``, ``false``,
-  ``f``, ``0``, ``wrong``, ``incorrect`` the no option). Each label must mean exactly one
-  option and no two labels the same one, else the question is refused naming the labels,
-  so listing the labels in another order never changes an answer. All questions about a
-  state then share one prompt: one readout row (direct) or one set of rationales (reason)
-  serves them.
-
-A question that cannot be represented raises :class:`rlcd_lab.decide.jev.DecisionError` naming it
-(too many options, a label that is not a single token, characters the tokenizer maps to its
-unknown token, a prompt longer than the model's context: ``Reader.check_fits``, the rule the
-Ask tab applies too). The state is only ever rendered into the prompt: its content never
-selects which questions, options or fields are read.
+Start at :func:`plan_questions` (how each prompt format asks); :func:`match_labels` matches
+a task checkpoint's options to a question's labels by meaning, :func:`option_candidates`
+picks the option codes.
 """
 
 from __future__ import annotations
@@ -87,7 +57,7 @@ def option_candidates(
     task: Any = None,
 ) -> list[tuple[str, ...]]:
     """The label tuples tried, in order, as ``q``'s option tokens (one label per answer, see
-    the module docstring); the first the tokenizer reads as single tokens is used
+    :func:`plan_questions`); the first the tokenizer reads as single tokens is used
     (:func:`first_valid`). ``task_options`` are a ``task``-format checkpoint's own options
     (``task`` its name, for the message). Raises :class:`DecisionError` when a ``task``
     checkpoint cannot represent ``q`` (no yes/no pair for a noul, too many labels)."""
@@ -284,7 +254,37 @@ def plan_questions(
     :class:`Question`) about ``state``, each checked against ``reader``'s context for
     ``mode`` with ``new_tokens`` rationale tokens (``Reader.check_fits``). ``option_tokens``
     maps a question to its tokens (:meth:`OptionCache.for_question`), ``encode`` a text to
-    its ids. Raises :class:`DecisionError` locating the culprit in the request."""
+    its ids. Raises :class:`DecisionError` locating the culprit in the request.
+
+    A request's questions about one state (:class:`rlcd_lab.decide.jev.Question`) become
+    prompts that end in the marker and a set of K option tokens, read through the
+    checkpoint's :class:`rlcd_lab.reader.Reader`. How depends on the checkpoint's prompt
+    format (``Reader.prompt_format``):
+
+    * ``chat`` / ``plain`` (real BPE models; ``chat`` when the tokenizer has a chat template):
+      the prompt is the rendered state, then the question's instructions and one line per
+      option ``"<code>) <label>: <description>"`` (:func:`user_text`), passed through
+      ``Reader.prompt``. Option codes are single tokens after ``"Answer: "``: a noul reads
+      ``yes``/``no`` (else ``Y``/``N``), a choice reads letters ``A, B, ...`` (then ``a..z``,
+      ``0..9``; more than 62 options read the labels themselves, which must then be single
+      tokens), a score reads the digits ``0..L-1`` (:func:`option_candidates`).
+    * ``task`` (the tiny character-level checkpoints, whose vocabulary only knows their task
+      format, e.g. ``"33+60+20=113?"``): the state *is* the prompt, instructions and
+      criteria descriptions are not shown to the model, and the answer tokens are the
+      checkpoint's own options (``rlcd.json`` ``"options"``). A noul needs a yes-like and a
+      no-like option (verify: yes -> ``Y``, no -> ``N``, and their families :data:`YES_LIKE`
+      and :data:`NO_LIKE`). A choice's labels and a score's levels are matched to those
+      options by meaning, never by position (:func:`match_labels`), so listing the labels in
+      another order never changes an answer. All questions about a state then share one
+      prompt: one readout row (direct) or one set of rationales (reason) serves them.
+
+    A question that cannot be represented raises :class:`rlcd_lab.decide.jev.DecisionError`
+    naming it (too many options, a label that is not a single token, characters the
+    tokenizer maps to its unknown token, a prompt longer than the model's context:
+    ``Reader.check_fits``, the rule the Ask tab applies too). The state is only ever
+    rendered into the prompt: its content never selects which questions, options or fields
+    are read.
+    """
     if not isinstance(questions, Mapping) or not questions:
         raise DecisionError("at least one question is required", ("questions",))
     state_str = state_text(state)

@@ -4,7 +4,7 @@
 loads plotly.js from a file beside the reports (:func:`plotly_src`, :func:`write_plotlyjs`:
 every page opens offline, nothing is inlined or fetched), and :func:`write_pngs` writes
 static copies of the figures when plotly can export images. The reproductions' reports
-(:mod:`rlcd_lab.reports.report`, which re-exports every name), the difficulty map
+(:mod:`rlcd_lab.reports.report`), the difficulty map
 (:mod:`rlcd_lab.reports.difficulty`) and the bench reports (:mod:`rlcd_lab.bench`) write their
 pages with it; plotly and markdown-it are imported inside the functions that use them.
 """

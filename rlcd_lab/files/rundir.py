@@ -1,30 +1,13 @@
 """The run-directory format: the one place that spells a run's file names.
 
-Standard library and :mod:`rlcd_lab.files.io` only (no torch, no numpy), so results, reports,
-the dashboard and reproduce read runs without loading the training stack. A run folder::
-
-    run/
-      config.json                 CONFIG: the resolved training config (config_dict), and
-                                    its paths from the run folder (RUN_PATHS) and the
-                                    content of its checkpoints (CONTENTS)
-      log.jsonl                   LOG: one row per step (read_log)
-      checkpoints/step-N/         CHECKPOINTS: atomic, complete once STATE_FILE is in it
-        trainer_state.json          STATE_FILE: {"step": N}
-        optimizer.safetensors       OPTIMIZER_FILE (+ optimizer.json)
-      eval/dev.jsonl, test.jsonl  EVAL: eval dumps, one row per item (eval_file)
-      eval/test-m<M>.jsonl        the test items read with M rationales (mixture_dumps)
-      final/                      FINAL: the trained checkpoint (final_dir, has_final)
-      done.json                   DONE: reproduce's marker of a finished job
-
-Every eval dump or log may ship packed (``X.jsonl.xz``, :func:`rlcd_lab.files.io.pack`):
-:func:`eval_path` and :func:`log_path` name the file that holds the rows (plain or
-packed), :func:`rlcd_lab.files.io.read_jsonl` reads either. A reproduction puts its runs under
-``root/seed-<s>/<run>/`` (:func:`seed_dir`) and its numbers in ``root/summary.json``
-(``SUMMARY``).
-
-:class:`RunDir` opens a run for training (the lock, resume, overwrite); it lived in
-``rlcd_lab.train.common``, which re-exports it. Writing a checkpoint needs torch and stays
-there (``train.common.save_step``).
+Standard library and :mod:`rlcd_lab.files.io` only (no torch, no numpy), so results,
+reports, the dashboard and reproduce read runs without loading the training stack. A run
+folder holds ``config.json`` (:data:`CONFIG`), ``log.jsonl`` (:data:`LOG`),
+``checkpoints/step-N/`` (:data:`CHECKPOINTS`), ``eval/<split>.jsonl`` (:data:`EVAL`, plain
+or packed: :func:`eval_path`), ``final/`` (:data:`FINAL`) and ``done.json`` (:data:`DONE`);
+a reproduction puts its runs under ``root/seed-<s>/<run>/`` (:func:`seed_dir`).
+:class:`RunDir` opens a run for training (the lock, resume, overwrite); writing a
+checkpoint needs torch and is ``rlcd_lab.train.common.save_step``'s.
 """
 
 from __future__ import annotations
@@ -51,14 +34,14 @@ from rlcd_lab.files.io import (
     read_jsonl,
 )
 
-CONFIG = "config.json"
-LOG = "log.jsonl"
-EVAL = "eval"
-CHECKPOINTS = "checkpoints"
-FINAL = "final"
-DONE = "done.json"
-STATE_FILE = "trainer_state.json"
-OPTIMIZER_FILE = "optimizer.safetensors"
+CONFIG = "config.json"  # the resolved training config (config_dict), its RUN_PATHS, CONTENTS
+LOG = "log.jsonl"  # one row per step (read_log)
+EVAL = "eval"  # eval/<split>.jsonl: one row per item (eval_file); test-m<M>: M rationales
+CHECKPOINTS = "checkpoints"  # checkpoints/step-N/: complete once STATE_FILE is in it
+FINAL = "final"  # the trained checkpoint (final_dir, has_final)
+DONE = "done.json"  # reproduce's marker of a finished job
+STATE_FILE = "trainer_state.json"  # {"step": N}
+OPTIMIZER_FILE = "optimizer.safetensors"  # (+ optimizer.json)
 META_FILE = "rlcd.json"
 """A checkpoint's own metadata (``rlcd_lab.lm.model``), e.g. ``final/rlcd.json``."""
 CHECKSUMS = "checksums.json"
@@ -82,7 +65,7 @@ class CheckpointError(ValueError):
     ``config.json`` / ``rlcd.json``, corrupt or modified weights (checksum, safetensors
     header), tensors that do not fit the model config, non-finite weights, a trainer
     state that is not one. The message names the file and the problem (defined here,
-    without torch, and re-exported by ``rlcd_lab.lm.model``)."""
+    without torch)."""
 
 
 # ------------------------------------------------------------------------------ paths

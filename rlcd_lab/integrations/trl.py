@@ -1,52 +1,8 @@
 """RLCD inside TRL: :class:`RLCDTrainer`, a ``GRPOTrainer`` that trains stage 1 and stage 2.
 
-Install with ``pip install 'rlcd_lab[trl]'``. Per step, for the ``B`` questions of a
-process and ``M = num_generations`` completions each, the estimator of
-``rlcd_lab.train.rlcd.train`` (loss terms from ``rlcd_lab.estimators``):
-
-1. TRL samples the completions, no gradient (its generation path: the model's
-   ``generate``, vLLM in server or colocate mode, or continuous batching), on prompts
-   tokenized as the reader does (``reader.encode_prompts``: no special tokens added);
-2. each completion becomes a rationale exactly as in our loop: it is replayed through
-   ``reader.sample_rationales``'s sampler hook with our loop's stop rule, so it ends at the
-   first marker (a token that merges the marker with what follows is cut and the rest of
-   the marker appended), and a completion that never writes the marker gets it appended
-   and is flagged ``forced`` (a sampled EOS dropped from the text but kept in ``log pi(r)``);
-   everything TRL generated after the marker is ignored;
-3. the scoring pass with gradient (``reader.score_rationales``) gives the readout
-   ``u (B, M, K) = softmax(logits[option tokens])`` after ``marker + sep`` and
-   ``log pi_theta(r | x) (B, M)``;
-4. the reward of rationale ``i`` is the proper score ``R_i = J(u_i, Y)`` plus, when
-   ``GRPOConfig.beta > 0`` and the score-function term is on, the KL shaping reward
-   ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``; the reference is TRL's (its
-   ``ref_model``, or the PEFT model with its adapter disabled) or ``ref_model=``;
-5. loss (lower is better) ``= pathwise + c * score_function`` from
-   ``estimators.surrogate_terms``: pathwise ``-(1/M) sum_i R_i`` differentiated through
-   ``u``, score function ``-(1/M) sum_i sg(A_i) log pi(r_i)`` with leave-one-out advantages
-   ``A_i`` over the question's M rationales; a mean over the questions, divided by the
-   gradient-accumulation steps (TRL's convention), so that with DDP's average over
-   processes one optimizer step takes the gradient of the mean over all questions of the
-   step, as ``rlcd.train`` does.
-
-Stage 1 ("calibrate", ``RLCDSettings(sf_weight=0)``) is pathwise only; stage 2
-("reinforce", ``sf_weight=0.3`` and ``beta=0.04``, anchored at the stage-1 model) adds the
-score-function term. ``RLCDSettings.from_method`` and :func:`rlcd_args` take their
-defaults from ``rlcd_lab.methods.configs.METHODS``.
-
-From TRL this keeps: the data loader (each prompt repeated ``num_generations`` times),
-generation, PEFT (the reference is the model with its adapter disabled), accelerate
-(DDP, DeepSpeed and FSDP wrappers, mixed precision, gradient accumulation), the reference
-model and ``sync_ref_model``, optimizer, scheduler, clipping, logging and checkpoints.
-TRL's policy loss does not apply (``loss_type``, ``epsilon``, ``scale_rewards``,
-``reward_funcs``, importance-sampling corrections, entropy terms,
-``mask_truncated_completions``): the rationales are on-policy, so the settings must not
-reuse a generation across optimizer steps (``num_iterations == 1``, and
-``gradient_accumulation_steps`` a multiple of ``steps_per_generation``). The KL anchor is
-RLCD's sequence-level shaping reward above, not TRL's per-token penalty, and it acts only
-through the score-function term (stage 1 has no use for it). Tools, environments and
-multimodal inputs are not supported. Dataset rows are plain-text prompts (``prompt``,
-from ``reader.build_prompt``, which applies a chat model's template itself), their
-``options`` (labels) and ``label`` (the outcome index ``Y``): :func:`rlcd_dataset`.
+Install with ``pip install 'rlcd_lab[trl]'``. Start at :class:`RLCDTrainer` (the step, and
+what it keeps from TRL); :func:`rlcd_args` and :func:`rlcd_dataset` build its arguments
+and data set.
 """
 
 from __future__ import annotations
@@ -304,7 +260,7 @@ def proper_score(completions: list, **kwargs: Any) -> list[float]:
 
 
 class RLCDTrainer(GRPOTrainer):
-    """TRL's ``GRPOTrainer`` with RLCD's loss: stage 1 and stage 2 (see the module docstring).
+    """TRL's ``GRPOTrainer`` with RLCD's loss: stage 1 and stage 2.
 
     Arguments as ``GRPOTrainer``'s, without reward functions (the reward is the proper
     score of the readout), tools or rollout functions; plus ``rlcd`` (the objective,
@@ -325,6 +281,54 @@ class RLCDTrainer(GRPOTrainer):
     ``rationale_length``, ``forced_rate``, ``readout_variance`` (``train.common.
     rationale_stats``), ``loss/pathwise`` and ``loss/score_function`` (per question), and
     ``kl`` (mean ``log pi_theta(r) - log pi_ref(r)``) when the anchor is in use.
+
+    Per step, for the ``B`` questions of a
+    process and ``M = num_generations`` completions each, the estimator of
+    ``rlcd_lab.train.rlcd.train`` (loss terms from ``rlcd_lab.estimators``):
+
+    1. TRL samples the completions, no gradient (its generation path: the model's
+       ``generate``, vLLM in server or colocate mode, or continuous batching), on prompts
+       tokenized as the reader does (``reader.encode_prompts``: no special tokens added);
+    2. each completion becomes a rationale exactly as in our loop: it is replayed through
+       ``reader.sample_rationales``'s sampler hook with our loop's stop rule, so it ends at the
+       first marker (a token that merges the marker with what follows is cut and the rest of
+       the marker appended), and a completion that never writes the marker gets it appended
+       and is flagged ``forced`` (a sampled EOS dropped from the text but kept in ``log pi(r)``);
+       everything TRL generated after the marker is ignored;
+    3. the scoring pass with gradient (``reader.score_rationales``) gives the readout
+       ``u (B, M, K) = softmax(logits[option tokens])`` after ``marker + sep`` and
+       ``log pi_theta(r | x) (B, M)``;
+    4. the reward of rationale ``i`` is the proper score ``R_i = J(u_i, Y)`` plus, when
+       ``GRPOConfig.beta > 0`` and the score-function term is on, the KL shaping reward
+       ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``; the reference is TRL's (its
+       ``ref_model``, or the PEFT model with its adapter disabled) or ``ref_model=``;
+    5. loss (lower is better) ``= pathwise + c * score_function`` from
+       ``estimators.surrogate_terms``: pathwise ``-(1/M) sum_i R_i`` differentiated through
+       ``u``, score function ``-(1/M) sum_i sg(A_i) log pi(r_i)`` with leave-one-out advantages
+       ``A_i`` over the question's M rationales; a mean over the questions, divided by the
+       gradient-accumulation steps (TRL's convention), so that with DDP's average over
+       processes one optimizer step takes the gradient of the mean over all questions of the
+       step, as ``rlcd.train`` does.
+
+    Stage 1 ("calibrate", ``RLCDSettings(sf_weight=0)``) is pathwise only; stage 2
+    ("reinforce", ``sf_weight=0.3`` and ``beta=0.04``, anchored at the stage-1 model) adds the
+    score-function term. ``RLCDSettings.from_method`` and :func:`rlcd_args` take their
+    defaults from ``rlcd_lab.methods.configs.METHODS``.
+
+    From TRL this keeps: the data loader (each prompt repeated ``num_generations`` times),
+    generation, PEFT (the reference is the model with its adapter disabled), accelerate
+    (DDP, DeepSpeed and FSDP wrappers, mixed precision, gradient accumulation), the reference
+    model and ``sync_ref_model``, optimizer, scheduler, clipping, logging and checkpoints.
+    TRL's policy loss does not apply (``loss_type``, ``epsilon``, ``scale_rewards``,
+    ``reward_funcs``, importance-sampling corrections, entropy terms,
+    ``mask_truncated_completions``): the rationales are on-policy, so the settings must not
+    reuse a generation across optimizer steps (``num_iterations == 1``, and
+    ``gradient_accumulation_steps`` a multiple of ``steps_per_generation``). The KL anchor is
+    RLCD's sequence-level shaping reward above, not TRL's per-token penalty, and it acts only
+    through the score-function term (stage 1 has no use for it). Tools, environments and
+    multimodal inputs are not supported. Dataset rows are plain-text prompts (``prompt``,
+    from ``reader.build_prompt``, which applies a chat model's template itself), their
+    ``options`` (labels) and ``label`` (the outcome index ``Y``): :func:`rlcd_dataset`.
     """
 
     _tag_names = ["trl", "rlcd"]

@@ -118,9 +118,8 @@ def free_cores() -> int:
     """CPU cores this process may use that other processes are not already busy on: the
     cores it may run on (``os.sched_getaffinity``) minus the 1-minute load average
     (rounded), at least 1. Why: torch starts one thread per core, and its threads spin at
-    every barrier, so beside one busy process on 2 cores a training step took 7x as long
-    (issue 45: stage 1, 10 steps, 10.4 s quiet, 76.9 s beside one busy loop, 11.6 s on one
-    thread). The load average lags a change of load by about a minute."""
+    every barrier, so beside one busy process a training step takes several times as long
+    as on the free cores alone. The load average lags a change of load by about a minute."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     try:
         busy = round(os.getloadavg()[0])

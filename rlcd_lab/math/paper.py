@@ -1,23 +1,9 @@
 """The source paper's findings as data: each claim with its number and its section.
 
-OpenJev-RLCD (Qwen3-1.7B, three seeds) reports on three kinds of task, and each kind has
-its own findings; a reproduction is judged against the findings of its own kind only:
-
-* ``gsm8k-verify`` (sections 5.1-5.2, Tables 1-2): reasoning is computation. The tiny
-  ``verify`` task and any ``*verify*`` / ``gsm8k*`` task file.
-* ``mmlu-pro`` (sections 5.1-5.2, Table 4 in 5.4): knowledge-heavy multiple choice, where
-  reasoning adds little. The tiny ``facts`` task and every other multiple-choice task
-  (MMLU subjects, ARC, ...).
-* ``chaosnli`` (section 5.3, Table 3): annotator disagreement (aleatoric outcomes). The
-  tiny ``aleatoric`` task and any ``*chaos*`` / ``*nli*`` task file.
-
-A :class:`Claim` is a paired difference ``A - B`` on one metric with the paper's sign and,
-where the paper states it, its size (``effect``, in the units our metrics report:
-accuracy and coverage as fractions, Brier and AURC as ``rlcd_lab.metrics`` computes
-them, JSD in bits). ``pair`` is a key of a summary's ``paired`` section (``"reinforce -
-grpo"``: two-stage RLCD minus GRPO), ``"fork:<name>"`` (a Table 2 fork minus its stage-1
-checkpoint) or ``"sweep:<weight>"`` (Table 4: the end-to-end objective at that
-score-function weight minus stage 1, the weight-0 run). Numbers are the paper's text.
+OpenJev-RLCD (Qwen3-1.7B, three seeds) reports on three kinds of task, each with its own
+findings; a reproduction is judged against the findings of its own kind only
+(:func:`kind`). Each finding is a :class:`Claim` (a paired difference on one metric) or a
+:class:`TemperatureClaim`; numbers are the paper's text.
 """
 
 from __future__ import annotations
@@ -39,7 +25,16 @@ def kind(task: str) -> str:
     """The paper's kind of task for a task name or task-file path (see the module
     docstring): ``verify`` and names holding ``verify`` or starting ``gsm8k`` ->
     ``gsm8k-verify``; ``aleatoric`` and names holding ``chaos`` or ``nli`` ->
-    ``chaosnli``; everything else (multiple choice) -> ``mmlu-pro``."""
+    ``chaosnli``; everything else (multiple choice) -> ``mmlu-pro``.
+
+    * ``gsm8k-verify`` (sections 5.1-5.2, Tables 1-2): reasoning is computation. The tiny
+      ``verify`` task and any ``*verify*`` / ``gsm8k*`` task file.
+    * ``mmlu-pro`` (sections 5.1-5.2, Table 4 in 5.4): knowledge-heavy multiple choice, where
+      reasoning adds little. The tiny ``facts`` task and every other multiple-choice task
+      (MMLU subjects, ARC, ...).
+    * ``chaosnli`` (section 5.3, Table 3): annotator disagreement (aleatoric outcomes). The
+      tiny ``aleatoric`` task and any ``*chaos*`` / ``*nli*`` task file.
+    """
     name = Path(str(task)).name.lower().removesuffix(".jsonl")
     if "verify" in name or name.startswith("gsm8k"):
         return "gsm8k-verify"
@@ -52,7 +47,16 @@ def kind(task: str) -> str:
 class Claim:
     """The paper's finding that ``pair`` differs on ``metric`` with sign ``direction``
     (+1 higher, -1 lower, 0 no difference), by ``effect`` where it gives a number
-    (signed, our units), in its words ``paper``, from ``section``."""
+    (signed, our units), in its words ``paper``, from ``section``.
+
+    A :class:`Claim` is a paired difference ``A - B`` on one metric with the paper's sign and,
+    where the paper states it, its size (``effect``, in the units our metrics report:
+    accuracy and coverage as fractions, Brier and AURC as ``rlcd_lab.metrics`` computes
+    them, JSD in bits). ``pair`` is a key of a summary's ``paired`` section (``"reinforce -
+    grpo"``: two-stage RLCD minus GRPO), ``"fork:<name>"`` (a Table 2 fork minus its stage-1
+    checkpoint) or ``"sweep:<weight>"`` (Table 4: the end-to-end objective at that
+    score-function weight minus stage 1, the weight-0 run). Numbers are the paper's text.
+    """
 
     pair: str
     metric: str

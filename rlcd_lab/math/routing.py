@@ -1,43 +1,14 @@
-"""Every decision rule: from calibrated probabilities to automated decisions.
+"""Every decision rule: from calibrated probabilities to automated decisions (decide when
+the model is sure, escalate when it is not); the dashboard and the decision server call it,
+so they decide alike. Pure functions on numpy arrays (tensors and lists accepted).
 
-A calibrated decision model is useful because software can act on its confidence:
-decide automatically when the model is sure, escalate (to a human, or to a more
-expensive model) when it is not. This module owns every rule for that, as small pure
-functions on numpy arrays (torch tensors and lists are accepted too); the dashboard's Ask,
-Compare, Batch and Routing tabs and the decision server (:mod:`rlcd_lab.decide`) all call
-it, so they decide alike:
-
-* a :class:`DecisionRule`: which confidence (``max_p``: ``max_k p_k``; or
-  ``chance_corrected``: ``(K max_k p_k - 1) / (K - 1)``, and for an ordinal score
-  ``1 - Var(p) / Var_max``), of which readout (``single``: the first rationale's, the
-  paper's single query; or ``mixture``: the mean of the M readouts), against which
-  threshold: decide automatically when ``confidence >= threshold``, escalate otherwise;
-* defaults in one place: :data:`DEFAULT_EPS` (the error budget of Cov@eps and of dev
-  thresholds), :data:`DEFAULT_THRESHOLD` (max p, the dashboard),
-  :data:`DEFAULT_CHANCE_CORRECTED_THRESHOLD` (the server's ``auto`` mode);
-* selective prediction at an error budget: pick a confidence threshold on dev, apply it
-  on test (:func:`threshold_for_risk`, :func:`selective_risk`; :func:`decided_risk` for
-  decisions already made); the threshold that decides a given share
-  (:func:`threshold_for_coverage`);
-* Bayes decisions under an asymmetric cost matrix, with an optional "escalate" action
-  (:func:`expected_costs`, :func:`bayes_actions`, :func:`realized_costs`), and the
-  cost-optimal threshold of the escalate-or-answer rule (:func:`bayes_threshold`);
-* the cost model of that rule on evaluated items (``c_w`` per wrong automated decision,
-  ``c_e`` per escalation): expected cost per item at a threshold
-  (:func:`expected_cost`) and at every threshold (:func:`cost_curve`);
-* an AutoThink-style cascade: answer directly when the direct readout is confident,
-  reason only when it is not (:func:`cascade`, :func:`cascade_curve`).
-
-Bad input (unknown rule names, thresholds outside [0, 1], negative costs, empty or
-mis-shaped arrays) raises ``ValueError``.
-
-Shapes: ``probs (N, K)`` rows on the simplex, ``readouts (M, K)`` one row per rationale,
-``labels (N,)`` ints, ``confidence (N,)``, ``correct (N,)`` booleans, ``cost (A, K)`` with
-``cost[a, y]`` the cost of action ``a`` when the outcome is ``y`` (lower is better).
-Ranking follows :mod:`rlcd_lab.metrics` (confidence descending, stable on ties).
-References: Chow (1970), "On optimum recognition error and reject tradeoff"; Geifman &
-El-Yaniv (2017), "Selective classification for deep neural networks"; OpenJev-RLCD
-sec. 5 (Cov@eps); StartLux AutoThink (answer directly when confident).
+Start at :class:`DecisionRule` (confidence measure, readout, threshold) and the defaults
+(:data:`DEFAULT_THRESHOLD`, :data:`DEFAULT_CHANCE_CORRECTED_THRESHOLD`, :data:`DEFAULT_EPS`);
+then selective prediction (:func:`threshold_for_risk`, :func:`selective_risk`), Bayes
+decisions under a cost matrix (:func:`bayes_actions`, :func:`bayes_threshold`), the cost
+model (:func:`expected_cost`, :func:`cost_curve`) and the cascade (:func:`cascade`).
+Shapes: ``probs (N, K)``, ``readouts (M, K)``, ``labels (N,)``, ``cost (A, K)`` (lower is
+better). References: Chow (1970); Geifman & El-Yaniv (2017); OpenJev-RLCD sec. 5.
 """
 
 from __future__ import annotations

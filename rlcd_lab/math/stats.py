@@ -1,28 +1,13 @@
 """Paired comparisons of two models on the same test items.
 
-Inputs are per-item arrays ``a, b`` of shape ``(N,)`` aligned by item (e.g. per-item
-Brier, NLL or correctness of model A and model B; average each item over seeds first, so
-the unit of resampling is the test item). Differences are always ``a - b``; whether a
-positive difference is good depends on the metric (for Brier, NLL and AURC, lower is
-better, so a negative ``a - b`` favours A).
-
-* :func:`paired_bootstrap`: percentile bootstrap CI of ``stat(a - b)`` resampling items
-  with replacement (Efron & Tibshirani 1993, "An introduction to the bootstrap", ch. 13;
-  Koehn 2004, "Statistical significance tests for machine translation evaluation").
-* :func:`sign_flip_test`: two-sided paired permutation (sign-flip) test of the mean
-  difference (Fisher 1935; Good 2005, "Permutation, parametric and bootstrap tests of
-  hypotheses", sec. 3.2), exact for small N, Monte Carlo otherwise.
-* :func:`paired_bootstrap_curve` and :func:`sign_flip_test_curve`: the same for a
-  whole-curve statistic (AURC, Cov@eps), which is not an average of per-item values:
-  computed per seed and averaged over seeds, each replicate resamples (or swaps) test
-  items jointly across seeds and recomputes the statistic for both models.
-* :func:`seed_test`: the test across training seeds beside those item-level ones (the
-  trained models are a sample too): per-seed differences, an exact sign-flip over seeds
-  and a paired t test (:func:`student_t_p`).
-* :func:`mde`, :func:`items_needed`, :func:`seeds_needed`: the minimal detectable effect
-  at a power from a standard error, and the test items or seeds a stated difference needs.
-
-All randomness comes from ``numpy.random.default_rng(seed)``; results are reproducible.
+Inputs are per-item arrays ``a, b`` of shape ``(N,)`` aligned by item (average each item
+over seeds first, so the unit of resampling is the test item). Differences are always
+``a - b``; for Brier, NLL and AURC lower is better, so a negative ``a - b`` favours A.
+Start at :func:`paired_bootstrap` (a CI) and :func:`sign_flip_test` (a p-value); the
+``*_curve`` variants do the same for a whole-curve statistic (AURC, Cov@eps),
+:func:`seed_test` tests across training seeds, and :func:`mde`, :func:`items_needed` and
+:func:`seeds_needed` size a comparison. Randomness comes from
+``numpy.random.default_rng(seed)``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
-"""The reader: prompt -> rationales -> per-rationale readout, one checkpoint at a time.
+"""The reader: prompt -> rationales -> per-rationale readout, one checkpoint at a time
+(OpenJev-RLCD sec. 2 and Algorithm 1).
 
-Every face of rlcd_lab (training loops, evaluation, the dashboard, the decision server)
-reads a model through this package (OpenJev-RLCD sec. 2 and Algorithm 1). Its modules,
-lowest first:
-
-* :mod:`.readout`: the option tokens after the marker and ``u = softmax(logits[options])``;
-  :mod:`.sampling`: the :class:`~.sampling.Sampler` protocol every sampler follows;
-  :mod:`.packing`: a scoring batch laid out with each prompt once and its rationales after;
-* :mod:`.prompts`: :func:`~.prompts.build_prompt` turns a question into the text the
-  model continues, with each question's option tokens and the left-padded rows;
-* :mod:`.decoding`: the KV-cached samplers (``kv_sampler``, the packed ``fast_sampler``);
-* :mod:`.rationales`: :func:`~.rationales.sample_rationales` draws ``m`` rationales per
-  prompt, each row stopped once its decoded text contains the marker (the marker appended
-  and the row ``forced`` at the limit or at EOS); ``generate_text`` samples free text;
-* :mod:`.reading`: :func:`~.reading.score_rationales` gives the readout at the last column
-  and ``log pi(r | x)`` with gradients (sample without gradient, score with it); direct
-  readouts; :func:`~.reading.read` does all of it for questions with 2..K options each;
-* :mod:`.verbal`: a confidence the model states after its answer (RLCR's format),
-  :func:`~.verbal.read_stated`.
-
-This module holds :class:`Reader`, the one entry for the faces (the decision engine, the
-dashboard, the server, the command line's evaluation, the GSM8K proposer), which open a
-checkpoint with :meth:`Reader.load`: one checkpoint with its prompt format, context rule
-(:func:`reading_length`, :class:`ContextTooLong`), fitted temperature ``T`` and whether it
-was fitted (:func:`temperature_fitted`) and sampler. The training loops, evaluation and the bridges
-named in ``tests/test_layering.py`` (``READER_USERS``) call the modules above directly;
-every name is imported from the module that defines it.
+Start at :class:`Reader`, the one entry for the faces (the decision engine, the dashboard,
+the server, the command line's evaluation, the GSM8K proposer): :meth:`Reader.load` opens a
+checkpoint with its prompt format, context rule (:func:`reading_length`,
+:class:`ContextTooLong`), fitted temperature ``T`` (:func:`temperature_fitted`) and
+sampler. Its modules, lowest first: :mod:`.readout`, :mod:`.sampling`, :mod:`.packing`,
+:mod:`.prompts`, :mod:`.decoding`, :mod:`.rationales`, :mod:`.reading`, :mod:`.verbal`;
+only the modules named in ``tests/test_layering.py`` (``READER_USERS``) call them
+directly.
 """
 
 from __future__ import annotations

@@ -1,45 +1,7 @@
-"""A compact KV-cached decoding loop: ``reader.hf_sampler``'s tokens, faster.
-
-:func:`kv_sampler` has the signature and the output of ``reader.hf_sampler`` and draws the
-same tokens under the same seeds. Both sample by greedy decoding of ``logits / T`` (top-p
-filtered) plus Gumbel noise, the noise of row ``i`` drawn as one ``torch.rand(V)`` per
-generated token from a generator seeded by ``row_seeds[i]`` (``sampling.GumbelSampler``,
-reused here), so a row's tokens depend only on its seed and its logits. What differs is
-the work around the model:
-
-* each distinct prompt is encoded once and its keys, values and next-token logits are
-  copied to its rows (``ids`` repeats every prompt ``m`` times);
-* a row leaves the batch once it stops. ``generate`` keeps computing finished rows and
-  its logits processor keeps drawing their noise, which is never used; here a finished
-  row draws nothing more, and every live row's noise stream is unchanged;
-* a step is one forward pass, one noise draw per live row, an argmax and the stop check
-  (decoded windows are remembered within a call); tokens are collected in Python lists;
-* for a plain ``LlamaForCausalLM`` (the tiny models, SmolLM2) with SDPA attention, the
-  decoding steps after the first run :class:`LlamaSteps`: transformers' own operations in
-  the same order on the model's weights, without the module machinery around them, keys
-  and values in preallocated buffers. It is used only once its first step's logits equal
-  the model's own forward pass bit for bit (else the model's forward runs every step).
-
-The stop check is ``reader._MarkerStop``'s: a row stops once the decoded text of its last
-``len(marker) + 1`` tokens contains the marker, or its last token is in ``eos``. A
-``should_stop`` callable, when given, is asked before every forward pass (the prompt's and
-each step's); once it returns True the loop raises ``sampling.SamplingStopped``: work that
-nobody waits for any more stops within one decoding step.
-
-Identical tokens, not always identical bits: encoding a prompt once and dropping finished
-rows change the shapes of the matrix products, and a BLAS may then round the last bit of
-a logit differently (SmolLM2 on the CPU: log-probs within 2e-5 of ``hf_sampler``'s; the
-tiny models: equal bit for bit). ``generate`` itself can round a row's logits differently
-when the rest of its batch changes. A token changes only if such a difference reverses
-the order of the two best noisy scores, which ``tests/test_decoding.py`` and
-``benchmarks/sampler.py`` never saw.
-
-Like ``hf_sampler`` (``generate`` with ``do_sample=False`` and one logits processor), no
-other logits processing applies: a generation config's repetition penalty,
-``min_new_tokens`` or suppressed tokens would change ``generate``'s tokens and are not
-applied here (the checkpoints of this repository set none). ``generate`` also stops a row
-at the model's ``generation_config.eos_token_id``; here ``eos`` alone decides
-(``reader.sample_rationales`` passes the former as the latter).
+"""A compact KV-cached decoding loop, :func:`kv_sampler`: ``reader.hf_sampler``'s tokens
+under the same seeds, with less work around the model (the steps of plain Llama models in
+:mod:`rlcd_lab.reader.llama`); :func:`fast_sampler` and :class:`CopySampler` decode a
+reduced-precision copy of the model.
 """
 
 from __future__ import annotations
@@ -124,20 +86,22 @@ def kv_sampler(
     packed: PackedLinears | None = None,
     keep_prompt: bool = False,
 ) -> Generated:
-    """``reader.hf_sampler``'s tokens from a compact decoding loop (see the module
-    docstring): left-padded rows ``ids, mask (N, T)``, one seeded noise generator per row,
-    each row stopped once its decoded text contains ``marker`` (None: free text, no marker)
-    or it emitted a token of ``eos``. Returns a ``sampling.Generated`` (CPU tensors):
-    ``tokens`` and ``token_lp`` ``(N, S)``, ``S`` the steps taken (the longest row's), pad
-    ids after a row's stop; ``token_lp`` is the log-softmax of the temperature-1 logits at
-    the sampled token.
+    """``reader.hf_sampler``'s tokens from a compact decoding loop: left-padded rows
+    ``ids, mask (N, T)``, one seeded noise generator per row, each row stopped once its
+    decoded text contains ``marker`` (None: free text, no marker) or it emitted a token of
+    ``eos``. Returns a ``sampling.Generated`` (CPU tensors): ``tokens`` and ``token_lp``
+    ``(N, S)``, ``S`` the steps taken (the longest row's), pad ids after a row's stop;
+    ``token_lp`` is the log-softmax of the temperature-1 logits at the sampled token.
 
     ``should_stop``: asked before every forward pass; once it returns True,
     ``sampling.SamplingStopped`` is raised (nothing is returned). ``packed``: the model's
     matrices packed for oneDNN (:class:`PackedLinears`, :class:`CopySampler`'s): the
     decoding steps multiply with them (faster, other rounding: not ``generate``'s bits).
     ``keep_prompt``: also return a copy of the keys and values after the prompts
-    (``Generated.prompt_cache``, :class:`~rlcd_lab.reader.sampling.PromptCache`)."""
+    (``Generated.prompt_cache``, :class:`~rlcd_lab.reader.sampling.PromptCache`).
+
+    The tokens of ``reader.hf_sampler`` under the same seeds (what differs: :class:`_Steps`).
+    """
     n, width = ids.shape
     if len(row_seeds) != n:
         raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
@@ -207,7 +171,8 @@ class _StopCheck:
     its last ``len(marker) + 1`` tokens contains the marker (every token decodes to at
     least one character), or its last token is in ``eos``. Decoded windows are
     remembered, so a window that recurs (rows of one prompt often write the same text)
-    is decoded once."""
+    is decoded once.
+    """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, marker: str | None, eos: Sequence[int]):
         self.tokenizer, self.marker = tokenizer, marker
@@ -236,7 +201,39 @@ class _Steps:
     """Next-token logits of the live rows, one call per generated token: the model's
     forward pass on a ``DynamicCache`` (position ids from the attention mask, as
     ``generate``), or :class:`LlamaSteps` once its first step matched it bit for bit
-    (with ``packed`` weights, :class:`PackedLinears`: within their rounding)."""
+    (with ``packed`` weights, :class:`PackedLinears`: within their rounding).
+
+    Beside ``generate`` (``reader.hf_sampler``), :func:`kv_sampler` draws the same tokens
+    with less work around the model:
+
+    * each distinct prompt is encoded once and its keys, values and next-token logits are
+      copied to its rows (``ids`` repeats every prompt ``m`` times);
+    * a row leaves the batch once it stops. ``generate`` keeps computing finished rows and
+      its logits processor keeps drawing their noise, which is never used; here a finished
+      row draws nothing more, and every live row's noise stream is unchanged;
+    * a step is one forward pass, one noise draw per live row, an argmax and the stop check
+      (decoded windows are remembered within a call); tokens are collected in Python lists;
+    * for a plain ``LlamaForCausalLM`` (the tiny models, SmolLM2) with SDPA attention, the
+      decoding steps after the first run :class:`LlamaSteps`: transformers' own operations in
+      the same order on the model's weights, without the module machinery around them, keys
+      and values in preallocated buffers. It is used only once its first step's logits equal
+      the model's own forward pass bit for bit (else the model's forward runs every step).
+
+    Identical tokens, not always identical bits: encoding a prompt once and dropping finished
+    rows change the shapes of the matrix products, and a BLAS may then round the last bit of
+    a logit differently (SmolLM2 on the CPU: log-probs within 2e-5 of ``hf_sampler``'s; the
+    tiny models: equal bit for bit). ``generate`` itself can round a row's logits differently
+    when the rest of its batch changes. A token changes only if such a difference reverses
+    the order of the two best noisy scores, which ``tests/test_decoding.py`` and
+    ``benchmarks/sampler.py`` never saw.
+
+    Like ``hf_sampler`` (``generate`` with ``do_sample=False`` and one logits processor), no
+    other logits processing applies: a generation config's repetition penalty,
+    ``min_new_tokens`` or suppressed tokens would change ``generate``'s tokens and are not
+    applied here (the checkpoints of this repository set none). ``generate`` also stops a row
+    at the model's ``generation_config.eos_token_id``; here ``eos`` alone decides
+    (``reader.sample_rationales`` passes the former as the latter).
+    """
 
     def __init__(
         self,

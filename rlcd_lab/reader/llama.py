@@ -163,7 +163,7 @@ class PackedLinears:
     for them ahead of time come closer. The rounding differs from ``F.linear``'s (float32:
     about 1e-6 relative), so the logits are not ``generate``'s bits: used only by the
     copy that :class:`CopySampler` already draws from (off-policy by its rounding), never
-    by the default sampler. Packing SmolLM2's 135M weights takes about 0.3 s.
+    by the default sampler.
 
     ``rows``: the batch size the layout is tuned for (any batch size works)."""
 

@@ -1,22 +1,6 @@
 """Packed scoring rows: the prompts' common head once, each prompt once, its rationales
-after it.
-
-The scoring pass (``reading.score_rationales``) needs, for ``N = B m`` left-padded rows
-``prompt_b + continuation_i``, the logits predicting each sampled token and those at each
-row's end. Encoded as they stand, each prompt is read ``m`` times and the head every
-prompt starts with (system text, worked examples) ``N`` times. Packed, the head is one
-row encoded once (its keys and values then shared by every question), and question ``b``
-is one row laid out as a tree:
-
-    head (once):    [common head of the B prompts]
-    row b:          [rest of prompt b] [continuation b.1] ... [continuation b.m] [pads]
-
-with an attention mask that lets a token see the head, its own segment up to itself and,
-from a continuation, the rest of its prompt; position ids count only those (as in the
-left-padded row it stands for). A causal LM then computes at every token what it computes
-at that token of the left-padded row, the same sums up to float rounding
-(``tests/test_reader.py``), with no token read twice. Pure layout (token ids, positions,
-masks, gather indices): no model here.
+after it (:func:`pack_rows`, the layout of :class:`Packed`). Pure layout (token ids,
+positions, masks, gather indices): no model here.
 """
 
 from __future__ import annotations
@@ -69,7 +53,25 @@ def pack_rows(
     ``prompt_len (N,)`` real tokens are their prompt, rows ``b m .. b m + m - 1`` sharing
     prompt ``b``. Each mask of ``wanted`` (``(N, T)`` bool) marks columns of the batch
     whose logits are wanted; ``keep[j]`` gives them row by row, column by column. A wanted
-    column inside the head is not supported (the head's logits are not computed)."""
+    column inside the head is not supported (the head's logits are not computed).
+
+    The scoring pass (``reading.score_rationales``) needs, for ``N = B m`` left-padded rows
+    ``prompt_b + continuation_i``, the logits predicting each sampled token and those at each
+    row's end. Encoded as they stand, each prompt is read ``m`` times and the head every
+    prompt starts with (system text, worked examples) ``N`` times. Packed, the head is one
+    row encoded once (its keys and values then shared by every question), and question ``b``
+    is one row laid out as a tree:
+
+        head (once):    [common head of the B prompts]
+        row b:          [rest of prompt b] [continuation b.1] ... [continuation b.m] [pads]
+
+    with an attention mask that lets a token see the head, its own segment up to itself and,
+    from a continuation, the rest of its prompt; position ids count only those (as in the
+    left-padded row it stands for). A causal LM then computes at every token what it computes
+    at that token of the left-padded row, the same sums up to float rounding
+    (``tests/test_reader.py``), with no token read twice. Pure layout (token ids, positions,
+    masks, gather indices): no model here.
+    """
     n, width = ids.shape
     real = attention_mask.sum(1).tolist()
     rows = [ids[i, width - real[i] :].tolist() for i in range(n)]

@@ -1,21 +1,11 @@
 """Prompts: the text a model continues, its option tokens, and the token rows every pass
 runs on (the reader's lowest floor; OpenJev-RLCD sec. 2).
 
-* :func:`build_prompt` turns a question into the text the model continues: a rationale
-  (reason mode) or, in direct mode, straight the answer after the marker. Plain models
-  read ``question + "\\n"`` (``+ marker``); chat models read their chat template
-  (:func:`chat_text`) with an instruction, the :data:`FEW_SHOT` example and the options;
-* :func:`item_options` gives each question's option tokens over its own 2..K labels
-  (``readout.option_token_ids``), :func:`padded_option_ids` the ``(B, K_max)`` ids
-  (-1 pads), :func:`direct_prompts` both for direct mode;
-* :func:`encode_prompts` (token ids, no special tokens, ``+ bridge``) and
-  :func:`left_pad` (``(N, T)`` ids and attention mask, padded on the left so the readout
-  sits at column -1) make the rows;
-* :func:`detect_prompt_format` decides how a checkpoint is prompted (``chat``, ``task``,
-  ``plain``).
-
-:mod:`.rationales` (sampling), :mod:`.reading` (scoring, direct readouts) and
-:class:`rlcd_lab.reader.Reader` build on it.
+Start at :func:`build_prompt` (plain or chat text, reason or direct mode); then
+:func:`item_options` and :func:`direct_prompts` (each question's option tokens),
+:func:`encode_prompts` and :func:`left_pad` (the ``(N, T)`` rows, padded on the left so
+the readout sits at column -1), and :func:`detect_prompt_format` (how a checkpoint is
+prompted: ``chat``, ``task`` or ``plain``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Rationales: ``m`` per prompt drawn through a :class:`Sampler`, cut at the marker
 (OpenJev-RLCD sec. 2 and Algorithm 1: sample without gradient, score with it).
 
-:func:`sample_rationales` draws ``m`` rationales per prompt through a sampler (default
-``decoding.kv_sampler``, a compact KV-cached loop giving the tokens of :func:`hf_sampler`,
-the model's ``generate``; each row with its own seeded noise, ``GumbelSampler``) and stops
-each row once its *decoded text* contains the marker, so a tokenizer that merges the marker
-with what follows (``"Answer:**"`` as one token) is handled: the rationale is cut before the
-merged token and the rest of the marker is appended (:func:`cut_at_marker`). A row that
-reaches ``max_new_tokens`` or emits EOS first gets the marker appended and is flagged
-``forced``; an EOS it sampled still counts in ``log pi(r)`` (the probability of the
-rationale includes that of stopping there). The result, :class:`Rationales`, holds the
-left-padded ``(N, T)`` rows ``prompt + rationale (+ marker) + bridge``, ``N = B m``, that
-``reading.score_rationales`` scores with gradient. :func:`sample_questions` does it for
-questions with their own option lists; :func:`generate_text` samples free text (no
-marker); :func:`written_sampler` writes given rationales instead (teacher forcing). Above
-:mod:`rlcd_lab.reader.prompts`, :mod:`rlcd_lab.reader.sampling` and :mod:`rlcd_lab.reader.decoding`.
+Start at :func:`sample_rationales` (its :class:`Rationales` are what
+``reading.score_rationales`` scores with gradient); :func:`sample_questions` does it for
+questions with their own option lists, :func:`generate_text` samples free text (no
+marker), :func:`written_sampler` writes given rationales instead (teacher forcing). Above
+:mod:`rlcd_lab.reader.prompts`, :mod:`rlcd_lab.reader.sampling` and
+:mod:`rlcd_lab.reader.decoding`.
 """
 
 from __future__ import annotations
@@ -284,10 +276,10 @@ def sample_rationales(
 
     ``prompts`` are complete texts (``build_prompt``); ``bridge`` is ``OptionTokens.bridge``
     (one shared, or one per prompt; appended after the marker so the readout sits at the
-    last column). ``sampling_temperature`` and ``top_p`` shape the sampling only; ``logp_r`` is
-    always the model's own log-probability at temperature 1. See the module docstring for
-    how the marker is matched and how EOS counts. ``sampler`` draws the tokens (None:
-    :func:`default_sampler`); everything after it is shared.
+    last column). ``sampling_temperature`` and ``top_p`` shape the sampling only; ``logp_r``
+    is always the model's own log-probability at temperature 1. How the marker is matched
+    and how EOS counts: below. ``sampler`` draws the tokens (None: :func:`default_sampler`);
+    everything after it is shared.
 
     ``seed``: one per prompt, or an int (prompt ``i`` then gets ``mix_seed(seed, i)``), or
     None (drawn from torch's global generator). Rationale ``j`` of a prompt with seed ``s``
@@ -299,6 +291,14 @@ def sample_rationales(
     :class:`SamplingStopped` once it returns True (the work is no longer wanted).
     ``keep_prompt``: ask the sampler (only when set) to keep its keys and values after the
     prompts (``Rationales.prompt_cache``); only :func:`~rlcd_lab.reader.decoding.kv_sampler` can.
+
+    Each row stops once its *decoded text* contains the marker, so a tokenizer that merges
+    the marker with what follows (``"Answer:**"`` as one token) is handled: the rationale is
+    cut before the merged token and the rest of the marker appended (:func:`cut_at_marker`).
+    A row that reaches ``max_new_tokens`` or emits EOS first gets the marker appended and is
+    flagged ``forced``; a sampled EOS still counts in ``log pi(r)`` (the rationale's
+    probability includes that of stopping there). The :class:`Rationales` rows are
+    ``prompt + rationale (+ marker) + bridge``, ``(N, T)`` left-padded, ``N = B m``.
     """
     if m < 1 or max_new_tokens < 1:
         raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
@@ -359,7 +359,7 @@ class _Cut:
 def _cut(
     tokenizer: PreTrainedTokenizerBase, out: Generated, i: int, marker: str, marker_ids: list[int]
 ) -> _Cut:
-    """Row ``i`` of a sampler's output as a rationale (see the module docstring): cut at the
+    """Row ``i`` of a sampler's output as a rationale (see :func:`sample_rationales`): cut at the
     marker it wrote (:func:`cut_at_marker`), else forced, the marker appended after its
     tokens (after dropping a sampled EOS)."""
     gen, token_lp = out.tokens[i], out.token_lp[i]

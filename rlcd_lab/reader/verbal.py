@@ -3,21 +3,8 @@
 RLCR (Damani et al. 2025, "Beyond Binary Rewards: Training LMs to Reason About Their
 Uncertainty", trained by :mod:`rlcd_lab.train.rlcr`) has the model write, after its
 rationale, an answer ``a`` *and* a confidence ``c`` in [0, 1] that ``a`` is right; this
-module reads that confidence.
-
-Format here (every tokenizer, the tiny character-level one included): after
-``marker + sep + answer`` the cue :data:`CUE` (``"\\nConfidence:"``), the separator, then
-ONE token, a digit ``d`` in 0..9 meaning ``c = (d + 0.5) / 10`` (:func:`digit_confidence`,
-the centre of the bin ``[d/10, (d+1)/10)``). The token is read from the model's
-next-token distribution over its whole vocabulary, so a token that is not a confidence is
-a format failure. :func:`parse_confidence` parses free text too ("0.8", "80%", "8/10",
-``<confidence>0.8</confidence>``, a lone digit).
-
-For the metrics a stated confidence becomes a distribution over the K options
-(:func:`stated_probs`): ``p(a) = c``, the rest spread evenly over the other K - 1; its
-logits ``log p`` (:func:`stated_logits`) go through temperature scaling and every metric
-of :mod:`rlcd_lab.metrics` unchanged. :func:`read_stated` reads a model's stated
-confidence for eval dumps (``evaluate.run_eval(..., stated=True)``).
+module reads that confidence. Start at :func:`read_stated` (eval dumps); the format is
+:func:`digit_confidence`'s, the distribution over the options :func:`stated_probs`'s.
 """
 
 from __future__ import annotations
@@ -46,7 +33,16 @@ PROB_FLOOR = 1e-6
 
 # ----------------------------------------------------------------------- pure functions
 def digit_confidence(d: int) -> float:
-    """``c = (d + 0.5) / 10`` for a digit ``d`` in 0..9 (the centre of its bin)."""
+    """``c = (d + 0.5) / 10`` for a digit ``d`` in 0..9 (the centre of its bin).
+
+    Format here (every tokenizer, the tiny character-level one included): after
+    ``marker + sep + answer`` the cue :data:`CUE` (``"\\nConfidence:"``), the separator, then
+    ONE token, a digit ``d`` in 0..9 meaning ``c = (d + 0.5) / 10`` (:func:`digit_confidence`,
+    the centre of the bin ``[d/10, (d+1)/10)``). The token is read from the model's
+    next-token distribution over its whole vocabulary, so a token that is not a confidence is
+    a format failure. :func:`parse_confidence` parses free text too ("0.8", "80%", "8/10",
+    ``<confidence>0.8</confidence>``, a lone digit).
+    """
     return (d + 0.5) / 10
 
 
@@ -102,7 +98,14 @@ def stated_probs(answer: Tensor, c: Tensor, k: Tensor | int) -> Tensor:
     each other option, 0 on absent ones.
 
     ``answer (N,)`` long, ``c (N,)`` in [0, 1], ``k``: options per row (int or ``(N,)``);
-    returns ``(N, max k)`` rows summing to 1 (float64)."""
+    returns ``(N, max k)`` rows summing to 1 (float64).
+
+    For the metrics a stated confidence becomes a distribution over the K options
+    (:func:`stated_probs`): ``p(a) = c``, the rest spread evenly over the other K - 1; its
+    logits ``log p`` (:func:`stated_logits`) go through temperature scaling and every metric
+    of :mod:`rlcd_lab.metrics` unchanged. :func:`read_stated` reads a model's stated
+    confidence for eval dumps (``evaluate.run_eval(..., stated=True)``).
+    """
     k = torch.as_tensor(k, dtype=torch.long).expand(answer.shape)
     width = int(k.max())
     c = c.double()

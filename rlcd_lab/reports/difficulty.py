@@ -1,15 +1,6 @@
 """A map of when RLCD helps: two-stage RLCD against GRPO at matched budget, in the tiny
-``verify`` world at several difficulty levels.
-
-A level is the verify teacher's carry-drop rate ``slip`` (``rlcd-lab pretrain --task
-verify --slip S``): the items and splits are the same at every level, only the base
-model's reasoning differs, so its accuracy after one rationale falls as ``slip`` grows.
-Each level is one reproduction (``rlcd-lab reproduce --task verify --init BASE --runs base
-calibrate reinforce grpo-matched``); its ``summary.json`` holds the paired differences
-two-stage RLCD minus GRPO+TS (matched budget), after temperature scaling, with the same
-95% CIs and sign-flip p-values as docs/results.md's claims (``rlcd_lab.reports.results``), and they
-are judged by the same verdict rules (``rlcd_lab.math.verdicts``) against the paper's
-GSM8K-Verify effect (``rlcd_lab.math.paper``, section 5.1).
+``verify`` world at several difficulty levels (:func:`difficulty_map`, one reproduction
+per level).
 
 ``python -m rlcd_lab.reports.difficulty OUT SLIP=REPRODUCTION ...`` writes ``OUT/map.json``,
 ``OUT/report.md`` and ``OUT/figures/difficulty.png`` (with kaleido);
@@ -69,7 +60,19 @@ def level_row(slip: float, summary: Mapping) -> dict:
 
 def difficulty_map(levels: Mapping[float, Mapping]) -> dict:
     """``{"kind": "difficulty", "eps", "paper", "levels": [row, ...]}`` from ``{slip:
-    summary}``, rows from the easiest level (highest base accuracy) to the hardest."""
+    summary}``, rows from the easiest level (highest base accuracy) to the hardest.
+
+    A level is the verify teacher's carry-drop rate ``slip`` (``rlcd-lab pretrain --task
+    verify --slip S``): the items and splits are the same at every level, only the base
+    model's reasoning differs, so its accuracy after one rationale falls as ``slip`` grows.
+    Each level is one reproduction (``rlcd-lab reproduce --task verify --init BASE --runs
+    base calibrate reinforce grpo-matched``); its ``summary.json`` holds the paired
+    differences two-stage RLCD minus GRPO+TS (matched budget), after temperature scaling,
+    with the same 95% CIs and sign-flip p-values as docs/results.md's claims
+    (``rlcd_lab.reports.results``), and they are judged by the same verdict rules
+    (``rlcd_lab.math.verdicts``) against the paper's GSM8K-Verify effect
+    (``rlcd_lab.math.paper``, section 5.1).
+    """
     eps = {s["eps"] for s in levels.values()}
     if len(eps) != 1:
         raise ValueError(f"the levels' reproductions use different eps: {sorted(eps)}")

@@ -1,43 +1,5 @@
 """Why a finding does or does not reproduce: the steps of the paper's mechanism, measured.
 
-The headline (OpenJev-RLCD sec. 5.1, Figure 2) rests on steps that can each be checked in a
-run's eval dumps and training log:
-
-1. reasoning helps: accuracy after the rationale (the paper: 87% on GSM8K-Verify) against
-   the same model answering directly (``direct_accuracy``, 56% in the paper; measured for
-   the base model, whose run holds a ``test-direct`` dump);
-2. after reasoning GRPO's readout is near one-hot (``saturated``: share of test items whose
-   raw readout max is above 0.99) and needs a large fitted T (about 7), RLCD's hedges
-   (``confidence``: mean raw max; T about 1.4), and a readout that varies across the
-   rationales of a question is what Proposition 1 credits (``readout_variance``: the
-   training log's ``E_r ||u(x, r) - p(x)||^2`` over the question's sampled rationales,
-   mean over the last quarter of steps; 0 after System-One collapse);
-3. temperature scaling cannot repair a ranking: with two options it changes no order, so
-   selective prediction follows the readout's ranking (``auroc``: AUROC of the calibrated
-   confidence for right vs wrong answers; ``risk_ratio``: error rate of the most confident
-   half over the error rate of all, 1 for a ranking that knows nothing, 0 for a perfect one);
-4. what decides the ranking on a verification task is whether the readout notices a slipped
-   rationale: ``slipped_errors`` (share of wrong answers whose rationale holds a false
-   equation), ``slip_auroc`` (AUROC of the confidence for clean vs slipped rationales: 0.5
-   means the readout cannot tell them apart), ``slip_auroc_steps`` (the same AUROC within
-   rationales of equally many equations, averaged by their share: where longer chains
-   slip more, a readout that only knows which questions are long ranks slipped rationales
-   low overall yet scores 0.5 here; equal to ``slip_auroc`` when every rationale states
-   as many) and ``follows`` (share of readouts whose top
-   option is the rationale's own verdict, "same" for the first option, "different" for the
-   second);
-5. the run is the paper's recipe: ``forced`` (share of rationales that never wrote the
-   marker), ``kl_end`` (the KL to the anchor as the loop logs it, over the last quarter of
-   steps, nats: per rationale, the sum of its tokens' log-ratios, for the RLCD family's
-   loop; per token, the mean k3 estimate over a rationale's tokens, for the baselines),
-   ``kl_token_end`` and ``kl_seq_end`` (the same per token and per rationale for every
-   method, converted with the mean rationale length the log holds for those steps: the
-   ratio of the means, as close as batch-mean logs allow), ``reward_trend`` (mean reward
-   of the last quarter minus the quarter before: still rising means under-trained) and
-   ``dev_trend`` (the same for the dev Brier that training logs every ``eval_every``
-   steps, raw: still falling, a negative trend, means under-trained; a rise means it went
-   past its best).
-
 :func:`run_mechanism` measures one run (one seed), :func:`mechanism` averages a group of
 seeds; ``results.summarize_runs`` stores it in a summary under ``mechanism`` and
 :func:`mechanism_table` renders the "Why" table of docs/results.md from it. Measures that
@@ -197,8 +159,8 @@ def quarter_trend(per_seed: Sequence[Sequence[float]]) -> dict | None:
 
 
 def run_mechanism(run: str | Path, T: float) -> dict[str, float | None]:
-    """The mechanism's measures (module docstring) of one run, its test dump read with its
-    fitted temperature ``T``."""
+    """The mechanism's measures of one run (each explained at :data:`COLUMNS`), its test
+    dump read with its fitted temperature ``T``."""
     rows = read_jsonl(rundir.eval_file(run, "test"))
     z = metrics.pad_ragged([r["logits"] for r in rows], -np.inf)
     labels = np.array([r["label"] for r in rows])
@@ -284,7 +246,46 @@ COLUMNS = (
     ("reward_trend", "reward trend", "{:+.3f}"),
     ("dev_trend", "dev Brier trend", "{:+.3f}"),
 )
-"""The "Why" table's columns: summary key, header, format."""
+"""The "Why" table's columns: summary key, header, format.
+
+The headline (OpenJev-RLCD sec. 5.1, Figure 2) rests on steps that can each be checked in a
+run's eval dumps and training log:
+
+1. reasoning helps: accuracy after the rationale (the paper: 87% on GSM8K-Verify) against
+   the same model answering directly (``direct_accuracy``, 56% in the paper; measured for
+   the base model, whose run holds a ``test-direct`` dump);
+2. after reasoning GRPO's readout is near one-hot (``saturated``: share of test items whose
+   raw readout max is above 0.99) and needs a large fitted T (about 7), RLCD's hedges
+   (``confidence``: mean raw max; T about 1.4), and a readout that varies across the
+   rationales of a question is what Proposition 1 credits (``readout_variance``: the
+   training log's ``E_r ||u(x, r) - p(x)||^2`` over the question's sampled rationales,
+   mean over the last quarter of steps; 0 after System-One collapse);
+3. temperature scaling cannot repair a ranking: with two options it changes no order, so
+   selective prediction follows the readout's ranking (``auroc``: AUROC of the calibrated
+   confidence for right vs wrong answers; ``risk_ratio``: error rate of the most confident
+   half over the error rate of all, 1 for a ranking that knows nothing, 0 for a perfect one);
+4. what decides the ranking on a verification task is whether the readout notices a slipped
+   rationale: ``slipped_errors`` (share of wrong answers whose rationale holds a false
+   equation), ``slip_auroc`` (AUROC of the confidence for clean vs slipped rationales: 0.5
+   means the readout cannot tell them apart), ``slip_auroc_steps`` (the same AUROC within
+   rationales of equally many equations, averaged by their share: where longer chains
+   slip more, a readout that only knows which questions are long ranks slipped rationales
+   low overall yet scores 0.5 here; equal to ``slip_auroc`` when every rationale states
+   as many) and ``follows`` (share of readouts whose top
+   option is the rationale's own verdict, "same" for the first option, "different" for the
+   second);
+5. the run is the paper's recipe: ``forced`` (share of rationales that never wrote the
+   marker), ``kl_end`` (the KL to the anchor as the loop logs it, over the last quarter of
+   steps, nats: per rationale, the sum of its tokens' log-ratios, for the RLCD family's
+   loop; per token, the mean k3 estimate over a rationale's tokens, for the baselines),
+   ``kl_token_end`` and ``kl_seq_end`` (the same per token and per rationale for every
+   method, converted with the mean rationale length the log holds for those steps: the
+   ratio of the means, as close as batch-mean logs allow), ``reward_trend`` (mean reward
+   of the last quarter minus the quarter before: still rising means under-trained) and
+   ``dev_trend`` (the same for the dev Brier that training logs every ``eval_every``
+   steps, raw: still falling, a negative trend, means under-trained; a rise means it went
+   past its best).
+"""
 
 
 def mechanism_table(summary: Mapping, labels: Mapping[str, str]) -> str:

@@ -1,25 +1,11 @@
 """Post-hoc baselines: a trained run's readout recalibrated on dev, as rows of the tables.
 
-A post-hoc calibrator is one row of ``rlcd_lab.methods.METHOD_TABLE`` (role ``post-hoc``:
-its label) and its fit here in :data:`CALIBRATORS`: fitted on a run's dev items only,
-applied to its test items, per seed. Each reads the run's readout after its dev-fitted
-temperature (the "+TS" of the tables) and the question's features
-(:data:`rlcd_lab.tasks.features.QUESTION_FEATURES`, functions of the question text):
-
-* ``group-ts``: one temperature per question group (the items sharing every feature's
-  value; :func:`rlcd_lab.math.calibrators.fit_group_temperature`), on the raw logits;
-* ``logistic``: P(the answer is right) by logistic regression on the scaled readout's
-  margin (log-probability of the top option minus the runner-up's) and the features,
-  standardized on dev (:func:`rlcd_lab.math.calibrators.fit_logistic`);
-* ``isotonic``: P(right) by isotonic regression on the scaled confidence
-  (:func:`rlcd_lab.math.calibrators.fit_isotonic`).
-
-A confidence ``c`` becomes a distribution by giving the top option ``c`` and the others
-``1 - c`` in proportion to the scaled readout (``c`` kept in ``[1e-6, 1 - 1e-6]``).
-:func:`add_posthoc` adds, to a summary, each calibrator on GRPO (matched budget when
-shipped) as a run ``<base>+<name>`` (its ``runs`` entry, RLCD's paired tests against it)
-and ``posthoc``: which calibrator is best on dev (the lowest Brier score of its 5-fold
-cross-fitted dev predictions, mean over seeds), the comparison the headline adds.
+A post-hoc calibrator is one entry of :data:`CALIBRATORS` (:class:`Calibrator`) and a
+row of ``rlcd_lab.methods.METHOD_TABLE`` (role ``post-hoc``: its label): fitted on a
+run's dev items only, applied to its test items, per seed, reading the run's readout after
+its dev-fitted temperature and the question's features
+(:data:`rlcd_lab.tasks.features.QUESTION_FEATURES`). Start at :func:`add_posthoc`, which
+adds them to a summary.
 """
 
 from __future__ import annotations
@@ -67,7 +53,11 @@ Fitted = Callable[[Split], np.ndarray]
 def with_confidence(probs: np.ndarray, c: np.ndarray, present: np.ndarray) -> np.ndarray:
     """``probs (N, K)`` with the top option's probability set to ``c (N,)`` (clipped to
     ``[1e-6, 1 - 1e-6]``) and the other ``present (N, K)`` options sharing ``1 - c`` as
-    they shared theirs (evenly where they held nothing); absent options keep 0."""
+    they shared theirs (evenly where they held nothing); absent options keep 0.
+
+    A confidence ``c`` becomes a distribution by giving the top option ``c`` and the others
+    ``1 - c`` in proportion to the scaled readout (``c`` kept in ``[1e-6, 1 - 1e-6]``).
+    """
     c = np.clip(c, CONF_CLIP, 1 - CONF_CLIP)
     top = probs.argmax(1)
     rows = np.arange(len(probs))
@@ -134,8 +124,17 @@ def fit_isotonic(dev: Split) -> Fitted:
 @dataclass(frozen=True)
 class Calibrator:
     """One post-hoc calibrator: its run-name suffix ``name`` (its row of the method
-    registry), ``fit`` (dev split -> fitted calibrator) and whether it needs question
-    features."""
+    registry), ``fit``
+    (dev split -> fitted calibrator) and whether it needs question features.
+
+    * ``group-ts``: one temperature per question group (the items sharing every feature's
+      value; :func:`rlcd_lab.math.calibrators.fit_group_temperature`), on the raw logits;
+    * ``logistic``: P(the answer is right) by logistic regression on the scaled readout's
+      margin (log-probability of the top option minus the runner-up's) and the features,
+      standardized on dev (:func:`rlcd_lab.math.calibrators.fit_logistic`);
+    * ``isotonic``: P(right) by isotonic regression on the scaled confidence
+      (:func:`rlcd_lab.math.calibrators.fit_isotonic`).
+    """
 
     name: str
     fit: Callable[[Split], Fitted]
@@ -224,7 +223,13 @@ def add_posthoc(
     ``loaded`` (in place): runs ``<base>+<name>`` (mean and s.d. over seeds of each metric,
     ``role: post-hoc``), RLCD's paired tests against each (``n`` replicates), and
     ``summary["posthoc"]``: ``{"base", "features", "cv_dev_brier": {name: mean over
-    seeds}, "best"}``. Nothing when the summary has no GRPO run or no RLCD run."""
+    seeds}, "best"}``. Nothing when the summary has no GRPO run or no RLCD run.
+
+    :func:`add_posthoc` adds, to a summary, each calibrator on GRPO (matched budget when
+    shipped) as a run ``<base>+<name>`` (its ``runs`` entry, RLCD's paired tests against it)
+    and ``posthoc``: which calibrator is best on dev (the lowest Brier score of its 5-fold
+    cross-fitted dev predictions, mean over seeds), the comparison the headline adds.
+    """
     base = next((b for b in BASES if b in loaded), None)
     if base is None or RLCD not in loaded or loaded[base][0].dev_logits is None:
         return summary

@@ -2,18 +2,9 @@
 
 From a pilot, two methods' runs (one per seed, the same test items; or a summary's paired
 entry, :mod:`rlcd_lab.reports.results`), and a stated difference ``delta`` in a metric
-(AURC, Brier, Cov@eps, accuracy, NLL), :func:`plan` gives
-
-* the pilot's paired test (difference, bootstrap standard error, minimal detectable effect
-  at 80% power: :func:`rlcd_lab.math.stats.mde`);
-* the test items for the item-level test to detect ``delta`` at the pilot's seeds, the
-  standard error scaled as ``1 / sqrt(items)`` (:func:`rlcd_lab.math.stats.items_needed`);
-* the training seeds for the test across seeds (a paired t test of per-seed differences
-  with the pilot's s.d.) to detect it (:func:`rlcd_lab.math.stats.seeds_needed`).
-
-Both are the usual normal / t approximations at a two-sided 5% level and 80% power
-(Cohen 1988, "Statistical power analysis for the behavioral sciences", ch. 2); a pilot of
-few seeds estimates the s.d. across seeds loosely, so the seeds are a first guess.
+(AURC, Brier, Cov@eps, accuracy, NLL), :func:`plan` gives the pilot's paired test and the
+test items and training seeds needed to detect ``delta``; :func:`plan_from_runs` and
+:func:`plan_from_summary` read the pilot.
 """
 
 from __future__ import annotations
@@ -71,7 +62,19 @@ def plan(
     :class:`~rlcd_lab.reports.results.RunResult` per seed each, aligned): ``{"metric",
     "delta", "pilot": {"items", "seeds", "diff", "ci", "se", "mde", "seed_diffs",
     "seed_sd", "p_t"}, "power", "items_needed", "seeds_needed"}`` (``seeds_needed`` None
-    for a one-seed pilot or beyond 1000 seeds)."""
+    for a one-seed pilot or beyond 1000 seeds).
+
+    * the pilot's paired test (difference, bootstrap standard error, minimal detectable effect
+      at 80% power: :func:`rlcd_lab.math.stats.mde`);
+    * the test items for the item-level test to detect ``delta`` at the pilot's seeds, the
+      standard error scaled as ``1 / sqrt(items)`` (:func:`rlcd_lab.math.stats.items_needed`);
+    * the training seeds for the test across seeds (a paired t test of per-seed differences
+      with the pilot's s.d.) to detect it (:func:`rlcd_lab.math.stats.seeds_needed`).
+
+    Both are the usual normal / t approximations at a two-sided 5% level and 80% power
+    (Cohen 1988, "Statistical power analysis for the behavioral sciences", ch. 2); a pilot of
+    few seeds estimates the s.d. across seeds loosely, so the seeds are a first guess.
+    """
     if metric not in POWER_METRICS:
         raise ValueError(f"--metric must be one of {', '.join(POWER_METRICS)}, got {metric!r}")
     if not delta:

@@ -81,10 +81,9 @@ class DynamicBatcher:
     first use); all of them share the one worker thread, so the model is never called
     concurrently.
 
-    The window costs a lone request its ``max_wait_ms`` (measured, shipped verify
-    checkpoint, one keep-alive client: 12 ms per request with 5 ms, 4 ms with 0); waiting
-    only while another request was being read cut that to 8 ms but lost 15-20% of the
-    throughput at 16 clients (smaller batches), so the window stays unconditional.
+    The window costs a lone request its ``max_wait_ms``; it is unconditional, since
+    waiting only while another request is being read makes smaller batches and costs
+    throughput under many clients.
 
     ``deadline``: a job's deadline (an instant on ``clock``, or None). A batch then runs in
     deadline order, one ``fn`` call per group of jobs whose deadlines lie within
@@ -109,6 +108,10 @@ class DynamicBatcher:
     estimate exceeds its whole budget) runs first in its group, at best effort (the model
     code may still answer it more cheaply, as ``DecisionModel`` cuts reasoning at the
     deadline). ``admission=False`` admits every job (the calls are still measured).
+
+    In the server one batch is one ``DecisionModel.decide_batch`` call: direct answers do not
+    depend on the batch; sampled rationales (``reason``, escalated ``auto``) are seeded per
+    batch, so they do.
     """
 
     def __init__(

@@ -197,8 +197,7 @@ class TimedH11Protocol(H11Protocol):
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
     """Turn Nagle's algorithm off on a TCP connection (``TCP_NODELAY``): a response is
     written in pieces (head, body), and with Nagle on the last piece waits for the
-    client's delayed ACK, some 40 ms on Linux, on every keep-alive request (measured:
-    median 44-48 ms per request on one connection, 1-3 ms with it off). asyncio sets it
+    client's delayed ACK on every keep-alive request. asyncio sets it
     only on sockets whose ``proto`` is ``IPPROTO_TCP``; ours are made with protocol 0
     (:func:`_bind`), and their accepted connections inherit that."""
     sock = transport.get_extra_info("socket")
@@ -311,10 +310,9 @@ def build_server(
     ``timeout_graceful_shutdown`` seconds are cancelled and answered 503 with
     ``Retry-After`` (:class:`Gate`).
 
-    ``freeze_gc``: ``gc.freeze()`` the objects alive now (the loaded model and libraries,
-    some 400k objects), so that the garbage collector no longer scans them: otherwise a
-    body of many small JSON nodes triggers collections that hold the interpreter lock for
-    most of a second (measured: parsing 250k empty lists took 0.7 s, 0.04 s frozen)."""
+    ``freeze_gc``: ``gc.freeze()`` the objects alive now (the loaded model and libraries),
+    so that the garbage collector does not scan them: otherwise a body of many small JSON
+    nodes triggers collections over all of them that hold the interpreter lock."""
     check_server_args(
         port, timeout_keep_alive, timeout_request, timeout_graceful_shutdown,
         max_header_bytes, max_connections, max_client_connections,

@@ -1,18 +1,9 @@
-"""What stands between the network and the model: limits, the error shape, bounded body
-reading and JSON parsing, the bearer key, request ids and the capacity gate.
-
-* :class:`ServerLimits` and :func:`check_number` (every setting is checked in one line);
-* :class:`ApiError` and :func:`error_entry`: the one error shape,
-  ``{"detail": [{"loc", "msg", "type"}]}``, with user-controlled parts truncated;
-* :func:`read_body` (413 as soon as a body exceeds its limit, 415 for another media type),
-  :func:`decompress` (identity, gzip, zstd, bounded output) and :func:`parse_json`
-  (strict and bounded: no NaN, no overflow to infinity, integer digits, duplicate keys,
-  lone surrogates, nesting);
-* :func:`authorize` (the bearer key, compared in constant time) and :func:`check_hosts`
-  (Host header patterns against DNS rebinding);
-* :class:`Gate`, the outermost ASGI layer: a request id on every answer, 503 beyond
-  :class:`Capacity` and when a shutdown cancels a request; :class:`GuardedRoute` turns
-  an unexpected exception into a JSON 500 that keeps the connection usable.
+"""What stands between the network and the model: limits (:class:`ServerLimits`), the one
+error shape (:class:`ApiError`, :func:`error_entry`), bounded body reading and JSON
+parsing (:func:`read_body`, :func:`decompress`, :func:`parse_json`), the bearer key
+(:func:`authorize`), Host checks (:func:`check_hosts`), and :class:`Gate`, the outermost
+ASGI layer (request ids, the capacity limit, shutdown); :class:`GuardedRoute` turns an
+unexpected exception into a JSON 500 that keeps the connection usable.
 """
 
 from __future__ import annotations

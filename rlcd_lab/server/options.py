@@ -15,7 +15,7 @@ from typing import Literal
 
 DEFAULT_DEADLINE_S = 8.0
 """Seconds a request may take (from its arrival) before its answer is the best so far:
-below the official client's default timeout of 10 s."""
+below the official client's default timeout (a 10-second one)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class ServeOptions:
     deadline: float | None = DEFAULT_DEADLINE_S
     """Seconds a request may take from its arrival: past it no more rationales are drawn
     and the answer is the best so far (the direct readout); below the official client's
-    10 s timeout (None: no deadline)."""
+    10-second timeout (None: no deadline)."""
     m: int = 4
     """Rationales per question in reason mode (mixture readout)."""
     threshold: float = 0.8

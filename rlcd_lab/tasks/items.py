@@ -1,17 +1,8 @@
 """Task items: the one data format every task, loader and training loop shares.
 
 One item per JSONL line: ``{"uid": str, "prompt": str, "options": [str, ...],
-"label": int | null, "q": [float, ...] | null}``. ``options`` are the answer labels as
-the model writes them after the marker (each a single token for the model's tokenizer);
-``prompt`` is the question text, which names the options. ``q`` is the outcome
-distribution (one-hot for epistemic tasks, spread for aleatoric ones); when given,
-training draws a fresh outcome ``Y ~ q`` on every visit.
-
-Reading a file (``read_items``) refuses anything else with one ``ValueError`` naming the
-file and line: bytes that are not UTF-8, a line that is not JSON (or nested too deeply to
-parse), a line that is not an object (an array, a string, a number), a field of the
-wrong type (``"label": true``, ``"options": "YN"``, ``"q": ["0.5", ...]``) and the
-checks of ``validate_item``.
+"label": int | null, "q": [float, ...] | null}`` (:class:`TaskItem`, checked by
+:func:`validate_item`); :func:`read_items` and :func:`write_items` read and write a file.
 """
 
 from __future__ import annotations
@@ -53,7 +44,13 @@ def _is_number(value: object) -> bool:
 
 @dataclass(frozen=True)
 class TaskItem:
-    """One question: prompt text, option labels, a label and/or an outcome distribution."""
+    """One question: prompt text, option labels, a label and/or an outcome distribution.
+
+    ``options`` are the answer labels as the model writes them after the marker (each a
+    single token for the model's tokenizer); ``prompt`` is the question text, which names the
+    options. ``q`` is the outcome distribution (one-hot for epistemic tasks, spread for
+    aleatoric ones); when given, training draws a fresh outcome ``Y ~ q`` on every visit.
+    """
 
     uid: str
     prompt: str
@@ -186,7 +183,14 @@ def read_items(path: str | os.PathLike) -> list[TaskItem]:
     ``"<file>:<line>: <what>"`` too: bytes that are not UTF-8, a line that is not JSON or
     nested too deeply to parse, a line that is not an object, a malformed item
     (``TaskItem.from_json``, ``validate_item``); the line it quotes has its control
-    characters escaped (:func:`rlcd_lab.files.io.printable`)."""
+    characters escaped (:func:`rlcd_lab.files.io.printable`).
+
+    Reading a file (``read_items``) refuses anything else with one ``ValueError`` naming the
+    file and line: bytes that are not UTF-8, a line that is not JSON (or nested too deeply to
+    parse), a line that is not an object (an array, a string, a number), a field of the
+    wrong type (``"label": true``, ``"options": "YN"``, ``"q": ["0.5", ...]``) and the
+    checks of ``validate_item``.
+    """
     items: list[TaskItem] = []
     total = 0
     with open(path, "rb") as f:

@@ -1,18 +1,9 @@
 """Train/dev/test splits of a task-item file, so that nothing trains on its test items.
 
 A task file ``x.jsonl`` is split once into ``x.train.jsonl``, ``x.dev.jsonl`` and
-``x.test.jsonl`` beside it (``rlcd-lab data split x.jsonl --dev N --test N``);
-``load_task_items("x.jsonl", split)`` then reads the sibling of that split, and never
-the whole file.
-
-How items are split (``split_items``, pure): the items are grouped by stratum, their
-``label`` (or, when only ``q`` is given, the argmax of ``q``, first on a tie); each
-stratum gets a share of the dev and of the test items proportional to its size
-(largest remainders, ties to the larger stratum, then the smaller label), so the label
-mix of every split matches the file's as closely as whole items allow. Within a stratum
-the items are ordered by uid and shuffled with ``random.Random(f"{seed}:{stratum}")``:
-the result depends only on the items and the seed, not on the file's line order. Each
-split keeps the file's order.
+``x.test.jsonl`` beside it (:func:`split_file`, ``rlcd-lab data split x.jsonl --dev N
+--test N``); ``load_task_items("x.jsonl", split)`` then reads the sibling of that split,
+and never the whole file. :func:`split_items` (pure) says how items are split.
 """
 
 from __future__ import annotations
@@ -73,11 +64,20 @@ def split_items(
     items: Sequence[TaskItem], n_dev: int, n_test: int, seed: int = 0
 ) -> dict[str, list[TaskItem]]:
     """Split ``items`` into ``{"train", "dev", "test"}`` lists of exactly ``N - n_dev -
-    n_test``, ``n_dev`` and ``n_test`` items, disjoint by uid, stratified by label (see the
-    module docstring), deterministic given ``seed``.
+    n_test``, ``n_dev`` and ``n_test`` items, disjoint by uid, stratified by label (see
+    below), deterministic given ``seed``.
 
     Raises ``ValueError`` when uids repeat (naming them), when ``n_dev`` or ``n_test`` is
     below 1, or when ``n_dev + n_test >= N`` (the train split would be empty).
+
+    How items are split: the items are grouped by stratum, their
+    ``label`` (or, when only ``q`` is given, the argmax of ``q``, first on a tie); each
+    stratum gets a share of the dev and of the test items proportional to its size
+    (largest remainders, ties to the larger stratum, then the smaller label), so the label
+    mix of every split matches the file's as closely as whole items allow. Within a stratum
+    the items are ordered by uid and shuffled with ``random.Random(f"{seed}:{stratum}")``:
+    the result depends only on the items and the seed, not on the file's line order. Each
+    split keeps the file's order.
     """
     counts = Counter(item.uid for item in items)
     dups = sorted(uid for uid, c in counts.items() if c > 1)

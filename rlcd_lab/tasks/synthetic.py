@@ -1,23 +1,6 @@
-"""The tiny world: three seeded synthetic tasks mirroring the paper's three regimes.
-
-* ``verify`` (GSM8K-Verify analogue; reasoning is computation): ``"47+38+16=91?"`` - is
-  the proposed sum right? Options ``Y``/``N``; half the proposals are right, the wrong
-  ones are near misses (off by 10 or 20, with the right units digit, as a dropped carry
-  gives), so answering without computing is hard.
-* ``facts`` (MMLU-Pro analogue; knowledge-heavy): ``"fact kov?"`` - which of 10 values
-  (``A``..``J``) a synthetic entity has. The base model saw only some entities, through
-  noisy sources; writing a rationale adds nothing it did not know.
-* ``aleatoric`` (ChaosNLI analogue): ``"urn 3a1b2c?"`` - the colour of a ball drawn from
-  an urn. The outcome distribution ``q`` is the urn's composition: spread, and re-drawn
-  on every training visit; an item's ``label`` is one draw from ``q`` (one annotator), so
-  evaluation is against ``q`` (JSD) and against sampled labels.
-
-Each task also has a *teacher*: the behaviour the base model is pretrained to imitate
-(``rlcd_lab.train.pretrain``). It writes a rationale and then states a label with certainty;
-its rationales contain slips that depend on features visible in the rationale (a
-dropped carry in ``verify``, an unfamiliar or misremembered entity in ``facts``; in
-``aleatoric`` an imagined draw from the urn), so the base model is overconfident and
-calibrating after reasoning is learnable.
+"""The tiny world: three seeded synthetic tasks mirroring the paper's three regimes
+(``verify``, ``facts``, ``aleatoric``), each with the teacher its base model is pretrained
+to imitate. Start at :func:`get_task`.
 
 Splits are fixed by the world seed: ``test``, ``dev`` and ``train`` prompts are disjoint,
 and pretraining never sees a dev or test prompt.
@@ -390,7 +373,27 @@ TASKS: dict[str, type[SyntheticTask]] = {
 def get_task(name: str, seed: int = WORLD_SEED, **teacher) -> SyntheticTask:
     """The synthetic task called ``name`` (a key of ``TASKS``); ``teacher``: settings of
     its teacher (the verify tasks: ``slip``).
-    Items and splits depend on ``name`` and ``seed`` only."""
+    Items and splits depend on ``name`` and ``seed`` only.
+
+    * ``verify`` (GSM8K-Verify analogue; reasoning is computation): ``"47+38+16=91?"`` - is
+      the proposed sum right? Options ``Y``/``N``; half the proposals are right, the wrong
+      ones are near misses (off by 10 or 20, with the right units digit, as a dropped carry
+      gives), so answering without computing is hard.
+    * ``facts`` (MMLU-Pro analogue; knowledge-heavy): ``"fact kov?"`` - which of 10 values
+      (``A``..``J``) a synthetic entity has. The base model saw only some entities, through
+      noisy sources; writing a rationale adds nothing it did not know.
+    * ``aleatoric`` (ChaosNLI analogue): ``"urn 3a1b2c?"`` - the colour of a ball drawn from
+      an urn. The outcome distribution ``q`` is the urn's composition: spread, and re-drawn
+      on every training visit; an item's ``label`` is one draw from ``q`` (one annotator), so
+      evaluation is against ``q`` (JSD) and against sampled labels.
+
+    Each task also has a *teacher*: the behaviour the base model is pretrained to imitate
+    (``rlcd_lab.train.pretrain``). It writes a rationale and then states a label with certainty;
+    its rationales contain slips that depend on features visible in the rationale (a
+    dropped carry in ``verify``, an unfamiliar or misremembered entity in ``facts``; in
+    ``aleatoric`` an imagined draw from the urn), so the base model is overconfident and
+    calibrating after reasoning is learnable.
+    """
     try:
         cls = TASKS[name]
     except KeyError:

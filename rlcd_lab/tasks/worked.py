@@ -4,15 +4,8 @@ tiny bases learn theirs from their task's teacher.
 
 ``WORKED[kind](item)`` returns the rationale a careful solver writes for ``item`` (without
 the marker and the answer, which the trainer appends), or ``None`` when the rule cannot
-solve the item or its answer is not the gold option (such items are left out).
-
-* ``arithmetic`` (``basic-skills-arithmetic``, 10 options such as ``6 + 8 / 2 =``):
-  each operation in the order of precedence, ``8 / 2 = 4; 6 + 4 = 10``, then the option
-  that holds the result, ``10 is option F.`` Understands ``+ - * /``, powers (``^``),
-  ``sqrt(x)``, remainders (``a % b``, ``a mod b``, Python's sign convention) and
-  percentages (``p% of x``). Synthetic text over a real set's questions.
-* ``arithmetic-verify`` (``basic-skills-arithmetic-verify``: ``Question: 6 + 8 / 2 =`` with
-  a proposed answer, yes or no): the same operations, then ``10 vs 11: different.``
+solve the item or its answer is not the gold option (such items are left out): kinds
+``arithmetic`` (:func:`arithmetic`) and ``arithmetic-verify`` (:func:`arithmetic_verify`).
 """
 
 from __future__ import annotations
@@ -96,7 +89,14 @@ def evaluate(expr: str) -> tuple[list[str], float] | None:
 
 
 def arithmetic(item: TaskItem) -> str | None:
-    """The worked rationale of a ``basic-skills-arithmetic`` item (module docstring)."""
+    """The worked rationale of a ``basic-skills-arithmetic`` item.
+
+    * ``arithmetic`` (``basic-skills-arithmetic``, 10 options such as ``6 + 8 / 2 =``):
+      each operation in the order of precedence, ``8 / 2 = 4; 6 + 4 = 10``, then the option
+      that holds the result, ``10 is option F.`` Understands ``+ - * /``, powers (``^``),
+      ``sqrt(x)``, remainders (``a % b``, ``a mod b``, Python's sign convention) and
+      percentages (``p% of x``). Synthetic text over a real set's questions.
+    """
     lines = item.prompt.split("\n")
     done = evaluate(lines[0].strip().removesuffix("=").strip())
     if done is None:
@@ -118,7 +118,11 @@ _VERIFY = re.compile(r"^Question: (.+?)=?\s*\nProposed answer: (\S+)\n", re.S)
 
 def arithmetic_verify(item: TaskItem) -> str | None:
     """The worked rationale of a ``basic-skills-arithmetic-verify`` item (module
-    docstring): the operations, then the result against the proposed answer."""
+    docstring): the operations, then the result against the proposed answer.
+
+    * ``arithmetic-verify`` (``basic-skills-arithmetic-verify``: ``Question: 6 + 8 / 2 =`` with
+      a proposed answer, yes or no): the same operations, then ``10 vs 11: different.``
+    """
     m = _VERIFY.match(item.prompt)
     done = evaluate(m.group(1).strip()) if m else None
     if done is None or not _is_number(m.group(2)):
