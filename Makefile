@@ -8,7 +8,7 @@ PORT    ?= 7860
 STUDENT_OUT ?= student
 STUDENT_FORMAT ?= ours
 
-.PHONY: app test lint fmt serve clean student notebooks
+.PHONY: app test check-refs lint fmt serve clean student notebooks
 
 $(PY):
 	python3 -m venv .venv
@@ -68,6 +68,12 @@ test: $(STAMP) $(GRADERS)
 	RLCD_LAB_REQUIRE_GRADERS=1 $(GPY) -m pytest -q -p no:cacheprovider tests/test_classroom_graders.py
 	$(PY) tests/emulate_cpu.py avx2 -- env $(NUMERICS)
 	$(PY) tests/emulate_cpu.py portable -- env $(NUMERICS)
+
+# The stored reference outputs of cross-checks that `make test` compares with while their
+# inputs are the installed ones, recomputed from scratch: transformers' reading of the GGUF
+# files (tests/gguf_reference.py; a few minutes).
+check-refs: $(STAMP)
+	$(PY) tests/gguf_reference.py --check
 
 # Classroom mode (docs/instructors.md): the tutorials without their solution cells, as
 # .ipynb in $(STUDENT_OUT) (student/ is git-ignored); STUDENT_FORMAT=nbgrader|otter writes
