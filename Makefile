@@ -9,7 +9,7 @@ STUDENT_OUT ?= student
 STUDENT_FORMAT ?= ours
 SOLUTIONS_OUT ?= solutions
 
-.PHONY: app test lint fmt serve clean student solutions notebooks
+.PHONY: app test check-refs lint fmt serve clean student solutions notebooks
 
 $(PY):
 	python3 -m venv .venv
@@ -57,8 +57,9 @@ serve: $(STAMP)
 # as other CPUs compute them (tests/emulate_cpu.py): an AVX2-only machine (numpy without its
 # AVX-512 kernels, OpenBLAS Haswell, torch avx2, oneDNN AVX2), then every library's portable
 # path; a tolerance that holds on all three does not depend on this CPU's bits.
-# XDIST: two pytest workers (pytest-xdist), a core each (tests/conftest.py): in one process
-# the suite keeps one of two cores busy on average (imports, subprocesses, kernels
+# XDIST: two pytest workers (pytest-xdist), a core each (tests/conftest.py), for the suite,
+# the graders' tests (nbgrader's and otter's gradings side by side) and the reruns: in one
+# process the suite keeps one of two cores busy on average (imports, subprocesses, kernels
 # starting). A module whose tests must not overlap (gloo groups on one port) names an
 # xdist_group. `make test XDIST=` runs the suite in one process.
 XDIST    ?= -n 2 --dist loadgroup
@@ -66,9 +67,15 @@ NUMERICS := RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cach
 test: $(STAMP) $(GRADERS)
 	$(PY) -m ruff check .
 	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q --durations=20 $(XDIST)
-	RLCD_LAB_REQUIRE_GRADERS=1 $(GPY) -m pytest -q -p no:cacheprovider tests/test_classroom_graders.py
+	RLCD_LAB_REQUIRE_GRADERS=1 $(GPY) -m pytest -q -p no:cacheprovider $(XDIST) tests/test_classroom_graders.py
 	$(PY) tests/emulate_cpu.py avx2 -- env $(NUMERICS)
 	$(PY) tests/emulate_cpu.py portable -- env $(NUMERICS)
+
+# The stored reference outputs of cross-checks that `make test` compares with while their
+# inputs are the installed ones, recomputed from scratch: transformers' reading of the GGUF
+# files (tests/gguf_reference.py; a few minutes).
+check-refs: $(STAMP)
+	$(PY) tests/gguf_reference.py --check
 
 # Classroom mode (docs/instructors.md): the tutorials (which hold no solution) as .ipynb
 # in $(STUDENT_OUT) (student/ is git-ignored); STUDENT_FORMAT=nbgrader|otter writes

@@ -23,17 +23,20 @@ old, new, ...), each timed in CPU seconds of its own process around the measured
   gradient, the anchor's pass, backward, the optimizer), its clock set to CPU seconds. The
   first step's reward and KL say whether both trees drew the same rationales.
 
-``--old`` is a git revision of this repository, checked out once into a worktree under
-/tmp. The rows also say how many rationales came out identical and the largest readout
-difference on those (the new path reads the shared prefix once and merges the adapter,
-so the bits, and rarely a token, differ). The CPU is named on the first line.
+``--old`` is a git revision of this repository, checked out into a worktree in a scratch
+folder (``tempfile.mkdtemp``), removed when the script ends. The rows also say how many
+rationales came out identical and the largest readout difference on those (the new path
+reads the shared prefix once and merges the adapter, so the bits, and rarely a token,
+differ). The CPU is named on the first line.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -88,11 +91,20 @@ Path(out).write_text(json.dumps(res))
 
 
 def worktree(rev: str) -> Path:
-    path = Path("/tmp") / f"rlcd-lab-{rev}"
-    if not path.exists():
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), rev],
-                       check=True, capture_output=True)  # fmt: skip
+    """A detached git worktree of ``rev`` in a new scratch folder (``tempfile.mkdtemp``),
+    removed with its folder when the process exits."""
+    path = Path(tempfile.mkdtemp(prefix="rlcd-lab-old-")) / "tree"
+    atexit.register(remove_worktree, path)
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), rev],
+                   check=True, capture_output=True)  # fmt: skip
     return path
+
+
+def remove_worktree(path: Path) -> None:
+    """Remove the worktree at ``path`` from the repository and its scratch folder."""
+    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)],
+                   capture_output=True)  # fmt: skip
+    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def run(tree: Path, kind: str, items: int) -> dict:

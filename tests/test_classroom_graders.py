@@ -21,7 +21,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import IO
 
 import jupytext
 import nbformat
@@ -84,12 +86,29 @@ def tool_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def start_tool(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, IO]:
+    """``python -m ARGS`` started in ``cwd``, its output (stdout, then stderr) to a file."""
+    log = tempfile.TemporaryFile("w+")
+    cmd = [sys.executable, "-m", *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT), log
+
+
+def finish_tools(started: list[tuple[subprocess.Popen, IO]]) -> list[str]:
+    """Wait for every tool started by :func:`start_tool`; each must exit 0. Their outputs."""
+    outputs = []
+    for proc, log in started:
+        proc.wait()
+        log.seek(0)
+        outputs.append(log.read())
+        log.close()
+    for (proc, _), output in zip(started, outputs, strict=True):
+        assert proc.returncode == 0, output[-6000:]
+    return outputs
+
+
 def run_tool(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout + done.stderr
+    (output,) = finish_tools([start_tool(args, cwd, env)])
+    return output
 
 
 @pytest.fixture(scope="module")
@@ -355,10 +374,15 @@ def test_otter_assign_and_run_score_filled_and_unfilled(tmp_path, exercises_src)
 
     scores = {}
     filled = tmp_path / "dist" / "autograder" / f"{NAME}.ipynb"
-    for copy, path in (("filled", filled), ("unfilled", student)):
-        out = tmp_path / f"results-{copy}"
-        out.mkdir()
-        run_tool(["otter", "run", "-a", str(zip_path), "-o", str(out), str(path)], tmp_path, env)
+    copies = {"filled": filled, "unfilled": student}
+    outs = {copy: tmp_path / f"results-{copy}" for copy in copies}
+    running = []
+    for copy, path in copies.items():  # independent gradings (each in its own temp folder)
+        outs[copy].mkdir()
+        args = ["otter", "run", "-a", str(zip_path), "-o", str(outs[copy]), str(path)]
+        running.append(start_tool(args, tmp_path, env))
+    finish_tools(running)
+    for copy, out in outs.items():
         tests = json.loads((out / "results.json").read_text())["tests"]
         scores[copy] = {t["name"]: t["score"] for t in tests if t["name"] in EXERCISES}
         if copy == "unfilled":  # each exercise fails with its check's message

@@ -247,10 +247,15 @@ def documentation_numbers() -> dict[tuple[float, int], str]:
     return found
 
 
-@pytest.fixture(scope="module", params=NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(p, marks=pytest.mark.xdist_group(p.stem)) for p in NOTEBOOKS],
+    ids=lambda p: p.stem,
+)
 def executed(request, tmp_path_factory) -> tuple[nbformat.NotebookNode, list]:
     """One notebook executed once (its student copy, then its solutions, in one kernel):
-    the full executed notebook and the leaks :func:`leak_probe` found."""
+    the full executed notebook and the leaks :func:`leak_probe` found. Under pytest-xdist
+    the tests of one notebook share a group, so one worker executes it, once."""
     from nbclient import NotebookClient
 
     path, tmp_path = request.param, tmp_path_factory.mktemp(request.param.stem)

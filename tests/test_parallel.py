@@ -66,6 +66,13 @@ def max_diff(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
+def test_the_modules_tests_run_in_one_worker(request):
+    """Under ``--dist loadgroup`` (make test) this module's tests carry their xdist group,
+    so one worker runs them one after another: pytest-xdist appends it to the node id."""
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@gloo"), request.node.nodeid
+
+
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
 ONE = [sys.executable]
 

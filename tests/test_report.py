@@ -19,6 +19,7 @@ from rlcd_lab.reports.report import (
     findings_table,
     judge,
     sweep_table,
+    timing_table,
     update_readme,
     what_reproduces,
 )
@@ -473,6 +474,32 @@ def test_paired_table_lists_only_rlcd_minus_each_run():
     rows = paired_table(summary).splitlines()[2:]
     mine = [p.split(" - ")[1] for p in summary["paired"] if p.startswith("reinforce - ")]
     assert sorted(r.split(" | ")[0].removeprefix("| ") for r in rows) == sorted(map(label, mine))
+
+
+def test_the_performance_page_quotes_the_wall_times_the_reproductions_ship(tmp_path):
+    """docs/performance.md's wall times of the reproductions are their shipped timing.json
+    files, one row each (fabricated files: minutes from seconds, runs counted, a run in
+    pieces said so), and the page quotes no other reproduction wall time."""
+    runs = [{"run": "a", "seed": 1, "reused": False}, {"run": "b", "seed": 1, "reused": True}]
+    for task, wall, jobs, rows in (("b-task", 90, 1, runs[:1]), ("a-task", 1800, 2, runs)):
+        (tmp_path / task).mkdir()
+        (tmp_path / task / "timing.json").write_text(
+            json.dumps({"wall_s": wall, "jobs": jobs, "runs": rows})
+        )
+    (tmp_path / "no-timing").mkdir()
+    assert timing_table(tmp_path).splitlines()[2:] == [
+        "| `a-task` | 2 | 2 | 30.0 min (the last invocation; 1 of its runs had finished in "
+        "earlier ones) |",
+        "| `b-task` | 1 | 1 | 1.5 min |",
+    ]
+    page = REPO / "docs" / "performance.md"
+    shipped = block("timing-shipped", page)
+    assert shipped == timing_table(ASSETS / "results")
+    tasks = sorted(p.parent.name for p in (ASSETS / "results").glob("*/timing.json"))
+    assert {"verify", "facts", "aleatoric"} <= set(tasks) and shipped.count("\n") == len(tasks) + 2
+    rows = [r for r in page.read_text(encoding="utf-8").splitlines() if "`rlcd-lab reproduce`" in r]
+    quoted = {m for r in rows if "tiny" in r for m in re.findall(r"\d+\.\d+ min", r)}
+    assert not quoted, f"reproduction wall times quoted beside the shipped ones: {quoted}"
 
 
 def test_the_wall_time_line_says_when_a_reproduction_ran_in_pieces(tmp_path):

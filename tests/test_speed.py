@@ -196,3 +196,17 @@ def test_the_shipped_index_is_its_kinds():
     assert index == speed.speed_index(results)
     for kind, s in index["kinds"].items():
         assert speed.cpu_kind(s["cpu"]) == kind  # a folder named after its machine line
+
+
+def test_the_benchmarks_scratch_folders_are_made_by_mkdtemp():
+    """No benchmark script, nor the Makefile, writes into a fixed folder under /tmp (two runs
+    or two users would share it): their scratch folders come from mktemp / tempfile."""
+    import re
+
+    scripts = [*sorted((ROOT / "benchmarks").glob("*.py")), *(ROOT / "benchmarks").glob("*.sh")]
+    fixed = [
+        f"{path.name}: {m.group(0)}"
+        for path in [*scripts, ROOT / "Makefile"]
+        for m in re.finditer(r"""["'(/ ]/tmp(/[\w.{}-]*|["')])""", path.read_text(encoding="utf-8"))
+    ]
+    assert not fixed, fixed

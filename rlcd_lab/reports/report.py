@@ -910,7 +910,8 @@ BLOCK = re.compile(
 A NAME starting ``why-`` holds the summary's "Why" table, ``dev-`` its dev curves,
 ``tune-`` its learning-rate grid, ``trend-`` its runs' training accuracy by quarter
 (:func:`training_trend_table`), ``ceiling-`` the Cov@eps its task allows
-(:func:`coverage_ceiling_reading`); any other, :func:`readme_block`."""
+(:func:`coverage_ceiling_reading`); ``timing-`` (SUMMARY a folder) the wall times shipped
+with its reproductions (:func:`timing_table`); any other, :func:`readme_block`."""
 
 
 def update_readme(readme: Path) -> str:
@@ -922,6 +923,8 @@ def update_readme(readme: Path) -> str:
 
     def fill(m: re.Match) -> str:
         path = root / m.group(3)
+        if path.is_dir() and m.group(2).startswith("timing-"):
+            return m.group(1) + timing_table(path) + m.group(5)
         if path.is_dir():  # every reproduction under it: the "What reproduces" table
             only = HEADLINE if m.group(2) == "headline" else ""
             page = path.parent.parent / RESULTS_PAGE  # where the "Why" tables are
@@ -961,6 +964,22 @@ def update_readme(readme: Path) -> str:
         return m.group(1) + text + m.group(5)
 
     return BLOCK.sub(fill, readme.read_text(encoding="utf-8"))
+
+
+def timing_table(folder: Path) -> str:
+    """The wall times shipped with the reproductions under ``folder``, one row per
+    ``<task>/timing.json`` (written by ``rlcd-lab reproduce``), by name: its runs, how many
+    ran at a time, the wall time; where some runs had finished in earlier invocations, the
+    row says the file times the last one only."""
+    rows = ["| reproduction | runs | at a time | wall time (`timing.json`) |", "|---|---|---|---|"]
+    for path in sorted(folder.glob("*/timing.json")):
+        t = json.loads(path.read_text(encoding="utf-8"))
+        reused = sum(bool(r.get("reused")) for r in t["runs"])
+        wall = f"{t['wall_s'] / 60:.1f} min"
+        if reused:
+            wall += f" (the last invocation; {reused} of its runs had finished in earlier ones)"
+        rows.append(f"| `{path.parent.name}` | {len(t['runs'])} | {t['jobs']} | {wall} |")
+    return "\n".join(rows) + "\n"
 
 
 RESULTS_PAGE = "docs/results.md"
