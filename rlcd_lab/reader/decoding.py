@@ -61,6 +61,7 @@ from rlcd_lab.reader.sampling import (
     PromptCache,
     Sampler,
     SamplingStopped,
+    base_model,
     common_prefix_len,
     forward_args,
     pad_id,
@@ -387,6 +388,24 @@ def fast_sampler(model: torch.nn.Module) -> Sampler:
     if sum(p.numel() for p in model.parameters()) < FAST_MIN_PARAMS:
         return kv_sampler
     return CopySampler(fast_dtype(next(model.parameters()).device))
+
+
+def merged_sampler(model: torch.nn.Module) -> CopySampler | None:
+    """Training's draw from the policy itself (``--sampler hf``) for a PEFT-wrapped model: a
+    float32 :class:`CopySampler`, the adapter merged into a plain copy (``W + B A`` per
+    layer) made at the step's first draw, so the compact decoding steps
+    (:class:`LlamaSteps`) run on one matrix per layer instead of the adapter's three; its
+    matrices packed for oneDNN (:class:`PackedLinears`) for a model of at least
+    :data:`FAST_MIN_PARAMS` parameters. The logits differ from the adapter's own by the
+    order of a few float32 additions (the tests bound it), so the tokens are the same
+    unless that reverses a near tie. None for any other model, and for one whose forward
+    is set on the instance (``--bf16``'s autocast wrapper, which a copy would still call on
+    the original): those draw from the model itself."""
+    inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    if not hasattr(inner, "merge_and_unload") or "forward" in vars(base_model(inner)):
+        return None
+    big = sum(p.numel() for p in inner.parameters()) >= FAST_MIN_PARAMS
+    return CopySampler(torch.float32, pack=big)
 
 
 class CopySampler:
