@@ -137,8 +137,9 @@ def kv_sampler(
     ``sampling.SamplingStopped`` is raised (nothing is returned). ``packed``: the model's
     matrices packed for oneDNN (:class:`PackedLinears`, :class:`CopySampler`'s): the
     decoding steps multiply with them (faster, other rounding: not ``generate``'s bits).
-    ``keep_prompt``: also return a copy of the keys and values after the prompts
-    (``Generated.prompt_cache``, :class:`~rlcd_lab.reader.sampling.PromptCache`)."""
+    ``keep_prompt``: also return each row's keys and values after its prompt and the
+    tokens it fed the model, all it drew but the last (``Generated.prompt_cache``,
+    :class:`~rlcd_lab.reader.sampling.PromptCache`), copied as the row leaves the batch."""
     n, width = ids.shape
     if len(row_seeds) != n:
         raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
@@ -154,9 +155,7 @@ def kv_sampler(
     check()
     steps = _Steps(model, ids, mask, width + max_new_tokens, packed)
     logits = steps.prefill()
-    kept = None
-    if keep_prompt:  # the decoding steps append to the cache (or leave it): a copy
-        kept = PromptCache(copy.deepcopy(steps.cache), steps.full_mask[:, :width].clone())
+    kept = _KeptRows(steps.full_mask[:, :width].clone()) if keep_prompt else None
     live = list(range(n))  # the original index of each row still in the batch
     seqs: list[list[int]] = [[] for _ in range(n)]
     lps: list[tuple[Tensor, Tensor]] = []  # (rows, log-probs) of each step
@@ -175,6 +174,9 @@ def kv_sampler(
             else:
                 end[i], hit_marker[i] = t, found
         if len(keep) < len(live):
+            if kept is not None:  # the leaving rows' keys and values, before they go
+                gone = sorted(set(range(len(live))) - set(keep))
+                kept.take([live[j] for j in gone], steps.kv(torch.tensor(gone)))
             if not keep:
                 break
             live = [live[j] for j in keep]
@@ -186,7 +188,12 @@ def kv_sampler(
         check()
         logits = steps(nxt)
     tokens, token_lp = _padded(seqs, lps, t, pad_id(tokenizer))
-    return Generated(tokens, end, hit_marker, token_lp, kept)
+    if kept is None:
+        return Generated(tokens, end, hit_marker, token_lp)
+    rest = [j for j, i in enumerate(live) if i not in kept.rows]  # ran to the last step
+    if rest:
+        kept.take([live[j] for j in rest], steps.kv(torch.tensor(rest)))
+    return Generated(tokens, end, hit_marker, token_lp, kept.cache(model.config))
 
 
 def _padded(
@@ -201,6 +208,42 @@ def _padded(
     for s, (r, lp) in enumerate(lps):
         token_lp[r.cpu(), s] = lp.float().cpu()
     return tokens, token_lp
+
+
+class _KeptRows:
+    """Each row's keys and values after its prompt and the tokens it fed the model (all
+    it drew but the last), copied as the row leaves the batch (``keep_prompt``)."""
+
+    def __init__(self, prompt_mask: Tensor):
+        self.prompt_mask = prompt_mask  # (N, W): the prompts' columns, a row's pads masked
+        self.rows: dict[int, list[tuple[Tensor, Tensor]]] = {}
+
+    def take(self, rows: list[int], kv: list[tuple[Tensor, Tensor]]) -> None:
+        """Keep ``kv`` (per layer ``(keys, values)``, ``(len(rows), H, columns, d)``) as the
+        caches of the original rows ``rows``."""
+        for j, i in enumerate(rows):
+            self.rows[i] = [(k[j], v[j]) for k, v in kv]
+
+    def cache(self, config) -> PromptCache:
+        """One cache of all rows, each row's fed tokens after the ``W`` prompt columns and
+        masked columns up to the longest row's."""
+        n, width = self.prompt_mask.shape
+        fed = torch.tensor([self.rows[i][0][0].shape[1] - width for i in range(n)])
+        total = width + int(fed.max())
+        cache = DynamicCache(config=config)
+        for layer in range(len(self.rows[0])):
+            k0 = self.rows[0][layer][0]
+            keys = k0.new_zeros((n, k0.shape[0], total, k0.shape[-1]))
+            values = keys.clone()
+            for i in range(n):
+                k, v = self.rows[i][layer]
+                keys[i, :, : k.shape[1]], values[i, :, : v.shape[1]] = k, v
+            cache.update(keys, values, layer)
+        cols = torch.arange(total - width, device=fed.device)
+        gen = (cols < fed[:, None]).to(self.prompt_mask)
+        return PromptCache(
+            cache, torch.cat([self.prompt_mask, gen.to(self.prompt_mask.device)], 1), fed
+        )
 
 
 class _StopCheck:
@@ -303,6 +346,18 @@ class _Steps:
             self.fast.select(rows)
         else:
             self.cache.batch_select_indices(rows)
+
+    def kv(self, rows: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per layer, the keys and values ``(len(rows), H, columns, d)`` of the live rows
+        ``rows`` over the columns filled so far."""
+        if self.fast is not None:
+            t, rows = self.fast.t, rows.to(self.fast.keys[0].device)
+            return [
+                (k[rows, :, :t], v[rows, :, :t])
+                for k, v in zip(self.fast.keys, self.fast.values, strict=True)
+            ]
+        rows = rows.to(self.cache.layers[0].keys.device)
+        return [(layer.keys[rows], layer.values[rows]) for layer in self.cache.layers]
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """Logits ``(live, V)`` float32 after appending ``tokens (live,)``."""
