@@ -634,3 +634,43 @@ def test_readout_after_masks_cached_tokens_the_rationale_does_not_keep(tokenizer
     torch.testing.assert_close(z, z_ref, atol=1e-5, rtol=1e-5)
     full_u, _ = readout_after(marker_lm, replace(r, prompt_cache=None), opts)
     assert not torch.allclose(u, full_u, atol=1e-4)  # the dropped tokens mattered
+
+
+def test_a_loaded_adapter_is_read_merged_with_its_own_texts(tmp_path, tokenizer, marker_lm):
+    """``Reader.load`` (the server's path) and the dashboard's ``load_model`` merge a LoRA
+    adapter into its weights once, at load (``loading.merge_adapter``): a plain model,
+    whose readings have the adapter's own rationale texts and readouts within float32
+    rounding (1e-5) of reading through the PeftModel."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from rlcd_lab.dashboard import ask_tab
+    from rlcd_lab.lm.checkpoint import save_checkpoint
+    from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.reader import Reader
+
+    base = save_checkpoint(tmp_path / "base", copy.deepcopy(marker_lm), tokenizer)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        lora = get_peft_model(
+            load_checkpoint(base)[0], LoraConfig(r=2, target_modules="all-linear")
+        )
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:  # B = 0 at initialisation: give the adapter an effect
+                torch.nn.init.normal_(p, std=0.05)
+    adapter = save_checkpoint(tmp_path / "adapter", lora, tokenizer)
+    peft_model, tok, meta = load_checkpoint(adapter)
+    assert isinstance(peft_model, PeftModel)
+    reader = Reader.load(adapter)
+    assert not isinstance(reader.model, PeftModel) and not reader.model.training
+    served = ask_tab.load_model(str(adapter))[0]
+    assert not isinstance(served, PeftModel)
+    labels = [["Y", "N"]] * len(PROMPTS)
+    want = Reader(peft_model, tok, meta).read(PROMPTS, labels, m=3, max_new_tokens=12)
+    got = reader.read(PROMPTS, labels, m=3, max_new_tokens=12)
+    assert [r.texts for r in got] == [r.texts for r in want]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=1e-5)
+    plain = Reader(marker_lm, tok, meta).read(PROMPTS, labels, m=3, max_new_tokens=12)
+    assert any(  # the adapter changes the readings
+        not torch.allclose(a.logits, b.logits, atol=1e-3) for a, b in zip(plain, want, strict=True)
+    )

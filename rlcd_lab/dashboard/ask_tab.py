@@ -47,7 +47,7 @@ from rlcd_lab.dashboard.common import checkpoint_dir, compact_layout
 from rlcd_lab.decide.questions import unknown_chars
 from rlcd_lab.files.assets import ASSETS
 from rlcd_lab.lm.checkpoint import MARKER
-from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.loading import load_checkpoint, merge_adapter
 from rlcd_lab.math.routing import DEFAULT_THRESHOLD, DecisionRule
 from rlcd_lab.reader import ContextTooLong, Reader
 from rlcd_lab.reports import plots
@@ -68,7 +68,8 @@ NOT_SINGLE = "not a single token"
 
 @lru_cache(maxsize=MODEL_CACHE)
 def _load(path: str, stamp: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]:
-    return load_checkpoint(path)
+    model, tokenizer, meta = load_checkpoint(path)
+    return merge_adapter(model), tokenizer, meta  # an adapter merged once, at load
 
 
 def load_model(

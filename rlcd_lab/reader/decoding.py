@@ -51,6 +51,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from rlcd_lab.lm.loading import merge_adapter
 from rlcd_lab.reader.llama import LlamaSteps, PackedLinears
 from rlcd_lab.reader.prompts import left_pad
 from rlcd_lab.reader.readout import position_ids
@@ -392,10 +393,7 @@ def plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> PreTrainedModel:
     compact decoding steps (:class:`LlamaSteps`) apply to it. Unwraps DDP."""
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model = model.module
-    clone = copy.deepcopy(model)
-    if hasattr(clone, "merge_and_unload"):  # a PeftModel: W + B A, the adapter removed
-        clone = clone.merge_and_unload()
-    return clone.to(dtype).eval().requires_grad_(False)
+    return merge_adapter(copy.deepcopy(model)).to(dtype).eval().requires_grad_(False)
 
 
 FAST_MIN_PARAMS = 10_000_000
