@@ -176,8 +176,7 @@ def kv_sampler(
                 end[i], hit_marker[i] = t, found
         if len(keep) < len(live):
             if kept is not None:  # the leaving rows' keys and values, before they go
-                gone = sorted(set(range(len(live))) - set(keep))
-                kept.take([live[j] for j in gone], steps.kv(torch.tensor(gone)))
+                kept.take(live, set(range(len(live))) - set(keep), steps)
             if not keep:
                 break
             live = [live[j] for j in keep]
@@ -189,12 +188,8 @@ def kv_sampler(
         check()
         logits = steps(nxt)
     tokens, token_lp = _padded(seqs, lps, t, pad_id(tokenizer))
-    if kept is None:
-        return Generated(tokens, end, hit_marker, token_lp)
-    rest = [j for j, i in enumerate(live) if i not in kept.rows]  # ran to the last step
-    if rest:
-        kept.take([live[j] for j in rest], steps.kv(torch.tensor(rest)))
-    return Generated(tokens, end, hit_marker, token_lp, kept.cache(model.config))
+    cache = None if kept is None else kept.cache(live, steps, model.config)
+    return Generated(tokens, end, hit_marker, token_lp, cache)
 
 
 def _padded(
@@ -219,15 +214,22 @@ class _KeptRows:
         self.prompt_mask = prompt_mask  # (N, W): the prompts' columns, a row's pads masked
         self.rows: dict[int, list[tuple[Tensor, Tensor]]] = {}
 
-    def take(self, rows: list[int], kv: list[tuple[Tensor, Tensor]]) -> None:
-        """Keep ``kv`` (per layer ``(keys, values)``, ``(len(rows), H, columns, d)``) as the
-        caches of the original rows ``rows``."""
-        for j, i in enumerate(rows):
-            self.rows[i] = [(k[j], v[j]) for k, v in kv]
+    def take(self, live: list[int], rows: set[int], steps: _Steps) -> None:
+        """Keep the keys and values of ``rows`` (indices into ``live``, the original index
+        of each live row) over the columns ``steps`` has filled."""
+        idx = torch.tensor(sorted(rows), dtype=torch.long, device=steps.ids.device)
+        if steps.fast is not None:
+            t, pairs = steps.fast.t, zip(steps.fast.keys, steps.fast.values, strict=True)
+            kv = [(k[idx, :, :t], v[idx, :, :t]) for k, v in pairs]
+        else:
+            kv = [(layer.keys[idx], layer.values[idx]) for layer in steps.cache.layers]
+        for j, i in enumerate(idx.tolist()):
+            self.rows[live[i]] = [(k[j], v[j]) for k, v in kv]
 
-    def cache(self, config) -> PromptCache:
-        """One cache of all rows, each row's fed tokens after the ``W`` prompt columns and
-        masked columns up to the longest row's."""
+    def cache(self, live: list[int], steps: _Steps, config) -> PromptCache:
+        """One cache of all rows (the live ones taken first), each row's fed tokens after
+        the ``W`` prompt columns, masked columns up to the longest row's."""
+        self.take(live, {j for j, i in enumerate(live) if i not in self.rows}, steps)
         n, width = self.prompt_mask.shape
         fed = torch.tensor([self.rows[i][0][0].shape[1] - width for i in range(n)])
         total = width + int(fed.max())
@@ -240,11 +242,8 @@ class _KeptRows:
                 k, v = self.rows[i][layer]
                 keys[i, :, : k.shape[1]], values[i, :, : v.shape[1]] = k, v
             cache.update(keys, values, layer)
-        cols = torch.arange(total - width, device=fed.device)
-        gen = (cols < fed[:, None]).to(self.prompt_mask)
-        return PromptCache(
-            cache, torch.cat([self.prompt_mask, gen.to(self.prompt_mask.device)], 1), fed
-        )
+        gen = (torch.arange(total - width) < fed[:, None]).to(self.prompt_mask)
+        return PromptCache(cache, torch.cat([self.prompt_mask, gen], 1), fed)
 
 
 class _StopCheck:
@@ -347,18 +346,6 @@ class _Steps:
             self.fast.select(rows)
         else:
             self.cache.batch_select_indices(rows)
-
-    def kv(self, rows: Tensor) -> list[tuple[Tensor, Tensor]]:
-        """Per layer, the keys and values ``(len(rows), H, columns, d)`` of the live rows
-        ``rows`` over the columns filled so far."""
-        if self.fast is not None:
-            t, rows = self.fast.t, rows.to(self.fast.keys[0].device)
-            return [
-                (k[rows, :, :t], v[rows, :, :t])
-                for k, v in zip(self.fast.keys, self.fast.values, strict=True)
-            ]
-        rows = rows.to(self.cache.layers[0].keys.device)
-        return [(layer.keys[rows], layer.values[rows]) for layer in self.cache.layers]
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """Logits ``(live, V)`` float32 after appending ``tokens (live,)``."""
