@@ -72,7 +72,8 @@ class Rationales:
       recomputes it with gradient);
     * ``prompt_len`` ``(N,)`` long: the tokens of each row's prompt (rows ``i m .. i m +
       m - 1`` repeat prompt ``i``), which ``score_rationales`` may encode once;
-    * ``prompt_cache``: the sampler's keys and values after the prompts, kept on request
+    * ``prompt_cache``: the sampler's keys and values after each row's prompt and the
+      rationale tokens it fed the model, kept on request
       (``sample_rationales(keep_prompt=True)``) for ``reading.readout_after``.
     """
 
@@ -297,8 +298,9 @@ def sample_rationales(
     ``should_stop``: passed to the sampler (only when given, so a sampler without the
     argument still works), which checks it before every decoding step and raises
     :class:`SamplingStopped` once it returns True (the work is no longer wanted).
-    ``keep_prompt``: ask the sampler (only when set) to keep its keys and values after the
-    prompts (``Rationales.prompt_cache``); only :func:`~rlcd_lab.reader.decoding.kv_sampler` can.
+    ``keep_prompt``: ask the sampler (only when set) to keep its keys and values after each
+    row's prompt and rationale (``Rationales.prompt_cache``); only
+    :func:`~rlcd_lab.reader.decoding.kv_sampler` can.
     """
     if m < 1 or max_new_tokens < 1:
         raise ValueError(f"need m >= 1 and max_new_tokens >= 1, got {m}, {max_new_tokens}")
