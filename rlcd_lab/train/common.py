@@ -61,7 +61,7 @@ from rlcd_lab.files.rundir import (
 )
 from rlcd_lab.lm.checkpoint import save_checkpoint
 from rlcd_lab.lm.loading import check_checkpoint, load_checkpoint
-from rlcd_lab.reader.decoding import merged_sampler
+from rlcd_lab.reader.decoding import CopySampler, merged_sampler
 from rlcd_lab.reader.rationales import default_sampler, mix_seed, sample_questions
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Sampler
@@ -250,8 +250,6 @@ def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
 
         return fast_sampler(model)
     if cfg.sampler == "bf16":
-        from rlcd_lab.reader.decoding import CopySampler
-
         return CopySampler(torch.bfloat16)
     from rlcd_lab.train.vllm import VLLMSampler
 
@@ -684,6 +682,8 @@ def sample_batch(s: Session, batch: Batch):
         )
     finally:
         s.model.train()
+        if s.cfg.grad_accum == 1 and isinstance(s.sampler, CopySampler):
+            s.sampler.sync()  # the step's one draw is done: its copy is not held through it
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
