@@ -25,8 +25,10 @@ from rlcd_lab.lm.loading import load_checkpoint
 from rlcd_lab.reader import decoding, llama
 from rlcd_lab.reader.decoding import CopySampler, _Steps, kv_sampler, plain_copy
 from rlcd_lab.reader.llama import PackedLinears, _attention
-from rlcd_lab.reader.rationales import sample_questions
+from rlcd_lab.reader.prompts import build_prompt, encode_prompts, left_pad
+from rlcd_lab.reader.rationales import eos_ids, mix_seed, sample_questions
 from rlcd_lab.reader.reading import score_rationales
+from rlcd_lab.reader.sampling import pad_id
 from rlcd_lab.tasks import load_task_items
 
 BASE = ASSETS / "checkpoints" / "base-verify"
@@ -82,6 +84,90 @@ def test_plain_copy_merges_a_lora_adapter(tokenizer, tiny_lm):
         want, got = lora(ids).logits, merged(ids).logits
         assert not torch.allclose(want, tiny_lm(ids).logits, atol=1e-3)  # the adapter acts
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def lora_on(model, r=4, seed=0):
+    """``model`` wrapped in a LoRA adapter on every linear layer, ``B`` drawn non-zero (at
+    PEFT's initialisation ``B = 0`` and the adapter does nothing)."""
+    from peft import LoraConfig, get_peft_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        lora = get_peft_model(copy.deepcopy(model), LoraConfig(r=r, target_modules="all-linear"))
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.02)
+    return lora.eval()
+
+
+def parts_at_a_near_tie(lora, merged, tok, ids, mask, seeds, ref, out, tol=1e-4) -> bool:
+    """Whether every row where ``out``'s tokens differ from ``ref``'s parts at a near tie:
+    at the first differing token, the two tokens' noisy scores under the adapter
+    (``logits + Gumbel noise`` of the row's own generator, temperature 1) are within
+    ``tol`` of each other, and the merged copy's logits there are within ``tol`` of the
+    adapter's (a flip by rounding, never a different distribution)."""
+    for i in range(len(ref.tokens)):
+        a, b = ref.tokens[i].tolist(), out.tokens[i].tolist()
+        t = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if t is None:
+            continue
+        row = torch.cat([ids[i][mask[i].bool()], ref.tokens[i, :t]])[None]
+        with torch.no_grad():
+            za, zb = lora(row).logits[0, -1], merged(row).logits[0, -1]
+        gen = torch.Generator().manual_seed(seeds[i])
+        u = [torch.rand(za.shape[-1], generator=gen) for _ in range(t + 1)][-1]
+        score = za - torch.log(-torch.log(u))
+        if abs(score[a[t]] - score[b[t]]) > tol or (za - zb).abs().max() > tol:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_training_draws_from_a_merged_copy(verify_base, monkeypatch, packed):
+    """``--sampler hf`` on a LoRA model draws from a float32 copy with the adapter merged
+    (``decoding.merged_sampler``, packed for oneDNN at ``FAST_MIN_PARAMS`` parameters and
+    more), made once per step, and writes the adapter's own rationales: token for token
+    what ``kv_sampler`` draws from the PeftModel, a row allowed to part only at a near tie
+    of the adapter's noisy scores (``parts_at_a_near_tie``; the merged logits differ from
+    the adapter's by float32 reassociation, about 1e-6). A plain model, or a forward
+    wrapped on the instance (``--bf16``), keeps drawing from the model itself."""
+    from rlcd_lab.methods.configs import SamplingConfig
+    from rlcd_lab.train.common import pick_sampler
+
+    model, tok, meta = verify_base
+    if packed:
+        if not PackedLinears.available(model):
+            pytest.skip("no oneDNN float32 products")
+        monkeypatch.setattr(decoding, "FAST_MIN_PARAMS", 0)
+    lora = lora_on(model)
+    sampler = pick_sampler(SamplingConfig(sampler="hf"), lora)
+    assert isinstance(sampler, CopySampler) and sampler.dtype == torch.float32
+    assert sampler.pack is packed
+    assert pick_sampler(SamplingConfig(sampler="hf"), model) is kv_sampler
+    items = load_task_items("verify", "test")[:16]
+    prompts = [build_prompt(tok, it.prompt, marker=meta["marker"]) for it in items]
+    ids, mask = left_pad(encode_prompts(tok, prompts), pad_id(tok), "cpu")
+    ids, mask = ids.repeat_interleave(4, 0), mask.repeat_interleave(4, 0)
+    seeds = [mix_seed(mix_seed(3, i), j) for i in range(len(items)) for j in range(4)]
+    args = dict(row_seeds=seeds, max_new_tokens=48, marker=meta["marker"], eos=eos_ids(model))
+    ref = kv_sampler(lora, tok, ids, mask, **args)
+    out = sampler(lora, tok, ids, mask, **args)
+    assert not isinstance(sampler.copy, type(lora)) and sampler.copy.training is False
+    assert (sampler.packed is not None) is packed
+    assert parts_at_a_near_tie(lora, sampler.copy, tok, ids, mask, seeds, ref, out)
+    plain = kv_sampler(model, tok, ids, mask, **args)
+    assert not torch.equal(plain.tokens, ref.tokens)  # the adapter changes the draw
+    made = sampler.copy
+    sampler(lora, tok, ids[:4], mask[:4], **{**args, "row_seeds": seeds[:4]})
+    assert sampler.copy is made  # once per step: the next copy waits for ``sync``
+    assert pick_sampler(SamplingConfig(sampler="hf"), wrapped(lora)) is kv_sampler
+
+
+def wrapped(lora):
+    """``lora`` with its inner forward set on the instance, as ``--bf16``'s autocast does."""
+    inner = lora.get_base_model()
+    inner.forward = torch.autocast("cpu", dtype=torch.bfloat16)(inner.forward)
+    return lora
 
 
 def test_copy_follows_the_trained_weights(verify_base):

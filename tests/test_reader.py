@@ -556,24 +556,38 @@ def test_readout_after_shares_the_common_prefix_and_equals_the_scoring_pass(
 def test_readout_on_the_samplers_prompt_cache_equals_the_scoring_pass(
     tokenizer, tiny_lm, marker_lm, m, system
 ):
-    """``sample_rationales(keep_prompt=True)`` keeps the keys and values after the prompts
-    (with and without a shared prefix in the prefill); ``readout_after`` then runs only
-    what follows each prompt (one call, as wide as the longest continuation) and equals
-    the scoring pass to float32 rounding; ``read`` takes that path by default."""
+    """``sample_rationales(keep_prompt=True)`` keeps each row's keys and values after its
+    prompt and the rationale tokens it fed the model (all it drew but the last; with and
+    without a shared prefix in the prefill, rows leaving the batch at the marker, at EOS
+    or running to the limit); ``readout_after`` then runs only what the cache lacks (one
+    call, as wide as the longest such rest: the last drawn token if kept, the marker's
+    rest, the bridge) and equals the scoring pass to float32 rounding; ``read`` takes that
+    path by default."""
+    from rlcd_lab.reader.decoding import kv_sampler
     from rlcd_lab.reader.reading import read, readout_after
 
     opts = torch.tensor([[5, 6, -1], [5, 6, 7]])
+    drawn = []
+
+    def spy(*args, **kwargs):  # the tokens each row drew
+        out = kv_sampler(*args, **kwargs)
+        w = out.tokens.shape[1]
+        drawn.extend(int(e) if e >= 0 else w for e in out.end.tolist())
+        return out
+
     for model in (marker_lm, tiny_lm):
         prompts = [system + p for p in PROMPTS]
         kw = dict(m=m, max_new_tokens=12, seed=0)
-        r = sample_rationales(model, tokenizer, prompts, keep_prompt=True, **kw)
+        drawn.clear()
+        r = sample_rationales(model, tokenizer, prompts, keep_prompt=True, sampler=spy, **kw)
         assert r.prompt_cache is not None
         plain = sample_rationales(model, tokenizer, prompts, **kw)
         assert plain.prompt_cache is None and plain.texts == r.texts
         (u, z), shapes = _with_input_shapes(model, readout_after, model, r, opts)
-        width = r.input_ids.shape[1]
-        cont = width - r.attention_mask.sum(1) + r.prompt_len
-        assert shapes == [(len(r.texts), width - int(cont.min()))]
+        after_prompt = r.attention_mask.sum(1) - r.prompt_len
+        cached = torch.minimum(torch.tensor(drawn) - 1, r.lengths)
+        assert shapes == [(len(r.texts), int((after_prompt - cached).max()))]
+        assert shapes[0][1] < int(after_prompt.max())  # the rationales are not read again
         with torch.no_grad():
             u_ref, z_ref, _ = score_rationales(model, plain, opts, share_prompts=False)
         torch.testing.assert_close(u, u_ref, atol=1e-6, rtol=1e-5)
@@ -607,3 +621,72 @@ def test_the_reader_says_why_its_T_is_not_fitted(tiny_lm, tokenizer):
     assert Reader(tiny_lm, tokenizer, {}).T_note == "no T in rlcd.json"
     assert Reader(tiny_lm, tokenizer, {"method": "calibrate", "T": 1.3}).T_note == ""
     assert Reader(tiny_lm, tokenizer, {"method": "pretrain"}, T=2.0).T_note == ""
+
+
+def test_readout_after_masks_cached_tokens_the_rationale_does_not_keep(tokenizer, marker_lm):
+    """A rationale cut inside a merged marker token keeps fewer tokens than the sampler fed
+    the model: ``readout_after`` masks the cached columns past the kept ones and reads the
+    row as it stands. Here every row's last kept token is taken out of its sequence (its
+    keys and values stay in the cache): the readout equals the one without the cache."""
+    from dataclasses import replace
+
+    from rlcd_lab.reader.prompts import left_pad
+    from rlcd_lab.reader.reading import readout_after
+
+    opts = torch.tensor([[5, 6, -1], [5, 6, 7]])
+    kw = dict(m=3, max_new_tokens=12, seed=0, keep_prompt=True)
+    r = sample_rationales(marker_lm, tokenizer, PROMPTS, **kw)
+    assert (r.lengths > 0).all()
+    rows = [
+        row[mask.bool()].tolist() for row, mask in zip(r.input_ids, r.attention_mask, strict=True)
+    ]
+    for row, p, n in zip(rows, r.prompt_len.tolist(), r.lengths.tolist(), strict=True):
+        del row[p + n - 1]
+    ids, mask = left_pad(rows, 0, "cpu")
+    short = replace(r, input_ids=ids, attention_mask=mask, lengths=r.lengths - 1)
+    u, z = readout_after(marker_lm, short, opts)
+    u_ref, z_ref = readout_after(marker_lm, replace(short, prompt_cache=None), opts)
+    torch.testing.assert_close(u, u_ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(z, z_ref, atol=1e-5, rtol=1e-5)
+    full_u, _ = readout_after(marker_lm, replace(r, prompt_cache=None), opts)
+    assert not torch.allclose(u, full_u, atol=1e-4)  # the dropped tokens mattered
+
+
+def test_a_loaded_adapter_is_read_merged_with_its_own_texts(tmp_path, tokenizer, marker_lm):
+    """``Reader.load`` (the server's path) and the dashboard's ``load_reader`` merge a LoRA
+    adapter into its weights once, at load (``loading.merge_adapter``): a plain model,
+    whose readings have the adapter's own rationale texts and readouts within float32
+    rounding (1e-5) of reading through the PeftModel."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from rlcd_lab.dashboard import ask_tab
+    from rlcd_lab.lm.checkpoint import save_checkpoint
+    from rlcd_lab.lm.loading import load_checkpoint
+    from rlcd_lab.reader import Reader
+
+    base = save_checkpoint(tmp_path / "base", copy.deepcopy(marker_lm), tokenizer)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        lora = get_peft_model(
+            load_checkpoint(base)[0], LoraConfig(r=2, target_modules="all-linear")
+        )
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:  # B = 0 at initialisation: give the adapter an effect
+                torch.nn.init.normal_(p, std=0.05)
+    adapter = save_checkpoint(tmp_path / "adapter", lora, tokenizer)
+    peft_model, tok, meta = load_checkpoint(adapter)
+    assert isinstance(peft_model, PeftModel)
+    reader = Reader.load(adapter)
+    assert not isinstance(reader.model, PeftModel) and not reader.model.training
+    served = ask_tab.load_reader(str(adapter)).model
+    assert not isinstance(served, PeftModel)
+    labels = [["Y", "N"]] * len(PROMPTS)
+    want = Reader(peft_model, tok, meta).read(PROMPTS, labels, m=3, max_new_tokens=12)
+    got = reader.read(PROMPTS, labels, m=3, max_new_tokens=12)
+    assert [r.texts for r in got] == [r.texts for r in want]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=1e-5)
+    plain = Reader(marker_lm, tok, meta).read(PROMPTS, labels, m=3, max_new_tokens=12)
+    assert any(  # the adapter changes the readings
+        not torch.allclose(a.logits, b.logits, atol=1e-3) for a, b in zip(plain, want, strict=True)
+    )

@@ -354,3 +354,14 @@ def load_checkpoint(
         )
     _check_finite(model, path)
     return model.to(device).eval(), tokenizer, meta
+
+
+def merge_adapter(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with a PEFT adapter merged into its weights (``W + B A`` per adapted
+    layer, peft's ``merge_and_unload``: a plain transformers model, one matrix per layer
+    instead of three, its outputs within float32 rounding of the adapter's), frozen and in
+    eval mode; any other model is returned as it is. Changes ``model`` in place: for a
+    model loaded to be read (the dashboard, the server), merged once at load."""
+    if not hasattr(model, "merge_and_unload"):
+        return model
+    return model.merge_and_unload().eval().requires_grad_(False)

@@ -165,7 +165,9 @@ class SamplingConfig(RationaleConfig):
     the rename: ``rundir.upgrade_config``)."""
     sampler: Literal["hf", "fast", "bf16", "vllm"] = "hf"
     """Who samples the rationales: the trained model itself (``hf``: ``generate``'s tokens
-    from ``decoding.kv_sampler``, bit for bit); a copy of its weights with any LoRA adapter
+    from ``decoding.kv_sampler``, bit for bit; a LoRA model from a float32 copy with its
+    adapter merged, made once per step, ``decoding.merged_sampler``: the same tokens but
+    at near ties); a copy of its weights with any LoRA adapter
     merged, refreshed after every optimizer step, its matrices packed for oneDNN on the CPU
     (``decoding.CopySampler``: ``fast`` in ``decoding.fast_dtype``, bfloat16 where the
     machine multiplies in it natively, else float32, and for models under

@@ -27,7 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rlcd_lab.files.io import read_json_file
 from rlcd_lab.files.rundir import META_FILE
 from rlcd_lab.lm.checkpoint import DEFAULT_META, calibration_T, upgrade_meta
-from rlcd_lab.lm.loading import load_checkpoint
+from rlcd_lab.lm.loading import load_checkpoint, merge_adapter
 from rlcd_lab.lm.model import context_length
 from rlcd_lab.metrics import apply_temperature
 from rlcd_lab.reader.prompts import (
@@ -205,10 +205,12 @@ class Reader:
         **kwargs: Any,
     ) -> Reader:
         """A checkpoint directory (``loading.load_checkpoint``; ``verify=False`` skips its
-        checksums) as a reader, the one way every face opens a checkpoint: ``T_fitted`` and
-        ``T_note`` from its own ``rlcd.json`` as written (none: not fitted) unless
-        ``T_fitted`` (or ``T``) is given."""
+        checksums; a LoRA adapter merged into its weights, ``loading.merge_adapter``) as a
+        reader, the one way every face opens a checkpoint: ``T_fitted`` and ``T_note`` from
+        its own ``rlcd.json`` as written (none: not fitted) unless ``T_fitted`` (or ``T``)
+        is given."""
         model, tokenizer, meta = load_checkpoint(path, device=device, verify=verify)
+        model = merge_adapter(model)  # an adapter's W + B A, once: one matrix per layer
         fitted, note = temperature_fitted(raw_meta(path))
         if "T_fitted" not in kwargs and kwargs.get("T") is None:
             kwargs["T_fitted"] = fitted

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from rlcd_lab.lm.loading import merge_adapter
 from rlcd_lab.reader.llama import LlamaSteps, PackedLinears
 from rlcd_lab.reader.prompts import left_pad
 from rlcd_lab.reader.readout import position_ids
@@ -23,6 +24,7 @@ from rlcd_lab.reader.sampling import (
     PromptCache,
     Sampler,
     SamplingStopped,
+    base_model,
     common_prefix_len,
     forward_args,
     pad_id,
@@ -97,11 +99,10 @@ def kv_sampler(
     ``sampling.SamplingStopped`` is raised (nothing is returned). ``packed``: the model's
     matrices packed for oneDNN (:class:`PackedLinears`, :class:`CopySampler`'s): the
     decoding steps multiply with them (faster, other rounding: not ``generate``'s bits).
-    ``keep_prompt``: also return a copy of the keys and values after the prompts
-    (``Generated.prompt_cache``, :class:`~rlcd_lab.reader.sampling.PromptCache`).
-
-    The tokens of ``reader.hf_sampler`` under the same seeds (what differs: :class:`_Steps`).
-    """
+    ``keep_prompt``: also return each row's keys and values after its prompt and the
+    tokens it fed the model, all it drew but the last (``Generated.prompt_cache``,
+    :class:`~rlcd_lab.reader.sampling.PromptCache`), copied as the row leaves the batch.
+    The tokens of ``reader.hf_sampler`` under the same seeds (what differs: :class:`_Steps`)."""
     n, width = ids.shape
     if len(row_seeds) != n:
         raise ValueError(f"{len(row_seeds)} row seeds for {n} rows")
@@ -117,9 +118,7 @@ def kv_sampler(
     check()
     steps = _Steps(model, ids, mask, width + max_new_tokens, packed)
     logits = steps.prefill()
-    kept = None
-    if keep_prompt:  # the decoding steps append to the cache (or leave it): a copy
-        kept = PromptCache(copy.deepcopy(steps.cache), steps.full_mask[:, :width].clone())
+    kept = _KeptRows(steps.full_mask[:, :width].clone()) if keep_prompt else None
     live = list(range(n))  # the original index of each row still in the batch
     seqs: list[list[int]] = [[] for _ in range(n)]
     lps: list[tuple[Tensor, Tensor]] = []  # (rows, log-probs) of each step
@@ -138,6 +137,8 @@ def kv_sampler(
             else:
                 end[i], hit_marker[i] = t, found
         if len(keep) < len(live):
+            if kept is not None:  # the leaving rows' keys and values, before they go
+                kept.take(live, set(range(len(live))) - set(keep), steps)
             if not keep:
                 break
             live = [live[j] for j in keep]
@@ -149,7 +150,8 @@ def kv_sampler(
         check()
         logits = steps(nxt)
     tokens, token_lp = _padded(seqs, lps, t, pad_id(tokenizer))
-    return Generated(tokens, end, hit_marker, token_lp, kept)
+    cache = None if kept is None else kept.cache(live, steps, model.config)
+    return Generated(tokens, end, hit_marker, token_lp, cache)
 
 
 def _padded(
@@ -164,6 +166,46 @@ def _padded(
     for s, (r, lp) in enumerate(lps):
         token_lp[r.cpu(), s] = lp.float().cpu()
     return tokens, token_lp
+
+
+class _KeptRows:
+    """Each row's keys and values after its prompt and the tokens it fed the model (all
+    it drew but the last), copied as the row leaves the batch (``keep_prompt``)."""
+
+    def __init__(self, prompt_mask: Tensor):
+        self.prompt_mask = prompt_mask  # (N, W): the prompts' columns, a row's pads masked
+        self.rows: dict[int, list[tuple[Tensor, Tensor]]] = {}
+
+    def take(self, live: list[int], rows: set[int], steps: _Steps) -> None:
+        """Keep the keys and values of ``rows`` (indices into ``live``, the original index
+        of each live row) over the columns ``steps`` has filled."""
+        idx = torch.tensor(sorted(rows), dtype=torch.long, device=steps.ids.device)
+        if steps.fast is not None:
+            t, pairs = steps.fast.t, zip(steps.fast.keys, steps.fast.values, strict=True)
+            kv = [(k[idx, :, :t], v[idx, :, :t]) for k, v in pairs]
+        else:
+            kv = [(layer.keys[idx], layer.values[idx]) for layer in steps.cache.layers]
+        for j, i in enumerate(idx.tolist()):
+            self.rows[live[i]] = [(k[j], v[j]) for k, v in kv]
+
+    def cache(self, live: list[int], steps: _Steps, config) -> PromptCache:
+        """One cache of all rows (the live ones taken first), each row's fed tokens after
+        the ``W`` prompt columns, masked columns up to the longest row's."""
+        self.take(live, {j for j, i in enumerate(live) if i not in self.rows}, steps)
+        n, width = self.prompt_mask.shape
+        fed = torch.tensor([self.rows[i][0][0].shape[1] - width for i in range(n)])
+        total = width + int(fed.max())
+        cache = DynamicCache(config=config)
+        for layer in range(len(self.rows[0])):
+            k0 = self.rows[0][layer][0]
+            keys = k0.new_zeros((n, k0.shape[0], total, k0.shape[-1]))
+            values = keys.clone()
+            for i in range(n):
+                k, v = self.rows[i][layer]
+                keys[i, :, : k.shape[1]], values[i, :, : v.shape[1]] = k, v
+            cache.update(keys, values, layer)
+        gen = (torch.arange(total - width) < fed[:, None]).to(self.prompt_mask)
+        return PromptCache(cache, torch.cat([self.prompt_mask, gen], 1), fed)
 
 
 class _StopCheck:
@@ -333,10 +375,7 @@ def plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> PreTrainedModel:
     compact decoding steps (:class:`LlamaSteps`) apply to it. Unwraps DDP."""
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model = model.module
-    clone = copy.deepcopy(model)
-    if hasattr(clone, "merge_and_unload"):  # a PeftModel: W + B A, the adapter removed
-        clone = clone.merge_and_unload()
-    return clone.to(dtype).eval().requires_grad_(False)
+    return merge_adapter(copy.deepcopy(model)).to(dtype).eval().requires_grad_(False)
 
 
 FAST_MIN_PARAMS = 10_000_000
@@ -384,6 +423,24 @@ def fast_sampler(model: torch.nn.Module) -> Sampler:
     if sum(p.numel() for p in model.parameters()) < FAST_MIN_PARAMS:
         return kv_sampler
     return CopySampler(fast_dtype(next(model.parameters()).device))
+
+
+def merged_sampler(model: torch.nn.Module) -> CopySampler | None:
+    """Training's draw from the policy itself (``--sampler hf``) for a PEFT-wrapped model: a
+    float32 :class:`CopySampler`, the adapter merged into a plain copy (``W + B A`` per
+    layer) made at the step's first draw, so the compact decoding steps
+    (:class:`LlamaSteps`) run on one matrix per layer instead of the adapter's three; its
+    matrices packed for oneDNN (:class:`PackedLinears`) for a model of at least
+    :data:`FAST_MIN_PARAMS` parameters. The logits differ from the adapter's own by the
+    order of a few float32 additions (the tests bound it), so the tokens are the same
+    unless that reverses a near tie. None for any other model, and for one whose forward
+    is set on the instance (``--bf16``'s autocast wrapper, which a copy would still call on
+    the original): those draw from the model itself."""
+    inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    if not hasattr(inner, "merge_and_unload") or "forward" in vars(base_model(inner)):
+        return None
+    big = sum(p.numel() for p in inner.parameters()) >= FAST_MIN_PARAMS
+    return CopySampler(torch.float32, pack=big)
 
 
 class CopySampler:

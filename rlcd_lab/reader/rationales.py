@@ -64,7 +64,8 @@ class Rationales:
       recomputes it with gradient);
     * ``prompt_len`` ``(N,)`` long: the tokens of each row's prompt (rows ``i m .. i m +
       m - 1`` repeat prompt ``i``), which ``score_rationales`` may encode once;
-    * ``prompt_cache``: the sampler's keys and values after the prompts, kept on request
+    * ``prompt_cache``: the sampler's keys and values after each row's prompt and the
+      rationale tokens it fed the model, kept on request
       (``sample_rationales(keep_prompt=True)``) for ``reading.readout_after``.
     """
 
@@ -286,11 +287,10 @@ def sample_rationales(
     is drawn with seed ``mix_seed(s, j)`` (``GumbelSampler``): the same rationale whatever
     else is in the batch. The global RNG is left untouched when a seed is given.
 
-    ``should_stop``: passed to the sampler (only when given, so a sampler without the
-    argument still works), which checks it before every decoding step and raises
-    :class:`SamplingStopped` once it returns True (the work is no longer wanted).
-    ``keep_prompt``: ask the sampler (only when set) to keep its keys and values after the
-    prompts (``Rationales.prompt_cache``); only :func:`~rlcd_lab.reader.decoding.kv_sampler` can.
+    ``should_stop``: passed to the sampler (only when given), which raises
+    :class:`SamplingStopped` before a decoding step once it returns True. ``keep_prompt``:
+    ask the sampler (only when set; only :func:`~rlcd_lab.reader.decoding.kv_sampler` can)
+    to keep each row's keys and values after its prompt and rationale (``prompt_cache``).
 
     Each row stops once its *decoded text* contains the marker, so a tokenizer that merges
     the marker with what follows (``"Answer:**"`` as one token) is handled: the rationale is

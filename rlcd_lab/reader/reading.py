@@ -47,6 +47,7 @@ from rlcd_lab.reader.readout import OptionTokens, option_logits, position_ids
 from rlcd_lab.reader.readout import readout as readout_at_end
 from rlcd_lab.reader.sampling import (
     SHARE_MIN_PROMPT,
+    PromptCache,
     Sampler,
     base_model,
     common_prefix_len,
@@ -221,9 +222,10 @@ def readout_after(
     ``log pi(r)`` (what evaluation keeps; the sampler's ``rats.logp_r`` stands for it),
     encoding as little as it can, logits at the last column only:
 
-    * with the sampler's keys and values after the prompts (``rats.prompt_cache``, kept
-      by ``sample_rationales(keep_prompt=True)``), only what follows each prompt
-      (rationale, marker, bridge) runs, on top of them;
+    * with the sampler's keys and values (``rats.prompt_cache``, kept by
+      ``sample_rationales(keep_prompt=True)``: each row's prompt and the rationale tokens
+      it fed the model), only what follows them runs (the rationale's last token, the
+      marker's rest, the bridge), on top of them;
     * else the longest token prefix common to every row (the system text and worked
       examples every prompt starts with) is encoded once when it has
       :data:`SHARE_MIN_PROMPT` tokens or more, the rest of each row on its keys and values;
@@ -238,18 +240,23 @@ def readout_after(
     ids, mask = rats.input_ids, rats.attention_mask
     width = ids.shape[1]
     cache_arg, _ = forward_args(model)
-    if rats.prompt_cache is not None and cache_arg is not None:
-        cont = width - mask.sum(1) + rats.prompt_len  # each row's first column after its prompt
+    kept = rats.prompt_cache
+    if kept is not None and cache_arg is not None:
+        # the last column is always run: its logits are the readout
+        usable = torch.minimum(rats.lengths, mask.sum(1) - rats.prompt_len - 1)
+        cached, cache_mask = _cached_tokens(kept, usable)
+        # each row's first column not in the cache: after its prompt and cached tokens
+        cont = width - mask.sum(1) + rats.prompt_len + cached
         c = width - int(cont.min())
         cont_mask = (torch.arange(width - c, width, device=ids.device) >= cont[:, None]).long()
-        full = torch.cat([rats.prompt_cache.mask.to(cont_mask), cont_mask], 1)
+        full = torch.cat([cache_mask.to(cont_mask), cont_mask], 1)
         out = model(
             input_ids=ids[:, width - c :],
             attention_mask=full,
             position_ids=position_ids(full)[:, -c:],
             use_cache=False,
             logits_to_keep=1,
-            **{cache_arg: rats.prompt_cache.cache},
+            **{cache_arg: kept.cache},
         )
         logits = option_logits(out.logits[:, -1], option_ids)
         return logits.softmax(-1), logits
@@ -266,6 +273,21 @@ def readout_after(
     )
     logits = option_logits(last[:, -1], option_ids)
     return logits.softmax(-1), logits
+
+
+def _cached_tokens(kept: PromptCache, usable: Tensor) -> tuple[Tensor, Tensor]:
+    """``(cached (N,), mask (N, W))``: how many of each row's first ``usable`` rationale
+    tokens the sampler's cache ``kept`` holds (those it fed, at most the usable ones: a
+    rationale cut inside a merged marker token keeps fewer than it drew) and the cache's
+    attention mask with any fed token past them masked."""
+    if kept.generated is None:
+        return torch.zeros_like(usable), kept.mask
+    fed = kept.generated.to(usable.device)
+    cached = torch.minimum(fed, usable)
+    start = kept.mask.shape[1] - int(fed.max())  # the first column after the prompts
+    cols = torch.arange(kept.mask.shape[1], device=kept.mask.device)
+    keep = cols[None] < start + cached.to(cols.device)[:, None]
+    return cached, kept.mask * keep.to(kept.mask)
 
 
 def direct_readout(

@@ -117,15 +117,18 @@ class Generated:
 
 @dataclass(frozen=True)
 class PromptCache:
-    """The keys and values a sampler held after each row's prompt (``decoding.kv_sampler``
-    with ``keep_prompt=True``): ``cache`` (a transformers cache of ``N`` rows) and ``mask
-    (N, W)``, the attention mask of its ``W`` columns (a shared prefix's layout may put
-    pads inside a row). ``reading.readout_after`` reads each rationale on top of it, so
-    evaluation encodes each prompt once for sampling and readout together. Single use: the
+    """The keys and values a sampler held for each row (``decoding.kv_sampler`` with
+    ``keep_prompt=True``): ``cache`` (a transformers cache of ``N`` rows) and ``mask (N,
+    W)``, the attention mask of its ``W`` columns: the prompts' columns (a shared prefix's
+    layout may put pads inside a row), then the ``generated (N,)`` tokens each row fed the
+    model (all it drew but the last; None: the prompt alone), masked past a row's own.
+    ``reading.readout_after`` reads what follows on top of it, so evaluation encodes each
+    prompt and each rationale token once for sampling and readout together. Single use: the
     readout appends to it."""
 
     cache: object
     mask: Tensor
+    generated: Tensor | None = None
 
 
 class Sampler(Protocol):

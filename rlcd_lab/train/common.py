@@ -62,6 +62,7 @@ from rlcd_lab.lm.checkpoint import save_checkpoint
 from rlcd_lab.lm.loading import check_checkpoint, load_checkpoint
 from rlcd_lab.methods import method_of
 from rlcd_lab.methods.configs import SamplingConfig, TrainConfig
+from rlcd_lab.reader.decoding import CopySampler, merged_sampler
 from rlcd_lab.reader.rationales import default_sampler, mix_seed, sample_questions
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Sampler
@@ -234,20 +235,21 @@ def check_vllm(cfg: TrainConfig) -> None:
 
 
 def pick_sampler(cfg: TrainConfig, model: PreTrainedModel) -> Sampler:
-    """The sampler of ``cfg.sampler``: ``hf``, the in-process model's default
-    (``reader.default_sampler``: ``decoding.kv_sampler``, the tokens of
-    ``reader.hf_sampler``, faster); ``fast``, ``decoding.fast_sampler`` (a packed copy of
-    the weights in the machine's fastest dtype, for models where that pays); ``bf16``,
+    """The sampler of ``cfg.sampler``: ``hf``, the policy's own tokens: for a LoRA model a
+    float32 copy with the adapter merged, made once per step (``decoding.merged_sampler``),
+    else the in-process model's default (``reader.default_sampler``:
+    ``decoding.kv_sampler``, the tokens of ``reader.hf_sampler``, faster); ``fast``,
+    ``decoding.fast_sampler`` (a packed copy of the weights in the machine's fastest
+    dtype, for models where that pays); ``bf16``,
     ``decoding.CopySampler`` in bfloat16; ``vllm``, a vLLM engine."""
     if cfg.sampler == "hf":
-        return default_sampler(model)
+        merged = merged_sampler(model)
+        return default_sampler(model) if merged is None else merged
     if cfg.sampler == "fast":
         from rlcd_lab.reader.decoding import fast_sampler
 
         return fast_sampler(model)
     if cfg.sampler == "bf16":
-        from rlcd_lab.reader.decoding import CopySampler
-
         return CopySampler(torch.bfloat16)
     from rlcd_lab.train.vllm import VLLMSampler
 
@@ -635,6 +637,8 @@ def sample_batch(s: Session, batch: Batch):
         )
     finally:
         s.model.train()
+        if s.cfg.grad_accum == 1 and isinstance(s.sampler, CopySampler):
+            s.sampler.sync()  # the step's one draw is done: its copy is not held through it
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
