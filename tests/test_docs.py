@@ -340,7 +340,7 @@ def test_the_reading_of_verify_mixed_says_what_its_summary_and_dumps_hold():
         f"`same steps`: {r['slip_auroc_steps']:.3f} for RLCD, {g['slip_auroc_steps']:.3f} for "
         f"GRPO, against {r['slip_auroc']:.3f} and {g['slip_auroc']:.3f} over all" in results
     )
-    assert r["slipped_errors"] == g["slipped_errors"] == 1.0  # every error a slipped rationale
+    assert min(r["slipped_errors"], g["slipped_errors"]) > 0.99  # nearly every error slipped
     assert r["slip_auroc"] - g["slip_auroc"] > 0.1  # RLCD ranks slipped rationales lower...
     assert abs(r["slip_auroc_steps"] - g["slip_auroc_steps"]) < 0.05  # ...not within a length
     # three-term sums slip more and RLCD's readout is less sure of them, in every seed
@@ -360,10 +360,36 @@ def test_the_reading_of_verify_mixed_says_what_its_summary_and_dumps_hold():
     cells = {row.split("|")[1].strip(): row.split("|")[col].strip() for row in rows[2:] if row}
     assert cells["RLCD vs GRPO+TS: AURC, lower"].startswith("**reproduces")
     assert cells["RLCD vs GRPO+TS: Cov@eps, higher"].startswith("**smaller than the paper's**")
-    for claim in ("acc, no difference", "Brier, no difference"):
-        assert cells[f"RLCD vs GRPO+TS: {claim}"].startswith("**no difference detected (CI")
+    assert cells["RLCD vs GRPO+TS: Brier, no difference"].startswith("**consistent**")
+    assert cells["RLCD vs GRPO+TS: acc, no difference"].startswith("**differs** -")
     assert (
-        "AURC reproduces, and Cov@5% goes the paper's way by less than the paper's margin" in readme
+        "Cov@5% goes the paper's way by less than the paper's margin, and RLCD answers "
+        "slightly less accurately" in readme
+    )
+    # the cheaper routes to the same ranking, with their runs' AURC
+    aurc = lambda task, run: json.loads(  # noqa: E731
+        (REPO / "assets" / "results" / task / "summary.json").read_text()
+    )["runs"][run]["aurc"]["mean"]
+    vm = {
+        run: aurc("verify-mixed", run)
+        for run in ("grpo-calibrate", "drgrpo-matched", "grpo-matched")
+    }
+    assert (
+        f"three seeds) reaches AURC {vm['grpo-calibrate']:.3f}, between GRPO+TS and RLCD" in results
+    )
+    assert (
+        aurc("verify-mixed", "grpo-matched")
+        > vm["grpo-calibrate"]
+        > aurc("verify-mixed", "reinforce")
+    )
+    assert (
+        f"changes nothing here (AURC {vm['drgrpo-matched']:.3f} against GRPO's "
+        f"{vm['grpo-matched']:.3f}); on `verify` it ranks better than RLCD (AURC "
+        f"{aurc('verify', 'drgrpo-matched'):.3f} against {aurc('verify', 'reinforce'):.3f})"
+        in results
+    )
+    assert (
+        f"closes part of the gap as well (three seeds, AURC {vm['grpo-calibrate']:.3f})" in readme
     )
 
 
@@ -378,6 +404,8 @@ def test_the_prose_says_no_difference_detected_where_the_verdicts_do():
         summary = json.loads((REPO / "assets" / "results" / task / "summary.json").read_text())
         found = {j.row: j for j in judge(summary)}
         rows = [f"RLCD vs GRPO+TS: {m}, no difference" for m in ("acc", "Brier")]
+        if task == "verify-mixed":  # at ten seeds: accuracy differs, Brier is consistent
+            rows = []
         if task != FAIR.name:  # the rung ran no forks
             rows.append("RLCD vs fork: GRPO continuation: acc, no difference")
         for row in rows:
