@@ -1,35 +1,10 @@
 """Evaluation: run a checkpoint on task items and score its readouts.
 
-``run_eval`` produces one row per item (the eval-dump format shared by training,
-reproduce and the dashboard):
-``uid``, ``label``, ``q``, ``options``, ``rationales`` (M texts), ``forced`` and
-``lengths`` (per rationale), ``readouts`` (M x K), ``mixture`` (mean readout),
-``probs`` and ``logits`` (the single-query readout: the first rationale's). With a
-``reference`` model (the base a policy was trained from), each row also holds ``logp`` and
-``logp_reference`` (per rationale: ``log pi(r | x)`` at temperature 1 under the model and
-under the reference) and ``kl_reference``, their difference averaged over the item's
-rationales: a per-rationale estimate, in nats, of ``KL(pi || pi_ref)`` on the question (an
-unbiased one when the rationales are sampled at temperature 1). In
-``direct`` mode there is one empty rationale: the prompt ends with the bare marker.
-With ``stated=True`` (RLCR runs, ``rlcd-lab train rlcr``) each row also holds the
-model's stated confidence after that first rationale and its readout's answer
-(:func:`rlcd_lab.reader.verbal.read_stated`): ``stated_answer``, ``stated_confidence``,
-``stated_valid``, ``confidence_probs`` and ``stated_logits`` (K: ``log p`` of the
-distribution the statement implies, scored like ``logits``).
-:func:`rlcd_lab.summary.summarize` turns rows into the paper's
-Table 1 row via ``metrics.evaluate``.
-``run_eval(..., progress=True)`` (``rlcd-lab eval``) shows a tqdm bar over the items read,
-on stderr. ``eval_warnings`` says when the rows look degenerate (forced markers on most
-rationales, a fitted T at the fit's bound, accuracy at chance); ``rlcd-lab eval`` adds them
-to its summary as ``warnings`` and prints them on stderr.
-
-Before any model work, ``run_eval`` (and training, for its train, dev and test items)
-checks every item with ``check_items``: its option labels must be single tokens for the
-tokenizer, and its reading must fit the model's context (``reading_positions`` against
-``models.context_length``), so a prompt of 140,000 characters on a 512-position model is
-one ``ValueError`` naming the item and the sizes, not minutes of work on positions the
-model was never trained on.
-"""
+Start at :func:`run_eval`: one eval-dump row per item (the format shared by training,
+reproduce and the dashboard; its fields: :func:`_dump_row`), after :func:`check_items` has
+refused items the model cannot read. :func:`rlcd_lab.summary.summarize` turns the rows into
+the paper's Table 1 row; :func:`eval_warnings` says when they look degenerate
+(``rlcd-lab eval`` prints both)."""
 
 from __future__ import annotations
 
@@ -66,8 +41,8 @@ def eval_warnings(
     forced_max: float = FORCED_WARN,
     z: float = CHANCE_Z,
 ) -> list[str]:
-    """Warnings that an evaluation looks degenerate (pure: eval-dump ``rows``, see the
-    module docstring; empty when none applies), each one sentence:
+    """Warnings that an evaluation looks degenerate (pure: eval-dump ``rows``, fields:
+    :func:`_dump_row`; empty when none applies), each one sentence:
 
     * forced markers: the share of all rationales that did not end with the marker by
       themselves (``forced``) exceeds ``forced_max``: the readouts are taken after a
@@ -173,7 +148,8 @@ def check_items(
     :func:`reading_positions` <= :func:`rlcd_lab.lm.model.context_length` (a model that
     states no limit is not checked). The message gives the prompt's tokens, the rationale
     budget, the marker and bridge tokens, the positions needed and the model's limit, and
-    how many items are too long."""
+    how many items are too long: one line instead of minutes of work on positions the
+    model was never trained on. Training checks its train, dev and test items here too."""
     where = f"{where}: " if where else ""
     seen: dict[tuple[str, ...], OptionTokens] = {}
     options = []
@@ -221,7 +197,18 @@ def check_items(
 
 
 def _dump_row(item: TaskItem, r: Reading) -> dict:
-    """One eval-dump row (the module docstring's fields) from an item and its reading."""
+    """One eval-dump row from an item and its reading: ``uid``, ``label``, ``q``,
+    ``options``, ``rationales`` (M texts), ``forced`` and ``lengths`` (per rationale),
+    ``readouts`` (M x K), ``mixture`` (mean readout), ``probs`` and ``logits`` (the
+    single-query readout: the first rationale's). With a reference model (the base a policy
+    was trained from) also ``logp`` and ``logp_reference`` (per rationale: ``log pi(r | x)``
+    at temperature 1 under the model and under the reference) and ``kl_reference``, their
+    difference averaged over the item's rationales: a per-rationale estimate, in nats, of
+    ``KL(pi || pi_ref)`` on the question (unbiased when the rationales are sampled at
+    temperature 1). In ``direct`` mode there is one empty rationale (the prompt ends with
+    the bare marker). :func:`run_eval` with ``stated=True`` adds ``stated_answer``,
+    ``stated_confidence``, ``stated_valid``, ``confidence_probs`` and ``stated_logits`` (K:
+    ``log p`` of the distribution the statement implies, scored like ``logits``)."""
     row = {
         "uid": item.uid,
         "label": item.label,
@@ -261,7 +248,7 @@ def run_eval(
     cue: str = CUE,
     reference: PreTrainedModel | None = None,
 ) -> list[dict]:
-    """Eval-dump rows for ``items`` (see the module docstring), read by
+    """Eval-dump rows for ``items`` (fields: :func:`_dump_row`), read by
     :func:`rlcd_lab.reader.read` (batched, seeded); each item over its own options.
 
     ``batch_size``: questions per sampler call (None: ``decoding.questions_per_call``, 64
@@ -280,7 +267,7 @@ def run_eval(
     recorded as ``stated_rationale``).
     ``reference``: a model on the same tokenizer (a LoRA adapter merged like ``model``)
     whose log-probabilities of the sampled rationales the rows record, with the estimate
-    of the KL divergence to it (the module docstring's ``kl_reference``).
+    of the KL divergence to it (``kl_reference``).
     """
     check_items(
         model, tokenizer, items, mode=mode, max_new_tokens=max_new_tokens, marker=marker,

@@ -1,21 +1,10 @@
 """Compare tab: two checkpoints answer the same question, side by side.
 
-Each side is the Ask tab's reading (:func:`rlcd_lab.dashboard.ask_tab.ask`: M rationales,
-each one's temperature-scaled readout, the mixture) under the same
-:class:`rlcd_lab.math.routing.DecisionRule`, so the two decisions are comparable: e.g. a base
-checkpoint against the two-stage RLCD checkpoint trained from it. A side that cannot
-answer (options that are not single tokens for its tokenizer, a prompt past its context)
-shows why; the other is still shown.
-
-The summary says what each side's readout shows: "agree" or "disagree" only when both
-readouts lean to an answer; a side at or near uniform (chance-corrected confidence
-``(K max p - 1) / (K - 1)`` below :data:`UNDECIDED_MARGIN`, e.g. 0.50/0.50) is called
-undecided, since its "answer" is a tie-break.
-
-The tab opens on :func:`default_pair`: a base checkpoint against the two-stage RLCD
-checkpoint of the same task (the tiny ``verify`` task's first), asked the first test
-question of that task (:func:`compare_defaults`).
-"""
+Each side is the Ask tab's reading (:func:`rlcd_lab.dashboard.ask_tab.ask`) under the same
+:class:`rlcd_lab.math.routing.DecisionRule`, so the two decisions are comparable, e.g. a
+base checkpoint against the two-stage RLCD checkpoint trained from it. Start at
+:func:`compare_checkpoints` (the summary, :func:`readout_words`, calls a side near uniform
+undecided: :data:`UNDECIDED_MARGIN`); the tab opens on :func:`compare_defaults`."""
 
 from __future__ import annotations
 

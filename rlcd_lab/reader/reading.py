@@ -5,19 +5,11 @@ The readout of a row is taken at its last column, over the question's own ``K`` 
 
     u = softmax(z),    z = logits[:, -1][options]    (readout.readout)
 
-* :func:`score_rationales` runs one forward pass over ``prompt + rationale (+ marker) +
-  bridge`` (left-padded ``(N, T)``; for prompts of :data:`SHARE_MIN_PROMPT` tokens or more,
-  packed: each prompt once, its rationales after it, :mod:`rlcd_lab.reader.packing`) and
-  returns ``u, z (N, K)`` and ``log pi(r | x) = sum_t log pi(r_t | x, r_<t) (N,)`` with gradients;
-* :func:`direct_readout` reads texts that already end with the marker (direct mode;
-  :func:`direct_logits` gives the whole vocabulary's logits ``(B, V)`` there, for SFT, and
-  :func:`shared_prefix_readout` reads many prompts about one state on one shared prefix);
-* :func:`read` does all of it for a list of questions with per-question option lists
-  (2..K options each) and returns one :class:`Reading` per question.
-
-Above :mod:`rlcd_lab.reader.prompts` and :mod:`rlcd_lab.reader.rationales`; re-exported by
-:mod:`rlcd_lab.reader`. (Not :mod:`rlcd_lab.scoring`: that is the proper scoring rules.)
-"""
+Start at :func:`read` (questions with their option lists, one :class:`Reading` each);
+:func:`score_rationales` is the differentiable scoring pass, :func:`direct_readout` and
+:func:`direct_logits` read texts that already end with the marker. Above
+:mod:`.prompts` and :mod:`.rationales`; the :class:`~rlcd_lab.reader.Reader` reads through
+it. (Not :mod:`rlcd_lab.scoring`, the proper scoring rules.)"""
 
 from __future__ import annotations
 

@@ -6,13 +6,9 @@ tokens (OpenJev-RLCD sec. 2):
 
     u_theta(x, r) = softmax(logits_theta(x, r)[option tokens])  in Delta_K.
 
-Labels follow the marker after a separator (``" "``). Depending on the tokenizer the
-separator merges into the label token (BPE: ``" yes"`` is one token) or stays a token of
-its own (the character tokenizer of the tiny world); :class:`OptionTokens` records that
-as ``bridge``, the tokens appended after the marker before the readout is taken.
-Prompts, sampling and the whole prompt -> rationales -> readout pipeline live in
-:mod:`rlcd_lab.reader`.
-"""
+Start at :func:`option_token_ids` (:class:`OptionTokens`) and :func:`readout`. Prompts,
+sampling and the whole prompt -> rationales -> readout pipeline live in
+:mod:`rlcd_lab.reader`."""
 
 from __future__ import annotations
 
@@ -31,7 +27,11 @@ class OptionTokens:
     """Token ids of K option labels as they follow ``marker + sep``.
 
     ``ids[k]`` is the single token of ``labels[k]``; ``bridge`` the tokens (possibly none)
-    between the marker and the label, identical for every label.
+    between the marker and the label, identical for every label, appended after the
+    marker before the readout is taken. Labels follow the marker after a separator
+    (``" "``): depending on the tokenizer it merges into the label token (BPE: ``" yes"``
+    is one token, no bridge) or stays a token of its own (the tiny world's character
+    tokenizer: the bridge is that token).
     """
 
     labels: tuple[str, ...]

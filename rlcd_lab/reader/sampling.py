@@ -6,8 +6,7 @@ model helpers the decoding loops need (:func:`pad_id`, :func:`base_model`,
 The lowest floor of the sampling path: :mod:`rlcd_lab.reader.decoding` (the compact KV-cached
 loop, ``kv_sampler``) and the reader's modules (:mod:`rlcd_lab.reader.rationales`: ``hf_sampler``,
 the rationale pipeline; :mod:`rlcd_lab.reader.reading`; the :class:`~rlcd_lab.reader.Reader`)
-import it, so decoding imports none of them; ``reader`` re-exports every name here.
-"""
+import it, so decoding imports none of them."""
 
 from __future__ import annotations
 
