@@ -1,31 +1,13 @@
 """The paper's tables and figures, generated from a reproduction's summary and runs.
 
-``write_report(root, seeds, eps, title)`` reads the eval dumps under ``root`` through
-:mod:`rlcd_lab.reports.results` and writes ``summary.json``, ``report.md``, ``report.html`` (its
-figures load plotly.js from ``../plotly.min.js``, one file shared by the reports beside
-``root``: :func:`write_plotlyjs`) and ``figures/*.png``:
-
-* Table 1: every run (mean +- s.d. over seeds, after temperature scaling, with its
-  training budget in steps) and the paired tests of two-stage RLCD against each run;
-* Table 2: the stage-2 forks against their stage-1 checkpoint;
-* Table 3 (aleatoric tasks): JSD to ``q`` in bits, single query and the mixture;
-* Figure 1: System-One collapse, end to end without and with the KL anchor: rationale
-  length, readout variance and the score-function / pathwise gradient ratio over training;
-* Figure 2: risk-coverage curves; Figure 3: each stage-2 fork minus readout-only, Brier
-  and AURC with 95% CIs (and RLCD minus each run);
-* the dev curves (raw dev Brier over training) and, where the learning rates were tuned
-  (``reproduce --lr-grid``), each run's dev score at every value of the grid.
-
-``findings_table(summary)`` sets each of the paper's findings for the summary's kind of
-task (:mod:`rlcd_lab.math.paper`) beside ours (difference, 95% CI, p) with its verdict
-(:func:`rlcd_lab.math.verdicts.verdict`: reproduces, smaller than the paper's, not measurable,
-opposite direction; a finding of no difference is consistent, not detected or differs);
-``what_reproduces`` sets every task's verdicts side by side; ``runs_table(summary)`` lists
-the runs. The README's result blocks are these functions' output for the shipped
-summaries, never typed by hand: ``python -m rlcd_lab.reports.report SUMMARY`` prints them and a
-test compares. The verdict rules (:mod:`rlcd_lab.math.verdicts`) and the HTML pages and PNG
-figures (:mod:`rlcd_lab.drawing.pages`) live below this module.
-"""
+Start at :func:`write_report` (``summary.json``, ``report.md``: :func:`report_markdown`,
+``report.html`` and ``figures/*.png``: :func:`report_figures`); it reads the eval dumps
+through :mod:`rlcd_lab.reports.results`. :func:`findings_table` judges each of the paper's
+findings against ours (:func:`judge`), :func:`what_reproduces` sets every task's verdicts
+side by side, :func:`runs_table` lists the runs. The README's result blocks are these
+functions' output for the shipped summaries, never typed by hand (:func:`main`; a test
+compares). The verdict rules (:mod:`rlcd_lab.math.verdicts`) and the HTML pages and PNG
+figures (:mod:`rlcd_lab.drawing.pages`) live below this module."""
 
 from __future__ import annotations
 
@@ -316,8 +298,11 @@ def judge(summary: Mapping) -> list[Judged]:
 
 
 def findings_table(summary: Mapping) -> str:
-    """Markdown: each claim of the paper for this summary's kind of task, ours (difference
-    A - B, 95% CI, two-sided p) and the verdict (:func:`judge`)."""
+    """Markdown: each claim of the paper for this summary's kind of task
+    (:mod:`rlcd_lab.math.paper`), ours (difference A - B, 95% CI, two-sided p) and the
+    verdict (:func:`judge`, by :func:`rlcd_lab.math.verdicts.verdict`: reproduces, smaller
+    than the paper's, not measurable, opposite direction; a finding of no difference is
+    consistent, not detected or differs)."""
     where = paper.KIND_NAMES[summary_kind(summary)]
     rows = [
         f"| claim (paper: Qwen3-1.7B on {where}) | paper "
@@ -669,7 +654,13 @@ def tuning_table(summary: Mapping) -> str:
 
 
 def report_markdown(summary: Mapping, title: str) -> str:
-    """``report.md``: the paper's tables for this reproduction."""
+    """``report.md``: the paper's tables for this reproduction. Table 1: every run (mean
+    ± s.d. over seeds, after temperature scaling, with its training budget in steps) and
+    the paired tests of two-stage RLCD against each run; Table 2: the stage-2 forks
+    against their stage-1 checkpoint; Table 3 (aleatoric tasks): JSD to ``q`` in bits,
+    single query and the mixture; the dev curves (raw dev Brier over training) and, where
+    the learning rates were tuned (``reproduce --lr-grid``), each run's dev score at every
+    value of the grid."""
     seeds = ", ".join(map(str, summary["seeds"]))
     md = [
         f"# rlcd_lab reproduction: {title}\n",

@@ -3,27 +3,12 @@
 The one place that turns eval dumps (``run/eval/test.jsonl``, ``dev.jsonl`` and
 ``test-m<M>.jsonl``, the format of :func:`rlcd_lab.evaluate.run_eval`) into numbers; the
 reproduction's report, the notebooks, the dashboard's Routing tab and the server's model
-card all read runs through it. File names come from :mod:`rlcd_lab.files.rundir`; numpy only
-(importing it loads no torch).
+card all read runs through it. Numpy only (importing it loads no torch).
 
-* :func:`load_run`: one run, after temperature scaling fitted on dev (``T = 1`` and
-  ``fitted = False`` without a dev dump), as a :class:`RunResult` with per-item values;
-  :func:`from_rows` does the same for dump rows already in memory (each split scored by
-  :func:`rlcd_lab.summary.summarize`).
-* :meth:`RunResult.view`: a :class:`RunView` of the test items, what the dashboard's
-  Routing tab draws: calibrated (the fitted T) or raw, single query or the mixture of the
-  run's M rationales, with per-item correctness, confidence, Brier and NLL
-  (:func:`rlcd_lab.metrics.item_brier`, :func:`~rlcd_lab.metrics.item_nll`), the items
-  ranked under a confidence measure (:class:`Ranked`) and Table 1's metrics.
-* :func:`paired`: method A against method B over the same test items and seeds, as the
-  paper does it (OpenJev-RLCD sec. 5): accuracy, Brier and NLL per item averaged over
-  seeds (bootstrap over items, sign-flip p); AURC and Cov@eps computed per seed and
-  averaged, with test items resampled (or swapped) jointly across seeds. One set of
-  names for every metric: ``{"diff", "ci_low", "ci_high", "p"}``, ``diff = A - B``.
-* :func:`summarize_runs`: every run of a reproduction: mean and s.d. over seeds of each
-  metric, the paired tests of two-stage RLCD against every other run, Table 2 (each
-  stage-2 fork against its stage-1 checkpoint) and Table 3 (JSD to ``q``, in bits).
-"""
+Start at :func:`load_run` (or :func:`from_rows` for rows in memory): a :class:`RunResult`,
+whose :meth:`RunResult.view` is what the Routing tab draws; :func:`paired` tests method A
+against method B over the same items and seeds; :func:`summarize_runs` is every number of
+a reproduction."""
 
 from __future__ import annotations
 
@@ -536,7 +521,8 @@ def paired(
     seed: int = 0,
 ) -> dict[str, dict[str, float]]:
     """Paired tests of method A against method B (one :class:`RunResult` per seed each,
-    compared at the seeds both have, :func:`aligned`), after temperature scaling.
+    compared at the seeds both have, :func:`aligned`), after temperature scaling, as the
+    paper does it (OpenJev-RLCD sec. 5).
 
     ``accuracy``, ``brier``, ``nll``: per-item values averaged over seeds
     (:func:`paired_items`). ``aurc`` and ``cov_at_eps``: the metric of each seed,
@@ -600,8 +586,8 @@ def gradient_dilution(
     pathwise gradient and of the *unweighted* score-function gradient every
     ``grad_terms_every`` steps). Returns ``steps``, ``pathwise``, ``score_function`` and
     ``ratio`` (per-step ``score_function / pathwise``) as arrays, and the scalar
-    ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the paper's 7-12x statistic
-    (a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
+    ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the statistic the paper reports
+    (benchmarks/RESULTS.md sets it beside ours; a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
     when no row holds both norms (or both are 0), ``inf`` when the pathwise norm is always
     0 (a run without a pathwise term).
     """
