@@ -1,42 +1,12 @@
 """``rlcd-lab reproduce``: every method and seed of the paper's comparison, then its report.
 
-For each seed, from the same base model and the same question/outcome stream:
-
-* Table 1 (OpenJev-RLCD sec. 5.1): the base model, SFT, RFT/STaR with and without the KL
-  anchor, GRPO, RLCD stage 1 (``calibrate``) and two-stage RLCD (``reinforce`` from the
-  stage-1 checkpoint); every one evaluated as single-query readouts after temperature
-  scaling fitted on dev. Two-stage RLCD trains twice ``steps``; every baseline runs at
-  ``steps`` and again at that matched budget (``<name>-matched``). Two baselines separate
-  the paper's ingredients (every task): ``drgrpo``, GRPO without the division by the
-  group's reward s.d. (Dr. GRPO), and ``grpo-calibrate``, RLCD's stage 1 continued from
-  GRPO's final checkpoint (outcome RL, then the readout's calibration: ``steps`` each, two
-  stages as RLCD's). RLCR (tasks without
-  ``q``) gives two rows per run: its readout (``rlcr``) and the confidence it states
-  (``rlcr-stated``, :func:`stated_view`), scored alike.
-* Table 2 (sec. 5.2): four continuations forked from the same stage-1 checkpoint with the
-  same budget: RLCD-RL (``reinforce``), ``readout-only`` (stage 1 continued),
-  ``anchor-only`` (RLCD-RL with the outcome reward removed: the readout is still trained,
-  the score-function term gets the KL reward only) and ``grpo-cont`` (GRPO's correctness
-  reward); changes relative to the checkpoint.
-* Table 4 (tasks without ``q``): the end-to-end objective from the base model with the KL
-  anchor at score-function weights ``methods.SWEEP`` (``endtoend-c<weight>``), next to stage 1
-  (weight 0): accuracy, calibration and gradient dilution (RMS score-function /
-  pathwise gradient norm) as the weight grows; Figure 1 sets weight 1 without the anchor
-  (``endtoend-nokl``: System-One collapse) beside weight 1 with it.
-* Table 3 (sec. 5.3, tasks whose items carry ``q``): SFT (cross-entropy on direct
-  answers), the per-rationale objective (``endtoend`` with KL), the mixture objective
-  (``mixture``, lam = 1) and two-stage RLCD, with JSD to ``q`` of the single-query readout
-  and of the mixture of ``MIXTURE_M`` rationales.
-
-Runs go to ``OUT/<task>/seed-<s>/<name>/`` (ordinary run directories). A finished run
-with the same config is reused, a partial one resumed, so an interrupted reproduction
-continues where it stopped. Runs are independent processes (``jobs`` at a time); on CPU
-each uses one thread, which also makes the numbers independent of the machine's core
-count. ``rlcd_lab.reports.report.write_report`` then reads the eval dumps back (through
-``rlcd_lab.reports.results``) and writes ``summary.json``, ``report.md``, ``report.html`` (with
-plotly.js beside ``OUT/<task>``, shared) and figure PNGs; ``run_all`` also writes
-``timing.json``: where the time went (wall, training and sampling seconds per run).
-"""
+For each seed, from the same base model and the same question/outcome stream, the runs of
+the paper's Tables 1-4 (which ones: :func:`plan`), each an ordinary run directory under
+``OUT/<task>/seed-<s>/<name>/``: a finished run with the same config is reused, a partial
+one resumed, so an interrupted reproduction continues where it stopped. Start at
+:func:`run_all` (the command's entry; :func:`progress` for ``--status``); the settings are
+:class:`ReproduceConfig` and :data:`SCALES`, the report is
+:func:`rlcd_lab.reports.report.write_report`."""
 
 from __future__ import annotations
 
@@ -107,8 +77,8 @@ SCALES: dict[str, dict] = {
 taught basic-skills-arithmetic-verify, ``assets/checkpoints/smollm2-arith-verify``) on a
 2-core CPU: its LoRA r = 8 adapter trained on, 2 questions x 4 rationales of at most 40
 tokens per step, T fitted on 50 dev items and 150 test items, no dev evals during
-training: three seeds of the paper's core runs fit 90 minutes with ``--jobs 2`` (too
-small to test the paper: docs/results.md, "Before the fair test"). ``rung``: the same
+training (its wall time: docs/performance.md; too small to test the paper:
+docs/results.md, "Before the fair test"). ``rung``: the same
 model at a budget that can speak, the rung's fair test (shipped in
 ``assets/results/basic-skills-arithmetic-verify-pairs``): 100 steps of 8 questions x 4
 rationales per stage (the paper's batch, a quarter of its steps), every dev item (105)
@@ -123,9 +93,9 @@ for full fine-tuning; 3e-4, the ``small`` scale's, drifts from the anchor)."""
 RUN_GIB: dict[str, dict[str, float]] = {"rung": {"rlcr": 14.0, "rft-kl": 9.5, "": 7.5}}
 """Memory a run takes at a scale where two at a time can exceed a machine's (GiB, keyed by
 run name without ``-matched``; ``""``: any other run): the largest resident size read
-every 30 s (``ps``) over the rung's tuning and fair test on the 2-core AMD EPYC, rounded
-up: RLCR 13.8 (its reinforcement steps keep two forward passes for the backward one),
-RFT+KL 9.4, the others 7.4. The pool starts a run only where it fits beside the runs
+with ``ps`` over the rung's tuning and fair test on the 2-core AMD EPYC, rounded up
+(the measured sizes: docs/results.md; RLCR's reinforcement steps keep two forward passes
+for the backward one). The pool starts a run only where it fits beside the runs
 already training (:func:`_next_fitting`): on that machine's 23.5 GiB two RLCR runs, or
 RLCR and RFT+KL, never train side by side. Scales not listed take what they need."""
 
@@ -205,7 +175,30 @@ def aleatoric(task: str) -> bool:
 def plan(cfg: ReproduceConfig, lrs: dict[str, float] | None = None) -> tuple[list[Job], list[Job]]:
     """The runs of the reproduction in two waves: from the base model, then from stage 1;
     each row of the method registry gives its runs (``methods.reproduction_runs``);
-    ``lrs``: a learning rate per run name (:func:`tune`), others at ``cfg``'s."""
+    ``lrs``: a learning rate per run name (:func:`tune`), others at ``cfg``'s.
+
+    * Table 1 (OpenJev-RLCD sec. 5.1): the base model, SFT, RFT/STaR with and without the
+      KL anchor, GRPO, RLCD stage 1 (``calibrate``) and two-stage RLCD (``reinforce`` from
+      the stage-1 checkpoint); every one evaluated as single-query readouts after
+      temperature scaling fitted on dev. Two-stage RLCD trains twice ``steps``; every
+      baseline runs at ``steps`` and again at that matched budget (``<name>-matched``).
+      ``drgrpo`` (Dr. GRPO: GRPO without the division by the group's reward s.d.) and
+      ``grpo-calibrate`` (RLCD's stage 1 continued from GRPO's final checkpoint) separate
+      the paper's ingredients. RLCR (tasks without ``q``) gives two rows per run: its
+      readout (``rlcr``) and the confidence it states (``rlcr-stated``, :func:`stated_view`).
+    * Table 2 (sec. 5.2): four continuations forked from the same stage-1 checkpoint with
+      the same budget: ``reinforce``, ``readout-only`` (stage 1 continued), ``anchor-only``
+      (the outcome reward removed: the score-function term gets the KL reward only) and
+      ``grpo-cont`` (GRPO's correctness reward).
+    * Table 4 (tasks without ``q``): the end-to-end objective with the KL anchor at
+      score-function weights ``methods.SWEEP`` (``endtoend-c<weight>``) beside stage 1
+      (weight 0); Figure 1 sets weight 1 without the anchor (``endtoend-nokl``: System-One
+      collapse) beside weight 1 with it.
+    * Table 3 (sec. 5.3, tasks whose items carry ``q``): SFT on direct answers, the
+      per-rationale objective (``endtoend`` with KL), the mixture objective (``mixture``,
+      lam = 1) and two-stage RLCD, with JSD to ``q`` of the single-query readout and of
+      the mixture of :data:`MIXTURE_M` rationales.
+    """
     from rlcd_lab.methods import GRPO_STAGE1
 
     init = cfg.init
@@ -496,8 +489,8 @@ def _worker_start(one_thread: bool) -> None:
 def seconds_left(jobs: list[Job]) -> dict[Path, float]:
     """Each job's training time left (keyed by its ``out``), read from the folders: its
     steps not yet logged, each at the median ``time_step`` logged by every job of the same
-    run name in ``jobs`` (of every logged step where its name has none; 1 s where nothing
-    is logged, so that the order is by steps); 0 once it has finished, and for the base
+    run name in ``jobs`` (of every logged step where its name has none; one second where
+    nothing is logged, so that the order is by steps); 0 once it has finished, and for the base
     model. Evaluations and loading are not counted."""
     import numpy as np
 
@@ -740,7 +733,11 @@ def run_all(cfg: ReproduceConfig, progress: Callable[[str], None] | None = None)
     run's folder are checked before anything is trained (:func:`check_reproduce_config`,
     :func:`check_folders`: the tuning runs, and the runs of the comparison once their
     learning rates are known); the summary's ``warnings`` are those of the trained runs'
-    final evaluations (:func:`run_warnings`)."""
+    final evaluations (:func:`run_warnings`). Runs are independent processes; on CPU each
+    uses one thread, which also makes the numbers independent of the machine's core count.
+    Besides the report (``summary.json``, ``report.md``, ``report.html`` with plotly.js
+    beside ``OUT/<task>``, figure PNGs) it writes ``timing.json``: wall, training and
+    sampling seconds per run."""
     check_reproduce_config(cfg)
     choice = cfg.out / Path(cfg.task).stem / rundir.TUNE / "choice.json"
     if not cfg.lr_grid or choice.exists():
