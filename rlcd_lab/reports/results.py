@@ -587,9 +587,9 @@ def gradient_dilution(
     ``grad_terms_every`` steps). Returns ``steps``, ``pathwise``, ``score_function`` and
     ``ratio`` (per-step ``score_function / pathwise``) as arrays, and the scalar
     ``rms_ratio = RMS(score_function) / RMS(pathwise)``, the statistic the paper reports
-    (benchmarks/RESULTS.md sets it beside ours; a ratio of RMS values, not the RMS of the per-step ratios). ``rms_ratio`` is NaN
-    when no row holds both norms (or both are 0), ``inf`` when the pathwise norm is always
-    0 (a run without a pathwise term).
+    (benchmarks/RESULTS.md sets it beside ours; a ratio of RMS values, not the RMS of the
+    per-step ratios). ``rms_ratio`` is NaN when no row holds both norms (or both are 0),
+    ``inf`` when the pathwise norm is always 0 (a run without a pathwise term).
     """
     both = [
         r
