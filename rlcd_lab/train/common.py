@@ -1,32 +1,11 @@
 """Small helpers every training loop shares: the question stream, optimizer state and
 step checkpoints on disk (``save_step``), data parallelism, and what to log about a batch
 of rationales. The run directory itself (``RunDir``, ``read_log``, ``is_run_dir``,
-``releases_run``, ``config_dict``, ``config_diff``) lives in :mod:`rlcd_lab.files.rundir`
-(standard library only) and is re-exported here.
+``releases_run``, ``config_dict``, ``config_diff``) is :mod:`rlcd_lab.files.rundir`.
 
-Data parallelism runs on ``accelerate`` (one code path for one process, N CPU processes
-with gloo, N GPUs with NCCL): launched by ``accelerate launch`` or ``torchrun``, each
-process takes ``batch_size / W`` questions of every step (the M rationales of a question
-stay on one process: the leave-one-out baseline needs the whole group), the gradient is
-averaged by DDP, and only the main process writes the run directory. Every loss is a mean
-over the step's questions (or rationales) of all processes, so W processes with
-``batch_size / W`` each, or ``grad_accum`` micro-batches, give the update of one batch.
-
-Resume contract: a run killed at any moment (SIGKILL included) restarts from its latest
-complete checkpoint and, on CPU with a fixed seed, ends bit-identical to an uninterrupted
-run. That holds because (1) checkpoints are written atomically with the optimizer state,
-(2) the batch of step ``s`` is a pure function of ``(seed, s)`` (``QuestionStream``), and
-(3) every random draw inside a step is seeded by ``(seed, s)`` and the question's position
-in the step (``step_seed``, ``reader.mix_seed``), so it does not depend on how the step is
-split across processes or micro-batches either.
-
-One writer per run folder: a run holds an OS lock on ``.<name>.lock`` beside its folder
-(``io.FolderLock``, taken by ``RunDir`` before it looks at the folder, released when the
-run ends, fails or is interrupted: ``releases_run`` on each loop, or the process's exit).
-A second training on the same ``--out`` (``--resume``, ``--overwrite`` or neither, in
-another process or while this one still holds it) is refused at once with one line
-naming the holder.
-"""
+Start at :func:`setup`, which every loop calls: it opens (or resumes) the run and returns a
+:class:`Session` (data parallelism on ``accelerate``); each step draws its questions from
+:class:`QuestionStream` (:func:`sample_batch`) and is saved by :func:`save_step`."""
 
 from __future__ import annotations
 
@@ -324,7 +303,15 @@ class Session:
 
     ``model`` is the model itself (sampling, evaluation, saving); ``wrapped`` is what a
     forward pass with gradient calls (DDP-wrapped under several processes, else
-    ``model``). ``run`` is None except on the main process, the only one that writes."""
+    ``model``). ``run`` is None except on the main process, the only one that writes.
+
+    Data parallelism runs on ``accelerate`` (one code path for one process, N CPU
+    processes with gloo, N GPUs with NCCL): launched by ``accelerate launch`` or
+    ``torchrun``, each process takes ``batch_size / W`` questions of every step (the M
+    rationales of a question stay on one process: the leave-one-out baseline needs the
+    whole group), the gradient is averaged by DDP. Every loss is a mean over the step's
+    questions (or rationales) of all processes, so W processes with ``batch_size / W``
+    each, or ``grad_accum`` micro-batches, give the update of one batch."""
 
     cfg: Any
     acc: Accelerator
@@ -494,7 +481,21 @@ def setup(cfg: TrainConfig, needs_ref: bool, eval_mode: str = "reason") -> Sessi
     only the main process opens it (and holds its lock, ``RunDir``), and the others learn
     from it where to start (or why it could not open). If loading, or checking the task's
     items against the tokenizer and the model's context (``evaluate.check_items``), then
-    fails, the run directory is left as it was (``RunDir.abandon``)."""
+    fails, the run directory is left as it was (``RunDir.abandon``).
+
+    One writer per run folder: the lock is an OS lock on ``.<name>.lock`` beside the
+    folder (``io.FolderLock``, released when the run ends, fails or is interrupted:
+    ``releases_run`` on each loop, or the process's exit); a second training on the same
+    ``--out`` is refused at once with one line naming the holder.
+
+    Resume: a run killed at any moment (SIGKILL included) restarts from its latest
+    complete checkpoint and, on CPU with a fixed seed, ends bit-identical to an
+    uninterrupted run, because (1) checkpoints are written atomically with the optimizer
+    state (:func:`save_step`), (2) the batch of step ``s`` is a pure function of
+    ``(seed, s)`` (:class:`QuestionStream`), and (3) every random draw inside a step is
+    seeded by ``(seed, s)`` and the question's position in the step (:func:`step_seed`,
+    ``reader.mix_seed``), so it does not depend on how the step is split across processes
+    or micro-batches either."""
     check_train_config(cfg)
     # accelerate sets up a process group only for CUDA (or when told cpu=True): with
     # "auto" on a machine without CUDA every launched process would train alone

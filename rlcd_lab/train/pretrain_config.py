@@ -2,8 +2,7 @@
 the shipped base models (``SHIPPED``, ``resolved``).
 
 Standard library only, so ``rlcd-lab pretrain --help`` loads no torch; the loop
-(``rlcd_lab.train.pretrain``) imports these and re-exports them.
-"""
+(:mod:`rlcd_lab.train.pretrain`) imports them."""
 
 from __future__ import annotations
 
