@@ -6,36 +6,9 @@ A trajectory is ``tau = (r, a, d)``: a rationale ``r`` sampled on-policy up to t
 marker, an answer ``a ~ u(r)`` sampled from the readout (as GRPO and RFT do), then,
 after the written cue ``"\\nConfidence:"``, ONE token ``d`` sampled from the model's
 next-token distribution over its whole vocabulary: a digit 0..9 states ``c = (d + 0.5) /
-10``, anything else is a format failure (``reader.verbal.token_confidences``). Per step, for B
-questions with outcomes Y and M trajectories each:
-
-1. reward ``R_i = 1[a_i = Y] - (c_i - 1[a_i = Y])^2`` (:func:`rlcr_reward`; a format
-   failure gets the worst Brier term, -1). The Brier term is a strictly proper score of
-   ``c`` for the event "my answer is right", bounded in [-1, 0], so ``R`` lies in
-   [-1, 1]; for a fixed answer right with probability p, ``E R`` peaks at ``c = p``
-   (value ``p^2``, increasing in p: correctness still decides which answer to give);
-2. leave-one-out advantage ``A_i = R_i - mean_{j != i} R_j`` within the question's group
-   (RLOO; Kool et al. 2019, Ahmadian et al. 2024): no bias, so the expected gradient is
-   exactly that of ``E R`` (``policy_gradient_loss``; tested by enumeration);
-3. loss ``-(1/(B M)) sum_i sg(A_i) [log pi(r_i) + log u(r_i)[a_i] + log pi(d_i | r_i, a_i)]
-   / L`` with ``L = max_new_tokens + 2`` (a constant length normaliser, as GRPO's) plus
-   ``beta`` x the k3 estimate of ``KL(pi || pi_ref)`` on the rationale tokens
-   (``common.token_kl``).
-
-Format first. The bases never wrote a confidence: the tiny ones were pretrained on their
-teacher's text (``rlcd-lab pretrain``), SmolLM2 taught its format by SFT on text written
-by rule (``train teach``). The same here, without a teacher: the first ``format_steps``
-steps (part of ``steps``) are teacher-forced SFT on the model's OWN sampled rationale and
-answer followed by the digit of its own readout probability for that answer,
-``digit_bin(u(r)[a])``: loss ``-(1/(B M)) sum_i log pi(d*_i | r_i, a_i)``. The model
-learns to say what it reads out (as overconfident as its readout is); the RL steps then
-reward calibrating it. Every step logs the reward and format-failure rate of sampled
-confidences, so the format's learning is visible.
-
-The final eval dumps also hold the stated confidence (``evaluate.run_eval(...,
-stated=True)``: ``stated_logits`` beside the readout's ``logits``), so both are scored
-with the same metrics after temperature scaling.
-"""
+10``, anything else is a format failure (``reader.verbal.token_confidences``). Start at
+:func:`train` (the loss), :func:`rlcr_reward` and :func:`policy_gradient_loss`; the first
+``format_steps`` steps teach the format (:func:`digit_bin`)."""
 
 from __future__ import annotations
 
@@ -63,7 +36,16 @@ from rlcd_lab.train.common import (
 
 def digit_bin(p: Tensor) -> Tensor:
     """The digit whose bin holds probability ``p``: ``min(floor(10 p), 9)`` (long, same
-    shape); the format-learning target for a readout probability ``p``."""
+    shape); the format-learning target for a readout probability ``p``.
+
+    Format first: the bases never wrote a confidence (the tiny ones were pretrained on
+    their teacher's text, SmolLM2 taught its format by SFT on text written by rule), and
+    RLCR has no teacher. So its first ``format_steps`` steps (part of ``steps``) are
+    teacher-forced SFT on the model's OWN sampled rationale and answer followed by
+    ``digit_bin(u(r)[a])``: loss ``-(1/(B M)) sum_i log pi(d*_i | r_i, a_i)``. The model
+    learns to say what it reads out (as overconfident as its readout is); the RL steps
+    then reward calibrating it. Every step logs the reward and format-failure rate of
+    sampled confidences, so the format's learning is visible."""
     return (p * 10).floor().long().clamp(0, 9)
 
 
@@ -72,8 +54,9 @@ def rlcr_reward(correct: Tensor, c: Tensor) -> Tensor:
 
     ``correct``: 0/1 float, ``c``: stated confidence (NaN: unparsable, whose Brier term is
     the worst, -1), same shape; returns that shape (higher is better). The Brier term is
-    a strictly proper, bounded score of ``c`` for the event "the answer is right": see the
-    module docstring for why its expectation peaks at the true probability."""
+    a strictly proper, bounded score of ``c`` for the event "the answer is right": for a
+    fixed answer right with probability p, ``E R`` peaks at ``c = p`` (value ``p^2``,
+    increasing in p: correctness still decides which answer to give)."""
     brier = torch.where(c.isnan(), -1.0, -((c.nan_to_num(0.0) - correct) ** 2))
     return correct + brier
 
@@ -84,7 +67,8 @@ def policy_gradient_loss(reward: Tensor, logp: Tensor, norm: float) -> Tensor:
     ``reward (B, M)`` per trajectory (detached), ``logp (B M,)`` its log-probability with
     gradient (row-major: question, then trajectory), ``norm`` a constant. A loss (lower is
     better): its gradient is ``-(1/(B M norm)) sum_i A_i grad log pi(tau_i)``, in
-    expectation ``-grad E[R] / norm`` (the leave-one-out baseline adds no bias)."""
+    expectation ``-grad E[R] / norm`` (the leave-one-out baseline adds no bias: RLOO,
+    Kool et al. 2019, Ahmadian et al. 2024; tested by enumeration)."""
     adv = reward - leave_one_out_mean(reward)
     return -(adv.detach().reshape(-1) * logp).mean() / norm
 
@@ -104,7 +88,14 @@ def sample_tokens(logq: Tensor, seed: int, batch: Batch, m: int) -> Tensor:
 
 @releases_run
 def train(cfg: RLCRConfig) -> Path:
-    """Run (or resume) RLCR; returns the run directory."""
+    """Run (or resume) RLCR; returns the run directory. Per step, for B questions with
+    outcomes Y and M trajectories each: reward ``R_i`` (:func:`rlcr_reward`), leave-one-out
+    advantage within the question's group (:func:`policy_gradient_loss`), loss
+    ``-(1/(B M)) sum_i sg(A_i) [log pi(r_i) + log u(r_i)[a_i] + log pi(d_i | r_i, a_i)] / L``
+    with ``L = max_new_tokens + 2`` (a constant length normaliser, as GRPO's) plus ``beta``
+    x the k3 estimate of ``KL(pi || pi_ref)`` on the rationale tokens (``common.token_kl``).
+    The final eval dumps also hold the stated confidence (``evaluate.run_eval(...,
+    stated=True)``), scored with the same metrics as the readout."""
     if cfg.m < 2:
         raise ValueError(f"--m must be >= 2 for rlcr: its leave-one-out baseline; got {cfg.m}")
     s = setup(cfg, needs_ref=cfg.beta > 0)
