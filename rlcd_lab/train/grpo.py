@@ -1,22 +1,9 @@
-"""GRPO baseline: reward the correctness of a *sampled* answer, group-normalized.
-
-Per step, for B questions with outcomes Y and M rationales each (OpenJev-RLCD sec. 4,
-"GRPO+TS"; Shao et al. 2024, "DeepSeekMath", sec. 4.1):
-
-1. sample M rationales on-policy, then an answer ``a_i ~ u(r_i)`` (over the options);
-2. reward ``R_i = 1[a_i = Y]``; advantage ``A_i = (R_i - mean_j R_j) / (std_j R_j + 1e-4)``
-   within the group of M (``advantage="group-std"``; ``"group-mean"``, Dr. GRPO's, drops
-   the division by the standard deviation, ``"rloo"`` subtracts the other samples' mean:
-   ``estimators.group_advantages``);
-3. loss ``-(1/(B M)) sum_i sg(A_i) log pi(r_i, a_i | x) / L`` with ``L = max_new_tokens + 1``
-   (a constant length normaliser, as in Dr. GRPO) plus ``beta`` x the k3 estimate of
-   ``KL(pi || pi_ref)``: per rationale the mean over its tokens, then the mean over
-   rationales (``common.token_kl``).
+"""GRPO baseline: reward the correctness of a *sampled* answer, group-normalized
+(OpenJev-RLCD sec. 4, "GRPO+TS"; Shao et al. 2024, "DeepSeekMath", sec. 4.1).
 
 The readout is trained only through the sampled answer's log-probability, so its
 confidence is free to become extreme: the overconfidence that temperature scaling then
-has to undo (fitted T far above 1).
-"""
+has to undo (fitted T far above 1). Start at :func:`train` (the loss of a step)."""
 
 from __future__ import annotations
 
@@ -32,7 +19,20 @@ from rlcd_lab.train.common import rationale_stats, sample_answers, sample_batch,
 
 @releases_run
 def train(cfg: GRPOConfig) -> Path:
-    """Run (or resume) GRPO; returns the run directory."""
+    """Run (or resume) GRPO; returns the run directory.
+
+    Per step, for B questions with outcomes Y and M rationales each:
+
+    1. sample M rationales on-policy, then an answer ``a_i ~ u(r_i)`` (over the options);
+    2. reward ``R_i = 1[a_i = Y]``; advantage ``A_i = (R_i - mean_j R_j) / (std_j R_j +
+       1e-4)`` within the group of M (``advantage="group-std"``; ``"group-mean"``, Dr.
+       GRPO's, drops the division by the standard deviation, ``"rloo"`` subtracts the
+       other samples' mean: ``estimators.group_advantages``);
+    3. loss ``-(1/(B M)) sum_i sg(A_i) log pi(r_i, a_i | x) / L`` with ``L =
+       max_new_tokens + 1`` (a constant length normaliser, as in Dr. GRPO) plus ``beta``
+       x the k3 estimate of ``KL(pi || pi_ref)``: per rationale the mean over its tokens,
+       then the mean over rationales (``common.token_kl``).
+    """
     s = setup(cfg, needs_ref=cfg.beta > 0)
     m = cfg.m
     for step in (bar := s.steps("grpo")):

@@ -1,29 +1,13 @@
 """The RLCD family in one loop: calibrate (stage 1), reinforce (stage 2), end-to-end, mixture.
 
-Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
-
-1. sample M rationales per question on-policy, without gradient;
-2. the scoring pass with gradient gives each rationale's readout ``u`` and ``log pi(r|x)``;
-3. the reward of rationale i is the proper score ``R_i = J(u_i, Y)`` of the trained
-   model's own readout, plus the KL shaping term ``-beta (log pi_theta(r_i) - log pi_ref(r_i))``;
-   ``outcome_reward=False`` drops ``R_i`` from the score-function term and keeps the
-   pathwise term (the readout is still trained): the paper's "anchor only" control;
-   ``ace > 0`` penalises overconfident errors harder (``estimators.ace_advantages``);
-4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight`` x the
-   leave-one-out score-function term (``rlcd_lab.estimators``), a mean over questions;
-   AdamW, clipping. Each process takes its share of the B questions in ``grad_accum``
-   micro-batches (``Session.micro_batches``); their gradients add up to the batch's.
-
 The methods differ only in their settings (``METHODS``, defined with the configs in
-``rlcd_lab.methods.configs``):
-
-* ``calibrate``: ``sf_weight = 0``: pathwise only; rationales are on-policy latents.
-* ``reinforce``: from the stage-1 checkpoint; ``sf_weight = 0.3``, ``beta = 0.04``, KL
-  anchored at the stage-1 model.
-* ``endtoend``: ``sf_weight = 1`` from the base model; ``beta = 0`` shows System-One
-  collapse, ``beta > 0`` prevents it; a sweep of ``sf_weight`` shows gradient dilution.
-* ``mixture``: the lambda objective ``(1 - lam) E_r J + lam J(p, q)`` (``lam = 1``: group).
-"""
+:mod:`rlcd_lab.methods.configs`): ``calibrate`` trains pathwise only (``sf_weight = 0``;
+rationales are on-policy latents); ``reinforce`` continues from the stage-1 checkpoint
+with the score-function term, KL-anchored at the stage-1 model; ``endtoend``
+(``sf_weight = 1`` from the base model) shows System-One collapse at ``beta = 0`` (``beta >
+0`` prevents it) and gradient dilution along a sweep of ``sf_weight``; ``mixture`` is the
+lambda objective ``(1 - lam) E_r J + lam J(p, q)`` (``lam = 1``: group). Start at
+:func:`train` (the step of OpenJev-RLCD Algorithm 1)."""
 
 from __future__ import annotations
 
@@ -45,7 +29,25 @@ __all__ = [
 
 @releases_run
 def train(cfg: RLCDConfig) -> Path:
-    """Run (or resume) one RLCD-family training run; returns the run directory."""
+    """Run (or resume) one RLCD-family training run; returns the run directory.
+
+    Per step (OpenJev-RLCD Algorithm 1), for B questions with outcomes Y:
+
+    1. sample M rationales per question on-policy, without gradient;
+    2. the scoring pass with gradient gives each rationale's readout ``u`` and
+       ``log pi(r|x)``;
+    3. the reward of rationale i is the proper score ``R_i = J(u_i, Y)`` of the trained
+       model's own readout, plus the KL shaping term ``-beta (log pi_theta(r_i) - log
+       pi_ref(r_i))``; ``outcome_reward=False`` drops ``R_i`` from the score-function term
+       and keeps the pathwise term (the readout is still trained): the paper's "anchor
+       only" control; ``ace > 0`` penalises overconfident errors harder
+       (``estimators.ace_advantages``);
+    4. loss = pathwise ``-(1/M) sum R_i`` (or the lambda/mixture estimate) + ``sf_weight``
+       x the leave-one-out score-function term (``rlcd_lab.estimators``), a mean over
+       questions; AdamW, clipping. Each process takes its share of the B questions in
+       ``grad_accum`` micro-batches (``Session.micro_batches``); their gradients add up
+       to the batch's.
+    """
     # the KL shaping reward only reaches the loss through the score-function term
     needs_ref = (cfg.beta > 0 or cfg.ace > 0) and cfg.sf_weight > 0
     s = setup(cfg, needs_ref=needs_ref)
