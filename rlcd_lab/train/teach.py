@@ -2,16 +2,8 @@
 forced SFT on worked rationales written by rule (``rlcd_lab.tasks.worked``), as the tiny
 bases learn theirs from their task's teacher (``rlcd-lab pretrain``).
 
-Per step, for B training questions with worked rationales ``r*``: the model's text after
-the prompt is ``r* + "\\n" + marker`` in place of a sampled rationale
-(``reader.written_sampler``, read exactly as the model's own text would be), and
-
-    loss = - sum_i [ log pi(r*_i, marker | x_i) + log u(r*_i)[y_i] ] / sum_i (|r*_i| + 1)
-
-the token-mean negative log-likelihood of the rationale with its marker and of the gold
-option under the readout (``score_rationales``). Evaluation then samples the model's own
-rationales, as for every other method.
-"""
+Start at :func:`train` (the loss); :func:`worked_rationales` gives each question's
+rationale. Evaluation then samples the model's own rationales, as for every other method."""
 
 from __future__ import annotations
 
@@ -43,7 +35,17 @@ def worked_rationales(cfg: TeachConfig, items) -> list[str]:
 
 @releases_run
 def train(cfg: TeachConfig) -> Path:
-    """Run (or resume) teach; returns the run directory."""
+    """Run (or resume) teach; returns the run directory.
+
+    Per step, for B training questions with worked rationales ``r*``: the model's text
+    after the prompt is ``r* + "\\n" + marker`` in place of a sampled rationale
+    (``reader.written_sampler``, read exactly as the model's own text would be), and
+
+        loss = - sum_i [ log pi(r*_i, marker | x_i) + log u(r*_i)[y_i] ] / sum_i (|r*_i| + 1)
+
+    the token-mean negative log-likelihood of the rationale with its marker and of the
+    gold option under the readout (``score_rationales``).
+    """
     s = setup(cfg, needs_ref=False)
     marker, sep = s.meta["marker"], s.meta["sep"]
     items = s.stream.items

@@ -1,18 +1,11 @@
 """An optional vLLM sampler for the training loops (``--sampler vllm``, CUDA only).
 
-vLLM draws the rationales (a ``sampling.Sampler``); everything after the draw is the
-same as with ``reader.hf_sampler``: the marker is matched on decoded text, and the readout
-and ``log pi(r | x)`` are recomputed by the trained model (``score_rationales``), so the
-estimator is exact whatever engine sampled. The engine runs in the training process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as TRL's colocate mode does) on a share of the same
-GPU, and gets the trained weights after every optimizer step (``sync``; LoRA adapters are
-merged for the copy). Each rationale is drawn with its own seed (``row_seeds``), but
-vLLM's random streams are not ``GumbelSampler``'s: the tokens differ from the HF path's,
-their distribution does not. vLLM reports no log-probabilities here (``token_lp`` is
-NaN); nothing in training reads them.
+vLLM draws the rationales (:class:`VLLMSampler`, a ``sampling.Sampler``); everything after
+the draw is the same as with ``reader.hf_sampler``: the marker is matched on decoded text,
+and the readout and ``log pi(r | x)`` are recomputed by the trained model
+(``score_rationales``), so the estimator is exact whatever engine sampled.
 
-Install with ``pip install 'rlcd_lab[vllm]'``.
-"""
+Install with ``pip install 'rlcd_lab[vllm]'``."""
 
 from __future__ import annotations
 
@@ -49,7 +42,15 @@ def hf_weights(model: PreTrainedModel) -> list[tuple[str, Tensor]]:
 
 class VLLMSampler:
     """A ``sampling.Sampler`` on a vLLM engine built from ``cfg.init`` at the first call
-    (``should_stop`` is asked once, before the draw: vLLM draws a batch in one call)."""
+    (``should_stop`` is asked once, before the draw: vLLM draws a batch in one call).
+
+    The engine runs in the training process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as TRL's
+    colocate mode does) on a share of the same GPU, and gets the trained weights after
+    every optimizer step (``sync``; LoRA adapters are merged for the copy). Each rationale
+    is drawn with its own seed (``row_seeds``), but vLLM's random streams are not
+    ``GumbelSampler``'s: the tokens differ from the HF path's, their distribution does not.
+    vLLM reports no log-probabilities here (``token_lp`` is NaN); nothing in training reads
+    them."""
 
     def __init__(self, cfg: TrainConfig, gpu_memory_utilization: float = 0.3):
         self.cfg, self.memory = cfg, gpu_memory_utilization
