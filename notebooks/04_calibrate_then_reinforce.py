@@ -91,18 +91,24 @@ EPS = 0.05
 print(f"SCALE = {SCALE}: {SIZES}")
 
 
-def run_name(info):
+def run_name(info, method_of):
     """The reproduction's name of a run (``report.label`` shows it), chosen from its
-    config: method, settings, and whether it continues another shipped run."""
-    m, forked = info["method"], info["parent"] is not None
+    config: method, settings, and which shipped run it continues (``method_of``: each
+    run's method by name)."""
+    m, parent = info["method"], method_of.get(info["parent"])
+    forked = parent is not None
     if m == "reinforce":
         if info["outcome_reward"] is False:  # the score-function term gets the KL reward only
             return "anchor-only"
         return "reinforce"
-    if m == "calibrate":
+    if m == "calibrate":  # stage 1 continued: after GRPO (outcome RL first), or a fork
+        if parent == "grpo":
+            return methods.GRPO_STAGE1
         return "readout-only" if forked else "calibrate"
     if m == "grpo":
-        return "grpo-cont" if forked else "grpo"
+        if forked:
+            return "grpo-cont"
+        return "drgrpo" if info["advantage"] == "group-mean" else "grpo"
     if m == "rft":
         return "rft-kl" if info["beta"] else "rft"
     if m == "endtoend":  # Table 4: one run per score-function weight; Figure 1 without KL
@@ -117,13 +123,12 @@ def run_name(info):
 
 # %%
 infos = tutorial.discover_runs(assets.shipped_runs(), task="verify")
+method_of = {info["name"]: info["method"] for info in infos}
 for info in infos:
-    info["run"] = run_name(info)
-budgets = defaultdict(set)  # a baseline also shipped at a larger budget: "(matched budget)"
-for info in infos:
-    budgets[info["run"]].add(info["steps"])
-for info in infos:
-    if info["parent"] is None and info["steps"] > min(budgets[info["run"]]):
+    info["run"] = run_name(info, method_of)
+stage1 = min(i["steps"] for i in infos if i["run"] == "calibrate")
+for info in infos:  # a baseline trained from the base for longer than stage 1: RLCD's budget
+    if info["parent"] is None and info["run"] != "base" and info["steps"] > stage1:
         info["run"] += methods.MATCHED
     info["label"] = report.label(info["run"])
     info["result"] = results.load_run(info["path"], eps=EPS)

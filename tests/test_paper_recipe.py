@@ -51,8 +51,11 @@ def test_the_gpu_recipe_runs_end_to_end_at_toy_size(tmp_path):
     for name in RUNS:
         cfg = json.loads(rundir.config_file(seed / name).read_text())
         assert rundir.has_final(seed / name), name
-        assert (cfg["lr"], cfg["batch_size"], cfg["m"], cfg["lora_r"]) == (2e-6, 8, 4, 0)
-        assert (cfg["bf16"], cfg["max_new_tokens"]) == (True, 256)
+        assert (cfg["lr"], cfg["batch_size"], cfg["lora_r"], cfg["bf16"]) == (2e-6, 8, 0, True)
+        if name != "sft-matched":  # SFT answers directly: no rationales to sample
+            assert (cfg["m"], cfg["max_new_tokens"]) == (4, 256)
+        else:
+            assert "m" not in cfg and "max_new_tokens" not in cfg
         assert cfg["steps"] == (4 if name.endswith("-matched") else 2), name
         if name != "calibrate" and name != "sft-matched":
             assert cfg["beta"] == 0.04, name  # every RL run anchored by KL, as Algorithm 1

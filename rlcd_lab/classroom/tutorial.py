@@ -176,6 +176,7 @@ def adam_signal_step(
 # ---------------------------------------------------------------------- shipped runs
 CONFIG_KEYS = (
     "method",
+    "advantage",
     "task",
     "seed",
     "init",
