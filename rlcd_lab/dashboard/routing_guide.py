@@ -50,7 +50,7 @@ def first_view_note(root: str | Path = ASSETS) -> str:
         f"**What you are looking at:** decide-or-escalate on the cached test dumps of "
         f"`{FIRST_VIEW}` (the tiny verify-mixed task): two-stage RLCD (`reinforce`) against "
         f"GRPO, RFT and SFT, each temperature-scaled on dev. Here {here}, but most of "
-        "that edge is knowing which sums are long (they slip more): over three seeds, GRPO "
+        "that edge is knowing which sums are long (they slip more): over its ten seeds, GRPO "
         "recalibrated on dev by a calibrator that sees the sum's length ranks about as well "
         "(docs/results.md, post-hoc baselines). Move t to trade automatic decisions for "
         "escalations."
