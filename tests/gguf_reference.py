@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from rlcd_lab.lm.checkpoint import file_sha256
 from rlcd_lab.lm.pretrained import MODELS, gguf_path
 
 REFERENCE = Path(__file__).parent / "fixtures" / "gguf_reference.json"
@@ -40,15 +41,6 @@ VOLATILE = (
 """Config keys left out of the comparison: how and where a model was loaded or saved from
 (``architectures`` is written by saving; the class is compared on its own), not what it
 computes."""
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of the file at ``path`` (hex)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def tensor_digests(model: torch.nn.Module) -> dict[str, str]:

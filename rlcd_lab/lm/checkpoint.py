@@ -256,7 +256,8 @@ def _manifest_files(path: Path) -> list[str]:
     )
 
 
-def _sha256(file: Path) -> str:
+def file_sha256(file: Path) -> str:
+    """The SHA-256 of the file at ``file`` (hex), read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(file, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -271,7 +272,7 @@ def write_checksums(path: str | os.PathLike) -> Path:
     ``CHECKSUM_VERSION``. ``save_checkpoint`` calls it; after changing a file on purpose,
     ``rlcd-lab checksums DIR --force`` does. Returns the file."""
     path = Path(path)
-    digests = {name: _sha256(path / name) for name in _manifest_files(path)}
+    digests = {name: file_sha256(path / name) for name in _manifest_files(path)}
     body = {"algorithm": "sha256", "version": CHECKSUM_VERSION, "files": digests}
     return atomic_write_text(path / CHECKSUMS, json.dumps(body, indent=2, sort_keys=True))
 
@@ -328,7 +329,7 @@ def verify_checksums(path: str | os.PathLike) -> bool:
             raise CheckpointMissingError(
                 f"checkpoint {path} is incomplete: missing {name} (listed in {CHECKSUMS})"
             )
-        got = _sha256(path / name)
+        got = file_sha256(path / name)
         if got != want.lower():
             raise CheckpointError(
                 f"{path / name}: sha256 {got[:12]}... differs from {want[:12]}... in "
