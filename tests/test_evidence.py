@@ -181,6 +181,26 @@ def test_every_claim_cell_has_its_seed_test_mde_and_five_draws(task):
             assert diff["seeds"]["diffs"] == pytest.approx(per_seed, abs=1e-9)
 
 
+def test_headline_cells_name_how_many_seeds_each_test_rests_on():
+    """Each README headline cell names the number of seeds its paired test shares (the
+    runs' common seeds), which differs between tasks (ten on verify-mixed, three on most)."""
+    table = (
+        (REPO / "README.md")
+        .read_text()
+        .split("<!-- headline:begin")[1]
+        .split("<!-- headline:end")[0]
+    )
+    tasks = table.splitlines()[1].split(" | ")[1:]
+    tasks = [t.split(" (")[0] for t in tasks]
+    for line in table.splitlines()[3:]:
+        for task, cell in zip(tasks, line.split(" | ")[1:], strict=True):
+            if cell.strip(" |") == "-":
+                continue
+            summary = json.loads((RESULTS / task / "summary.json").read_text())
+            seeds = {len(_run_seeds(summary, r)) for r in ("reinforce", "grpo-matched")}
+            assert f"{min(seeds)} seeds: t p = " in cell, (task, cell)
+
+
 def _run_seeds(summary: dict, run: str) -> list[int]:
     """The seeds a run of a summary was trained at (all the summary's unless listed)."""
     return summary["runs"][run].get("seeds", summary["seeds"])

@@ -105,12 +105,12 @@ def fmt_diff(d: Mapping[str, float]) -> str:
 def fmt_seeds(d: Mapping, short: bool = False) -> str:
     """The test across training seeds and the minimal detectable effect of a paired entry
     (``rlcd_lab.reports.results``): ``seeds -0.037 / -0.005 / -0.059: t p = 0.16, sign-flip
-    p = 0.25; MDE 0.054`` (``short``: ``seeds t p = 0.16; MDE 0.054``). ``t p`` is "-" where
+    p = 0.25; MDE 0.054`` (``short``: ``3 seeds: t p = 0.16; MDE 0.054``). ``t p`` is "-" where
     the per-seed differences have no spread (one seed, or all equal)."""
     s = d["seeds"]
     t = "-" if s.get("p_t") is None else _p(s["p_t"])
     mde = f"; MDE {d['mde']:.3f}" if d.get("mde") is not None else ""
     if short:
-        return f"seeds t p = {t}{mde}"
+        return f"{len(s['diffs'])} seeds: t p = {t}{mde}"
     diffs = " / ".join(f"{x:+.3f}" for x in s["diffs"])
     return f"seeds {diffs}: t p = {t}, sign-flip p = {_p(s['p_sign'])}{mde}"
