@@ -1,7 +1,9 @@
 """How long the paper's own setup (examples/paper_gpu.sh) would take on one H100 or H200:
 an estimate from the model's shape and the recipe, not a measurement (no GPU was used).
 
-    python benchmarks/gpu_estimate.py [--config DIR/config.json] [--mfu 0.35] ...
+    python benchmarks/gpu_estimate.py [--model qwen3-1.7b|smollm2-135m] [--mfu 0.35] ...
+    python benchmarks/gpu_estimate.py --model smollm2-135m --steps 100 --prompt 120 \
+        --rationale 40 --dev-items 105 --test-items 209     # the rung (--scale rung)
 
 The work, per training step of 8 questions x 4 rationales (prompt ``P`` tokens, rationale
 ``R`` tokens on average): sampling (the 8 prompts' prefill, compute-bound; then ``R``
@@ -11,7 +13,8 @@ anchor's forward on the ``8 P + 32 R`` tokens of the packed batch (each prompt o
 compute-bound at ``--mfu`` of the bf16 peak; AdamW reading and writing its float32 state.
 Evaluation: dev (100 items, for T) and test items, one rationale each, decoded in calls of
 64 questions. SFT steps are one forward and backward over the prompts. Default model:
-Qwen3-1.7B's published shape.
+Qwen3-1.7B's published shape; ``smollm2-135m`` the rung's model (SmolLM2-135M-Instruct's
+published shape).
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ QWEN3_1_7B = dict(
     num_hidden_layers=28, hidden_size=2048, intermediate_size=6144, num_attention_heads=16,
     num_key_value_heads=8, head_dim=128, vocab_size=151936,
 )  # fmt: skip
+SMOLLM2_135M = dict(
+    num_hidden_layers=30, hidden_size=576, intermediate_size=1536, num_attention_heads=9,
+    num_key_value_heads=3, head_dim=64, vocab_size=49152,
+)  # fmt: skip
+MODELS = {"qwen3-1.7b": QWEN3_1_7B, "smollm2-135m": SMOLLM2_135M}
 
 
 @dataclass(frozen=True)
@@ -152,17 +160,34 @@ def estimate(shape: Shape, r: Recipe, gpu, mfu: float) -> dict[str, float]:
             "total": r.seeds * sum(runs.values())}  # fmt: skip
 
 
-def main() -> None:
+def fmt_seconds(key: str, seconds: float) -> str:
+    """A cell of the table: a step's parts in seconds, a run under an hour in minutes,
+    else hours."""
+    if key.startswith("step"):
+        return f"{seconds:.2f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path, help="a model's config.json (default Qwen3-1.7B)")
+    ap.add_argument("--config", type=Path, help="a model's config.json (instead of --model)")
+    ap.add_argument("--model", choices=sorted(MODELS), default="qwen3-1.7b")
     ap.add_argument("--mfu", type=float, default=0.35, help="share of the peak reached")
     ap.add_argument("--prompt", type=int, default=Recipe.prompt)
     ap.add_argument("--rationale", type=int, default=Recipe.rationale)
     ap.add_argument("--overhead-ms", type=float, default=1000 * Recipe.overhead)
-    args = ap.parse_args()
-    cfg = json.loads(args.config.read_text()) if args.config else QWEN3_1_7B
+    ap.add_argument("--steps", type=int, default=Recipe.steps, help="steps per stage")
+    ap.add_argument("--dev-items", type=int, default=Recipe.dev_items)
+    ap.add_argument("--test-items", type=int, default=Recipe.test_items)
+    ap.add_argument("--seeds", type=int, default=Recipe.seeds)
+    args = ap.parse_args(argv)
+    cfg = json.loads(args.config.read_text()) if args.config else MODELS[args.model]
     shape = Shape.from_config(cfg)
-    r = Recipe(prompt=args.prompt, rationale=args.rationale, overhead=args.overhead_ms / 1000)
+    r = Recipe(
+        steps=args.steps, prompt=args.prompt, rationale=args.rationale,
+        dev_items=args.dev_items, test_items=args.test_items, seeds=args.seeds,
+        overhead=args.overhead_ms / 1000,
+    )  # fmt: skip
     n = shape.params()
     print(f"model: {n / 1e9:.2f} B parameters; recipe: {r.steps} steps per stage, "
           f"{r.questions} x {r.m}, prompt {r.prompt} + rationale {r.rationale} tokens, "
@@ -175,8 +200,7 @@ def main() -> None:
     print("| " + " | ".join(["GPU", *keys]) + " |")
     print("|" + "---|" * (len(keys) + 1))
     for gpu, est in rows.items():
-        cells = [f"{v:.2f} s" if k.startswith("step") else f"{v / 3600:.1f} h"
-                 for k, v in est.items()]  # fmt: skip
+        cells = [fmt_seconds(k, v) for k, v in est.items()]
         print("| " + " | ".join([gpu, *cells]) + " |")
     print("An estimate from the model's shape (no GPU was measured).")
 

@@ -801,7 +801,7 @@ def run_warnings(root: Path) -> list[str]:
     ``final/rlcd.json`` (``metrics.warnings``, :func:`rlcd_lab.evaluate.eval_warnings`, as
     ``rlcd-lab train`` prints them)."""
     out = []
-    for run in _runs(root):
+    for run in rundir.reproduction_folders(root):
         if rundir.has_final(run):
             meta = json.loads((rundir.final_dir(run) / rundir.META_FILE).read_text())
             for text in (meta.get("metrics") or {}).get("warnings") or ():
@@ -826,11 +826,6 @@ def _relocated(value: object, old: str, new: str) -> object:
     if isinstance(value, str) and (value == old or value.startswith(old + "/")):
         return new + value[len(old) :]
     return value
-
-
-def _runs(root: Path) -> list[Path]:
-    """Every run folder of the reproduction ``root`` (``OUT/<task>``), tuning runs too, sorted."""
-    return sorted([*root.glob("seed-*/*"), *root.glob(f"{rundir.TUNE}/lr-*/*/seed-*/*")])
 
 
 def _main_seed(run: Path, src: Path) -> bool:
@@ -892,8 +887,15 @@ def save_ended(src: Path, dst: Path, weights: tuple[str, ...] = ("reinforce",)) 
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
         raise ValueError(f"{src}: no reproduction there (check --out and --task)")
-    ended = [run for run in _runs(src) if rundir.has_final(run) or rundir.done_file(run).exists()]
-    lost = sorted({r.relative_to(dst) for r in _runs(dst)} - {r.relative_to(src) for r in ended})
+    ended = [
+        run
+        for run in rundir.reproduction_folders(src)
+        if rundir.has_final(run) or rundir.done_file(run).exists()
+    ]
+    lost = sorted(
+        {r.relative_to(dst) for r in rundir.reproduction_folders(dst)}
+        - {r.relative_to(src) for r in ended}
+    )
     waited_on = {run for run in ended if run.name == "calibrate"
                  and not rundir.has_final(run.with_name("reinforce"))}  # fmt: skip
     if lost:
@@ -935,7 +937,7 @@ def ship(src: Path, dst: Path, weights: tuple[str, ...] = (), out: str | None = 
 
     src, dst = Path(src), Path(dst)
     shutil.rmtree(dst, ignore_errors=True)
-    for run in _runs(src):
+    for run in rundir.reproduction_folders(src):
         to = dst / run.relative_to(src)
         _copy_run(run, to, None if out is None else (str(src.parent), out))
         if _main_seed(run, src) and run.name in weights:

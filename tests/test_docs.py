@@ -489,6 +489,39 @@ def test_the_shipped_rung_meets_the_fair_budget_at_its_tuned_learning_rates():
     assert f"SFT's three values lie within {spread:.4f} of 0.5" in text
 
 
+def test_the_rungs_rebuild_commands_plan_every_shipped_run_with_its_recorded_config(monkeypatch):
+    """docs/results.md's commands that rebuild the rung's adapters: each parsed as the
+    command line parses it and planned (``reproduce.plan``; whether the task carries ``q``
+    read from a shipped dump, so no data file is needed), together they plan every
+    shipped trained run (a run folder with a training log), each once and with no setting
+    that differs from its shipped ``config.json`` (``rundir.config_diff``: learning rate,
+    steps, seed, init, budget and the rest)."""
+    from rlcd_lab import reproduce
+    from rlcd_lab.cli import parse
+    from rlcd_lab.files.io import read_jsonl
+    from rlcd_lab.files.rundir import config_diff, eval_path, log_path, read_config
+
+    text = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    start = text.index("Every other trained run's final adapter is rebuilt")
+    block = re.search(r"```bash\n(.*?)```", text[start:], re.S).group(1)
+    commands = [c.split()[1:] for c in block.replace("\\\n", " ").splitlines()]
+    assert len(commands) == 2 and all(c[0] == "reproduce" for c in commands)
+    has_q = read_jsonl(eval_path(FAIR / "seed-17" / "base", "test"))[0]["q"] is not None
+    monkeypatch.setattr(reproduce, "aleatoric", lambda task: has_q)
+    planned: dict[tuple[int, str], list] = {}
+    for argv in commands:
+        for job in sum(reproduce.plan(parse(argv)), []):
+            assert job.train is not None, f"{job.name}: an evaluation, not a rebuild"
+            planned.setdefault((job.seed, job.name), []).append(job.train)
+    shipped = {(int(r.parent.name.removeprefix("seed-")), r.name): r
+               for r in FAIR.glob("seed-*/*") if log_path(r).exists()}  # fmt: skip
+    assert {name for _, name in shipped} == set(TUNED)  # rlcr-stated is a view of rlcr
+    for key, run in sorted(shipped.items()):
+        assert key in planned, f"shipped run {key} is rebuilt by no documented command"
+        (cfg,) = planned[key]
+        assert config_diff(read_config(run), cfg) == [], key
+
+
 def test_the_fair_tests_stage_2_kl_is_quoted_as_its_logs_hold_it():
     """docs/results.md's KL figures for the fair test's stage 2: each seed's largest
     logged estimate, how many of the 300 logged steps went past a nat, and that every

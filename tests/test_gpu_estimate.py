@@ -42,3 +42,35 @@ def test_the_training_passes_are_four_forwards_of_the_packed_batch():
     tokens = 1 * 2 + 2 * 2  # each prompt once, then its rationales
     assert parts["passes"] == pytest.approx(4 * tokens * TOY.token_flops(2 + 1) / 100.0)
     assert parts["optimizer"] == pytest.approx(32 * 44 / 1e12)
+
+
+def test_the_performance_page_quotes_the_estimators_output_for_the_rung(capsys):
+    """docs/performance.md's GPU estimate of the rung is the script's output for the
+    command it shows, and its reading is that output's arithmetic: a step's sampling time,
+    the share of it that is the assumed launches (one per decoding step), and ten seeds of
+    the base evaluation, two-stage RLCD and GRPO on the H100."""
+    import re
+
+    text = (PATH.parents[1] / "docs" / "performance.md").read_text(encoding="utf-8")
+    shown = re.search(r"```bash\n(python benchmarks/gpu_estimate\.py .*?)\n```\n\n```\n(.*?)```",
+                      text, re.S)  # fmt: skip
+    assert shown, "docs/performance.md shows no gpu_estimate.py command and output"
+    argv = shown.group(1).replace("\\\n", " ").split()[2:]
+    est.main(argv)
+    assert capsys.readouterr().out == shown.group(2)
+    opts = dict(zip(argv[::2], argv[1::2], strict=True))
+    r = est.Recipe(
+        steps=int(opts["--steps"]), prompt=int(opts["--prompt"]),
+        rationale=int(opts["--rationale"]), dev_items=int(opts["--dev-items"]),
+        test_items=int(opts["--test-items"]),
+    )  # fmt: skip
+    shape = est.Shape.from_config(est.MODELS[opts["--model"]])
+    h100 = est.estimate(shape, r, est.GPUS["H100 SXM 80GB"], 0.35)
+    ten = 10 * sum(h100[k] for k in ("base", "calibrate", "reinforce", "grpo")) / 60
+    reading = " ".join(text.split())
+    assert (
+        f"Of a step's {h100['step sample'] + h100['step passes'] + h100['step optimizer']:.2f} s "
+        f"on the H100, {r.rationale * r.overhead:.2f} s is the {r.rationale} decoding steps' "
+        "assumed launches"
+    ) in reading
+    assert f"take about {ten:.0f} min on one H100" in reading

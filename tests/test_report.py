@@ -18,6 +18,7 @@ from rlcd_lab.reports.report import (
     HEADLINE,
     findings_table,
     judge,
+    logged_hours_table,
     sweep_table,
     timing_table,
     update_readme,
@@ -486,10 +487,14 @@ def test_the_performance_page_quotes_the_wall_times_the_reproductions_ship(tmp_p
         (tmp_path / task / "timing.json").write_text(
             json.dumps({"wall_s": wall, "jobs": jobs, "runs": rows})
         )
+    for run, steps in (("seed-1/a", [3600.0, 1800.0]), ("tune/lr-0.1/a-task/seed-1/b", [720.0])):
+        (tmp_path / "a-task" / run).mkdir(parents=True)
+        log = "".join(json.dumps({"step": i, "time_step": t}) + "\n" for i, t in enumerate(steps))
+        (tmp_path / "a-task" / run / "log.jsonl").write_text(log)
     (tmp_path / "no-timing").mkdir()
-    assert timing_table(tmp_path).splitlines()[2:] == [
-        "| `a-task` | 2 | 2 | 30.0 min (the last invocation; 1 of its runs had finished in "
-        "earlier ones) |",
+    assert timing_table(tmp_path).splitlines()[2:] == [  # it ran in pieces: 1.5 h + 0.2 h logged
+        "| `a-task` | 2 | 2 | ran in pieces (1 of its runs had finished before the invocation "
+        "`timing.json` times): 1.7 h of training steps in its runs' logs |",
         "| `b-task` | 1 | 1 | 1.5 min |",
     ]
     page = REPO / "docs" / "performance.md"
@@ -500,6 +505,80 @@ def test_the_performance_page_quotes_the_wall_times_the_reproductions_ship(tmp_p
     rows = [r for r in page.read_text(encoding="utf-8").splitlines() if "`rlcd-lab reproduce`" in r]
     quoted = {m for r in rows if "tiny" in r for m in re.findall(r"\d+\.\d+ min", r)}
     assert not quoted, f"reproduction wall times quoted beside the shipped ones: {quoted}"
+
+
+def test_the_logged_hours_table_sums_each_runs_step_times_by_seed_and_tuning(tmp_path):
+    """Fabricated logs: a seed's run is its ``time_step`` summed, the tuning runs are
+    summed over the grid, a seed without a run is a blank cell, folders without a log
+    are left out; rows by seed number, then tuning and the total, each with its sum."""
+    logs = {  # run folder -> step times (s)
+        "seed-9/calibrate": [1800.0, 1800.0],
+        "seed-9/grpo-matched": [360.0],
+        "seed-10/calibrate": [900.0],
+        "tune/lr-0.1/t/seed-9/calibrate": [180.0],
+        "tune/lr-0.2/t/seed-9/calibrate": [540.0],
+    }
+    for run, steps in logs.items():
+        (tmp_path / run).mkdir(parents=True)
+        rows = [{"step": i, "time_step": t} for i, t in enumerate(steps)]
+        (tmp_path / run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "seed-9" / "base").mkdir()  # an evaluation, no log
+    assert logged_hours_table(tmp_path).splitlines() == [
+        "| hours | `grpo-matched` | `calibrate` | all |",
+        "|---|---|---|---|",
+        "| seed-9 | 0.10 | 1.00 | 1.10 |",
+        "| seed-10 |  | 0.25 | 0.25 |",
+        "| tuning (every value of the grid) |  | 0.20 | 0.20 |",
+        "| total | 0.10 | 1.45 | 1.55 |",
+    ]
+
+
+def test_the_performance_page_gives_the_rungs_hours_its_shipped_logs_hold():
+    """docs/performance.md's table of the rung's training hours is the generator's output
+    for the shipped reproduction, and its cells and totals are the logs' ``time_step``
+    sums, read here straight from the packed files."""
+    import lzma
+    from collections import defaultdict
+
+    fair = ASSETS / "results" / "basic-skills-arithmetic-verify-pairs"
+    shipped = block("hours-rung", REPO / "docs" / "performance.md")
+    assert shipped == logged_hours_table(fair)
+    hours: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for log in fair.rglob("log.jsonl.xz"):
+        run = log.parent
+        where = "tuning" if "tune" in run.relative_to(fair).parts else run.parent.name
+        with lzma.open(log, "rt", encoding="utf-8") as f:
+            hours[where][run.name] += sum(json.loads(line)["time_step"] for line in f) / 3600
+    rows = {r.split(" | ")[0].removeprefix("| "): r for r in shipped.splitlines()[2:]}
+    for where, by_run in hours.items():
+        row = rows["tuning (every value of the grid)" if where == "tuning" else where]
+        assert row.endswith(f" | {sum(by_run.values()):.2f} |"), row
+        for run, h in by_run.items():
+            col = shipped.splitlines()[0].split(" | ").index(f"`{run}`")
+            assert row.split(" | ")[col] == f"{h:.2f}", (where, run)
+    total = sum(h for by_run in hours.values() for h in by_run.values())
+    assert rows["total"].endswith(f" | {total:.2f} |")
+    assert f"{total:.1f} h of training steps in its runs' logs" in block(
+        "timing-shipped", REPO / "docs" / "performance.md"
+    )
+
+
+def test_the_performance_page_gives_rlcds_and_grpos_pace_from_the_shipped_logs():
+    """The sentence under the rung's hours: the mean over the shipped seeds of two-stage
+    RLCD's (stage 1 + stage 2) and GRPO-matched's hours, and ten seeds of both at that pace."""
+    from rlcd_lab.reports.report import logged_hours
+
+    hours = logged_hours(ASSETS / "results" / "basic-skills-arithmetic-verify-pairs")
+    seeds = sorted(hours["reinforce"].keys() - {"tune"})
+    rlcd = np.mean([hours["calibrate"][s] + hours["reinforce"][s] for s in seeds])
+    grpo = np.mean([hours["grpo-matched"][s] for s in seeds])
+    text = " ".join((REPO / "docs" / "performance.md").read_text(encoding="utf-8").split())
+    assert (
+        f"Two-stage RLCD (stage 1 and stage 2) took {rlcd:.2f} h and GRPO-matched {grpo:.2f} h "
+        f"of training steps a seed, the mean over the shipped seeds: at that pace ten seeds of "
+        f"the two come to {10 * (rlcd + grpo):.1f} core-hours of training steps"
+    ) in text
+    assert f"against the {10 * (rlcd + grpo):.1f} core-hours of training steps above" in text
 
 
 def test_the_wall_time_line_says_when_a_reproduction_ran_in_pieces(tmp_path):

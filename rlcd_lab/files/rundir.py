@@ -169,6 +169,14 @@ def seed_dir(root: str | Path, seed: int) -> Path:
     return Path(root) / f"seed-{seed}"
 
 
+def reproduction_folders(root: str | Path) -> list[Path]:
+    """Every run folder of the reproduction ``root`` (``OUT/<task>``): each seed's
+    (``seed-<s>/<run>``) and the tuning runs (``tune/lr-<value>/<task>/seed-<s>/<run>``),
+    sorted."""
+    root = Path(root)
+    return sorted([*root.glob("seed-*/*"), *root.glob(f"{TUNE}/lr-*/*/seed-*/*")])
+
+
 # ---------------------------------------------------------------------------- reading
 RENAMED_SETTINGS = {"temperature": "sampling_temperature"}
 """Training settings renamed since runs were recorded: ``{old: new}`` (read, never

@@ -902,7 +902,9 @@ A NAME starting ``why-`` holds the summary's "Why" table, ``dev-`` its dev curve
 ``tune-`` its learning-rate grid, ``trend-`` its runs' training accuracy by quarter
 (:func:`training_trend_table`), ``ceiling-`` the Cov@eps its task allows
 (:func:`coverage_ceiling_reading`); ``timing-`` (SUMMARY a folder) the wall times shipped
-with its reproductions (:func:`timing_table`); any other, :func:`readme_block`."""
+with its reproductions (:func:`timing_table`); ``hours-`` (SUMMARY one reproduction's
+folder) the hours its runs' training steps logged (:func:`logged_hours_table`); any other,
+:func:`readme_block`."""
 
 
 def update_readme(readme: Path) -> str:
@@ -916,6 +918,8 @@ def update_readme(readme: Path) -> str:
         path = root / m.group(3)
         if path.is_dir() and m.group(2).startswith("timing-"):
             return m.group(1) + timing_table(path) + m.group(5)
+        if path.is_dir() and m.group(2).startswith("hours-"):
+            return m.group(1) + logged_hours_table(path) + m.group(5)
         if path.is_dir():  # every reproduction under it: the "What reproduces" table
             only = HEADLINE if m.group(2) == "headline" else ""
             page = path.parent.parent / RESULTS_PAGE  # where the "Why" tables are
@@ -960,17 +964,67 @@ def update_readme(readme: Path) -> str:
 def timing_table(folder: Path) -> str:
     """The wall times shipped with the reproductions under ``folder``, one row per
     ``<task>/timing.json`` (written by ``rlcd-lab reproduce``), by name: its runs, how many
-    ran at a time, the wall time; where some runs had finished in earlier invocations, the
-    row says the file times the last one only."""
+    ran at a time, the wall time. Where some runs had finished in earlier invocations the
+    file times the last one only, so the row gives instead the hours of training steps its
+    runs logged (:func:`logged_hours`, tuning runs included) and says why."""
     rows = ["| reproduction | runs | at a time | wall time (`timing.json`) |", "|---|---|---|---|"]
     for path in sorted(folder.glob("*/timing.json")):
         t = json.loads(path.read_text(encoding="utf-8"))
         reused = sum(bool(r.get("reused")) for r in t["runs"])
         wall = f"{t['wall_s'] / 60:.1f} min"
         if reused:
-            wall += f" (the last invocation; {reused} of its runs had finished in earlier ones)"
+            hours = sum(h for by_run in logged_hours(path.parent).values() for h in by_run.values())
+            wall = (
+                f"ran in pieces ({reused} of its runs had finished before the invocation "
+                f"`timing.json` times): {hours:.1f} h of training steps in its runs' logs"
+            )
         rows.append(f"| `{path.parent.name}` | {len(t['runs'])} | {t['jobs']} | {wall} |")
     return "\n".join(rows) + "\n"
+
+
+def logged_hours(root: Path) -> dict[str, dict[str, float]]:
+    """Hours of training steps the runs of the reproduction ``root`` (``OUT/<task>``)
+    logged: ``{run name: {where: hours}}``, ``where`` the seed folder (``seed-<s>``) of a
+    seed's run or ``tune`` for its tuning runs, summed over the learning-rate grid. Each
+    run's hours are the ``time_step`` of its ``log.jsonl`` summed: the wall time of its
+    steps (sampling, scoring, update) in its own process; loading, evaluations and
+    checkpoints are not counted. Folders without a log (the base model's evaluation, a
+    stated-confidence view) are left out."""
+    out: dict[str, dict[str, float]] = {}
+    for run in rundir.reproduction_folders(root):
+        if not rundir.log_path(run).exists():
+            continue
+        where = rundir.TUNE if run.is_relative_to(root / rundir.TUNE) else run.parent.name
+        hours = sum(r.get("time_step", 0.0) for r in rundir.read_log(run)) / 3600
+        by_run = out.setdefault(run.name, {})
+        by_run[where] = by_run.get(where, 0.0) + hours
+    return out
+
+
+def logged_hours_table(root: Path) -> str:
+    """:func:`logged_hours` of the reproduction ``root`` as a Markdown table: one row per
+    seed (by number), then the tuning runs and the total; one column per run (table
+    order), then the row's total; hours to two decimals, a blank where a seed has no such
+    run."""
+    hours = logged_hours(root)
+    runs = _ordered(hours)
+    seeds = sorted({w for h in hours.values() for w in h if w != rundir.TUNE},
+                   key=lambda w: int(w.removeprefix("seed-")))  # fmt: skip
+    places = [*seeds, *([rundir.TUNE] if any(rundir.TUNE in h for h in hours.values()) else [])]
+    names = {rundir.TUNE: "tuning (every value of the grid)"}
+
+    def row(name: str, cells: list[float | None]) -> str:
+        shown = ["" if c is None else f"{c:.2f}" for c in cells]
+        total = sum(c for c in cells if c is not None)
+        return f"| {name} | " + " | ".join([*shown, f"{total:.2f}"]) + " |"
+
+    lines = [
+        "| hours | " + " | ".join([*(f"`{r}`" for r in runs), "all"]) + " |",
+        "|---|" + "---|" * (len(runs) + 1),
+        *(row(names.get(w, w), [hours[r].get(w) for r in runs]) for w in places),
+        row("total", [sum(hours[r].values()) for r in runs]),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 RESULTS_PAGE = "docs/results.md"
