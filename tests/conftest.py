@@ -27,8 +27,9 @@ NUMERICS = {
 """Modules whose assertions compare floats that torch's CPU kernels compute: marked
 ``numerics`` (as are the tests recomputing shipped summaries from their dumps), and run
 twice more by ``make test`` with numpy, OpenBLAS, torch and oneDNN on other CPUs' paths
-(tests/emulate_cpu.py: an AVX2 machine, then every library's portable path), so that a
-developer on one CPU sees what another CPU would round."""
+(tests/emulate_cpu.py: an AVX2 machine and every library's portable path, side by side,
+one pytest-xdist worker each), so that a developer on one CPU sees what another CPU would
+round."""
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
