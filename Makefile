@@ -29,18 +29,18 @@ $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
 	grep -v '^-' requirements.txt > .venv/constraints.txt  # the pins, without index options
 	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3,trl,lmeval]'
-	$(PIP) install -q --no-deps $(SMOLLM2)
-	$(PIP) install -q --no-deps $(NETCAL)
+	$(PIP) install -q --no-deps $(SMOLLM2) $(NETCAL)
 	$(PY) -m rlcd_lab.classroom.student notebooks  # Lab opens the .py tutorials as notebooks
 	touch $(STAMP)
 
 # The grader tests' environment: .venv-graders sees every package of .venv (a .pth file
 # adds its site-packages) and adds the graders extra on top, so `make test` grades with
 # nbgrader and otter-grader while .venv, the students' and `make app`'s, stays without them.
+# --without-pip: its pip is .venv's, seen through that .pth (installing into .venv-graders).
 GPY     := .venv-graders/bin/python
 GRADERS := .venv-graders/.installed
 $(GRADERS): $(STAMP)
-	$(PY) -m venv .venv-graders
+	$(PY) -m venv --without-pip .venv-graders
 	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
 	    > $$($(GPY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/rlcd-lab-venv.pth
 	$(GPY) -m pip install -q -c .venv/constraints.txt -e '.[graders]'  # only what .venv lacks
@@ -55,21 +55,22 @@ serve: $(STAMP)
 # RLCD_LAB_REQUIRE_SMOLLM2: the SmolLM2 tests fail instead of skipping without the package.
 # Then the numerics tests (and the shipped summaries recomputed from their dumps) twice more,
 # as other CPUs compute them (tests/emulate_cpu.py): an AVX2-only machine (numpy without its
-# AVX-512 kernels, OpenBLAS Haswell, torch avx2, oneDNN AVX2), then every library's portable
-# path; a tolerance that holds on all three does not depend on this CPU's bits.
-# XDIST: two pytest workers (pytest-xdist), a core each (tests/conftest.py), for the suite,
-# the graders' tests (nbgrader's and otter's gradings side by side) and the reruns: in one
-# process the suite keeps one of two cores busy on average (imports, subprocesses, kernels
-# starting). A module whose tests must not overlap (gloo groups on one port) names an
-# xdist_group. `make test XDIST=` runs the suite in one process.
+# AVX-512 kernels, OpenBLAS Haswell, torch avx2, oneDNN AVX2) and every library's portable
+# path, side by side: one pytest-xdist worker per kind (gw0 avx2, gw1 portable), each
+# running every numerics test; a tolerance that holds on all three does not depend on this
+# CPU's bits.
+# XDIST: two pytest workers (pytest-xdist), a core each (tests/conftest.py), for the suite
+# and the graders' tests (nbgrader's and otter's gradings side by side): in one process the
+# suite keeps one of two cores busy on average (imports, subprocesses, kernels starting).
+# A module whose tests must not overlap (gloo groups on one port) names an xdist_group.
+# `make test XDIST=` runs the suite in one process.
 XDIST    ?= -n 2 --dist loadgroup
-NUMERICS := RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider $(XDIST)
+NUMERICS := RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider
 test: $(STAMP) $(GRADERS)
 	$(PY) -m ruff check .
 	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q --durations=20 $(XDIST)
 	RLCD_LAB_REQUIRE_GRADERS=1 $(GPY) -m pytest -q -p no:cacheprovider $(XDIST) tests/test_classroom_graders.py
-	$(PY) tests/emulate_cpu.py avx2 -- env $(NUMERICS)
-	$(PY) tests/emulate_cpu.py portable -- env $(NUMERICS)
+	$(PY) tests/emulate_cpu.py avx2 portable -- env $(NUMERICS)
 
 # The stored reference outputs of cross-checks that `make test` compares with while their
 # inputs are the installed ones, recomputed from scratch: transformers' reading of the GGUF

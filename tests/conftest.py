@@ -10,19 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-
-from rlcd_lab.lm.model import char_tokenizer, tiny_model, use_free_cores
-
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if _WORKERS > 1 and not os.environ.get("OMP_NUM_THREADS"):
-    # pytest -n N (make test): each worker, and every command it starts, takes its share of
-    # the cores; read from the load average, two workers starting together would each
-    # take them all and spin against each other
-    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    os.environ["OMP_NUM_THREADS"] = str(max(1, (_cores or 1) // _WORKERS))
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-use_free_cores()  # as every rlcd-lab command: no spinning threads beside a busy process
 
 NUMERICS = {
     "test_bf16",
@@ -40,8 +27,9 @@ NUMERICS = {
 """Modules whose assertions compare floats that torch's CPU kernels compute: marked
 ``numerics`` (as are the tests recomputing shipped summaries from their dumps), and run
 twice more by ``make test`` with numpy, OpenBLAS, torch and oneDNN on other CPUs' paths
-(tests/emulate_cpu.py: an AVX2 machine, then every library's portable path), so that a
-developer on one CPU sees what another CPU would round."""
+(tests/emulate_cpu.py: an AVX2 machine and every library's portable path, side by side,
+one pytest-xdist worker each), so that a developer on one CPU sees what another CPU would
+round."""
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
@@ -58,7 +46,29 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     return None
 
 
+def pytest_collection(session) -> None:
+    """Before a process imports the test modules: its share of the cores. Only processes
+    that collect run tests; pytest-xdist's controller (``make test``'s ``-n 2``) collects
+    nothing and so never imports torch (its 4 CPU s of imports came before any worker
+    started)."""
+    import torch
+
+    from rlcd_lab.lm.model import use_free_cores
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and not os.environ.get("OMP_NUM_THREADS"):
+        # pytest -n N (make test): each worker, and every command it starts, takes its
+        # share of the cores; read from the load average, two workers starting together
+        # would each take them all and spin against each other
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // workers))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    use_free_cores()  # as every rlcd-lab command: no spinning threads beside a busy process
+
+
 def pytest_collection_modifyitems(config, items):
+    import torch
+
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in NUMERICS:
             item.add_marker(pytest.mark.numerics)
@@ -73,18 +83,24 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tokenizer():
     """A character-level PreTrainedTokenizerFast (about 100 symbols), built offline."""
+    from rlcd_lab.lm.model import char_tokenizer
+
     return char_tokenizer()
 
 
 @pytest.fixture()
 def tiny_lm(tokenizer):
     """A fresh tiny Llama (hidden 16, 1 layer; a few thousand parameters), seeded."""
+    from rlcd_lab.lm.model import tiny_model
+
     return tiny_model(tokenizer, seed=0)
 
 
 @pytest.fixture()
 def float64():
     """Run a test with float64 as the default dtype (restored afterwards)."""
+    import torch
+
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     yield
@@ -95,6 +111,10 @@ def float64():
 def marker_lm(tokenizer):
     """A tiny Llama overfit (about 1 s) to write ``ab Answer: Y`` after ``Q: 1?`` and
     ``ab Answer: N`` after ``Q: 22?``: a model whose rationales hit the marker."""
+    import torch
+
+    from rlcd_lab.lm.model import tiny_model
+
     model = tiny_model(tokenizer, seed=0, hidden_size=32, layers=2)
     enc = tokenizer(
         ["Q: 1?\nab Answer: Y", "Q: 22?\nab Answer: N"], return_tensors="pt", padding=True
@@ -116,6 +136,7 @@ def marker_lm(tokenizer):
 def tiny_base(tmp_path, tokenizer):
     """A random tiny model saved as a checkpoint: the ``init`` of quick training runs."""
     from rlcd_lab.lm.checkpoint import save_checkpoint
+    from rlcd_lab.lm.model import tiny_model
 
     return save_checkpoint(tmp_path / "base", tiny_model(tokenizer, seed=0), tokenizer)
 

@@ -3,6 +3,11 @@ OpenBLAS's kernel, torch's ATen kernel and oneDNN's ISA limited together.
 
     python tests/emulate_cpu.py avx2 -- python -m pytest -m numerics
     python tests/emulate_cpu.py portable -- python -m pytest -m numerics
+    python tests/emulate_cpu.py avx2 portable -- python -m pytest -m numerics
+
+With several kinds the command must be a pytest run: it gets one pytest-xdist worker per
+kind (``--tx popen//env:NAME=VALUE...``), each started with its kind's variables, and
+``--dist each``, so every worker runs every test: the kinds side by side in one run.
 
 * ``avx2``: the most common machine (AMD Zen 2, Intel Haswell..Comet Lake): numpy without
   its AVX-512 kernels (NPY_DISABLE_CPU_FEATURES), OPENBLAS_CORETYPE=Haswell,
@@ -14,8 +19,8 @@ OpenBLAS's kernel, torch's ATen kernel and oneDNN's ISA limited together.
 Only features this CPU has are disabled (numpy refuses to disable its baseline), and
 OpenBLAS is forced to Haswell only where the CPU has AVX2. Make's ``test`` target runs
 the numerics tests (``-m numerics``: tolerances that must hold on any CPU, and the
-shipped summaries recomputed from their dumps) under both, so a developer on an AVX-512
-machine sees what an AVX2 or an old machine computes.
+shipped summaries recomputed from their dumps) under both, side by side, so a developer
+on an AVX-512 machine sees what an AVX2 or an old machine computes.
 """
 
 from __future__ import annotations
@@ -51,13 +56,31 @@ def cpu_env(kind: str) -> dict[str, str]:
     return env
 
 
+def xdist_workers(kinds: list[str]) -> list[str]:
+    """pytest arguments for one pytest-xdist worker per CPU kind, each running every test:
+    ``--dist each`` and a ``--tx popen//env:NAME=VALUE...`` per kind (execnet sets the
+    variables in the worker before it imports pytest, numpy or torch)."""
+    args = ["--dist", "each"]
+    for kind in kinds:
+        args += ["--tx", "//".join(["popen", *(f"env:{k}={v}" for k, v in cpu_env(kind).items())])]
+    return args
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) < 3 or argv[1] != "--":
-        raise SystemExit("usage: emulate_cpu.py avx2|portable -- COMMAND ...")
-    env = cpu_env(argv[0])
-    sys.stderr.write(f"CPU kind {argv[0]}: {' '.join(f'{k}={v!r}' for k, v in env.items())}\n")
+    if "--" not in argv[1:] or len(argv) < argv.index("--") + 2:
+        raise SystemExit("usage: emulate_cpu.py avx2|portable [avx2|portable] -- COMMAND ...")
+    split = argv.index("--")
+    kinds, command = argv[:split], argv[split + 1 :]
+    for i, kind in enumerate(kinds):
+        env = cpu_env(kind)
+        worker = f" (pytest worker gw{i})" if len(kinds) > 1 else ""
+        sys.stderr.write(
+            f"CPU kind {kind}{worker}: {' '.join(f'{k}={v!r}' for k, v in env.items())}\n"
+        )
     sys.stderr.flush()
-    os.execvpe(argv[2], argv[2:], {**os.environ, **env})
+    if len(kinds) > 1:
+        os.execvp(command[0], [*command, *xdist_workers(kinds)])
+    os.execvpe(command[0], command, {**os.environ, **env})
 
 
 if __name__ == "__main__":

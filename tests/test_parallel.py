@@ -77,22 +77,45 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "
 ONE = [sys.executable]
 
 
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, tokenizer):
+    """``run(method)``: the tiny base (as conftest's ``tiny_base``, saved once) and the
+    one-process run of ``method`` (SMALL) from it that its 2-process launches must match,
+    trained on first use and then shared (torchrun's and accelerate's calibrate runs are
+    compared with the same one)."""
+    from rlcd_lab.lm.checkpoint import save_checkpoint
+    from rlcd_lab.lm.model import tiny_model
+
+    folder = tmp_path_factory.mktemp("one-process")
+    base = save_checkpoint(folder / "base", tiny_model(tokenizer, seed=0), tokenizer)
+    runs = {}
+
+    def run(method: str) -> tuple[Path, Path]:
+        if method not in runs:
+            args = [*METHODS[method], *SMALL, "--init", str(base), "--out", method]
+            launch(ONE, args, folder)
+            runs[method] = folder / method
+        return base, runs[method]
+
+    return run
+
+
 @pytest.mark.parametrize("method", list(METHODS))
-def test_two_processes_give_the_weights_of_one(method, tmp_path, tiny_base):
+def test_two_processes_give_the_weights_of_one(method, tmp_path, one_process):
     """3 steps, batch 4: 2 gloo processes x 2 questions == 1 process x 4 questions; the
     logged losses agree too (averaged over processes; the readout is float32). Without
     CUDA the 2-process launch leaves ``--device`` at auto: it must join one gloo group,
     not train twice into one folder."""
+    tiny_base, one_run = one_process(method)
     args = [*METHODS[method], *SMALL, "--init", str(tiny_base)]
-    launch(ONE, [*args, "--out", "one"], tmp_path)
     assert SMALL[-2:] == ["--device", "cpu"]
     auto = [*METHODS[method], *SMALL[:-2], "--init", str(tiny_base)]
     launch(TORCHRUN, [*(args if torch.cuda.is_available() else auto), "--out", "two"], tmp_path)
-    one, two = weights(tmp_path / "one"), weights(tmp_path / "two")
+    one, two = weights(one_run), weights(tmp_path / "two")
     base = load_file(str(tiny_base / "model.safetensors"))
     assert max_diff(one, {k: v.double() for k, v in base.items()}) > 1e-6  # it trained
     assert max_diff(one, two) < 1e-12
-    log1, log2 = read_log(tmp_path / "one"), read_log(tmp_path / "two")
+    log1, log2 = read_log(one_run), read_log(tmp_path / "two")
     for a, b in zip(log1, log2, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=1e-7)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-6)
@@ -100,17 +123,17 @@ def test_two_processes_give_the_weights_of_one(method, tmp_path, tiny_base):
     assert [r["step"] for r in log2] == [0, 1, 2]
 
 
-def test_accelerate_launch_runs_the_same_code_path(tmp_path, tiny_base):
+def test_accelerate_launch_runs_the_same_code_path(tmp_path, one_process):
     """The GPU launcher (``accelerate launch --multi_gpu``) on CPU processes: gloo, the
     same result as one process."""
+    tiny_base, one_run = one_process("calibrate")
     args = [*METHODS["calibrate"], *SMALL, "--init", str(tiny_base)]
     accelerate = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
         "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
     ]  # fmt: skip
-    launch(ONE, [*args, "--out", "one"], tmp_path)
     launch(accelerate, [*args, "--out", "acc"], tmp_path)
-    assert max_diff(weights(tmp_path / "one"), weights(tmp_path / "acc")) < 1e-12
+    assert max_diff(weights(one_run), weights(tmp_path / "acc")) < 1e-12
 
 
 def test_kill_one_process_then_resume_is_bit_identical(tmp_path, tiny_base):
