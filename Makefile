@@ -66,6 +66,9 @@ serve: $(STAMP)
 # `make test XDIST=` runs the suite in one process.
 XDIST    ?= -n 2 --dist loadgroup
 NUMERICS := RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider
+# Bytecode cached (__pycache__, git-ignored) even where the environment turns it off with
+# PYTHONDONTWRITEBYTECODE: else every pytest process rewrites every test module again.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP) $(GRADERS)
 	$(PY) -m ruff check .
 	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q --durations=20 $(XDIST)
