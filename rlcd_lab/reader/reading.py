@@ -35,7 +35,7 @@ from rlcd_lab.reader.prompts import (
     padded_option_ids,
 )
 from rlcd_lab.reader.rationales import Rationales, default_sampler, mix_seed, sample_questions
-from rlcd_lab.reader.readout import OptionTokens, option_logits, position_ids
+from rlcd_lab.reader.readout import OptionTokens, keep_last, option_logits, position_ids
 from rlcd_lab.reader.readout import readout as readout_at_end
 from rlcd_lab.reader.sampling import (
     SHARE_MIN_PROMPT,
@@ -154,7 +154,7 @@ def prefix_then_suffix(
             position_ids=position_ids(prefix_mask),
             use_cache=True,
             **{cache_arg: cache},
-            **({"logits_to_keep": 1} if keep else {}),
+            **(keep_last(prefix_ids.device) if keep else {}),
         ).logits[:, -1]
     cache.reorder_cache(rows)  # one copy of its prefix's keys and values per row
     mask = torch.cat([prefix_mask[rows], suffix_mask], dim=1)
@@ -164,7 +164,7 @@ def prefix_then_suffix(
         position_ids=position_ids(mask)[:, prefix_mask.shape[1] :],
         use_cache=False,
         **{cache_arg: cache},
-        **({"logits_to_keep": 1} if keep and last_only else {}),
+        **(keep_last(suffix_ids.device) if keep and last_only else {}),
     )
     return after_prefix, out.logits[:, -1:] if last_only else out.logits
 
@@ -182,11 +182,12 @@ def _packed_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tupl
     p = pack_rows(rats.input_ids, rats.attention_mask, rats.prompt_len, rats.m, (predicts, last))
     config = base_model(model).config
     additive = None if config._attn_implementation == "sdpa" else base_model(model).dtype
-    cache_arg, _ = forward_args(model)
+    cache_arg, keep = forward_args(model)
     cached = {}
-    if p.head.shape[1]:
+    if p.head.shape[1]:  # its logits are not used: the last column's only, the fewest
         cache = DynamicCache(config=config)
-        model(input_ids=p.head, use_cache=True, **{cache_arg: cache})
+        last_only = keep_last(p.head.device) if keep else {}
+        model(input_ids=p.head, use_cache=True, **{cache_arg: cache}, **last_only)
         cache.reorder_cache(torch.zeros(len(p.ids), dtype=torch.long, device=p.ids.device))
         cached = {cache_arg: cache}
     keep = torch.cat([p.keep[1], p.keep[0]])
@@ -247,7 +248,7 @@ def readout_after(
             attention_mask=full,
             position_ids=position_ids(full)[:, -c:],
             use_cache=False,
-            logits_to_keep=1,
+            **keep_last(ids.device),
             **{cache_arg: kept.cache},
         )
         logits = option_logits(out.logits[:, -1], option_ids)
