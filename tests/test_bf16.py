@@ -197,6 +197,35 @@ def test_training_draws_from_a_merged_copy(verify_base, monkeypatch, packed):
     assert pick_sampler(SamplingConfig(sampler="hf"), wrapped(lora)) is kv_sampler
 
 
+def test_packed_anchor_scores_within_the_packed_rounding(verify_base, monkeypatch):
+    """Training's KL anchor multiplies through oneDNN's packed matrices
+    (``decoding.packed_anchor``, ``PackedLinears.bind``) from ``FAST_MIN_PARAMS``
+    parameters on: its logits agree with the plain products' (``PackedLinears.agrees``,
+    1e-5 of their norm), so each rationale's ``log pi_ref(r)``, a sum over its ``n``
+    tokens, lies within ``n`` times 1e-5 of the largest logit of the plain one. A smaller
+    model is returned untouched."""
+    model, tok, meta = verify_base
+    if not PackedLinears.available(model):
+        pytest.skip("no oneDNN float32 products")
+    plain = copy.deepcopy(model)
+    assert decoding.packed_anchor(plain) is plain
+    assert not any("forward" in vars(m) for m in plain.modules())
+    monkeypatch.setattr(decoding, "FAST_MIN_PARAMS", 0)
+    packed = decoding.packed_anchor(copy.deepcopy(model))
+    linears = [m for m in packed.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all("forward" in vars(m) for m in linears)
+    rats, opts = draws(model, tok, meta, None, n=8)
+    with torch.no_grad():
+        want, got = model(rats.input_ids).logits, packed(rats.input_ids).logits
+        assert PackedLinears(model).agrees(got, want)
+        lp, lp_packed = (
+            score_rationales(model, rats, opts)[2],
+            score_rationales(packed, rats, opts)[2],
+        )
+    bound = rats.logp_mask.sum(1) * 1e-5 * want.abs().max()
+    assert ((lp_packed - lp).abs() <= bound).all()
+
+
 def wrapped(lora):
     """``lora`` with its inner forward set on the instance, as ``--bf16``'s autocast does."""
     inner = lora.get_base_model()

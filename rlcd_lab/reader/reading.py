@@ -92,13 +92,39 @@ def score_rationales(
         last, predicting = logits_all[:, -1], logits_all[:, :-1][mask]
     logits = option_logits(last, option_ids)
     wide = torch.promote_types(predicting.dtype, torch.float32)  # bf16 up, float64 kept
-    token_lp = -F.cross_entropy(predicting.to(wide), targets[mask], reduction="none")
+    token_lp = token_log_probs(predicting.to(wide), targets[mask])
     if per_token:
         out = torch.zeros(mask.shape, device=token_lp.device, dtype=token_lp.dtype)
         return logits.softmax(-1), logits, out.masked_scatter(mask, token_lp)
     rows = mask.nonzero()[:, 0]
     logp_r = token_lp.new_zeros(len(rats.texts)).index_add(0, rows, token_lp)
     return logits.softmax(-1), logits, logp_r
+
+
+def token_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
+    """``log_softmax(logits)[s, targets[s]]`` for each row ``s`` of ``logits (S, V)``, the
+    values of ``-F.cross_entropy(logits, targets, reduction="none")`` bit for bit, with a
+    gradient ``g (onehot(targets) - softmax(logits))`` computed in one ``(S, V)`` block
+    (autograd's cross-entropy allocates and fills two; at SmolLM2's 49152-token vocabulary
+    each costs as much as its pass)."""
+    return _TokenLogProbs.apply(logits, targets)
+
+
+class _TokenLogProbs(torch.autograd.Function):
+    """:func:`token_log_probs` (once differentiable, in ``logits``)."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor) -> Tensor:
+        logp = logits.log_softmax(-1)
+        ctx.save_for_backward(logp, targets)
+        return logp.gather(-1, targets[:, None])[:, 0]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g: Tensor) -> tuple[Tensor, None]:
+        logp, targets = ctx.saved_tensors
+        grad = logp.exp().mul_(-g[:, None])
+        return grad.scatter_add_(1, targets[:, None], g[:, None]), None
 
 
 def _share(model: torch.nn.Module, rats: Rationales, share: bool | None) -> bool:
@@ -204,7 +230,9 @@ def _packed_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tupl
         ).logits
     finally:
         gather.remove()
-    return logits[: len(p.keep[1])], logits[len(p.keep[1]) :]
+    # split, not sliced: the backward joins the two gradients in one block
+    last, predicting = logits.split([len(p.keep[1]), len(p.keep[0])])
+    return last, predicting
 
 
 @torch.no_grad()
