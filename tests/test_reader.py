@@ -694,7 +694,7 @@ def test_a_loaded_adapter_is_read_merged_with_its_own_texts(tmp_path, tokenizer,
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_token_log_probs_is_cross_entropy(dtype):
-    """``token_log_probs`` returns ``-F.cross_entropy(reduction="none")``'s values bit for
+    """``TokenLogProbs`` returns ``-F.cross_entropy(reduction="none")``'s values bit for
     bit, and its gradient ``g (onehot - softmax)`` is within the rounding of the dtype:
     both it and autograd's cross-entropy gradient lie within the bound of the exact one
     (in float64 from the same inputs) that rounding allows: ``log p = x - lse`` is off by
@@ -702,13 +702,13 @@ def test_token_log_probs_is_cross_entropy(dtype):
     and the product with ``g`` and the sum add ``eps |g|`` each; twice that is asserted."""
     import torch.nn.functional as F
 
-    from rlcd_lab.reader.reading import token_log_probs
+    from rlcd_lab.reader.reading import TokenLogProbs
 
     gen = torch.Generator().manual_seed(0)
     x = (4 * torch.randn(40, 3000, generator=gen, dtype=dtype)).requires_grad_()
     t = torch.randint(0, 3000, (40,), generator=gen)
     g = torch.randn(40, generator=gen, dtype=dtype)
-    got = token_log_probs(x, t)
+    got = TokenLogProbs.apply(x, t)
     (grad,) = torch.autograd.grad(got, x, g)
     want = -F.cross_entropy(x, t, reduction="none")
     (want_grad,) = torch.autograd.grad(want, x, g)

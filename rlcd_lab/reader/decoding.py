@@ -372,10 +372,9 @@ class _Steps:
 def plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> PreTrainedModel:
     """A frozen, eval-mode copy of ``model``'s transformers model in ``dtype``, a PEFT
     adapter merged into its weights (``W + B A`` per adapted layer): a plain model, so the
-    compact decoding steps (:class:`LlamaSteps`) apply to it. A LoRA model's copy is
-    :func:`~rlcd_lab.lm.loading.merged_lora_copy` (its frozen weights, in ``model``'s own
-    dtype, shared with ``model``; the same bits as merging a deep copy); other adapters
-    and models are deep-copied. Unwraps DDP."""
+    compact decoding steps (:class:`LlamaSteps`) apply to it. A LoRA model's copy shares
+    its frozen weights in their own dtype (:func:`~rlcd_lab.lm.loading.merged_lora_copy`);
+    other models are deep-copied. Unwraps DDP."""
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model = model.module
     merged = merged_lora_copy(model) if hasattr(model, "merge_and_unload") else None
@@ -450,17 +449,11 @@ def merged_sampler(model: torch.nn.Module) -> CopySampler | None:
 
 
 def packed_anchor(model: PreTrainedModel) -> PreTrainedModel:
-    """Training's frozen KL anchor with its matrices packed for oneDNN
-    (:meth:`PackedLinears.bind`) for a CPU model of at least :data:`FAST_MIN_PARAMS`
-    parameters where the packed products apply: the scoring pass's products run faster
-    (SmolLM2, 1040 rows: 17 ms against 20 ms per MLP product), its ``log pi_ref(r)``
-    within float32 rounding of the plain products' (``tests/test_bf16.py`` bounds it).
-    Any other model is returned as it is."""
-    if sum(p.numel() for p in model.parameters()) < FAST_MIN_PARAMS:
-        return model
-    if not PackedLinears.available(model):
-        return model
-    return PackedLinears(model).bind(model)
+    """Training's frozen KL anchor, its matrices packed for oneDNN (:meth:`PackedLinears.bind`)
+    for a CPU model of at least :data:`FAST_MIN_PARAMS` parameters where they apply: faster
+    products, ``log pi_ref(r)`` within their float32 rounding; any other model as it is."""
+    big = sum(p.numel() for p in model.parameters()) >= FAST_MIN_PARAMS
+    return PackedLinears(model).bind(model) if big and PackedLinears.available(model) else model
 
 
 class CopySampler:

@@ -92,7 +92,7 @@ def score_rationales(
         last, predicting = logits_all[:, -1], logits_all[:, :-1][mask]
     logits = option_logits(last, option_ids)
     wide = torch.promote_types(predicting.dtype, torch.float32)  # bf16 up, float64 kept
-    token_lp = token_log_probs(predicting.to(wide), targets[mask])
+    token_lp = TokenLogProbs.apply(predicting.to(wide), targets[mask])
     if per_token:
         out = torch.zeros(mask.shape, device=token_lp.device, dtype=token_lp.dtype)
         return logits.softmax(-1), logits, out.masked_scatter(mask, token_lp)
@@ -101,17 +101,11 @@ def score_rationales(
     return logits.softmax(-1), logits, logp_r
 
 
-def token_log_probs(logits: Tensor, targets: Tensor) -> Tensor:
-    """``log_softmax(logits)[s, targets[s]]`` for each row ``s`` of ``logits (S, V)``, the
-    values of ``-F.cross_entropy(logits, targets, reduction="none")`` bit for bit, with a
-    gradient ``g (onehot(targets) - softmax(logits))`` computed in one ``(S, V)`` block
-    (autograd's cross-entropy allocates and fills two; at SmolLM2's 49152-token vocabulary
-    each costs as much as its pass)."""
-    return _TokenLogProbs.apply(logits, targets)
-
-
-class _TokenLogProbs(torch.autograd.Function):
-    """:func:`token_log_probs` (once differentiable, in ``logits``)."""
+class TokenLogProbs(torch.autograd.Function):
+    """``TokenLogProbs.apply(logits, targets)``: ``log_softmax(logits)[s, targets[s]]`` for
+    each row ``s`` of ``logits (S, V)``, ``-F.cross_entropy(reduction="none")``'s values bit
+    for bit; its gradient ``g (onehot(targets) - softmax(logits))`` is one ``(S, V)`` block
+    (autograd's cross-entropy allocates and fills two; each costs as much as its pass)."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor) -> Tensor:
@@ -230,9 +224,7 @@ def _packed_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tupl
         ).logits
     finally:
         gather.remove()
-    # split, not sliced: the backward joins the two gradients in one block
-    last, predicting = logits.split([len(p.keep[1]), len(p.keep[0])])
-    return last, predicting
+    return logits.split([len(p.keep[1]), len(p.keep[0])])  # backward: one block, not two
 
 
 @torch.no_grad()
