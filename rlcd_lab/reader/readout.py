@@ -128,7 +128,7 @@ def keep_last(device: torch.device | str) -> dict[str, Tensor]:
     hidden states into one contiguous ``(B, 1, d)`` block before the output layer.
     ``logits_to_keep=1`` hands it a strided slice instead, which the CPU multiplies as
     ``B`` matrix-vector products, each reading the whole output matrix (SmolLM2's 49152 x
-    576: six times slower at 16 rows, ``benchmarks/RESULTS.md``). The same logits up to
+    576: several times slower at 16 rows, ``benchmarks/RESULTS.md``). The same logits up to
     float rounding."""
     return {"logits_to_keep": torch.tensor([-1], device=device)}
 
