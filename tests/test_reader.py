@@ -720,3 +720,32 @@ def test_token_log_probs_is_cross_entropy(dtype):
     bound = 2 * eps * gd.abs() * (p * (xd.abs() + lse.abs() + 1) + 2)
     assert ((grad.double() - exact).abs() <= bound).all()
     assert ((want_grad.double() - exact).abs() <= bound).all()
+
+
+def test_last_column_logits_come_from_a_contiguous_block(tokenizer, tiny_lm):
+    """Where only each row's last logits are wanted (``readout.keep_last``: the readout,
+    the sampler's prefill), the output layer gets the rows' last hidden states as one
+    contiguous block (a strided slice makes the CPU's product read the whole output
+    matrix once per row), and the readout equals the one read from all logits up to
+    float32 rounding."""
+    from rlcd_lab.reader.decoding import kv_sampler
+    from rlcd_lab.reader.prompts import encode_prompts, left_pad
+    from rlcd_lab.reader.readout import option_logits, position_ids, readout
+
+    seen = []
+    head = tiny_lm.get_output_embeddings()
+    hook = head.register_forward_pre_hook(lambda _, args: seen.append(args[0].is_contiguous()))
+    ids, mask = left_pad(encode_prompts(tokenizer, ["Q: 1?", "Q: 12+3?", "Q: ab"]), 0, "cpu")
+    opts = torch.tensor([5, 6, 7])
+    try:
+        with torch.no_grad():
+            u, logits = readout(tiny_lm, ids, mask, opts)
+            kv_sampler(tiny_lm, tokenizer, ids, mask, row_seeds=[0, 1, 2], max_new_tokens=2,
+                       marker=None, eos=[])  # fmt: skip
+    finally:
+        hook.remove()
+    assert len(seen) >= 2 and all(seen)
+    with torch.no_grad():
+        full = tiny_lm(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
+    want = option_logits(full.logits[:, -1], opts)
+    torch.testing.assert_close(logits, want, atol=1e-5 * float(want.abs().max()), rtol=1e-5)
