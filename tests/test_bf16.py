@@ -86,6 +86,40 @@ def test_plain_copy_merges_a_lora_adapter(tokenizer, tiny_lm):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_plain_copy_of_lora_is_the_merged_deep_copy_sharing_frozen_weights(tokenizer, tiny_lm):
+    """A LoRA model's copy is built without copying the wrapper (``merged_lora_copy``):
+    the same tensors, bit for bit, as merging a deep copy (peft's ``merge_and_unload``),
+    tied weights still tied, the frozen weights shared with the model (not copied) and the
+    trained ones copied; the model itself is left as it was. An adapter it does not cover
+    (DoRA) is merged from a deep copy."""
+    from peft import LoraConfig, get_peft_model
+
+    from rlcd_lab.lm.loading import merge_adapter, merged_lora_copy
+
+    lora = lora_on(tiny_lm, r=2).train()
+    trained = {n: p.detach().clone() for n, p in lora.named_parameters() if p.requires_grad}
+    got, want = plain_copy(lora, torch.float32), merge_adapter(copy.deepcopy(lora))
+    a, b = got.state_dict(), want.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert got.generation_config.to_dict() == want.generation_config.to_dict()
+    assert got.get_output_embeddings().weight is got.get_input_embeddings().weight
+    assert not any(p.requires_grad for p in got.parameters()) and not got.training
+    base = dict(lora.get_base_model().named_parameters())
+    assert got.model.norm.weight.data_ptr() == base["model.norm.weight"].data_ptr()
+    q = "model.layers.0.self_attn.q_proj"
+    assert got.get_parameter(f"{q}.weight").data_ptr() != base[f"{q}.base_layer.weight"].data_ptr()
+    now = {n: p for n, p in lora.named_parameters() if p.requires_grad}
+    assert now.keys() == trained.keys() and all(torch.equal(now[n], trained[n]) for n in now)
+    ids = tokenizer("Q: 12?\nab Answer:", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(got(ids).logits, want(ids).logits)
+    torch.manual_seed(0)
+    dora = LoraConfig(r=2, target_modules="all-linear", use_dora=True)
+    dora_model = get_peft_model(copy.deepcopy(tiny_lm), dora)
+    assert merged_lora_copy(dora_model) is None
+    assert type(plain_copy(dora_model, torch.float32)) is type(tiny_lm)
+
+
 def lora_on(model, r=4, seed=0):
     """``model`` wrapped in a LoRA adapter on every linear layer, ``B`` drawn non-zero (at
     PEFT's initialisation ``B = 0`` and the adapter does nothing)."""
@@ -161,6 +195,35 @@ def test_training_draws_from_a_merged_copy(verify_base, monkeypatch, packed):
     sampler(lora, tok, ids[:4], mask[:4], **{**args, "row_seeds": seeds[:4]})
     assert sampler.copy is made  # once per step: the next copy waits for ``sync``
     assert pick_sampler(SamplingConfig(sampler="hf"), wrapped(lora)) is kv_sampler
+
+
+def test_packed_anchor_scores_within_the_packed_rounding(verify_base, monkeypatch):
+    """Training's KL anchor multiplies through oneDNN's packed matrices
+    (``decoding.packed_anchor``, ``PackedLinears.bind``) from ``FAST_MIN_PARAMS``
+    parameters on: its logits agree with the plain products' (``PackedLinears.agrees``,
+    1e-5 of their norm), so each rationale's ``log pi_ref(r)``, a sum over its ``n``
+    tokens, lies within ``n`` times 1e-5 of the largest logit of the plain one. A smaller
+    model is returned untouched."""
+    model, tok, meta = verify_base
+    if not PackedLinears.available(model):
+        pytest.skip("no oneDNN float32 products")
+    plain = copy.deepcopy(model)
+    assert decoding.packed_anchor(plain) is plain
+    assert not any("forward" in vars(m) for m in plain.modules())
+    monkeypatch.setattr(decoding, "FAST_MIN_PARAMS", 0)
+    packed = decoding.packed_anchor(copy.deepcopy(model))
+    linears = [m for m in packed.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all("forward" in vars(m) for m in linears)
+    rats, opts = draws(model, tok, meta, None, n=8)
+    with torch.no_grad():
+        want, got = model(rats.input_ids).logits, packed(rats.input_ids).logits
+        assert PackedLinears(model).agrees(got, want)
+        lp, lp_packed = (
+            score_rationales(model, rats, opts)[2],
+            score_rationales(packed, rats, opts)[2],
+        )
+    bound = rats.logp_mask.sum(1) * 1e-5 * want.abs().max()
+    assert ((lp_packed - lp).abs() <= bound).all()
 
 
 def wrapped(lora):

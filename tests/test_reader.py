@@ -690,3 +690,62 @@ def test_a_loaded_adapter_is_read_merged_with_its_own_texts(tmp_path, tokenizer,
     assert any(  # the adapter changes the readings
         not torch.allclose(a.logits, b.logits, atol=1e-3) for a, b in zip(plain, want, strict=True)
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_token_log_probs_is_cross_entropy(dtype):
+    """``TokenLogProbs`` returns ``-F.cross_entropy(reduction="none")``'s values bit for
+    bit, and its gradient ``g (onehot - softmax)`` is within the rounding of the dtype:
+    both it and autograd's cross-entropy gradient lie within the bound of the exact one
+    (in float64 from the same inputs) that rounding allows: ``log p = x - lse`` is off by
+    about ``eps (|x| + |lse|)``, so ``p`` by that relative error plus its own (``eps``),
+    and the product with ``g`` and the sum add ``eps |g|`` each; twice that is asserted."""
+    import torch.nn.functional as F
+
+    from rlcd_lab.reader.reading import TokenLogProbs
+
+    gen = torch.Generator().manual_seed(0)
+    x = (4 * torch.randn(40, 3000, generator=gen, dtype=dtype)).requires_grad_()
+    t = torch.randint(0, 3000, (40,), generator=gen)
+    g = torch.randn(40, generator=gen, dtype=dtype)
+    got = TokenLogProbs.apply(x, t)
+    (grad,) = torch.autograd.grad(got, x, g)
+    want = -F.cross_entropy(x, t, reduction="none")
+    (want_grad,) = torch.autograd.grad(want, x, g)
+    assert torch.equal(got, want)
+    xd, gd, eps = x.detach().double(), g.double()[:, None], torch.finfo(dtype).eps
+    p, lse = xd.softmax(-1), xd.logsumexp(-1, keepdim=True)
+    exact = -p * gd
+    exact[torch.arange(40), t] += g.double()
+    bound = 2 * eps * gd.abs() * (p * (xd.abs() + lse.abs() + 1) + 2)
+    assert ((grad.double() - exact).abs() <= bound).all()
+    assert ((want_grad.double() - exact).abs() <= bound).all()
+
+
+def test_last_column_logits_come_from_a_contiguous_block(tokenizer, tiny_lm):
+    """Where only each row's last logits are wanted (``readout.keep_last``: the readout,
+    the sampler's prefill), the output layer gets the rows' last hidden states as one
+    contiguous block (a strided slice makes the CPU's product read the whole output
+    matrix once per row), and the readout equals the one read from all logits up to
+    float32 rounding."""
+    from rlcd_lab.reader.decoding import kv_sampler
+    from rlcd_lab.reader.prompts import encode_prompts, left_pad
+    from rlcd_lab.reader.readout import option_logits, position_ids, readout
+
+    seen = []
+    head = tiny_lm.get_output_embeddings()
+    hook = head.register_forward_pre_hook(lambda _, args: seen.append(args[0].is_contiguous()))
+    ids, mask = left_pad(encode_prompts(tokenizer, ["Q: 1?", "Q: 12+3?", "Q: ab"]), 0, "cpu")
+    opts = torch.tensor([5, 6, 7])
+    try:
+        with torch.no_grad():
+            u, logits = readout(tiny_lm, ids, mask, opts)
+            kv_sampler(tiny_lm, tokenizer, ids, mask, row_seeds=[0, 1, 2], max_new_tokens=2,
+                       marker=None, eos=[])  # fmt: skip
+    finally:
+        hook.remove()
+    assert len(seen) >= 2 and all(seen)
+    with torch.no_grad():
+        full = tiny_lm(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask))
+    want = option_logits(full.logits[:, -1], opts)
+    torch.testing.assert_close(logits, want, atol=1e-5 * float(want.abs().max()), rtol=1e-5)

@@ -13,6 +13,7 @@ is why loading lives here and not beside saving.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import warnings
@@ -365,3 +366,51 @@ def merge_adapter(model: torch.nn.Module) -> torch.nn.Module:
     if not hasattr(model, "merge_and_unload"):
         return model
     return model.merge_and_unload().eval().requires_grad_(False)
+
+
+def merged_lora_copy(model: torch.nn.Module) -> PreTrainedModel | None:
+    """A new plain transformers model computing what the PEFT LoRA model ``model``
+    computes: each adapted matrix a new tensor ``W + B A`` (peft's ``get_delta_weight``
+    added as ``merge_and_unload`` adds it, the same bits), every other weight and buffer
+    shared with ``model`` where frozen and cloned where it trains. Built without copying
+    the wrapper (the model's class on the meta device, then its tensors assigned): a deep
+    copy of SmolLM2's 2,500 modules costs more than the merge itself. None where the
+    adapter is not plain LoRA on bias-free linear layers with one active, unmerged adapter
+    (DoRA, several adapters, saved modules): merge a copy then."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils import AuxiliaryTrainingWrapper
+
+    if not hasattr(model, "get_base_model"):
+        return None
+    base = model.get_base_model()
+    adapted = {}
+    for name, mod in base.named_modules():
+        if isinstance(mod, AuxiliaryTrainingWrapper):
+            return None
+        if isinstance(mod, BaseTunerLayer):
+            plain_lora = type(mod) is LoraLinear and not mod.merged and not mod.disable_adapters
+            if not plain_lora or len(mod.active_adapters) != 1 or mod.lora_variant:
+                return None
+            if any(mod.lora_bias.values()) or mod.get_base_layer().bias is not None:
+                return None
+            adapted[name] = mod
+    inside = tuple(f"{name}." for name in adapted)
+    state = {}
+    for key, t in base.state_dict(keep_vars=True).items():
+        if not key.startswith(inside):
+            state[key] = t.detach().clone() if t.requires_grad else t.detach()
+    with torch.no_grad():
+        for name, mod in adapted.items():
+            delta = mod.get_delta_weight(mod.active_adapters[0])
+            state[f"{name}.weight"] = mod.get_base_layer().weight + delta
+    with torch.device("meta"):
+        plain = type(base)(copy.deepcopy(base.config))
+    plain.load_state_dict(state, assign=True)
+    for key, buf in base.named_buffers():  # the non-persistent ones (rotary frequencies)
+        owner, _, leaf = key.rpartition(".")
+        if not key.startswith(inside):
+            plain.get_submodule(owner)._buffers[leaf] = buf
+    plain.tie_weights()
+    plain.generation_config = copy.deepcopy(base.generation_config)
+    return plain

@@ -13,10 +13,10 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from rlcd_lab.lm.loading import merge_adapter
+from rlcd_lab.lm.loading import merge_adapter, merged_lora_copy
 from rlcd_lab.reader.llama import LlamaSteps, PackedLinears
 from rlcd_lab.reader.prompts import left_pad
-from rlcd_lab.reader.readout import position_ids
+from rlcd_lab.reader.readout import keep_last, position_ids
 from rlcd_lab.reader.sampling import (
     SHARE_MIN_PROMPT,
     Generated,
@@ -54,7 +54,7 @@ def shared_prompt_pass(
     every prompt a token (``sampling.common_prefix_len``)."""
     device = next(model.parameters()).device
     cache_arg, keep = forward_args(model)
-    one = {"logits_to_keep": 1} if keep else {}
+    one = keep_last(device) if keep else {}
     prefix = torch.tensor([list(seqs[0][:lcp])], device=device)
     model(input_ids=prefix, use_cache=True, **{cache_arg: cache}, **one)
     cache.reorder_cache(torch.zeros(len(seqs), dtype=torch.long, device=device))
@@ -316,7 +316,7 @@ class _Steps:
                 position_ids=position_ids(mask),
                 use_cache=True,
                 **{self.cache_key: self.cache},
-                **({"logits_to_keep": 1} if self.keep_one else {}),
+                **(keep_last(ids.device) if self.keep_one else {}),
             )
             logits = out.logits[:, -1].float()
         if len(logits) < len(self.ids):
@@ -372,10 +372,15 @@ class _Steps:
 def plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> PreTrainedModel:
     """A frozen, eval-mode copy of ``model``'s transformers model in ``dtype``, a PEFT
     adapter merged into its weights (``W + B A`` per adapted layer): a plain model, so the
-    compact decoding steps (:class:`LlamaSteps`) apply to it. Unwraps DDP."""
+    compact decoding steps (:class:`LlamaSteps`) apply to it. A LoRA model's copy shares
+    its frozen weights in their own dtype (:func:`~rlcd_lab.lm.loading.merged_lora_copy`);
+    other models are deep-copied. Unwraps DDP."""
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model = model.module
-    return merge_adapter(copy.deepcopy(model)).to(dtype).eval().requires_grad_(False)
+    merged = merged_lora_copy(model) if hasattr(model, "merge_and_unload") else None
+    if merged is None:
+        merged = merge_adapter(copy.deepcopy(model))
+    return merged.to(dtype).eval().requires_grad_(False)
 
 
 FAST_MIN_PARAMS = 10_000_000
@@ -441,6 +446,14 @@ def merged_sampler(model: torch.nn.Module) -> CopySampler | None:
         return None
     big = sum(p.numel() for p in inner.parameters()) >= FAST_MIN_PARAMS
     return CopySampler(torch.float32, pack=big)
+
+
+def packed_anchor(model: PreTrainedModel) -> PreTrainedModel:
+    """Training's frozen KL anchor, its matrices packed for oneDNN (:meth:`PackedLinears.bind`)
+    for a CPU model of at least :data:`FAST_MIN_PARAMS` parameters where they apply: faster
+    products, ``log pi_ref(r)`` within their float32 rounding; any other model as it is."""
+    big = sum(p.numel() for p in model.parameters()) >= FAST_MIN_PARAMS
+    return PackedLinears(model).bind(model) if big and PackedLinears.available(model) else model
 
 
 class CopySampler:

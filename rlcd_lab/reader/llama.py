@@ -7,6 +7,8 @@ samplers switch to it after a first step that matched the model's own forward bi
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -189,6 +191,16 @@ class PackedLinears:
     def get(self, weight: Tensor) -> Tensor:
         """The packed form of ``weight`` (a matrix of the packed model)."""
         return self.packed[weight.data_ptr()]
+
+    def bind(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` (the one packed) with each packed ``nn.Linear`` multiplying through its
+        packed matrix in every forward pass (its ``forward`` set on the instance): for a
+        frozen model read without gradient many times (training's KL anchor), whose weights
+        never change after. The products round as :meth:`agrees` allows. Returns ``model``."""
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and m.weight.data_ptr() in self.packed:
+                m.forward = functools.partial(_packed_linear, packed=self.get(m.weight))
+        return model
 
     def agrees(self, packed_logits: Tensor, logits: Tensor) -> bool:
         """Whether the packed steps' logits equal the model's own within this dtype's

@@ -35,7 +35,7 @@ from rlcd_lab.reader.prompts import (
     padded_option_ids,
 )
 from rlcd_lab.reader.rationales import Rationales, default_sampler, mix_seed, sample_questions
-from rlcd_lab.reader.readout import OptionTokens, option_logits, position_ids
+from rlcd_lab.reader.readout import OptionTokens, keep_last, option_logits, position_ids
 from rlcd_lab.reader.readout import readout as readout_at_end
 from rlcd_lab.reader.sampling import (
     SHARE_MIN_PROMPT,
@@ -92,13 +92,33 @@ def score_rationales(
         last, predicting = logits_all[:, -1], logits_all[:, :-1][mask]
     logits = option_logits(last, option_ids)
     wide = torch.promote_types(predicting.dtype, torch.float32)  # bf16 up, float64 kept
-    token_lp = -F.cross_entropy(predicting.to(wide), targets[mask], reduction="none")
+    token_lp = TokenLogProbs.apply(predicting.to(wide), targets[mask])
     if per_token:
         out = torch.zeros(mask.shape, device=token_lp.device, dtype=token_lp.dtype)
         return logits.softmax(-1), logits, out.masked_scatter(mask, token_lp)
     rows = mask.nonzero()[:, 0]
     logp_r = token_lp.new_zeros(len(rats.texts)).index_add(0, rows, token_lp)
     return logits.softmax(-1), logits, logp_r
+
+
+class TokenLogProbs(torch.autograd.Function):
+    """``TokenLogProbs.apply(logits, targets)``: ``log_softmax(logits)[s, targets[s]]`` for
+    each row ``s`` of ``logits (S, V)``, ``-F.cross_entropy(reduction="none")``'s values bit
+    for bit; its gradient ``g (onehot(targets) - softmax(logits))`` is one ``(S, V)`` block
+    (autograd's cross-entropy allocates and fills two; each costs as much as its pass)."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor) -> Tensor:
+        logp = logits.log_softmax(-1)
+        ctx.save_for_backward(logp, targets)
+        return logp.gather(-1, targets[:, None])[:, 0]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g: Tensor) -> tuple[Tensor, None]:
+        logp, targets = ctx.saved_tensors
+        grad = logp.exp().mul_(-g[:, None])
+        return grad.scatter_add_(1, targets[:, None], g[:, None]), None
 
 
 def _share(model: torch.nn.Module, rats: Rationales, share: bool | None) -> bool:
@@ -154,7 +174,7 @@ def prefix_then_suffix(
             position_ids=position_ids(prefix_mask),
             use_cache=True,
             **{cache_arg: cache},
-            **({"logits_to_keep": 1} if keep else {}),
+            **(keep_last(prefix_ids.device) if keep else {}),
         ).logits[:, -1]
     cache.reorder_cache(rows)  # one copy of its prefix's keys and values per row
     mask = torch.cat([prefix_mask[rows], suffix_mask], dim=1)
@@ -164,7 +184,7 @@ def prefix_then_suffix(
         position_ids=position_ids(mask)[:, prefix_mask.shape[1] :],
         use_cache=False,
         **{cache_arg: cache},
-        **({"logits_to_keep": 1} if keep and last_only else {}),
+        **(keep_last(suffix_ids.device) if keep and last_only else {}),
     )
     return after_prefix, out.logits[:, -1:] if last_only else out.logits
 
@@ -182,11 +202,12 @@ def _packed_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tupl
     p = pack_rows(rats.input_ids, rats.attention_mask, rats.prompt_len, rats.m, (predicts, last))
     config = base_model(model).config
     additive = None if config._attn_implementation == "sdpa" else base_model(model).dtype
-    cache_arg, _ = forward_args(model)
+    cache_arg, keep = forward_args(model)
     cached = {}
-    if p.head.shape[1]:
+    if p.head.shape[1]:  # its logits are not used: the last column's only, the fewest
         cache = DynamicCache(config=config)
-        model(input_ids=p.head, use_cache=True, **{cache_arg: cache})
+        last_only = keep_last(p.head.device) if keep else {}
+        model(input_ids=p.head, use_cache=True, **{cache_arg: cache}, **last_only)
         cache.reorder_cache(torch.zeros(len(p.ids), dtype=torch.long, device=p.ids.device))
         cached = {cache_arg: cache}
     keep = torch.cat([p.keep[1], p.keep[0]])
@@ -203,7 +224,7 @@ def _packed_pass(model: torch.nn.Module, rats: Rationales, mask: Tensor) -> tupl
         ).logits
     finally:
         gather.remove()
-    return logits[: len(p.keep[1])], logits[len(p.keep[1]) :]
+    return logits.split([len(p.keep[1]), len(p.keep[0])])  # backward: one block, not two
 
 
 @torch.no_grad()
@@ -247,7 +268,7 @@ def readout_after(
             attention_mask=full,
             position_ids=position_ids(full)[:, -c:],
             use_cache=False,
-            logits_to_keep=1,
+            **keep_last(ids.device),
             **{cache_arg: kept.cache},
         )
         logits = option_logits(out.logits[:, -1], option_ids)

@@ -122,6 +122,17 @@ def option_logits(logits: Tensor, option_ids: Tensor) -> Tensor:
     return out.masked_fill(option_ids < 0, float("-inf"))
 
 
+def keep_last(device: torch.device | str) -> dict[str, Tensor]:
+    """The forward argument that keeps the logits of each row's last column only:
+    ``logits_to_keep`` as positions (``[-1]``), so transformers gathers the rows' last
+    hidden states into one contiguous ``(B, 1, d)`` block before the output layer.
+    ``logits_to_keep=1`` hands it a strided slice instead, which the CPU multiplies as
+    ``B`` matrix-vector products, each reading the whole output matrix (SmolLM2's 49152 x
+    576: several times slower at 16 rows, ``benchmarks/RESULTS.md``). The same logits up to
+    float rounding."""
+    return {"logits_to_keep": torch.tensor([-1], device=device)}
+
+
 def readout(
     model: PreTrainedModel,
     input_ids: Tensor,
@@ -143,7 +154,7 @@ def readout(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids(attention_mask),
-            logits_to_keep=1,
+            **keep_last(input_ids.device),
         )
         last = out.logits[:, -1]
     else:
