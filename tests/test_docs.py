@@ -489,6 +489,35 @@ def test_the_shipped_rung_meets_the_fair_budget_at_its_tuned_learning_rates():
     assert f"SFT's three values lie within {spread:.4f} of 0.5" in text
 
 
+def test_the_rungs_extra_grid_step_reads_as_its_shipped_runs():
+    """docs/results.md's outcome of the 3e-4 grid step (issue 65), recomputed from the
+    shipped tuning runs: dev Brier after TS from their dev dumps (``results.tuning``), the
+    peak of each stage-2 / GRPO log's KL estimate, and the rule (best dev score and no step
+    over 1 nat) keeping both rates."""
+    from rlcd_lab.files import rundir
+    from rlcd_lab.reports.results import tuning
+
+    def peak(lr: str, run: str) -> float:
+        log = rundir.read_log(FAIR / "tune" / f"lr-{lr}" / FAIR.name / "seed-17" / run)
+        return max(r["kl"] for r in log if r.get("kl") is not None)
+
+    tune = tuning(FAIR / "tune")
+    rlcd, grpo = tune["dev_ts_brier"]["reinforce"], tune["dev_ts_brier"]["grpo-matched"]
+    text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
+    assert (
+        f"at 3e-4 two-stage RLCD scored {rlcd['0.0003']:.3f} on dev against "
+        f"{rlcd['0.0001']:.3f} at 1e-4, and its stage 2 drifted, its KL estimate peaking at "
+        f"{peak('0.0003', 'reinforce'):.2f} nats ({peak('0.0001', 'reinforce'):.2f} at 1e-4"
+    ) in text
+    assert (
+        f"GRPO scored {grpo['0.0003']:.3f} against {grpo['3e-05']:.3f} at 3e-5 and stayed "
+        f"near its anchor (peak {peak('0.0003', 'grpo-matched'):.2f} nats)"
+    ) in text
+    assert peak("0.0003", "reinforce") > 1 >= peak("0.0003", "grpo-matched")
+    assert rlcd["3e-05"] > rlcd["0.0001"] < rlcd["0.0003"]  # fell, then turns back up
+    assert (tune["lr"]["reinforce"], tune["lr"]["grpo-matched"]) == (1e-4, 3e-5)
+
+
 def test_the_rungs_rebuild_commands_plan_every_shipped_run_with_its_recorded_config(monkeypatch):
     """docs/results.md's commands that rebuild the rung's adapters: each parsed as the
     command line parses it and planned (``reproduce.plan``; whether the task carries ``q``
