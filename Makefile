@@ -58,15 +58,16 @@ app: $(STAMP)
 serve: $(STAMP)
 	$(PY) -m rlcd_lab.cli serve --host $(HOST) --port 8000
 
-# RLCD_LAB_REQUIRE_SMOLLM2: the SmolLM2 tests fail instead of skipping without the package.
+# RLCD_LAB_REQUIRE_SMOLLM2: the SmolLM2 tests fail instead of skipping without the package;
+# RLCD_LAB_GRADERS_PYTHON: the grader tests run nbgrader and otter-grader in .venv-graders's
+# Python (within the one pytest run), RLCD_LAB_REQUIRE_GRADERS: and fail if either is missing.
 # Then the numerics tests (and the shipped summaries recomputed from their dumps) twice more,
 # as other CPUs compute them (tests/emulate_cpu.py): an AVX2-only machine (numpy without its
 # AVX-512 kernels, OpenBLAS Haswell, torch avx2, oneDNN AVX2) and every library's portable
 # path, side by side: one pytest-xdist worker per kind (gw0 avx2, gw1 portable), each
 # running every numerics test; a tolerance that holds on all three does not depend on this
 # CPU's bits.
-# XDIST: two pytest workers (pytest-xdist), a core each (tests/conftest.py), for the suite
-# and the graders' tests (nbgrader's and otter's gradings side by side): in one process the
+# XDIST: two pytest workers (pytest-xdist), a core each (tests/conftest.py): in one process the
 # suite keeps one of two cores busy on average (imports, subprocesses, kernels starting).
 # A module whose tests must not overlap (gloo groups on one port) names an xdist_group.
 # `make test XDIST=` runs the suite in one process.
@@ -74,8 +75,8 @@ XDIST    ?= -n 2 --dist loadgroup
 NUMERICS := RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -m numerics -p no:cacheprovider
 test: $(STAMP) $(GRADERS)
 	$(PY) -m ruff check .
-	RLCD_LAB_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q --durations=20 $(XDIST)
-	RLCD_LAB_REQUIRE_GRADERS=1 $(GPY) -m pytest -q -p no:cacheprovider $(XDIST) tests/test_classroom_graders.py
+	RLCD_LAB_REQUIRE_SMOLLM2=1 RLCD_LAB_REQUIRE_GRADERS=1 RLCD_LAB_GRADERS_PYTHON=$(abspath $(GPY)) \
+	    $(PY) -m pytest -q --durations=20 $(XDIST)
 	$(PY) tests/emulate_cpu.py avx2 portable -- env $(NUMERICS)
 
 # The stored reference outputs of cross-checks that `make test` compares with while their

@@ -6,8 +6,9 @@ copy of notebook 1's exercises and give the points the checks say.
 
 The grading tests run the tools as an instructor does (``nbgrader generate_assignment``
 and ``nbgrader autograde`` on a temporary course directory; ``otter assign`` and ``otter
-run``, which grades locally without Docker) and skip when the tool is not installed
-(``make test`` runs them in ``.venv-graders``, where both are). To
+run``, which grades locally without Docker) in the Python named by
+``RLCD_LAB_GRADERS_PYTHON`` (else this one), and skip when the tool is not installed
+there (``make test`` names ``.venv-graders``'s, where both are). To
 stay near a minute on one core they grade notebook 1's setup cell and its exercises (the
 answer and solution cells, which need only that setup) rather than the whole tutorial.
 """
@@ -48,14 +49,26 @@ WRONG_3 = "lambda_threshold = 1.0\n"
 
 
 # ---------------------------------------------------------------------------- helpers
+TOOLS_PYTHON = os.environ.get("RLCD_LAB_GRADERS_PYTHON") or sys.executable
+"""The Python the graders run in: ``make test`` installs both into ``.venv-graders``, not
+``.venv`` (whose JupyterLab students use), and names it here."""
+
+
 def grader(module: str, minversion: str) -> None:
-    """Skip unless the grader ``module`` is installed (``make test`` installs both into
-    ``.venv-graders``, not ``.venv``, and runs this file there with
-    ``RLCD_LAB_REQUIRE_GRADERS=1``: then a missing one fails instead)."""
+    """Skip unless the grader ``module`` at ``minversion`` or later is installed in
+    :data:`TOOLS_PYTHON` (with ``RLCD_LAB_REQUIRE_GRADERS=1``, as ``make test`` sets, a
+    missing one fails instead)."""
+    check = (
+        f"import sys, {module}; from packaging.version import Version as V; "
+        f"sys.exit(V({module}.__version__) < V({minversion!r}))"
+    )
+    found = subprocess.run([TOOLS_PYTHON, "-c", check], capture_output=True, text=True)
+    if found.returncode == 0:
+        return
+    why = f"{module} >= {minversion} is not installed in {TOOLS_PYTHON}: {found.stderr[-300:]}"
     if os.environ.get("RLCD_LAB_REQUIRE_GRADERS") == "1":
-        __import__(module)
-    else:
-        pytest.importorskip(module, minversion=minversion)
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 def graded_ids(nb: nbformat.NotebookNode) -> dict[str, nbformat.NotebookNode]:
@@ -73,10 +86,10 @@ def error_message(cell: nbformat.NotebookNode) -> str:
 
 
 def tool_env(tmp_path: Path) -> dict[str, str]:
-    """The graders' environment: this venv's scripts first on PATH (nbgrader runs
+    """The graders' environment: their venv's scripts first on PATH (nbgrader runs
     ``alembic`` from there), ci scale, one thread, and no user Jupyter config."""
     env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{Path(TOOLS_PYTHON).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(
         RLCD_SCALE="ci",
         OMP_NUM_THREADS="1",
@@ -89,7 +102,7 @@ def tool_env(tmp_path: Path) -> dict[str, str]:
 def start_tool(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, IO]:
     """``python -m ARGS`` started in ``cwd``, its output (stdout, then stderr) to a file."""
     log = tempfile.TemporaryFile("w+")
-    cmd = [sys.executable, "-m", *args]
+    cmd = [TOOLS_PYTHON, "-m", *args]
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT), log
 
 
@@ -109,6 +122,14 @@ def finish_tools(started: list[tuple[subprocess.Popen, IO]]) -> list[str]:
 def run_tool(args: list[str], cwd: Path, env: dict[str, str]) -> str:
     (output,) = finish_tools([start_tool(args, cwd, env)])
     return output
+
+
+def run_tool_code(code: str, cwd: Path, env: dict[str, str]) -> str:
+    """What ``code`` prints, run by :data:`TOOLS_PYTHON` in ``cwd`` (it must exit 0)."""
+    cmd = [TOOLS_PYTHON, "-c", code]
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-6000:]
+    return done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -293,8 +314,6 @@ def test_nbgrader_autograde_scores_filled_partial_and_unfilled(tmp_path, exercis
     every check says 'not answered yet') and that copy with exercise 1 right and exercise
     3 wrong (1 of 3; exercise 3 fails with the check's hint)."""
     grader("nbgrader", "0.9")
-    from nbgrader.api import Gradebook
-
     course, env = tmp_path / "course", tool_env(tmp_path)
     solutions = exercises_src.parent / "solutions"
     (source,) = assignments.write_assignments(exercises_src, course, "nbgrader", 1, solutions)
@@ -321,16 +340,22 @@ def test_nbgrader_autograde_scores_filled_partial_and_unfilled(tmp_path, exercis
         nbformat.write(nb, path)
     run_tool(["nbgrader", "autograde", NAME, "--CourseDirectory.root=."], course, env)
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        scores = {
-            student: {
-                g.name: g.score
-                for nb in gb.find_submission(NAME, student).notebooks
-                for g in nb.grades
-            }
-            for student in copies
-        }
-        assert gb.find_submission(NAME, "filled").max_score == 3
+    read = f"""
+import json
+from nbgrader.api import Gradebook
+with Gradebook("sqlite:///gradebook.db") as gb:
+    print(json.dumps({{
+        "max": gb.find_submission({NAME!r}, "filled").max_score,
+        "scores": {{
+            s: {{g.name: g.score for nb in gb.find_submission({NAME!r}, s).notebooks
+                for g in nb.grades}}
+            for s in {list(copies)!r}
+        }},
+    }}))
+"""  # the gradebook read by nbgrader's own API, in the graders' Python
+    book = json.loads(run_tool_code(read, course, env))
+    scores = book["scores"]
+    assert book["max"] == 3
     assert scores["filled"] == dict.fromkeys(EXERCISES, 1.0)
     assert scores["unfilled"] == dict.fromkeys(EXERCISES, 0.0)
     assert scores["partial"] == {"exercise_1": 1.0, "exercise_2": 0.0, "exercise_3": 0.0}
