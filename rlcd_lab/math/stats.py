@@ -177,9 +177,13 @@ def _aurc_grouped(counts: np.ndarray, errors: np.ndarray, n: int) -> np.ndarray:
     the harmonic numbers); the AURC is the total over ``n``."""
     h = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, n + 1))])
     end = np.cumsum(counts, axis=1).astype(np.int64)
-    start = end - counts.astype(np.int64)
+    start = np.zeros_like(end)  # each group starts where the one before it ends
+    start[:, 1:] = end[:, :-1]
+    h_end = h[end]
+    h_start = np.zeros_like(h_end)
+    h_start[:, 1:] = h_end[:, :-1]
     before = np.cumsum(errors, axis=1) - errors
-    dh = h[end] - h[start]
+    dh = h_end - h_start
     share = np.where(counts > 0, errors / np.maximum(counts, 1), 0.0)
     return (before * dh + share * (counts - start * dh)).sum(axis=1) / n
 
@@ -222,11 +226,17 @@ def _grouped_stat(
     (:func:`_aurc_grouped`; the groups are those of all ``M`` entries, which differ from a
     row's own only where a chain of neighbours within the tie tolerance runs through an
     entry the row leaves out)."""
+    return stat.grouped(*_group_sums(weights, conf, wrong), n)  # type: ignore[attr-defined]
+
+
+def _group_sums(
+    weights: np.ndarray, conf: np.ndarray, wrong: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(counts, errors)``, each ``(R, G)``: every row's weight and weighted wrong answers
+    in each tie group of ``conf`` (:func:`_ranked_groups`), groups in ranked order."""
     order, starts = _ranked_groups(conf)
     w = weights[:, order]
-    counts = np.add.reduceat(w, starts, axis=1)
-    errors = np.add.reduceat(w * wrong[order], starts, axis=1)
-    return stat.grouped(counts, errors, n)  # type: ignore[attr-defined]
+    return np.add.reduceat(w, starts, axis=1), np.add.reduceat(w * wrong[order], starts, axis=1)
 
 
 def _seed_curves(
@@ -341,10 +351,13 @@ def sign_flip_test_curve(
             for k in range(ca.shape[0]):
                 conf = np.concatenate([ca[k], cb[k]])
                 wrong = 1.0 - np.concatenate([ra[k], rb[k]])
-                n_items = ca.shape[1]
+                counts, errors = _group_sums(w, conf, wrong)
+                # B' holds every entry A' leaves: its sums are the groups' totals less A''s
+                # (whole numbers in float64, so exactly those of the weights 1 - w)
+                size, total = _group_sums(np.ones((1, len(conf))), conf, wrong)
                 out.append(
-                    _grouped_stat(stat, w, conf, wrong, n_items)
-                    - _grouped_stat(stat, 1.0 - w, conf, wrong, n_items)
+                    stat.grouped(counts, errors, len(ca[k]))  # type: ignore[attr-defined]
+                    - stat.grouped(size - counts, total - errors, len(ca[k]))  # type: ignore[attr-defined]
                 )
             return np.mean(out, axis=0)
         w = swap[None]
