@@ -898,7 +898,7 @@ def test_tutorials_open_with_what_the_kernel_reports_and_save_unchanged(tmp_path
 def test_make_app_installs_no_grader_and_opens_tutorials_as_notebooks():
     """The install step of ``make app`` (the .venv stamp) installs no grader and sets
     JupyterLab's default viewer; ``make test`` installs the graders into .venv-graders
-    and runs their tests there."""
+    and its grader tests run them there, required."""
     if shutil.which("make") is None:
         pytest.skip("no make")
     app = subprocess.run(
@@ -914,7 +914,8 @@ def test_make_app_installs_no_grader_and_opens_tutorials_as_notebooks():
     ).stdout
     graders = [line for line in test.splitlines() if "pip install" in line and "graders" in line]
     assert graders and all(line.startswith(".venv-graders/bin/python") for line in graders)
-    assert ".venv-graders/bin/python -m pytest" in test and "test_classroom_graders.py" in test
+    assert f"RLCD_LAB_GRADERS_PYTHON={REPO / '.venv-graders/bin/python'}" in test
+    assert "RLCD_LAB_REQUIRE_GRADERS=1" in test
 
 
 def test_lab_opens_python_files_as_notebooks(tmp_path, monkeypatch):
