@@ -18,7 +18,7 @@ from rlcd_lab.lm.checkpoint import MARKER, SEP
 from rlcd_lab.lm.model import context_length
 from rlcd_lab.metrics import T_MAX, T_MIN
 from rlcd_lab.reader import reading_length
-from rlcd_lab.reader.decoding import plain_copy, questions_per_call
+from rlcd_lab.reader.decoding import pack_frozen, plain_copy, questions_per_call
 from rlcd_lab.reader.prompts import Mode, build_prompt, encode_prompts, item_options
 from rlcd_lab.reader.reading import Reading, read
 from rlcd_lab.reader.readout import OptionTokens
@@ -259,8 +259,12 @@ def run_eval(
     labels, readings that fit the model's context; ``ValueError`` naming the item, after
     ``where``, e.g. ``"task verify test split"``).
     A PEFT model (a LoRA adapter) is read through a copy with the adapter merged into its
-    weights (:func:`rlcd_lab.reader.decoding.plain_copy`: one matrix per layer instead of three,
-    the readouts within float32 rounding of the adapter's, about 1e-7).
+    weights (:func:`rlcd_lab.reader.decoding.plain_copy`: one matrix per layer instead of three),
+    on the CPU from :data:`~rlcd_lab.reader.decoding.FAST_MIN_PARAMS` parameters its matrices
+    packed for oneDNN (:func:`~rlcd_lab.reader.decoding.pack_frozen`: prompts, decoding steps
+    and readouts multiply through them): logits within float32 rounding of the adapter's
+    (about 1e-7 relative merged, 1e-6 packed), so a rationale parts from the adapter's
+    own draw only where that reverses a near tie of its noisy scores.
     ``stated`` (reason mode): add the stated-confidence fields, read after the confidence
     ``cue`` (:mod:`rlcd_lab.reader.verbal`) and the first rationale, sampled again with its seed
     (so the row's own; where a device does not reproduce the draw, the rationale read is
@@ -276,7 +280,7 @@ def run_eval(
     if batch_size is None:
         batch_size = questions_per_call(model, m if mode == "reason" else 1)
     if hasattr(model, "merge_and_unload"):  # a LoRA adapter: W + B A, read without it
-        model = plain_copy(model, next(model.parameters()).dtype)
+        model = pack_frozen(plain_copy(model, next(model.parameters()).dtype))
     if hasattr(reference, "merge_and_unload"):
         reference = plain_copy(reference, next(reference.parameters()).dtype)
     bar = tqdm(total=len(items), desc=f"eval {mode}", unit="item") if progress else None

@@ -197,9 +197,9 @@ def test_training_draws_from_a_merged_copy(verify_base, monkeypatch, packed):
     assert pick_sampler(SamplingConfig(sampler="hf"), wrapped(lora)) is kv_sampler
 
 
-def test_packed_anchor_scores_within_the_packed_rounding(verify_base, monkeypatch):
+def test_pack_frozen_scores_within_the_packed_rounding(verify_base, monkeypatch):
     """Training's KL anchor multiplies through oneDNN's packed matrices
-    (``decoding.packed_anchor``, ``PackedLinears.bind``) from ``FAST_MIN_PARAMS``
+    (``decoding.pack_frozen``, ``PackedLinears.bind``) from ``FAST_MIN_PARAMS``
     parameters on: its logits agree with the plain products' (``PackedLinears.agrees``,
     1e-5 of their norm), so each rationale's ``log pi_ref(r)``, a sum over its ``n``
     tokens, lies within ``n`` times 1e-5 of the largest logit of the plain one. A smaller
@@ -208,10 +208,10 @@ def test_packed_anchor_scores_within_the_packed_rounding(verify_base, monkeypatc
     if not PackedLinears.available(model):
         pytest.skip("no oneDNN float32 products")
     plain = copy.deepcopy(model)
-    assert decoding.packed_anchor(plain) is plain
+    assert decoding.pack_frozen(plain) is plain
     assert not any("forward" in vars(m) for m in plain.modules())
     monkeypatch.setattr(decoding, "FAST_MIN_PARAMS", 0)
-    packed = decoding.packed_anchor(copy.deepcopy(model))
+    packed = decoding.pack_frozen(copy.deepcopy(model))
     linears = [m for m in packed.modules() if isinstance(m, torch.nn.Linear)]
     assert linears and all("forward" in vars(m) for m in linears)
     rats, opts = draws(model, tok, meta, None, n=8)
@@ -224,6 +224,54 @@ def test_packed_anchor_scores_within_the_packed_rounding(verify_base, monkeypatc
         )
     bound = rats.logp_mask.sum(1) * 1e-5 * want.abs().max()
     assert ((lp_packed - lp).abs() <= bound).all()
+
+
+def test_evaluation_reads_a_packed_merged_copy(verify_base, monkeypatch):
+    """``run_eval`` of a LoRA model from ``FAST_MIN_PARAMS`` parameters on reads through
+    the merged copy with its matrices packed (``decoding.pack_frozen``): the prompts, the
+    decoding steps (``LlamaSteps`` on the bound packing, ``llama.bound_packing``) and the
+    readouts multiply through oneDNN's products. Against the unpacked copy's evaluation
+    (the tiny model's own, under ``FAST_MIN_PARAMS``): the same rationales but where
+    rounding reverses a near tie (the sampler-level bound is
+    ``test_training_draws_from_a_merged_copy``; at most one row of 32 here), readouts
+    within the packed rounding (1e-4 of the logits); the caller's model is left as it
+    was."""
+    from rlcd_lab import evaluate
+
+    model, tok, meta = verify_base
+    if not PackedLinears.available(model):
+        pytest.skip("no oneDNN float32 products")
+    lora = lora_on(model)
+    items = load_task_items("verify", "test")[:16]
+    kw = dict(m=2, max_new_tokens=48, seed=0, marker=meta["marker"], sep=meta["sep"])
+    want = evaluate.run_eval(lora, tok, items, **kw)
+    monkeypatch.setattr(decoding, "FAST_MIN_PARAMS", 0)
+    copies, fast = [], []
+    monkeypatch.setattr(
+        evaluate, "pack_frozen", lambda m: copies.append(decoding.pack_frozen(m)) or copies[-1]
+    )
+    call = decoding._Steps.__call__
+
+    def spy(self, tokens):
+        out = call(self, tokens)
+        fast.append(self.fast is not None and self.fast.linear is llama._packed_linear)
+        return out
+
+    monkeypatch.setattr(decoding._Steps, "__call__", spy)
+    got = evaluate.run_eval(lora, tok, items, **kw)
+    [packed] = copies
+    assert llama.bound_packing(packed) is not None and fast[-1]
+    assert llama.bound_packing(lora) is None
+    assert not any("forward" in vars(m) for m in lora.modules())
+    same = 0
+    for g, w in zip(got, want, strict=True):
+        for j in range(2):
+            if g["rationales"][j] == w["rationales"][j]:
+                same += 1
+                torch.testing.assert_close(
+                    torch.tensor(g["logits"][j]), torch.tensor(w["logits"][j]), rtol=1e-4, atol=1e-4
+                )
+    assert same >= 31, same
 
 
 def wrapped(lora):

@@ -14,7 +14,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from rlcd_lab.lm.loading import merge_adapter, merged_lora_copy
-from rlcd_lab.reader.llama import LlamaSteps, PackedLinears
+from rlcd_lab.reader.llama import LlamaSteps, PackedLinears, bound_packing
 from rlcd_lab.reader.prompts import left_pad
 from rlcd_lab.reader.readout import keep_last, position_ids
 from rlcd_lab.reader.sampling import (
@@ -97,7 +97,7 @@ def kv_sampler(
 
     ``should_stop``: asked before every forward pass; once it returns True,
     ``sampling.SamplingStopped`` is raised (nothing is returned). ``packed``: the model's
-    matrices packed for oneDNN (:class:`PackedLinears`, :class:`CopySampler`'s): the
+    matrices packed for oneDNN (:class:`PackedLinears`; None: those bound to it, if any): the
     decoding steps multiply with them (faster, other rounding: not ``generate``'s bits).
     ``keep_prompt``: also return each row's keys and values after its prompt and the
     tokens it fed the model, all it drew but the last (``Generated.prompt_cache``,
@@ -243,7 +243,7 @@ class _Steps:
     """Next-token logits of the live rows, one call per generated token: the model's
     forward pass on a ``DynamicCache`` (position ids from the attention mask, as
     ``generate``), or :class:`LlamaSteps` once its first step matched it bit for bit
-    (with ``packed`` weights, :class:`PackedLinears`: within their rounding).
+    (with packed weights, :class:`PackedLinears`, given or bound: within their rounding).
 
     Beside ``generate`` (``reader.hf_sampler``), :func:`kv_sampler` draws the same tokens
     with less work around the model:
@@ -296,7 +296,7 @@ class _Steps:
         self.width = ids.shape[1]  # keys and values held per row
         self.fast: LlamaSteps | None = None
         self.try_fast = LlamaSteps.supports(model)
-        self.length, self.packed = length, packed
+        self.length, self.packed = length, packed if packed is not None else bound_packing(model)
 
     def prefill(self) -> Tensor:
         """Logits ``(N, V)`` float32 after each row's prompt; distinct prompts are encoded
@@ -448,10 +448,11 @@ def merged_sampler(model: torch.nn.Module) -> CopySampler | None:
     return CopySampler(torch.float32, pack=big)
 
 
-def packed_anchor(model: PreTrainedModel) -> PreTrainedModel:
-    """Training's frozen KL anchor, its matrices packed for oneDNN (:meth:`PackedLinears.bind`)
-    for a CPU model of at least :data:`FAST_MIN_PARAMS` parameters where they apply: faster
-    products, ``log pi_ref(r)`` within their float32 rounding; any other model as it is."""
+def pack_frozen(model: PreTrainedModel) -> PreTrainedModel:
+    """A frozen model read without gradient many times (training's KL anchor, evaluation's
+    merged copy), its matrices packed for oneDNN (:meth:`PackedLinears.bind`, decoding steps
+    too) for a CPU model of at least :data:`FAST_MIN_PARAMS` parameters where they apply:
+    faster products, logits within their float32 rounding; any other model as it is."""
     big = sum(p.numel() for p in model.parameters()) >= FAST_MIN_PARAMS
     return PackedLinears(model).bind(model) if big and PackedLinears.available(model) else model
 
@@ -484,15 +485,10 @@ class CopySampler:
         self.copy = self.packed = None
 
     def __call__(
-        self,
-        model: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
-        ids: Tensor,
-        mask: Tensor,
-        **kwargs,
-    ) -> Generated:
-        """``kv_sampler(copy, tokenizer, ids, mask, **kwargs)``; ``token_lp`` is the
-        copy's."""
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, ids: Tensor,
+        mask: Tensor, **kwargs,
+    ) -> Generated:  # fmt: skip
+        """``kv_sampler(copy, tokenizer, ids, mask, **kwargs)``; ``token_lp`` is the copy's."""
         if self.copy is None:
             self.copy = plain_copy(model, self.dtype)
             if self.pack and PackedLinears.available(self.copy):

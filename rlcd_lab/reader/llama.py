@@ -195,11 +195,14 @@ class PackedLinears:
     def bind(self, model: torch.nn.Module) -> torch.nn.Module:
         """``model`` (the one packed) with each packed ``nn.Linear`` multiplying through its
         packed matrix in every forward pass (its ``forward`` set on the instance): for a
-        frozen model read without gradient many times (training's KL anchor), whose weights
-        never change after. The products round as :meth:`agrees` allows. Returns ``model``."""
+        frozen model read without gradient many times (training's KL anchor, evaluation's
+        merged copy), whose weights never change after. The products round as :meth:`agrees`
+        allows. :func:`bound_packing` of ``model`` is then this packing (the decoding steps
+        multiply with it too). Returns ``model``."""
         for m in model.modules():
             if isinstance(m, torch.nn.Linear) and m.weight.data_ptr() in self.packed:
                 m.forward = functools.partial(_packed_linear, packed=self.get(m.weight))
+        model.packed_linears = self
         return model
 
     def agrees(self, packed_logits: Tensor, logits: Tensor) -> bool:
@@ -212,4 +215,7 @@ class PackedLinears:
         return bool((a - b).norm() <= tol * b.norm())
 
 
-# ------------------------------------------------------------- a copy of the weights
+def bound_packing(model: torch.nn.Module) -> PackedLinears | None:
+    """The :class:`PackedLinears` that :meth:`PackedLinears.bind` set ``model``'s products to
+    multiply through, or None."""
+    return getattr(model, "packed_linears", None)

@@ -41,7 +41,7 @@ from rlcd_lab.lm.checkpoint import save_checkpoint
 from rlcd_lab.lm.loading import check_checkpoint, load_checkpoint
 from rlcd_lab.methods import method_of
 from rlcd_lab.methods.configs import SamplingConfig, TrainConfig
-from rlcd_lab.reader.decoding import CopySampler, merged_sampler, packed_anchor
+from rlcd_lab.reader.decoding import CopySampler, merged_sampler, pack_frozen
 from rlcd_lab.reader.rationales import default_sampler, mix_seed, sample_questions
 from rlcd_lab.reader.reading import score_rationales
 from rlcd_lab.reader.sampling import Sampler
@@ -585,7 +585,7 @@ def _open(
             ref = ref.merge_and_unload()
         ref.requires_grad_(False)
         if not cfg.bf16:  # read without gradient every step: its products packed
-            ref = packed_anchor(ref)
+            ref = pack_frozen(ref)
     if cfg.bf16:
         for m in (model, ref):
             if m is not None:  # wrap the innermost forward: PEFT's generate calls it directly
