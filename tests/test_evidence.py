@@ -268,12 +268,13 @@ def test_the_rung_cell_recomputes_its_seed_test_from_the_dumps():
 def test_power_from_the_rung_dumps_and_from_its_summary(capsys):
     """``rlcd-lab power`` on the rung's dumps: the pilot's SE and MDE, the items that halve
     the MDE are four times the pilot's; the summary gives the same plan at its replicates."""
-    a = [str(RUNG / f"seed-{s}" / "reinforce") for s in (17, 23, 29)]
-    b = [str(RUNG / f"seed-{s}" / "grpo-matched") for s in (17, 23, 29)]
+    seeds = (17, 23, 29, 31)  # the seeds of docs/results.md's worked example
+    a = [str(RUNG / f"seed-{s}" / "reinforce") for s in seeds]
+    b = [str(RUNG / f"seed-{s}" / "grpo-matched") for s in seeds]
     main(["power", "--delta", "-0.03", "--a", *a, "--b", *b])
     out = json.loads(capsys.readouterr().out)
     pilot = out["pilot"]
-    assert pilot["items"] == 209 and pilot["seeds"] == 3
+    assert pilot["items"] == 209 and pilot["seeds"] == len(seeds)
     assert pilot["mde"] == pytest.approx(Z * pilot["se"])
     assert out["items_needed"] == math.ceil(209 * (Z * pilot["se"] / 0.03) ** 2)
     assert S.items_needed(pilot["se"], 209, pilot["mde"] / 2) == pytest.approx(4 * 209, abs=1)
@@ -281,7 +282,7 @@ def test_power_from_the_rung_dumps_and_from_its_summary(capsys):
     text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
     diffs = ", ".join(f"{d:.4f}" for d in pilot["seed_diffs"])
     assert (
-        f'"items": 209, "seeds": 3, "diff": {pilot["diff"]:.4f}, "se": {pilot["se"]:.4f}, '
+        f'"items": 209, "seeds": {len(seeds)}, "diff": {pilot["diff"]:.4f}, "se": {pilot["se"]:.4f}, '
         f'"mde": {pilot["mde"]:.4f}, "seed_diffs": [{diffs}], "p_t": {pilot["p_t"]:.3f}, '
         f'"items_needed": {out["items_needed"]}, "seeds_needed": {out["seeds_needed"]}' in text
     )

@@ -400,12 +400,14 @@ def what_reproduces(
 def training_trends(root: Path, summary: Mapping) -> dict[str, dict]:
     """``{run: quarter_trend}`` of the training accuracy
     (:func:`rlcd_lab.reports.mechanism.training_accuracy`) of every run of the reproduction
-    at ``root`` whose every seed's log (``root/seed-*/<run>``) holds it, in table order
+    at ``root`` over the seeds it was trained on (those with a log, ``root/seed-*/<run>``;
+    a run of fewer seeds than the others, its own) whose every log holds it, in table order
     (:func:`rlcd_lab.reports.mechanism.quarter_trend`)."""
     out = {}
     for run in _ordered(summary["runs"]):
         dirs = [rundir.seed_dir(root, s) / run for s in summary["seeds"]]
-        if not all(rundir.log_path(d).exists() for d in dirs):
+        dirs = [d for d in dirs if rundir.log_path(d).exists()]
+        if not dirs:
             continue
         values = [training_accuracy(rundir.read_log(d)) for d in dirs]
         trend = quarter_trend(values) if all(values) else None
