@@ -282,7 +282,8 @@ def test_power_from_the_rung_dumps_and_from_its_summary(capsys):
     text = " ".join((REPO / "docs" / "results.md").read_text(encoding="utf-8").split())
     diffs = ", ".join(f"{d:.4f}" for d in pilot["seed_diffs"])
     assert (
-        f'"items": 209, "seeds": {len(seeds)}, "diff": {pilot["diff"]:.4f}, "se": {pilot["se"]:.4f}, '
+        f'"items": 209, "seeds": {len(seeds)}, "diff": {pilot["diff"]:.4f}, '
+        f'"se": {pilot["se"]:.4f}, '
         f'"mde": {pilot["mde"]:.4f}, "seed_diffs": [{diffs}], "p_t": {pilot["p_t"]:.3f}, '
         f'"items_needed": {out["items_needed"]}, "seeds_needed": {out["seeds_needed"]}' in text
     )
