@@ -8,7 +8,9 @@
 #
 # The shipped seeds 17, 23, 29 are copied into OUT first (without weights: reused as ended
 # for the report, never retrained). About 1.8 h (RLCD) and 1.8 h (GRPO) a seed on one core of
-# the 2-core AMD EPYC (the fair test's paces, docs/performance.md).
+# the 2-core AMD EPYC (the fair test's paces, docs/performance.md). The shipped seeds 31 and 59
+# were trained at 6e0fa6c, seeds 37-53 at f1de669 (1.52x faster steps; docs/results.md says
+# what differs): run it from a checkout at one of those to retrain a seed as shipped.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
